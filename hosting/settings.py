@@ -1,0 +1,177 @@
+"""Django settings: the ONLY place the environment is read (see SPEC "Configuration")."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("HOSTING_VAR_DIR", BASE_DIR / "var"))
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment, else one generated once and kept under var/."""
+    if os.environ.get("SECRET_KEY"):
+        return os.environ["SECRET_KEY"]
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    key_file = VAR_DIR / "secret_key"
+    if not key_file.exists():
+        # O_EXCL: two processes starting at once must agree on one key.
+        try:
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(50))
+        except FileExistsError:
+            pass
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = _flag("DEBUG", False)
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h.strip()]
+
+INSTALLED_APPS = [
+    # Ours first: its `runworker` extends channels' one (drain, heartbeats, embedded Redis).
+    "models_registry",
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_prometheus",
+]
+
+# The full stack serves the admin, the dashboard and /metrics.
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "models_registry.middleware.RequestIdMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+# The inference API runs with this lean, async-only stack instead (hosting/asgi.py):
+# each sync MiddlewareMixin costs a thread hop per request on an async view.
+API_MIDDLEWARE = [
+    "models_registry.middleware.RequestIdMiddleware",
+]
+API_PATH_PREFIXES = ("/models", "/v1/", "/health", "/ready")
+
+ROOT_URLCONF = "hosting.urls"
+ASGI_APPLICATION = "hosting.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqlite3'}",
+        conn_max_age=60,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Web and workers write to one file at once: WAL and a busy timeout avoid "locked".
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+else:
+    # Async views reach the ORM from asgiref's thread; keep connections healthy.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+WHITENOISE_USE_FINDERS = True  # serve app static files without a collectstatic step
+
+LOGIN_URL = "/admin/login/"
+
+# --- Broker -----------------------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL") or ""
+EMBEDDED_REDIS = not REDIS_URL
+if EMBEDDED_REDIS:
+    from hosting import embedded_redis
+
+    REDIS_URL = embedded_redis.url(VAR_DIR)
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {
+            # socket_timeout None: redis-py's 5 s default races channels_redis' 5 s BZPOPMIN.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}],
+            # Admission is ours (max_queue_size per task); the layer's cap must never be
+            # the thing that refuses an accepted request.
+            "capacity": 100_000,
+            # Longer than any task's timeout_s, so nothing accepted expires unseen.
+            "expiry": 3600,
+        },
+    }
+}
+
+# --- Product settings (SPEC "Configuration") -------------------------------------------
+HOSTING_REQUIRE_API_TOKEN = _flag("HOSTING_REQUIRE_API_TOKEN", True)
+HOSTING_MAX_BODY_BYTES = int(os.environ.get("HOSTING_MAX_BODY_BYTES", 1024 * 1024))
+HOSTING_DEVICE = os.environ.get("HOSTING_DEVICE", "cpu")
+HOSTING_TORCH_THREADS = int(os.environ["HOSTING_TORCH_THREADS"]) if os.environ.get("HOSTING_TORCH_THREADS") else None
+HOSTING_METRICS_TOKEN = os.environ.get("HOSTING_METRICS_TOKEN", "")
+HOSTING_MAX_INPUTS = int(os.environ.get("HOSTING_MAX_INPUTS", 256))
+# Which models this worker serves (comma list, empty = all enabled).
+HOSTING_WORKER_MODELS = [m.strip() for m in os.environ.get("HOSTING_WORKER_MODELS", "").split(",") if m.strip()]
+HOSTING_HEARTBEAT_S = 1.0
+HOSTING_WORKER_STALE_S = 10.0
+HOSTING_CONFIG_REFRESH_S = 1.0
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(HOSTING_MAX_BODY_BYTES, 2_621_440)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}

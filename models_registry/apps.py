@@ -1,0 +1,11 @@
+"""App config of the model registry."""
+
+from django.apps import AppConfig
+
+
+class ModelsRegistryConfig(AppConfig):
+    """Registered models, their tasks, tokens and the inference machinery."""
+
+    name = "models_registry"
+    verbose_name = "Model registry"
+    default_auto_field = "django.db.models.BigAutoField"

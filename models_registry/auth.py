@@ -1,0 +1,81 @@
+"""Bearer-token checks for the inference routes (tokens stored hashed)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.utils import timezone
+
+from models_registry.errors import Forbidden, Unauthorized
+from models_registry.models import ApiToken, hash_token
+
+_CACHE_TTL_S = 2.0
+_LAST_USED_EVERY_S = 60.0
+
+
+@dataclass(frozen=True)
+class TokenGrant:
+    """What a valid token may use."""
+
+    token_id: int
+    models: frozenset[str]  # empty = every model
+
+    def allows(self, model: str) -> bool:
+        """Whether this token may call model."""
+        return not self.models or model in self.models
+
+
+_cache: dict[str, tuple[float, TokenGrant | None]] = {}
+_last_used_written: dict[int, float] = {}
+
+
+def _lookup(token_hash: str) -> TokenGrant | None:
+    token = ApiToken.objects.filter(token_hash=token_hash).prefetch_related("allowed_models").first()
+    if token is None or not token.is_active():
+        return None
+    now = time.monotonic()
+    if now - _last_used_written.get(token.id, float("-inf")) > _LAST_USED_EVERY_S:
+        ApiToken.objects.filter(id=token.id).update(last_used_at=timezone.now())
+        _last_used_written[token.id] = now
+    return TokenGrant(token.id, frozenset(m.name for m in token.allowed_models.all()))
+
+
+def bearer_token(authorization: str) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, if that is what it is."""
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+async def authorize(authorization: str | None, model: str | None) -> TokenGrant | None:
+    """Check the request's token (if tokens are required) and that it may use model."""
+    if not settings.HOSTING_REQUIRE_API_TOKEN:
+        return None
+    raw = bearer_token(authorization or "")
+    if raw is None:
+        raise Unauthorized("missing API token: send 'Authorization: Bearer <token>'")
+    digest = hash_token(raw)
+    now = time.monotonic()
+    cached = _cache.get(digest)
+    if cached is None or now - cached[0] > _CACHE_TTL_S:
+        grant = await sync_to_async(_lookup)(digest)
+        if len(_cache) > 10_000:
+            _cache.clear()  # bound the memory random bad tokens could take
+        _cache[digest] = (now, grant)
+    else:
+        grant = cached[1]
+    if grant is None:
+        raise Unauthorized("invalid, revoked or expired API token")
+    if model is not None and not grant.allows(model):
+        raise Forbidden(f"this API token is not allowed to use model {model!r}")
+    return grant
+
+
+def reset_cache() -> None:
+    """Forget cached token lookups (tests)."""
+    _cache.clear()
+    _last_used_written.clear()

@@ -1,0 +1,312 @@
+"""Pure batch formation: per (model, task) queues, deadlines, splitting and reassembly.
+
+No asyncio, no Channels, no torch: the caller passes the time in, so every decision is
+unit-tested with plain numbers. The engine (worker side) owns one Batcher and calls:
+`submit` when a request arrives, `drop_expired` and `next_batch` when it may start
+work, `next_wakeup` to know how long it may sleep, and `complete` with a batch's results.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Key = Hashable  # (model name, task name)
+
+
+class QueueFull(Exception):
+    """The queue for this key holds max_queue_size items already."""
+
+    def __init__(self, key: Key, depth: int, limit: int) -> None:
+        super().__init__(f"queue for {key} is full ({depth}/{limit} items)")
+        self.key, self.depth, self.limit = key, depth, limit
+
+
+class UnknownKey(Exception):
+    """No policy was set for this key: the model or task is not served here."""
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """Queue settings of one task (SPEC "Registry")."""
+
+    max_batch_size: int = 32
+    max_batch_tokens: int = 0  # 0 = no token budget
+    max_batch_delay_s: float = 0.005
+    max_queue_size: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError("max_batch_size must be at least 1")
+        if self.max_batch_tokens < 0:
+            raise ValueError("max_batch_tokens must be 0 (no budget) or positive")
+        if self.max_batch_delay_s < 0:
+            raise ValueError("max_batch_delay_s must not be negative")
+        if self.max_queue_size < 1:
+            raise ValueError("max_queue_size must be at least 1")
+
+
+@dataclass(frozen=True)
+class ItemFailure:
+    """The result slot of an item that failed; fails the request that owns it."""
+
+    error: Exception
+
+
+@dataclass(eq=False)
+class PendingRequest:
+    """One accepted request: its items may be spread over several batches."""
+
+    id: str
+    key: Key
+    n_items: int
+    arrival: float
+    deadline: float
+    context: Any = None  # opaque to the batcher: reply channel, parameters...
+    outputs: list[Any] = field(default_factory=list)
+    remaining: int = 0
+    error: Exception | None = None
+    done: bool = False
+    started_at: float | None = None  # when its first item entered a batch
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Item:
+    """One input of a request, the unit the batcher packs."""
+
+    request: PendingRequest
+    index: int
+    payload: Any
+    cost: int  # tokens (or a proxy): drives length sorting and the token budget
+    arrival: float
+    seq: int
+
+
+@dataclass
+class Batch:
+    """Items to run together through one model task."""
+
+    key: Key
+    items: list[Item]
+    reason: str  # what closed it: size, tokens, delay, idle
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def padded_tokens(self) -> int:
+        """Tokens the forward pass computes once inputs are padded to the longest."""
+        return max((i.cost for i in self.items), default=0) * len(self.items)
+
+
+class Batcher:
+    """Per-key FIFO queues closed into batches by size, token budget, delay or idleness."""
+
+    def __init__(self, idle_quiet_s: float = 0.0005) -> None:
+        # An idle device starts at once when nothing arrived for this long: messages of a
+        # burst reach the worker one Redis round trip apart, and should share a batch.
+        self.idle_quiet_s = idle_quiet_s
+        self._policies: dict[Key, BatchPolicy] = {}
+        self._queues: dict[Key, list[Item]] = {}
+        self._last_arrival: dict[Key, float] = {}
+        self._seq = itertools.count()
+
+    # --- configuration -----------------------------------------------------------------
+    def set_policy(self, key: Key, policy: BatchPolicy) -> None:
+        """Serve key with these settings (takes effect for the next batch)."""
+        self._policies[key] = policy
+        self._queues.setdefault(key, [])
+
+    def remove(self, key: Key) -> list[PendingRequest]:
+        """Stop serving key; returns the unfinished requests that were queued on it."""
+        self._policies.pop(key, None)
+        self._last_arrival.pop(key, None)
+        items = self._queues.pop(key, [])
+        return _unique_requests(i.request for i in items if not i.request.done)
+
+    def keys(self) -> list[Key]:
+        """Keys currently served."""
+        return list(self._policies)
+
+    def policy(self, key: Key) -> BatchPolicy:
+        """The policy of key (UnknownKey if not served)."""
+        try:
+            return self._policies[key]
+        except KeyError:
+            raise UnknownKey(key) from None
+
+    def depth(self, key: Key) -> int:
+        """Items waiting (not yet in a batch) for key."""
+        return len(self._queues.get(key, ()))
+
+    def depths(self) -> dict[Key, int]:
+        """Items waiting per key."""
+        return {k: len(q) for k, q in self._queues.items()}
+
+    # --- intake ------------------------------------------------------------------------
+    def submit(
+        self,
+        key: Key,
+        request_id: str,
+        payloads: Sequence[Any],
+        costs: Sequence[int],
+        now: float,
+        deadline: float,
+        context: Any = None,
+    ) -> PendingRequest:
+        """Queue a request's inputs; raises UnknownKey or QueueFull (nothing queued then)."""
+        policy = self.policy(key)
+        if len(payloads) != len(costs) or not payloads:
+            raise ValueError("a request needs at least one input and one cost per input")
+        queue = self._queues[key]
+        if len(queue) + len(payloads) > policy.max_queue_size:
+            raise QueueFull(key, len(queue), policy.max_queue_size)
+        request = PendingRequest(
+            id=request_id, key=key, n_items=len(payloads), arrival=now, deadline=deadline,
+            context=context, outputs=[None] * len(payloads), remaining=len(payloads),
+        )
+        for index, (payload, cost) in enumerate(zip(payloads, costs)):
+            queue.append(Item(request, index, payload, max(1, int(cost)), now, next(self._seq)))
+        self._last_arrival[key] = now
+        return request
+
+    # --- scheduling --------------------------------------------------------------------
+    def drop_expired(self, now: float) -> list[PendingRequest]:
+        """Remove queued items of requests past their deadline (or already failed)."""
+        expired: list[PendingRequest] = []
+        for key, queue in self._queues.items():
+            keep: list[Item] = []
+            for item in queue:
+                request = item.request
+                if request.done:
+                    continue
+                if request.deadline <= now:
+                    request.done = True
+                    request.error = TimeoutError("deadline passed before compute")
+                    expired.append(request)
+                    continue
+                keep.append(item)
+            self._queues[key] = keep
+        return expired
+
+    def due_reason(self, key: Key, now: float, idle: bool) -> str | None:
+        """Why key's queue should close a batch now, or None if it should keep waiting."""
+        queue = self._queues.get(key)
+        if not queue:
+            return None
+        policy = self._policies[key]
+        if len(queue) >= policy.max_batch_size:
+            return "size"
+        if policy.max_batch_tokens and _padded(queue) >= policy.max_batch_tokens:
+            return "tokens"
+        if now >= queue[0].arrival + policy.max_batch_delay_s:
+            return "delay"  # one deadline from the FIRST item, never reset by later ones
+        if idle and now >= self._last_arrival.get(key, 0.0) + self.idle_quiet_s:
+            return "idle"
+        return None
+
+    def next_batch(self, now: float, idle: bool = True) -> Batch | None:
+        """Close and return the most overdue batch, or None if none is due yet.
+
+        Among due keys the one whose oldest item waited longest goes first, so several
+        models on one worker are served in arrival order and none starves.
+        """
+        due = [(q[0].seq, k) for k, q in self._queues.items() if q and self.due_reason(k, now, idle)]
+        if not due:
+            return None
+        _, key = min(due, key=lambda pair: pair[0])
+        reason = self.due_reason(key, now, idle) or "idle"
+        items = self._take(key)
+        for item in items:
+            if item.request.started_at is None:
+                item.request.started_at = now
+        sizes = len(items)
+        for request in _unique_requests(i.request for i in items):
+            request.batch_sizes.append(sizes)
+        # Sorted by length: the runner pads each forward pass to its longest input.
+        items.sort(key=lambda i: (i.cost, i.seq))
+        return Batch(key, items, reason)
+
+    def next_wakeup(self, now: float) -> float | None:
+        """The earliest time a waiting queue becomes due by delay or quiet time, if any."""
+        times: list[float] = []
+        for key, queue in self._queues.items():
+            if queue:
+                policy = self._policies[key]
+                times.append(queue[0].arrival + policy.max_batch_delay_s)
+                times.append(self._last_arrival.get(key, now) + self.idle_quiet_s)
+                times.append(min(i.request.deadline for i in queue))
+        return min(times) if times else None
+
+    def _take(self, key: Key) -> list[Item]:
+        """Pick the items of the next batch: the oldest plus those closest to it in length."""
+        queue = self._queues[key]
+        policy = self._policies[key]
+        oldest = queue[0]
+        if len(queue) <= policy.max_batch_size and (
+            not policy.max_batch_tokens or _padded(queue) <= policy.max_batch_tokens
+        ):
+            self._queues[key] = []
+            return list(queue)
+        # Candidates nearest in length to the oldest first: small padding, and the oldest
+        # item always goes, so every item eventually runs.
+        others = sorted(queue[1:], key=lambda i: (abs(i.cost - oldest.cost), i.seq))
+        chosen = [oldest]
+        longest = oldest.cost
+        for item in others:
+            if len(chosen) >= policy.max_batch_size:
+                break
+            new_longest = max(longest, item.cost)
+            if policy.max_batch_tokens and new_longest * (len(chosen) + 1) > policy.max_batch_tokens:
+                continue
+            chosen.append(item)
+            longest = new_longest
+        taken = {id(i) for i in chosen}
+        self._queues[key] = [i for i in queue if id(i) not in taken]
+        return chosen
+
+    # --- results -----------------------------------------------------------------------
+    def complete(self, batch: Batch, outputs: Sequence[Any]) -> list[PendingRequest]:
+        """Record a batch's outputs (one per item, ItemFailure for a failed one).
+
+        Returns the requests that just finished: all their items are in, or one failed
+        (a request gets exactly one answer, so its queued items are dropped then).
+        """
+        if len(outputs) != len(batch.items):
+            raise ValueError(f"expected {len(batch.items)} outputs, got {len(outputs)}")
+        finished: list[PendingRequest] = []
+        for item, output in zip(batch.items, outputs):
+            request = item.request
+            if request.done:
+                continue  # already failed or expired: nobody waits for this slot
+            if isinstance(output, ItemFailure):
+                request.error = output.error
+                request.done = True
+                finished.append(request)
+                continue
+            request.outputs[item.index] = output
+            request.remaining -= 1
+            if request.remaining == 0:
+                request.done = True
+                finished.append(request)
+        if any(r.error is not None for r in finished):
+            self._purge_done(batch.key)
+        return finished
+
+    def _purge_done(self, key: Key) -> None:
+        if key in self._queues:
+            self._queues[key] = [i for i in self._queues[key] if not i.request.done]
+
+
+def _padded(queue: Sequence[Item]) -> int:
+    return max(i.cost for i in queue) * len(queue)
+
+
+def _unique_requests(requests: Any) -> list[PendingRequest]:
+    seen: dict[int, PendingRequest] = {}
+    for request in requests:
+        seen.setdefault(id(request), request)
+    return list(seen.values())

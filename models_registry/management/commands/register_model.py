@@ -1,0 +1,70 @@
+"""`register_model NAME --source SRC --task TASK ...`: create or update a model and task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from models_registry.models import ModelTask, RegisteredModel
+from models_registry.tasks import SUPPORTED_TASKS
+
+
+class Command(BaseCommand):
+    """Idempotent: running it again updates the model and the named task."""
+
+    help = "Register (or update) a model and one of its tasks."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--source", required=True, help="hub id or local directory")
+        parser.add_argument("--task", required=True, choices=SUPPORTED_TASKS)
+        parser.add_argument("--task-name", help="default: the pipeline task")
+        parser.add_argument("--revision", default=None)
+        parser.add_argument("--max-batch-size", type=int)
+        parser.add_argument("--max-batch-tokens", type=int)
+        parser.add_argument("--max-batch-delay-ms", type=int)
+        parser.add_argument("--max-queue-size", type=int)
+        parser.add_argument("--timeout", type=float, dest="timeout_s")
+        parser.add_argument("--device", default=None)
+        parser.add_argument("--dtype", default=None, choices=[d for d, _ in RegisteredModel.DTYPES])
+        parser.add_argument("--pooling", choices=["mean", "cls", "none"])
+        parser.add_argument("--normalize", action="store_true", default=None)
+        parser.add_argument("--parameters", default=None, help="default parameters as a JSON object")
+        parser.add_argument("--disabled", action="store_true", help="register without loading it")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        import json
+
+        with transaction.atomic():
+            model = RegisteredModel.objects.filter(name=options["name"]).first() or RegisteredModel(name=options["name"])
+            model.source = options["source"]
+            for field in ("revision", "device", "dtype"):
+                if options[field] is not None:
+                    setattr(model, field, options[field])
+            model.enabled = not options["disabled"]
+            self._save(model)
+            task_name = options["task_name"] or options["task"]
+            task = ModelTask.objects.filter(model=model, name=task_name).first() or ModelTask(model=model, name=task_name)
+            task.task = options["task"]
+            for field in ("max_batch_size", "max_batch_tokens", "max_batch_delay_ms", "max_queue_size",
+                          "timeout_s", "pooling", "normalize"):
+                if options[field] is not None:
+                    setattr(task, field, options[field])
+            if options["parameters"] is not None:
+                try:
+                    task.parameters = json.loads(options["parameters"])
+                except json.JSONDecodeError as error:
+                    raise CommandError(f"--parameters is not valid JSON: {error}") from None
+            self._save(task)
+        self.stdout.write(f"registered {model.name}/{task.name} ({task.task}) from {model.source}")
+
+    def _save(self, obj: Any) -> None:
+        try:
+            obj.full_clean(validate_unique=obj.pk is None)
+        except ValidationError as error:
+            details = "; ".join(f"{k}: {' '.join(v)}" for k, v in error.message_dict.items())
+            raise CommandError(details) from None
+        obj.save()

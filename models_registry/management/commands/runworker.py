@@ -1,0 +1,24 @@
+"""`manage.py runworker inference`: channels' runworker with our worker class."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.management.commands.runworker import Command as ChannelsRunworker
+from django.conf import settings
+
+from models_registry.worker import InferenceWorker
+
+
+class Command(ChannelsRunworker):
+    """Run an inference worker (drains on SIGTERM, heart-beats, loads models at start)."""
+
+    worker_class = InferenceWorker
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Start the embedded Redis if this install uses it, then run the worker."""
+        if settings.EMBEDDED_REDIS:
+            from hosting import embedded_redis
+
+            embedded_redis.ensure_running(settings.VAR_DIR)
+        super().handle(*args, **options)

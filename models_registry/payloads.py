@@ -1,0 +1,84 @@
+"""Reading inference request bodies and shaping responses (HF Inference API shapes)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from models_registry import tasks
+from models_registry.errors import InvalidInput, TooLarge
+
+_ALWAYS_ALLOWED = {"inputs", "parameters", "options"}  # HF clients may send options: ignored
+
+
+@dataclass(frozen=True)
+class InferenceRequest:
+    """A validated inference request."""
+
+    inputs: list[str]
+    is_batch: bool
+    parameters: dict[str, Any]
+
+
+def parse_body(body: bytes, content_type: str, max_bytes: int) -> Any:
+    """The request's JSON value, or its text for a text/plain body."""
+    if len(body) > max_bytes:
+        raise TooLarge(f"request body is {len(body)} bytes; the limit is {max_bytes}")
+    media = content_type.split(";")[0].strip().lower()
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInput(f"request body is not valid UTF-8 (byte {error.start})") from None
+    if media == "text/plain":
+        return {"inputs": text}
+    if media not in ("", "application/json") and not media.endswith("+json"):
+        raise InvalidInput(f"unsupported content type {media!r}: send application/json or text/plain")
+    if not text.strip():
+        raise InvalidInput("request body is empty: send {\"inputs\": ...}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidInput(f"malformed JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
+
+
+def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: int) -> InferenceRequest:
+    """Validate the HF-shaped payload for task and merge the task's default parameters under it."""
+    if not isinstance(payload, dict):
+        raise InvalidInput("request body must be a JSON object like {\"inputs\": ...}")
+    allowed = set(_ALWAYS_ALLOWED)
+    top_level: dict[str, Any] = {}
+    if task == "feature-extraction":
+        allowed.update(tasks.FEATURE_TOP_LEVEL_KEYS)
+        top_level = {k: payload[k] for k in tasks.FEATURE_TOP_LEVEL_KEYS if k in payload}
+    unknown = sorted(set(payload) - allowed)
+    if unknown:
+        raise InvalidInput(f"unknown field(s) {', '.join(unknown)}; send 'inputs' and 'parameters'")
+    if "options" in payload and not isinstance(payload["options"], dict):
+        raise InvalidInput("'options' must be a JSON object")
+    inputs, is_batch = tasks.normalize_inputs(task, payload.get("inputs"), max_inputs)
+    parameters = tasks.validate_parameters(task, payload.get("parameters"))
+    for key, value in tasks.validate_parameters(task, top_level).items():
+        parameters.setdefault(key, value)
+    # Drop nulls so they do not mask the task's defaults.
+    merged = {**defaults, **{k: v for k, v in parameters.items() if v is not None}}
+    return InferenceRequest(inputs=inputs, is_batch=is_batch, parameters=merged)
+
+
+def decode_vector(output: Any) -> Any:
+    """A worker's [float32 bytes, shape] pair as nested float lists."""
+    data, shape = output
+    return np.frombuffer(data, dtype="<f4").reshape(shape).tolist()
+
+
+def shape_response(task: str, outputs: list[Any], is_batch: bool) -> Any:
+    """The HF Inference API response for task: one entry per input, in input order."""
+    if task == "feature-extraction":
+        outputs = [decode_vector(o) for o in outputs]
+    if is_batch:
+        return outputs
+    if task == "text-classification":
+        return outputs  # a list of label lists even for one string input (HF spec)
+    return outputs[0]

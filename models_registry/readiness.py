@@ -1,0 +1,54 @@
+"""The checks behind GET /ready: database, broker, a live worker serving an enabled model."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.db import connection
+
+from models_registry import registry_cache
+
+CHECK_TIMEOUT_S = 2.0
+
+
+def _database_ok() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
+async def _broker_ok() -> None:
+    layer = get_channel_layer()
+    conn = layer.connection(0)  # channels_redis' own pool: the same path requests use
+    await conn.ping()
+
+
+async def check() -> dict[str, Any]:
+    """{"status": "ready"|"not_ready", "checks": {...}, "missing": [...]}."""
+    checks: dict[str, Any] = {}
+    missing: list[str] = []
+    try:
+        await asyncio.wait_for(sync_to_async(_database_ok)(), CHECK_TIMEOUT_S)
+        checks["database"] = "ok"
+    except Exception as error:
+        checks["database"] = f"error: {type(error).__name__}"
+        missing.append("database")
+    try:
+        await asyncio.wait_for(_broker_ok(), CHECK_TIMEOUT_S)
+        checks["broker"] = "ok"
+    except Exception as error:
+        checks["broker"] = f"error: {type(error).__name__}"
+        missing.append("broker")
+    if "database" not in missing:
+        specs = await registry_cache.get_specs()
+        view = await registry_cache.get_workers()
+        enabled = {name for name, spec in specs.items() if spec.enabled}
+        serving = sorted(n for n, s in view.model_states.items() if n in enabled and s.get("state") == "ready")
+        checks["workers_alive"] = len(view.workers)
+        checks["models_ready"] = serving
+        checks["models_not_served"] = sorted(enabled - set(serving))
+        if not serving:
+            missing.append("a live worker serving an enabled model")
+    return {"status": "ready" if not missing else "not_ready", "checks": checks, "missing": missing}

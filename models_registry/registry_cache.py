@@ -1,0 +1,84 @@
+"""Registry, worker and token lookups for the web process, cached for a second.
+
+The inference path must not pay two database queries per request; a change in the admin
+reaches the views within HOSTING_CONFIG_REFRESH_S, like it reaches the workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from models_registry import heartbeats
+from models_registry.specs import ModelSpec, read_specs
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """What the web process knows of the live workers."""
+
+    workers: list[Any]
+    model_states: dict[str, dict[str, str]]  # best state of each model over live workers
+
+
+def _read_workers() -> WorkerView:
+    workers = heartbeats.live_workers()
+    rank = {"ready": 3, "loading": 2, "error": 1}
+    states: dict[str, dict[str, str]] = {}
+    for worker in workers:
+        if worker.draining:
+            continue
+        for name, state in (worker.models_state or {}).items():
+            best = states.get(name)
+            if best is None or rank.get(state.get("state", ""), 0) > rank.get(best.get("state", ""), 0):
+                states[name] = state
+    return WorkerView(workers=workers, model_states=states)
+
+
+class _Cached:
+    """A value refreshed from a sync loader at most once per ttl, one refresh at a time."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.value: Any = None
+        self.loaded_at = float("-inf")
+        self.lock: asyncio.Lock | None = None
+
+    async def get(self) -> Any:
+        if time.monotonic() - self.loaded_at < settings.HOSTING_CONFIG_REFRESH_S:
+            return self.value
+        if self.lock is None:
+            self.lock = asyncio.Lock()
+        async with self.lock:
+            if time.monotonic() - self.loaded_at >= settings.HOSTING_CONFIG_REFRESH_S:
+                self.value = await sync_to_async(self.loader)()
+                self.loaded_at = time.monotonic()
+        return self.value
+
+    def reset(self) -> None:
+        self.loaded_at = float("-inf")
+
+
+_specs = _Cached(read_specs)
+_workers = _Cached(_read_workers)
+
+
+async def get_specs() -> dict[str, ModelSpec]:
+    """Every registered model (cached)."""
+    return await _specs.get()
+
+
+async def get_workers() -> WorkerView:
+    """Live workers and the states they report (cached)."""
+    return await _workers.get()
+
+
+def reset() -> None:
+    """Forget cached values (tests, and after the admin saves)."""
+    _specs.reset()
+    _workers.reset()

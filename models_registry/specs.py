@@ -1,0 +1,71 @@
+"""Plain snapshots of the registry, read from the database by web and worker alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from models_registry.batcher import BatchPolicy
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a model as the worker and views need it."""
+
+    name: str
+    task: str
+    parameters: dict[str, Any]
+    pooling: str
+    normalize: bool
+    policy: BatchPolicy
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One registered model with its tasks (the first is the default task)."""
+
+    name: str
+    source: str
+    revision: str
+    device: str
+    dtype: str
+    enabled: bool
+    tasks: dict[str, TaskSpec] = field(default_factory=dict)
+    default_task: str = ""
+
+    def load_key(self) -> tuple[str, str, str, str]:
+        """What forces a reload when it changes."""
+        return (self.source, self.revision, self.device, self.dtype)
+
+
+def read_specs() -> dict[str, ModelSpec]:
+    """Every registered model and its tasks, in one query pair (sync ORM)."""
+    from models_registry.models import RegisteredModel
+
+    specs: dict[str, ModelSpec] = {}
+    for model in RegisteredModel.objects.prefetch_related("tasks"):
+        tasks = sorted(model.tasks.all(), key=lambda t: t.id)
+        task_specs = {
+            t.name: TaskSpec(
+                name=t.name,
+                task=t.task,
+                parameters=dict(t.parameters or {}),
+                pooling=t.pooling,
+                normalize=t.normalize,
+                policy=BatchPolicy(
+                    max_batch_size=t.max_batch_size,
+                    max_batch_tokens=t.max_batch_tokens,
+                    max_batch_delay_s=t.max_batch_delay_ms / 1000.0,
+                    max_queue_size=t.max_queue_size,
+                ),
+                timeout_s=t.timeout_s,
+            )
+            for t in tasks
+        }
+        specs[model.name] = ModelSpec(
+            name=model.name, source=model.source, revision=model.revision, device=model.device,
+            dtype=model.dtype, enabled=model.enabled, tasks=task_specs,
+            default_task=tasks[0].name if tasks else "",
+        )
+    return specs

