@@ -125,6 +125,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns about a missing root
 WHITENOISE_USE_FINDERS = True  # serve app static files without a collectstatic step
 
 LOGIN_URL = "/admin/login/"

@@ -34,6 +34,14 @@ def parse_body(body: bytes, content_type: str, max_bytes: int) -> Any:
         raise InvalidInput(f"request body is not valid UTF-8 (byte {error.start})") from None
     if media == "text/plain":
         return {"inputs": text}
+    if media == "application/x-www-form-urlencoded":
+        # What `curl -d` sends: JSON when it parses as an object, else the text itself.
+        if text.lstrip().startswith("{"):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                pass
+        return {"inputs": text}
     if media not in ("", "application/json") and not media.endswith("+json"):
         raise InvalidInput(f"unsupported content type {media!r}: send application/json or text/plain")
     if not text.strip():
