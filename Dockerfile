@@ -84,7 +84,8 @@ EXPOSE 8000
 # answered before host validation.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('PORT', '8000'), timeout=4)"]
-# Run with --init (compose: init: true) so SIGTERM stops runworker promptly: as PID 1
-# a process without its own SIGTERM handler would ignore it.
+# The entrypoint execs the server, so it is PID 1 and gets SIGTERM itself (uvicorn shuts
+# down, runworker drains). --init (compose: init: true) still helps: PID 1 ignores
+# SIGTERM in any pass-through command without its own handler.
 ENTRYPOINT ["/app/docker/entrypoint.sh"]
 CMD ["web"]

@@ -140,7 +140,7 @@ if EMBEDDED_REDIS:
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "models_registry.layer.HostingChannelLayer",
         "CONFIG": {
             # socket_timeout None: redis-py's 5 s default races channels_redis' 5 s BZPOPMIN.
             "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}],

@@ -9,3 +9,9 @@ class ModelsRegistryConfig(AppConfig):
     name = "models_registry"
     verbose_name = "Model registry"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Register the fleet gauges (queue depth, live workers) with prometheus_client."""
+        from models_registry import metrics
+
+        metrics.register_collectors()

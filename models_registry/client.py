@@ -1,19 +1,24 @@
-"""The view side of the hand-off: send a request to the workers, await its own reply."""
+"""The view side of the hand-off: admit, send to the workers, await the request's own reply."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 
-from models_registry import messages
+from models_registry import admission, messages
 from models_registry.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
 
-BROKER_TIMEOUT_S = 1.0  # a broker that does not take a message in a second is down
+BROKER_TIMEOUT_S = 1.0  # a broker that does not answer within a second is down
+SERVED_CHECK_EVERY_S = 1.0
+
+_background: set[asyncio.Task[Any]] = set()
 
 
 @dataclass(frozen=True)
@@ -26,32 +31,71 @@ class InferenceResult:
     batch_size: int
 
 
+def retry_after_s(depth: int, drain_rate: float) -> int:
+    """Seconds until the queue has likely drained enough to take a request, 1 to 60."""
+    if drain_rate <= 0:
+        return 1
+    return max(1, min(60, math.ceil(depth / drain_rate)))
+
+
+def _in_background(coro: Awaitable[Any]) -> None:
+    task = asyncio.ensure_future(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+async def _leave_quietly(layer: Any, model: str, task: str, request_id: str, count: int) -> None:
+    try:
+        await asyncio.wait_for(admission.leave(layer, model, task, request_id, count), BROKER_TIMEOUT_S)
+    except Exception:
+        pass  # the entry expires at its deadline anyway
+
+
 async def infer(
-    *, request_id: str, model: str, task: str, inputs: list[str], parameters: dict[str, Any], timeout_s: float
+    *,
+    request_id: str,
+    model: str,
+    task: str,
+    inputs: list[str],
+    parameters: dict[str, Any],
+    timeout_s: float,
+    max_queue_size: int,
+    drain_rate: float = 0.0,
+    still_served: Callable[[], Awaitable[bool]] | None = None,
 ) -> InferenceResult:
     """Run inputs through model/task on some worker; raises a HostingError on failure."""
     layer = get_channel_layer()
-    reply_channel = await layer.new_channel()
     deadline = time.time() + timeout_s
-    message = messages.request_message(
-        request_id=request_id, reply_channel=reply_channel, model=model, task=task,
-        inputs=inputs, parameters=parameters, deadline=deadline,
-    )
+    count = len(inputs)
     try:
-        await asyncio.wait_for(layer.send(messages.INFERENCE_CHANNEL, message), BROKER_TIMEOUT_S)
-    except ChannelFull:
-        raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"}) from None
-    except Exception as error:  # connection refused, timeouts: the broker is unreachable
-        raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
-    try:
-        reply = await asyncio.wait_for(layer.receive(reply_channel), max(0.0, deadline - time.time()))
-    except TimeoutError:
-        raise Timeout(f"no result within {timeout_s:g} s") from None
+        admitted, depth = await asyncio.wait_for(
+            admission.admit(layer, model, task, request_id, count, deadline, max_queue_size), BROKER_TIMEOUT_S
+        )
     except Exception as error:
-        raise Unavailable(f"lost the connection to the message broker ({type(error).__name__})") from None
+        raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
+    if not admitted:
+        wait = retry_after_s(depth + count, drain_rate)
+        raise Overloaded(
+            f"{model}/{task} has {depth} items queued (limit {max_queue_size}); retry in {wait} s",
+            headers={"Retry-After": str(wait)},
+        )
+    reply_channel = await layer.new_channel()
+    receiver = layer.expect_reply(reply_channel)
+    try:
+        message = messages.request_message(
+            request_id=request_id, reply_channel=reply_channel, model=model, task=task,
+            inputs=inputs, parameters=parameters, deadline=deadline,
+        )
+        try:
+            await asyncio.wait_for(layer.send(messages.INFERENCE_CHANNEL, message), BROKER_TIMEOUT_S)
+        except ChannelFull:
+            raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"}) from None
+        except Exception as error:
+            raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
+        reply = await _await_reply(receiver, deadline, timeout_s, model, still_served)
     finally:
-        # A late reply would otherwise sit in this process' buffer forever.
-        layer.receive_buffer.pop(reply_channel, None)
+        layer.forget_reply(reply_channel)
+        _in_background(_leave_quietly(layer, model, task, request_id, count))
     if reply.get("error_type"):
         error: HostingError = from_wire(reply["error_type"], reply.get("error") or "inference failed")
         if reply.get("retry_after"):
@@ -63,3 +107,19 @@ async def infer(
         compute_ms=float(reply.get("compute_ms") or 0.0),
         batch_size=int(reply.get("batch_size") or 0),
     )
+
+
+async def _await_reply(
+    receiver: asyncio.Future[dict[str, Any]], deadline: float, timeout_s: float, model: str,
+    still_served: Callable[[], Awaitable[bool]] | None,
+) -> dict[str, Any]:
+    """The reply, or Timeout at the deadline, or Unavailable once no live worker serves model."""
+    while True:
+        remaining = deadline - time.time()
+        if remaining <= 0:
+            raise Timeout(f"no result within {timeout_s:g} s")
+        done, _ = await asyncio.wait({receiver}, timeout=min(remaining, SERVED_CHECK_EVERY_S))
+        if done:
+            return receiver.result()
+        if still_served is not None and not await still_served():
+            raise Unavailable(f"no live worker serves model {model!r} any more")

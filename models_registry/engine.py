@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from models_registry import messages
+from models_registry import admission, messages
 from models_registry.batcher import Batch, Batcher, ItemFailure, PendingRequest, QueueFull, UnknownKey
 from models_registry.errors import HostingError, Internal, InvalidInput, Overloaded, Unavailable
 from models_registry.specs import ModelSpec
@@ -43,7 +43,9 @@ class EngineStats:
     items: int = 0
     expired: int = 0
     rejected: int = 0
+    dropped: int = 0  # clients gone before compute
     started_at: float = field(default_factory=time.time)
+    completed: dict[str, int] = field(default_factory=dict)  # items answered per "model/task"
 
 
 class InferenceEngine:
@@ -63,10 +65,19 @@ class InferenceEngine:
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader")
         self._busy = False
         self._reply_tasks: set[asyncio.Task[None]] = set()
+        self._to_release: list[bytes] = []
+        self._release_task: asyncio.Task[None] | None = None
+        self._room = asyncio.Event()
+        self._rates: dict[str, float] = {}
+        self._rate_sample: tuple[float, dict[str, int]] = (time.time(), {})
 
     # --- intake (called by the consumer; never blocks) ---------------------------------
-    def submit(self, message: dict[str, Any]) -> None:
-        """Queue one request message, or answer it at once with an error."""
+    def submit(self, message: dict[str, Any], lease: bytes | None = None) -> None:
+        """Queue one request message, or answer it at once with an error.
+
+        lease is the message as the layer holds it in this worker's in-flight set; it is
+        released once the request is answered or dropped.
+        """
         try:
             request_id = str(message["id"])
             reply = str(message["reply"])
@@ -75,7 +86,8 @@ class InferenceEngine:
             parameters = dict(message.get("parameters") or {})
             deadline = float(message["deadline"])
         except (KeyError, TypeError, ValueError):
-            logger.warning("dropped a malformed inference message: %r", message)
+            logger.warning("dropped a malformed inference message: %.200r", message)
+            self._release(lease)
             return
         now = time.time()
         try:
@@ -94,22 +106,42 @@ class InferenceEngine:
             costs = [slot.loaded.count_tokens(text) for text in inputs]
             self.batcher.submit(
                 (model, task_name), request_id, inputs, costs, now, deadline,
-                context={"reply": reply, "parameters": parameters},
+                context={"reply": reply, "parameters": parameters, "lease": lease},
             )
         except QueueFull as full:
             self.stats.rejected += 1
             self._reply_error(request_id, reply, Overloaded(
                 f"queue of {model}/{task_name} is full ({full.depth}/{full.limit} items); retry later",
                 headers={"Retry-After": "1"},
-            ))
+            ), lease)
             return
         except UnknownKey:
-            self._reply_error(request_id, reply, Unavailable(f"{model}/{task_name} is not served by this worker"))
+            self._reply_error(request_id, reply, Unavailable(f"{model}/{task_name} is not served by this worker"), lease)
             return
         except HostingError as error:
-            self._reply_error(request_id, reply, error)
+            self._reply_error(request_id, reply, error, lease)
             return
         self._wake.set()
+
+    def room(self) -> int:
+        """How many more messages this worker should take now: no hoarding.
+
+        Two batches' worth per task: enough to form the next batch while one computes,
+        and the rest stays in Redis for other workers.
+        """
+        if self.draining:
+            return 0
+        sizes = [t.policy.max_batch_size for s in self.slots.values() if s.state == "ready" for t in s.spec.tasks.values()]
+        limit = max(8, 2 * max(sizes, default=4))
+        return max(0, limit - sum(self.batcher.depths().values()))
+
+    async def wait_for_room(self, timeout_s: float) -> None:
+        """Until a batch has been taken from the queues (or timeout_s)."""
+        self._room.clear()
+        try:
+            await asyncio.wait_for(self._room.wait(), timeout_s)
+        except TimeoutError:
+            pass
 
     # --- the batch loop -----------------------------------------------------------------
     async def run_batches(self) -> None:
@@ -119,7 +151,14 @@ class InferenceEngine:
             now = time.time()
             expired = self.batcher.drop_expired(now)
             self.stats.expired += len(expired)  # their views answer 504 by themselves
+            for request in expired:
+                self._release(request.context.get("lease"))
             batch = self.batcher.next_batch(now, idle=True)
+            if batch is not None:
+                self._room.set()
+                batch = await self._without_abandoned(batch)
+                if not batch.items:
+                    continue
             if batch is None:
                 wake_at = self.batcher.next_wakeup(now)
                 timeout = None if wake_at is None else max(0.0, wake_at - time.time())
@@ -143,8 +182,29 @@ class InferenceEngine:
             self.stats.items += len(batch)
             logger.debug("batch %s size=%d reason=%s compute=%.1fms", batch.key, len(batch), batch.reason, compute_s * 1e3)
             finished = self.batcher.complete(batch, outputs)
+            key = f"{batch.key[0]}/{batch.key[1]}"
+            self.stats.completed[key] = self.stats.completed.get(key, 0) + len(batch)
             for request in finished:
                 self._spawn(self._reply_done(request, started, compute_s))
+
+    async def _without_abandoned(self, batch: Batch) -> Batch:
+        """Drop items whose client has gone (timed out, disconnected) before computing them."""
+        model, task = batch.key
+        ids = list({item.request.id for item in batch.items})
+        try:
+            wanted = await admission.still_wanted(self.layer, model, task, ids)
+        except Exception:
+            return batch  # broker trouble: compute rather than risk dropping live requests
+        if len(wanted) == len(ids):
+            return batch
+        for item in batch.items:
+            request = item.request
+            if request.id not in wanted and not request.done:
+                request.done = True
+                self.stats.dropped += 1
+                self._release(request.context.get("lease"))
+        batch.items = [item for item in batch.items if item.request.id in wanted]
+        return batch
 
     def _run_batch(self, batch: Batch) -> list[Any]:
         model, task_name = batch.key
@@ -178,12 +238,34 @@ class InferenceEngine:
                 compute_ms=compute_s * 1000, batch_size=batch_size, worker=self.worker_id,
             )
         await self._send(reply, message)
+        self._release(request.context.get("lease"))
 
-    def _reply_error(self, request_id: str, reply: str, error: HostingError) -> None:
+    def _reply_error(self, request_id: str, reply: str, error: HostingError, lease: bytes | None = None) -> None:
         message = messages.result_message(request_id=request_id, error_type=error.error_type, error=error.message)
         if "Retry-After" in error.headers:
             message["retry_after"] = error.headers["Retry-After"]
-        self._spawn(self._send(reply, message))
+        self._spawn(self._send_then_release(reply, message, lease))
+
+    async def _send_then_release(self, channel: str, message: dict[str, Any], lease: bytes | None) -> None:
+        await self._send(channel, message)
+        self._release(lease)
+
+    def _release(self, lease: bytes | None) -> None:
+        """Forget a leased message soon (answered or dropped); one round trip per burst."""
+        if lease is None or not hasattr(self.layer, "release"):
+            return
+        self._to_release.append(lease)
+        if self._release_task is None or self._release_task.done():
+            self._release_task = asyncio.ensure_future(self._flush_releases())
+
+    async def _flush_releases(self) -> None:
+        await asyncio.sleep(0)  # let the other replies of this batch join
+        while self._to_release:
+            members, self._to_release = self._to_release, []
+            try:
+                await self.layer.release(messages.INFERENCE_CHANNEL, self.worker_id, members)
+            except Exception:
+                logger.exception("could not release %d leases (they will be requeued)", len(members))
 
     async def _send(self, channel: str, message: dict[str, Any]) -> None:
         try:
@@ -250,13 +332,20 @@ class InferenceEngine:
     def _fail_requests(self, requests: list[PendingRequest], why: str) -> None:
         for request in requests:
             request.done = True
-            self._reply_error(request.id, request.context["reply"], Unavailable(why))
+            self._reply_error(request.id, request.context["reply"], Unavailable(why), request.context.get("lease"))
 
     # --- reporting ----------------------------------------------------------------------
-    def models_state(self) -> dict[str, dict[str, str]]:
-        """{model: {state, error, device}} for the heartbeat."""
+    def models_state(self) -> dict[str, dict[str, Any]]:
+        """{model: {state, error, device, tasks, drain_rates}} for the heartbeat."""
+        rates = self.drain_rates()
         return {
-            name: {"state": slot.state, "error": slot.error, "device": getattr(slot.loaded, "device", "")}
+            name: {
+                "state": slot.state,
+                "error": slot.error,
+                "device": getattr(slot.loaded, "device", ""),
+                "tasks": list(slot.spec.tasks),
+                "drain_rates": {t: rates.get(f"{name}/{t}", 0.0) for t in slot.spec.tasks},
+            }
             for name, slot in self.slots.items()
         }
 
@@ -264,9 +353,19 @@ class InferenceEngine:
         """{"model/task": waiting items} for the heartbeat."""
         return {f"{model}/{task}": depth for (model, task), depth in self.batcher.depths().items()}
 
+    def drain_rates(self) -> dict[str, float]:
+        """Items answered per second per "model/task" since the previous call (heartbeat)."""
+        now = time.time()
+        then, before = self._rate_sample
+        if now - then >= 0.5:
+            self._rates = {k: (v - before.get(k, 0)) / (now - then) for k, v in self.stats.completed.items()}
+            self._rate_sample = (now, dict(self.stats.completed))
+        return {k: round(v, 2) for k, v in self._rates.items()}
+
     def pending(self) -> int:
         """Items waiting or computing, and replies still being sent."""
-        return sum(self.batcher.depths().values()) + (1 if self._busy else 0) + len(self._reply_tasks)
+        return (sum(self.batcher.depths().values()) + (1 if self._busy else 0) + len(self._reply_tasks)
+                + len(self._to_release))
 
     async def drain(self, timeout_s: float) -> None:
         """Stop taking work and wait (bounded) until what is held has been answered."""

@@ -23,21 +23,25 @@ class WorkerView:
     """What the web process knows of the live workers."""
 
     workers: list[Any]
-    model_states: dict[str, dict[str, str]]  # best state of each model over live workers
+    model_states: dict[str, dict[str, Any]]  # best state of each model over live workers
+    drain_rates: dict[str, float]  # items/s per "model/task", summed over live workers
 
 
 def _read_workers() -> WorkerView:
     workers = heartbeats.live_workers()
     rank = {"ready": 3, "loading": 2, "error": 1}
-    states: dict[str, dict[str, str]] = {}
+    states: dict[str, dict[str, Any]] = {}
+    rates: dict[str, float] = {}
     for worker in workers:
         if worker.draining:
             continue
         for name, state in (worker.models_state or {}).items():
+            for task, rate in (state.get("drain_rates") or {}).items():
+                rates[f"{name}/{task}"] = rates.get(f"{name}/{task}", 0.0) + float(rate)
             best = states.get(name)
             if best is None or rank.get(state.get("state", ""), 0) > rank.get(best.get("state", ""), 0):
                 states[name] = state
-    return WorkerView(workers=workers, model_states=states)
+    return WorkerView(workers=workers, model_states=states, drain_rates=rates)
 
 
 class _Cached:

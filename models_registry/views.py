@@ -12,7 +12,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from models_registry import auth, client, payloads, readiness, registry_cache
+from models_registry import auth, client, metrics, payloads, readiness, registry_cache
 from models_registry.errors import HostingError, Internal, MethodNotAllowed, NotFound, Unavailable, error_response
 from models_registry.specs import ModelSpec, TaskSpec
 
@@ -56,16 +56,18 @@ async def _model_and_task(name: str, task_name: str | None) -> tuple[ModelSpec, 
     return spec, task
 
 
-async def _require_serving(spec: ModelSpec) -> None:
-    """503 at once when no live worker can answer, instead of waiting for the timeout."""
+async def _require_serving(spec: ModelSpec, task_name: str) -> float:
+    """503 at once when no live worker can answer; else the task's drain rate (items/s)."""
     if not spec.enabled:
         raise Unavailable(f"model {spec.name!r} is disabled")
-    state = (await registry_cache.get_workers()).model_states.get(spec.name)
+    workers = await registry_cache.get_workers()
+    state = workers.model_states.get(spec.name)
     if state is None:
         raise Unavailable(f"no live worker serves model {spec.name!r}")
     if state.get("state") != "ready":
         detail = f": {state['error']}" if state.get("error") else ""
         raise Unavailable(f"model {spec.name!r} is {state.get('state')}{detail}")
+    return workers.drain_rates.get(f"{spec.name}/{task_name}", 0.0)
 
 
 @api_view("POST", "GET")
@@ -78,21 +80,44 @@ async def model_endpoint(request: HttpRequest, name: str, task: str | None = Non
     started = time.perf_counter()
     await auth.authorize(request.headers.get("Authorization"), name)
     spec, task_spec = await _model_and_task(name, task)
+    try:
+        response = await _infer(request, spec, task_spec, started)
+    except HostingError as error:
+        elapsed = time.perf_counter() - started
+        metrics.observe_failure(spec.name, task_spec.name, error.status, error.error_type, elapsed)
+        logger.info(
+            "request id=%s model=%s task=%s status=%d error_type=%s total_ms=%.1f",
+            request.request_id, spec.name, task_spec.name, error.status, error.error_type, elapsed * 1000,
+        )
+        raise
+    return response
+
+
+async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, started: float) -> HttpResponse:
     body = payloads.parse_body(request.body, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
     parsed = payloads.read_request(body, task_spec.task, task_spec.parameters, settings.HOSTING_MAX_INPUTS)
-    await _require_serving(spec)
+    drain_rate = await _require_serving(spec, task_spec.name)
+
+    async def still_served() -> bool:
+        state = (await registry_cache.get_workers()).model_states.get(spec.name)
+        return state is not None and state.get("state") == "ready"
+
     result = await client.infer(
         request_id=request.request_id, model=spec.name, task=task_spec.name, inputs=parsed.inputs,
         parameters=parsed.parameters, timeout_s=task_spec.timeout_s,
+        max_queue_size=task_spec.policy.max_queue_size, drain_rate=drain_rate, still_served=still_served,
     )
     response = JsonResponse(payloads.shape_response(task_spec.task, result.outputs, parsed.is_batch), safe=False)
     response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
     response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
     response["X-Batch-Size"] = str(result.batch_size)
+    elapsed = time.perf_counter() - started
+    metrics.observe_success(spec.name, task_spec.name, elapsed, result.queue_ms / 1000, result.compute_ms / 1000,
+                            result.batch_size)
     logger.info(
         "request id=%s model=%s task=%s status=200 inputs=%d queue_ms=%.1f compute_ms=%.1f batch=%d total_ms=%.1f",
         request.request_id, spec.name, task_spec.name, len(parsed.inputs), result.queue_ms,
-        result.compute_ms, result.batch_size, (time.perf_counter() - started) * 1000,
+        result.compute_ms, result.batch_size, elapsed * 1000,
     )
     return response
 
@@ -169,7 +194,7 @@ async def ready(request: HttpRequest) -> HttpResponse:
     return JsonResponse(report, status=200 if report["status"] == "ready" else 503)
 
 
-async def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """JSON 404 for unknown routes."""
     return error_response(NotFound(f"no route {request.path}"), getattr(request, "request_id", None))
 

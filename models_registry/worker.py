@@ -1,4 +1,4 @@
-"""The `runworker inference` process: channels' Worker plus the engine's background tasks."""
+"""The `runworker inference` process: leased pulls from Redis into the engine, plus reporting."""
 
 from __future__ import annotations
 
@@ -13,15 +13,18 @@ from django.conf import settings
 
 from models_registry import engine_registry, heartbeats
 from models_registry.engine import InferenceEngine
+from models_registry.messages import INFERENCE_CHANNEL
 from models_registry.specs import read_specs
 
 logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 60.0
+ALIVE_TTL_S = 3.0  # a SIGKILLed worker's messages are requeued this long after its death
+IDLE_WAIT_S = 1.0
 
 
 class InferenceWorker(Worker):
-    """Listens on the inference channel while the engine batches, computes and reports."""
+    """Pulls inference messages while the engine batches, computes and reports."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -31,7 +34,7 @@ class InferenceWorker(Worker):
         self.engine: InferenceEngine | None = None
 
     async def handle(self) -> None:
-        """Run the listeners and the engine until SIGTERM/SIGINT, then drain and exit."""
+        """Run until SIGTERM/SIGINT, then stop taking work, drain, give back leases and exit."""
         engine = InferenceEngine(self.channel_layer, self.runner, settings.HOSTING_WORKER_MODELS)
         self.engine = engine
         engine_registry.install(engine)
@@ -40,29 +43,93 @@ class InferenceWorker(Worker):
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
 
+        leased = hasattr(self.channel_layer, "pull")
+        if leased:
+            await self._announce(engine)
         await self._refresh_config(engine)  # load models at start, not on first use
         background = [
             asyncio.ensure_future(engine.run_batches()),
             asyncio.ensure_future(self._config_loop(engine)),
             asyncio.ensure_future(self._heartbeat_loop(engine)),
         ]
-        listening = asyncio.ensure_future(super().handle())
+        if leased:
+            background.append(asyncio.ensure_future(self._liveness_loop(engine)))
+            other = [c for c in self.channels if c != INFERENCE_CHANNEL]
+            listeners = [asyncio.ensure_future(self._pull_loop(engine))]
+            listeners += [asyncio.ensure_future(self.listener(c)) for c in other]
+        else:  # a plain channels_redis layer: channels' listener and the consumer
+            listeners = [asyncio.ensure_future(self.listener(c)) for c in self.channels]
         logger.info("worker %s listening on %s", engine.worker_id, ", ".join(self.channels))
         stopped = asyncio.ensure_future(stop.wait())
-        await asyncio.wait([listening, stopped, *background], return_when=asyncio.FIRST_COMPLETED)
-        for task in (listening, *background):
-            if task.done() and task.exception():
+        await asyncio.wait([stopped, *listeners, *background], return_when=asyncio.FIRST_COMPLETED)
+        for task in (*listeners, *background):
+            if task.done() and not task.cancelled() and task.exception():
                 logger.error("worker task failed", exc_info=task.exception())
 
         logger.info("worker %s draining", engine.worker_id)
-        listening.cancel()  # a cancelled receive leaves its message in the layer's backup queue
+        engine.draining = True
+        for task in listeners:
+            task.cancel()
         await self._beat(engine)
         await engine.drain(DRAIN_TIMEOUT_S)
         for task in background:
             task.cancel()
+        if leased:
+            try:
+                requeued = await self.channel_layer.retire(INFERENCE_CHANNEL, engine.worker_id)
+                if requeued:
+                    logger.warning("gave %d unanswered messages back to the channel", requeued)
+            except Exception:
+                logger.exception("could not give leases back; they are requeued when the liveness key expires")
         await sync_to_async(heartbeats.forget)(engine.worker_id)
         engine.shutdown()
         logger.info("worker %s stopped", engine.worker_id)
+
+    async def _pull_loop(self, engine: InferenceEngine) -> None:
+        """Take only what this worker can start soon; sleep on the doorbell when idle."""
+        layer = self.channel_layer
+        backoff = 0.1
+        while not engine.draining:
+            room = engine.room()
+            if room <= 0:
+                await engine.wait_for_room(IDLE_WAIT_S)
+                continue
+            try:
+                pulled = await layer.pull(INFERENCE_CHANNEL, engine.worker_id, room)
+                if len(pulled) < room:
+                    # Everything waiting is taken: hand it over, then sleep on the doorbell.
+                    for lease, message in pulled:
+                        engine.submit(message, lease)
+                    await layer.wait_for_work(INFERENCE_CHANNEL, IDLE_WAIT_S)
+                    backoff = 0.1
+                    continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # broker away: retry, service resumes by itself
+                logger.warning("pulling work failed (%s); retrying in %.1fs", error, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(2.0, backoff * 2)
+                continue
+            for lease, message in pulled:
+                engine.submit(message, lease)
+
+    async def _announce(self, engine: InferenceEngine) -> None:
+        try:
+            await self.channel_layer.announce(engine.worker_id, ALIVE_TTL_S)
+        except Exception as error:
+            logger.warning("could not announce liveness: %s", error)
+
+    async def _liveness_loop(self, engine: InferenceEngine) -> None:
+        """Keep our liveness key fresh and requeue the messages of dead workers."""
+        while True:
+            await asyncio.sleep(ALIVE_TTL_S / 3)
+            await self._announce(engine)
+            try:
+                moved = await self.channel_layer.recover_dead_workers(INFERENCE_CHANNEL, engine.worker_id)
+                if moved:
+                    logger.warning("requeued %d messages of a dead worker", moved)
+            except Exception as error:
+                logger.warning("dead-worker recovery failed: %s", error)
 
     async def _refresh_config(self, engine: InferenceEngine) -> None:
         try:

@@ -1,0 +1,67 @@
+"""Admission across every worker: a task's pending items live in one Redis sorted set.
+
+A view adds its request's items (scored by deadline) before sending and removes them
+when it has its answer, gave up, or its client went away. Over max_queue_size the
+request is refused at once. A worker asks the same set, just before compute, which of
+its requests still have a waiting client, and drops the others.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from models_registry.layer import LuaScript
+
+_ADMIT = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local depth = redis.call('ZCARD', KEYS[1])
+if depth + #ARGV - 3 > tonumber(ARGV[2]) then return -depth - 1 end
+for i = 4, #ARGV do redis.call('ZADD', KEYS[1], ARGV[3], ARGV[i]) end
+redis.call('EXPIRE', KEYS[1], 3600)
+return depth
+"""
+_admit = LuaScript(_ADMIT)
+
+
+def pending_key(layer: Any, model: str, task: str) -> str:
+    """The sorted set of pending items of one model task."""
+    return f"{layer.prefix}pending:{model}:{task}"
+
+
+def members(request_id: str, count: int) -> list[str]:
+    """One member per input of a request."""
+    return [f"{request_id}:{i}" for i in range(count)]
+
+
+async def admit(layer: Any, model: str, task: str, request_id: str, count: int, deadline: float,
+                limit: int) -> tuple[bool, int]:
+    """Reserve count places; (admitted, depth before this request)."""
+    result = int(await _admit(
+        layer.connection(0), [pending_key(layer, model, task)],
+        [repr(time.time()), limit, repr(deadline), *members(request_id, count)],
+    ))
+    if result < 0:
+        return False, -result - 1
+    return True, result
+
+
+async def leave(layer: Any, model: str, task: str, request_id: str, count: int) -> None:
+    """Give the places back (answered, timed out or cancelled)."""
+    await layer.connection(0).zrem(pending_key(layer, model, task), *members(request_id, count))
+
+
+async def still_wanted(layer: Any, model: str, task: str, request_ids: list[str]) -> set[str]:
+    """Which of these requests still have a client waiting."""
+    if not request_ids:
+        return set()
+    scores = await layer.connection(0).zmscore(pending_key(layer, model, task), [f"{r}:0" for r in request_ids])
+    return {rid for rid, score in zip(request_ids, scores) if score is not None}
+
+
+async def depth(layer: Any, model: str, task: str) -> int:
+    """Pending items of a task right now."""
+    conn = layer.connection(0)
+    key = pending_key(layer, model, task)
+    await conn.zremrangebyscore(key, "-inf", repr(time.time()))
+    return int(await conn.zcard(key))

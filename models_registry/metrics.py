@@ -1,0 +1,112 @@
+"""Every inference metric of SPEC, registered in one place.
+
+The worker's facts (queue time, compute time, batch size) travel back in each reply
+message and are observed here, in the web process that answered the request: no
+shared multiprocess directory, no exporter port per worker, and each web replica's
+/metrics is complete for the requests it served. Gauges that describe the fleet (queue
+depth, live workers) are read from the workers' heartbeats at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from models_registry import recent
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+REQUESTS = Counter(
+    "hosting_inference_requests", "Inference requests answered, by status code.", ["model", "task", "status"]
+)
+REQUEST_DURATION = Histogram(
+    "hosting_inference_request_duration_seconds", "End-to-end latency of inference requests.",
+    ["model", "task"], buckets=LATENCY_BUCKETS,
+)
+QUEUE_DURATION = Histogram(
+    "hosting_inference_queue_duration_seconds", "Time from arrival at the worker to the start of compute.",
+    ["model", "task"], buckets=LATENCY_BUCKETS,
+)
+COMPUTE_DURATION = Histogram(
+    "hosting_inference_compute_duration_seconds", "Time the batch that held the request spent computing.",
+    ["model", "task"], buckets=LATENCY_BUCKETS,
+)
+BATCH_SIZE = Histogram(
+    "hosting_inference_batch_size", "Items in the batch that held the request.", ["model", "task"],
+    buckets=BATCH_BUCKETS,
+)
+REJECTED = Counter(
+    "hosting_inference_rejected", "Requests refused before compute, by reason.", ["model", "task", "reason"]
+)
+
+
+def observe_success(model: str, task: str, duration_s: float, queue_s: float, compute_s: float,
+                    batch_size: int) -> None:
+    """Record an answered request and what the worker reported about it."""
+    REQUESTS.labels(model, task, "200").inc()
+    REQUEST_DURATION.labels(model, task).observe(duration_s)
+    QUEUE_DURATION.labels(model, task).observe(queue_s)
+    COMPUTE_DURATION.labels(model, task).observe(compute_s)
+    if batch_size:
+        BATCH_SIZE.labels(model, task).observe(batch_size)
+    recent.WINDOW.record_success(model, task, duration_s, queue_s, compute_s, batch_size)
+
+
+def observe_failure(model: str, task: str, status: int, error_type: str, duration_s: float) -> None:
+    """Record a request answered with an error; refusals also count as rejections."""
+    REQUESTS.labels(model, task, str(status)).inc()
+    REQUEST_DURATION.labels(model, task).observe(duration_s)
+    if error_type in ("overloaded", "unavailable", "timeout"):
+        REJECTED.labels(model, task, error_type).inc()
+    recent.WINDOW.record_failure(model, task, error_type)
+
+
+class FleetCollector(Collector):
+    """Queue depth per model/task and live workers, from heartbeats at scrape time."""
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        """The names, without samples: registering must not query the database."""
+        return [
+            GaugeMetricFamily("hosting_inference_queue_depth", "Items waiting on live workers.", labels=["model", "task"]),
+            GaugeMetricFamily("hosting_workers_alive", "Workers with a heartbeat younger than 10 s."),
+        ]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from models_registry.heartbeats import live_workers
+
+        depth = GaugeMetricFamily(
+            "hosting_inference_queue_depth", "Items waiting on live workers.", labels=["model", "task"]
+        )
+        alive = GaugeMetricFamily("hosting_workers_alive", "Workers with a heartbeat younger than 10 s.")
+        try:
+            workers = live_workers()
+        except Exception:  # the database is down: report what we can, never fail the scrape
+            workers = []
+        totals: dict[tuple[str, str], int] = {}
+        for worker in workers:
+            for key, value in (worker.queue_depths or {}).items():
+                model, _, task = key.partition("/")
+                totals[(model, task)] = totals.get((model, task), 0) + int(value)
+            for model, state in (worker.models_state or {}).items():
+                for task in state.get("tasks", []):
+                    totals.setdefault((model, task), 0)
+        for (model, task), value in sorted(totals.items()):
+            depth.add_metric([model, task], value)
+        alive.add_metric([], len(workers))
+        yield depth
+        yield alive
+
+
+_registered = False
+
+
+def register_collectors() -> None:
+    """Add the fleet collector to the default registry once per process."""
+    global _registered
+    if not _registered:
+        REGISTRY.register(FleetCollector())
+        _registered = True
