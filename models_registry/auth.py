@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from models_registry.errors import Forbidden, Unauthorized
 from models_registry.models import ApiToken, hash_token
+from models_registry.registry_cache import fresh_connection
 
 _CACHE_TTL_S = 2.0
 _LAST_USED_EVERY_S = 60.0
@@ -62,7 +63,7 @@ async def authorize(authorization: str | None, model: str | None) -> TokenGrant 
     now = time.monotonic()
     cached = _cache.get(digest)
     if cached is None or now - cached[0] > _CACHE_TTL_S:
-        grant = await sync_to_async(_lookup)(digest)
+        grant = await sync_to_async(fresh_connection(_lookup))(digest)
         if len(_cache) > 10_000:
             _cache.clear()  # bound the memory random bad tokens could take
         _cache[digest] = (now, grant)

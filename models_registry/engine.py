@@ -153,6 +153,8 @@ class InferenceEngine:
             self.stats.expired += len(expired)  # their views answer 504 by themselves
             for request in expired:
                 self._release(request.context.get("lease"))
+            if expired:
+                logger.info("dropped %d expired request(s) before compute", len(expired))
             batch = self.batcher.next_batch(now, idle=True)
             if batch is not None:
                 self._room.set()
@@ -203,7 +205,9 @@ class InferenceEngine:
                 request.done = True
                 self.stats.dropped += 1
                 self._release(request.context.get("lease"))
-        batch.items = [item for item in batch.items if item.request.id in wanted]
+        kept = [item for item in batch.items if item.request.id in wanted]
+        logger.info("dropped %d item(s) of %s/%s: client gone before compute", len(batch.items) - len(kept), model, task)
+        batch.items = kept
         return batch
 
     def _run_batch(self, batch: Batch) -> list[Any]:
@@ -303,7 +307,7 @@ class InferenceEngine:
             logger.exception("loading model %s from %s failed", name, spec.source)
             slot = self.slots.get(name)
             if slot is not None and slot.spec is spec:
-                slot.state, slot.error = "error", f"{type(error).__name__}: {error}"[:2000]
+                slot.state, slot.error = "error", f"loading {spec.source!r} failed: {type(error).__name__}: {error}"[:2000]
             return
         slot = self.slots.get(name)
         if slot is None or slot.spec.load_key() != spec.load_key():

@@ -11,7 +11,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from models_registry.tasks import SUPPORTED_TASKS
+from models_registry.errors import InvalidInput
+from models_registry.tasks import SUPPORTED_TASKS, validate_parameters
 
 
 class RegisteredModel(models.Model):
@@ -40,7 +41,7 @@ class RegisteredModel(models.Model):
 
     def clean(self) -> None:
         """Reject a device string the workers could not parse, and missing local paths."""
-        device = self.device.strip()
+        device = self.device = self.device.strip()  # " cuda" would pass here and fail in the worker
         if device and not (device in {"cpu", "mps", "cuda"} or (device.startswith("cuda:") and device[5:].isdigit())):
             raise ValidationError({"device": "Use cpu, cuda, cuda:N or mps (or leave empty)."})
         looks_local = self.source.startswith(("/", "./", "~"))
@@ -96,6 +97,12 @@ class ModelTask(models.Model):
         errors: dict[str, str] = {}
         if not isinstance(self.parameters, dict):
             errors["parameters"] = "Default parameters must be a JSON object, e.g. {\"top_k\": 3}."
+        elif self.task in SUPPORTED_TASKS:
+            # Defaults are merged into every request unchecked: a bad one would fail them all.
+            try:
+                validate_parameters(self.task, self.parameters)
+            except InvalidInput as error:
+                errors["parameters"] = f"Default parameters are not valid for {self.task}: {error.message}"
         if self.max_queue_size is not None and self.max_batch_size and self.max_queue_size < self.max_batch_size:
             errors["max_queue_size"] = (
                 f"max_queue_size ({self.max_queue_size}) is below max_batch_size ({self.max_batch_size}): "

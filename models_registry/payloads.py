@@ -69,7 +69,8 @@ def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: 
     inputs, is_batch = tasks.normalize_inputs(task, payload.get("inputs"), max_inputs)
     parameters = tasks.validate_parameters(task, payload.get("parameters"))
     for key, value in tasks.validate_parameters(task, top_level).items():
-        parameters.setdefault(key, value)
+        if parameters.get(key) is None:  # a null inside 'parameters' must not hide the top-level value
+            parameters[key] = value
     # Drop nulls so they do not mask the task's defaults.
     merged = {**defaults, **{k: v for k, v in parameters.items() if v is not None}}
     return InferenceRequest(inputs=inputs, is_batch=is_batch, parameters=merged)

@@ -30,7 +30,7 @@ async def check() -> dict[str, Any]:
     checks: dict[str, Any] = {}
     missing: list[str] = []
     try:
-        await asyncio.wait_for(sync_to_async(_database_ok)(), CHECK_TIMEOUT_S)
+        await asyncio.wait_for(sync_to_async(registry_cache.fresh_connection(_database_ok))(), CHECK_TIMEOUT_S)
         checks["database"] = "ok"
     except Exception as error:
         checks["database"] = f"error: {type(error).__name__}"

@@ -13,6 +13,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import close_old_connections
 
 from models_registry import heartbeats
 from models_registry.specs import ModelSpec, read_specs
@@ -44,6 +45,19 @@ def _read_workers() -> WorkerView:
     return WorkerView(workers=workers, model_states=states, drain_rates=rates)
 
 
+def fresh_connection(loader: Any) -> Any:
+    """Wrap a sync ORM loader so it first drops stale connections.
+
+    The API handler runs no request_started receivers, so this path does their job.
+    """
+
+    def run(*args: Any) -> Any:
+        close_old_connections()
+        return loader(*args)
+
+    return run
+
+
 class _Cached:
     """A value refreshed from a sync loader at most once per ttl, one refresh at a time."""
 
@@ -60,7 +74,7 @@ class _Cached:
             self.lock = asyncio.Lock()
         async with self.lock:
             if time.monotonic() - self.loaded_at >= settings.HOSTING_CONFIG_REFRESH_S:
-                self.value = await sync_to_async(self.loader)()
+                self.value = await sync_to_async(fresh_connection(self.loader))()
                 self.loaded_at = time.monotonic()
         return self.value
 

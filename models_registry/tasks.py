@@ -84,7 +84,7 @@ TASK_KINDS: dict[str, TaskKind] = {
             "prompts": _prompts,  # named prefixes that prompt_name picks from
         }),
         TaskKind("fill-mask", {
-            "top_k": _int_range(1, 100),
+            "top_k": _optional(_int_range(1, 100)),
             "targets": _optional(_str_or_list),
         }),
         TaskKind("text-classification", {
@@ -122,11 +122,11 @@ def normalize_inputs(task: str, inputs: Any, max_inputs: int) -> tuple[list[str]
         raise InvalidInput(f"{task} takes 'inputs' as a string or a list of strings")
     if not items:
         raise InvalidInput("'inputs' must not be an empty list")
+    if len(items) > max_inputs:
+        raise TooLarge(f"{len(items)} inputs in one request; this server takes at most {max_inputs}")
     for position, item in enumerate(items):
         if not isinstance(item, str):
             raise InvalidInput(f"inputs[{position}] must be a string, not {type(item).__name__}")
         if not item.strip() and task != "feature-extraction":
             raise InvalidInput(f"inputs[{position}] is empty")
-    if len(items) > max_inputs:
-        raise TooLarge(f"{len(items)} inputs in one request; this server takes at most {max_inputs}")
     return items, is_batch

@@ -9,11 +9,14 @@ from functools import wraps
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from models_registry import auth, client, metrics, payloads, readiness, registry_cache
-from models_registry.errors import HostingError, Internal, MethodNotAllowed, NotFound, Unavailable, error_response
+from models_registry.errors import (
+    HostingError, Internal, MethodNotAllowed, NotFound, TooLarge, Unavailable, error_response,
+)
 from models_registry.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
@@ -94,7 +97,11 @@ async def model_endpoint(request: HttpRequest, name: str, task: str | None = Non
 
 
 async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, started: float) -> HttpResponse:
-    body = payloads.parse_body(request.body, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise TooLarge(f"request body is over the limit of {settings.HOSTING_MAX_BODY_BYTES} bytes") from None
+    body = payloads.parse_body(raw, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
     parsed = payloads.read_request(body, task_spec.task, task_spec.parameters, settings.HOSTING_MAX_INPUTS)
     drain_rate = await _require_serving(spec, task_spec.name)
 

@@ -164,11 +164,14 @@ class Stack:
     tokens: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, extra_env: dict[str, str] | None = None) -> Stack:
-        """A database and a broker, ready for `manage` calls and processes."""
+    def create(cls, extra_env: dict[str, str] | None = None, own_redis: bool = False) -> Stack:
+        """A database and a broker, ready for `manage` calls and processes.
+
+        own_redis: always start a private redis-server (for tests that stop it).
+        """
         workdir = Path(tempfile.mkdtemp(prefix="hosting-stack-"))
         redis_server = None
-        redis_url = os.environ.get("REDIS_URL")
+        redis_url = None if own_redis else os.environ.get("REDIS_URL")
         if redis_url:
             flush_redis(redis_url)
         else:

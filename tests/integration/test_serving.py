@@ -3,80 +3,38 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 
-from tests import model_factory
+from tests.integration.common import MiniLMReference, post_many, sentences, wrong_answers
 from tests.integration.conftest import CLS, MINILM, MLM
 from tests.stack import Stack, http_json
 
 pytestmark = pytest.mark.integration
 
-WORDS = ("river model server batch queue token vector worker request answer django redis "
-         "python music garden yellow quickly under across window mountain paper story").split()
-
-
-def sentences(count: int, seed: int = 7) -> list[str]:
-    """Distinct English-ish sentences of 3 to 40 words."""
-    rng = random.Random(seed)
-    return [f"{i} " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 40))) for i in range(count)]
-
-
 @pytest.fixture(scope="module")
-def minilm_reference() -> Any:
-    """In-process MiniLM embeddings (mean pooling, normalized): what the server must return."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    path = str(model_factory.minilm_path())
-    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
-
-    def embed(texts: list[str]) -> np.ndarray:
-        out = []
-        for start in range(0, len(texts), 64):
-            enc = tokenizer(texts[start:start + 64], padding=True, truncation=True, return_tensors="pt")
-            with torch.inference_mode():
-                hidden = model(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).float()
-            pooled = (hidden * mask).sum(1) / mask.sum(1)
-            out.append(torch.nn.functional.normalize(pooled, dim=1).numpy())
-        return np.concatenate(out)
-
-    return embed
-
-
-async def _post_many(url: str, token: str, texts: list[str], concurrency: int) -> list[tuple[int, Any, dict]]:
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    semaphore = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
-        async def one(text: str) -> tuple[int, Any, dict]:
-            async with semaphore:
-                response = await client.post(url, json={"inputs": text}, headers={"Authorization": f"Bearer {token}"})
-                return response.status_code, response.json(), dict(response.headers)
-
-        return await asyncio.gather(*(one(t) for t in texts))
+def minilm_reference() -> MiniLMReference:
+    """In-process reference vectors."""
+    return MiniLMReference()
 
 
 def test_500_distinct_inputs_at_concurrency_64_each_get_their_own_vector(stack: Stack, token: str,
                                                                         minilm_reference: Any) -> None:
     texts = sentences(500)
-    results = asyncio.run(_post_many(f"{stack.url}/models/{MINILM}", token, texts, concurrency=64))
-    assert len(results) == 500
-    statuses = [status for status, _, _ in results]
-    assert statuses.count(200) == 500, f"non-200 answers: {[r for r in results if r[0] != 200][:3]}"
-    got = np.array([body for _, body, _ in results], dtype=np.float32)
+    answers = asyncio.run(post_many(f"{stack.url}/models/{MINILM}", token, texts, concurrency=64))
+    assert len(answers) == 500
+    failed = [a for a in answers if a.status != 200]
+    assert not failed, f"non-200 answers: {[(a.status, a.body) for a in failed[:3]]}"
+    got = np.array([a.body for a in answers], dtype=np.float32)
     assert got.shape == (500, 384)
-    expected = minilm_reference(texts)
-    cosines = (got * expected).sum(axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
-    assert cosines.min() > 0.9999, f"worst cosine {cosines.min()} at input {int(cosines.argmin())}"
+    assert wrong_answers(answers, texts, minilm_reference) == []
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-4)
-    batch_sizes = [int(headers["x-batch-size"]) for _, _, headers in results]
+    batch_sizes = [int(a.headers["x-batch-size"]) for a in answers]
     assert max(batch_sizes) > 1, "no request was batched with another"
-    assert all(float(h["x-queue-time-ms"]) >= 0 and float(h["x-inference-time-ms"]) > 0 for _, _, h in results)
+    assert all(float(a.headers["x-queue-time-ms"]) >= 0 and float(a.headers["x-inference-time-ms"]) > 0
+               for a in answers)
 
 
 def test_client_list_larger_than_a_batch_is_split_and_reassembled(stack: Stack, token: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
 
 from models_registry.models import ApiToken, RegisteredModel
 
@@ -28,6 +29,8 @@ class Command(BaseCommand):
         raw = ApiToken.generate()
         token.set_token(raw)
         token.revoked = False
+        if token.expires_at is not None and token.expires_at <= timezone.now():
+            token.expires_at = None  # rotating an expired token must not print a dead one
         token.save()
         token.allowed_models.set(models)
         scope = ", ".join(names) if names else "every model"

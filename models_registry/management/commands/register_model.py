@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -31,9 +32,12 @@ class Command(BaseCommand):
         parser.add_argument("--device", default=None)
         parser.add_argument("--dtype", default=None, choices=[d for d, _ in RegisteredModel.DTYPES])
         parser.add_argument("--pooling", choices=["mean", "cls", "none"])
-        parser.add_argument("--normalize", action="store_true", default=None)
+        parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                            help="L2-normalize feature-extraction vectors (--no-normalize turns it off)")
         parser.add_argument("--parameters", default=None, help="default parameters as a JSON object")
-        parser.add_argument("--disabled", action="store_true", help="register without loading it")
+        state = parser.add_mutually_exclusive_group()
+        state.add_argument("--disabled", action="store_true", help="disable it (workers unload it)")
+        state.add_argument("--enabled", action="store_true", help="enable it again (the default for a new model)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         import json
@@ -44,7 +48,10 @@ class Command(BaseCommand):
             for field in ("revision", "device", "dtype"):
                 if options[field] is not None:
                     setattr(model, field, options[field])
-            model.enabled = not options["disabled"]
+            if options["disabled"]:
+                model.enabled = False
+            elif options["enabled"] or model.pk is None:
+                model.enabled = True  # re-running never re-enables what an operator disabled
             self._save(model)
             task_name = options["task_name"] or options["task"]
             task = ModelTask.objects.filter(model=model, name=task_name).first() or ModelTask(model=model, name=task_name)

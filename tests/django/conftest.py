@@ -1,0 +1,77 @@
+"""Fixtures of the Django tier: the test database, a registered model, tokens, heartbeats.
+
+The async views reach the ORM from asgiref's executor thread, which has its own database
+connection: rows a test writes must be committed to be seen there, so API fixtures use
+`transactional_db` rather than the per-test transaction of `db`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from models_registry import auth, registry_cache
+from models_registry.models import ApiToken, ModelTask, RegisteredModel, WorkerHeartbeat
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches() -> Iterator[None]:
+    """No registry, worker or token lookup cached by an earlier test leaks into this one."""
+    registry_cache.reset()
+    auth.reset_cache()
+    yield
+    registry_cache.reset()
+    auth.reset_cache()
+
+
+@pytest.fixture
+def require_tokens(settings: Any) -> None:
+    """Token checks on, whatever the environment running the tests says."""
+    settings.HOSTING_REQUIRE_API_TOKEN = True
+
+
+@pytest.fixture
+def make_model(transactional_db: None) -> Callable[..., RegisteredModel]:
+    """Register a model with one task straight in the database (no source is loaded)."""
+
+    def make(name: str, task: str = "text-classification", enabled: bool = True, **task_fields: Any) -> RegisteredModel:
+        model = RegisteredModel.objects.create(name=name, source=f"example/{name}", enabled=enabled)
+        ModelTask.objects.create(model=model, name=task_fields.pop("name", task), task=task, **task_fields)
+        return model
+
+    return make
+
+
+@pytest.fixture
+def make_token(transactional_db: None) -> Callable[..., str]:
+    """Create an API token (optionally limited to some models) and return the raw string."""
+
+    def make(name: str, models: list[RegisteredModel] | None = None, **fields: Any) -> str:
+        raw = ApiToken.generate()
+        token = ApiToken(name=name, **fields)
+        token.set_token(raw)
+        token.save()
+        token.allowed_models.set(models or [])
+        return raw
+
+    return make
+
+
+@pytest.fixture
+def heartbeat(transactional_db: None) -> Callable[..., WorkerHeartbeat]:
+    """Write a worker heartbeat as a live (or, with age_s, a stale) worker would have."""
+
+    def beat(models_state: dict[str, Any], queue_depths: dict[str, int] | None = None, age_s: float = 0.0,
+             worker_id: str = "w1", draining: bool = False) -> WorkerHeartbeat:
+        now = timezone.now()
+        return WorkerHeartbeat.objects.create(
+            worker_id=worker_id, host="test-host", pid=4242, device="cpu", models_state=models_state,
+            queue_depths=queue_depths or {}, started_at=now - dt.timedelta(seconds=60),
+            last_seen=now - dt.timedelta(seconds=age_s), draining=draining,
+        )
+
+    return beat
