@@ -1,11 +1,15 @@
-"""URL configuration: the API, the admin, metrics."""
+"""URL configuration: the API, the admin, the live metrics page, metrics."""
 
 from django.contrib import admin
 from django.urls import include, path
 
+from models_registry import dashboard
+
 urlpatterns = [
     path("", include("models_registry.urls")),
     path("admin/", admin.site.urls),
+    path("dashboard/", dashboard.page, name="dashboard"),
+    path("dashboard/data.json", dashboard.data, name="dashboard-data"),
     path("", include("django_prometheus.urls")),
 ]
 

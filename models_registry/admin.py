@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import time
+import uuid
+from pathlib import Path
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from models_registry import client, payloads, recent
+from models_registry.errors import HostingError
 from models_registry.heartbeats import live_workers
 from models_registry.models import ApiToken, ModelTask, RegisteredModel, WorkerHeartbeat
+
+admin.site.site_header = "Model hosting"
+admin.site.site_title = "Model hosting admin"
+admin.site.site_url = "/dashboard/"  # the header's "View site" link opens the live metrics
 
 
 class ModelTaskInline(admin.StackedInline):
@@ -38,15 +49,97 @@ def _live_states() -> dict[str, dict[str, Any]]:
     return states
 
 
+SAMPLE_SENTENCE = "The quick brown fox jumps over the lazy dog."
+SAMPLE_INPUTS = {"text-classification": "I really enjoyed this film, it was wonderful."}
+TEST_TIMEOUT_S = 30.0
+SHOWN_CHARS = 300
+
+
+def _mask_token(source: str) -> str:
+    """The mask token of a local model directory's tokenizer, else BERT's [MASK]."""
+    try:
+        token = json.loads((Path(source).expanduser() / "tokenizer_config.json").read_text()).get("mask_token")
+    except (OSError, ValueError, AttributeError):
+        return "[MASK]"
+    if isinstance(token, dict):
+        token = token.get("content")
+    return token if isinstance(token, str) and token else "[MASK]"
+
+
+def sample_input(task: ModelTask) -> str:
+    """A sentence the task's pipeline accepts (fill-mask gets one with the mask token)."""
+    if task.task == "fill-mask":
+        return f"Paris is the {_mask_token(task.model.source)} of France."
+    return SAMPLE_INPUTS.get(task.task, SAMPLE_SENTENCE)
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
+
+
+def _preview(output: Any) -> str:
+    """The output as short JSON: floats to 4 places, a vector introduced by its length."""
+    text = json.dumps(_rounded(output))
+    if isinstance(output, list) and output and all(isinstance(v, float) for v in output):
+        text = f"{len(output)} floats {text}"
+    if len(text) > SHOWN_CHARS:
+        text = text[:SHOWN_CHARS] + f"… ({len(text)} characters)"
+    return text
+
+
+def run_test_input(task: ModelTask, state: str) -> tuple[bool, str]:
+    """Send the task a sample input through the channel layer and a live worker: (ok, message)."""
+    label = f"{task.model.name}/{task.name}"
+    if not task.model.enabled:
+        return False, f"{label}: the model is disabled; enable it first."
+    if state != "ready":
+        return False, f"{label}: no live worker has this model ready (state: {state})."
+    text = sample_input(task)
+    started = time.perf_counter()
+    try:
+        parsed = payloads.read_request({"inputs": text}, task.task, dict(task.parameters or {}), 1)
+        result = async_to_sync(client.infer)(
+            request_id=f"admin-test-{uuid.uuid4().hex[:12]}", model=task.model.name, task=task.name,
+            inputs=parsed.inputs, parameters=parsed.parameters, timeout_s=min(task.timeout_s, TEST_TIMEOUT_S),
+            max_queue_size=task.max_queue_size,
+        )
+        output = _preview(payloads.shape_response(task.task, result.outputs, parsed.is_batch))
+    except HostingError as error:
+        return False, f"{label}: {error.error_type}: {error.message}"
+    except Exception as error:  # the operator sees what broke; the trace is not theirs to read
+        return False, f"{label}: {type(error).__name__}: {error}"
+    total_ms = (time.perf_counter() - started) * 1000
+    return True, (
+        f"{label} answered {text!r} in {total_ms:.1f} ms (queue {result.queue_ms:.1f} ms, compute "
+        f"{result.compute_ms:.1f} ms, batch of {result.batch_size}): {output}"
+    )
+
+
+def _best_state(entry: dict[str, Any] | None) -> str:
+    states = {s.get("state") for s in (entry or {}).get("states", [])}
+    return next((s for s in ("ready", "loading", "error") if s in states), "no live worker")
+
+
 @admin.register(RegisteredModel)
 class RegisteredModelAdmin(admin.ModelAdmin):
     """Models with live state from worker heartbeats."""
 
     inlines = [ModelTaskInline]
-    list_display = ("name", "source", "enabled", "live_state", "queue_depth", "task_names", "device", "dtype")
+    list_display = ("name", "short_source", "enabled", "live_state", "queue_depth", "throughput", "task_names",
+                    "device", "dtype")
     list_filter = ("enabled",)
     search_fields = ("name", "source")
-    actions = ["enable", "disable"]
+    actions = ["enable", "disable", "run_test_input"]
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        """Tasks in one query for the whole page."""
+        return super().get_queryset(request).prefetch_related("tasks")
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
         """Read the heartbeats once per page, not once per row."""
@@ -72,10 +165,20 @@ class RegisteredModelAdmin(admin.ModelAdmin):
         """Items waiting on all live workers."""
         return getattr(self, "_states", {}).get(obj.name, {}).get("depth", 0)
 
+    @admin.display(description="source", ordering="source")
+    def short_source(self, obj: RegisteredModel) -> str:
+        """The source, its long local paths cut from the left (the change page has it whole)."""
+        return obj.source if len(obj.source) <= 32 else "…" + obj.source[-31:]
+
+    @admin.display(description="req/s (1 min)")
+    def throughput(self, obj: RegisteredModel) -> str:
+        """Requests per second this web process answered for the model over the last minute."""
+        return f"{recent.WINDOW.rate(obj.name, 60):.2f}"
+
     @admin.display(description="tasks")
     def task_names(self, obj: RegisteredModel) -> str:
         """Task names and pipeline tasks."""
-        return ", ".join(f"{t.name} ({t.task})" for t in obj.tasks.all())
+        return ", ".join(t.name if t.name == t.task else f"{t.name} ({t.task})" for t in obj.tasks.all())
 
     @admin.action(description="Enable (workers load them within seconds)")
     def enable(self, request: HttpRequest, queryset: Any) -> None:
@@ -88,6 +191,15 @@ class RegisteredModelAdmin(admin.ModelAdmin):
         """Disable the selected models."""
         count = queryset.update(enabled=False)
         self.message_user(request, f"{count} model(s) disabled.")
+
+    @admin.action(description="Run a test input through the real worker")
+    def run_test_input(self, request: HttpRequest, queryset: Any) -> None:
+        """Send each task of the selected models a sample input and show what came back."""
+        states = _live_states()
+        for model in queryset:
+            for task in model.tasks.all():
+                ok, message = run_test_input(task, _best_state(states.get(model.name)))
+                self.message_user(request, message, messages.SUCCESS if ok else messages.ERROR)
 
 
 @admin.register(ApiToken)
@@ -130,3 +242,6 @@ class WorkerHeartbeatAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # workers own these rows; stale ones are pruned by the workers

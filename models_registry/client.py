@@ -87,7 +87,10 @@ async def infer(
             inputs=inputs, parameters=parameters, deadline=deadline,
         )
         try:
-            await asyncio.wait_for(layer.send(messages.INFERENCE_CHANNEL, message), BROKER_TIMEOUT_S)
+            # Per-model channels with our layer (workers pull what they serve); the plain
+            # `inference` channel otherwise, for channels' own runworker and consumer.
+            channel = messages.model_channel(model) if hasattr(layer, "pull") else messages.INFERENCE_CHANNEL
+            await asyncio.wait_for(layer.send(channel, message), BROKER_TIMEOUT_S)
         except ChannelFull:
             raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"}) from None
         except Exception as error:

@@ -65,18 +65,18 @@ class InferenceEngine:
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader")
         self._busy = False
         self._reply_tasks: set[asyncio.Task[None]] = set()
-        self._to_release: list[bytes] = []
+        self._to_release: list[tuple[str, bytes]] = []
         self._release_task: asyncio.Task[None] | None = None
         self._room = asyncio.Event()
         self._rates: dict[str, float] = {}
         self._rate_sample: tuple[float, dict[str, int]] = (time.time(), {})
 
     # --- intake (called by the consumer; never blocks) ---------------------------------
-    def submit(self, message: dict[str, Any], lease: bytes | None = None) -> None:
+    def submit(self, message: dict[str, Any], lease: tuple[str, bytes] | None = None) -> None:
         """Queue one request message, or answer it at once with an error.
 
-        lease is the message as the layer holds it in this worker's in-flight set; it is
-        released once the request is answered or dropped.
+        lease is (channel, message as the layer holds it in this worker's in-flight set);
+        it is released once the request is answered or dropped.
         """
         try:
             request_id = str(message["id"])
@@ -122,6 +122,10 @@ class InferenceEngine:
             self._reply_error(request_id, reply, error, lease)
             return
         self._wake.set()
+
+    def ready_models(self) -> list[str]:
+        """Models this worker can compute now."""
+        return [name for name, slot in self.slots.items() if slot.state == "ready"]
 
     def room(self) -> int:
         """How many more messages this worker should take now: no hoarding.
@@ -244,17 +248,17 @@ class InferenceEngine:
         await self._send(reply, message)
         self._release(request.context.get("lease"))
 
-    def _reply_error(self, request_id: str, reply: str, error: HostingError, lease: bytes | None = None) -> None:
+    def _reply_error(self, request_id: str, reply: str, error: HostingError, lease: tuple[str, bytes] | None = None) -> None:
         message = messages.result_message(request_id=request_id, error_type=error.error_type, error=error.message)
         if "Retry-After" in error.headers:
             message["retry_after"] = error.headers["Retry-After"]
         self._spawn(self._send_then_release(reply, message, lease))
 
-    async def _send_then_release(self, channel: str, message: dict[str, Any], lease: bytes | None) -> None:
+    async def _send_then_release(self, channel: str, message: dict[str, Any], lease: tuple[str, bytes] | None) -> None:
         await self._send(channel, message)
         self._release(lease)
 
-    def _release(self, lease: bytes | None) -> None:
+    def _release(self, lease: tuple[str, bytes] | None) -> None:
         """Forget a leased message soon (answered or dropped); one round trip per burst."""
         if lease is None or not hasattr(self.layer, "release"):
             return
@@ -265,11 +269,15 @@ class InferenceEngine:
     async def _flush_releases(self) -> None:
         await asyncio.sleep(0)  # let the other replies of this batch join
         while self._to_release:
-            members, self._to_release = self._to_release, []
-            try:
-                await self.layer.release(messages.INFERENCE_CHANNEL, self.worker_id, members)
-            except Exception:
-                logger.exception("could not release %d leases (they will be requeued)", len(members))
+            leases, self._to_release = self._to_release, []
+            by_channel: dict[str, list[bytes]] = {}
+            for channel, member in leases:
+                by_channel.setdefault(channel, []).append(member)
+            for channel, members in by_channel.items():
+                try:
+                    await self.layer.release(channel, self.worker_id, members)
+                except Exception:
+                    logger.exception("could not release %d leases (they will be requeued)", len(members))
 
     async def _send(self, channel: str, message: dict[str, Any]) -> None:
         try:

@@ -40,7 +40,10 @@ return 1
 _PULL = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, tonumber(ARGV[2]) - tonumber(ARGV[3]))
 local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
-for i = 1, #popped, 2 do redis.call('ZADD', KEYS[2], popped[i + 1], popped[i]) end
+if #popped > 0 then
+  for i = 1, #popped, 2 do redis.call('ZADD', KEYS[2], popped[i + 1], popped[i]) end
+  redis.call('SADD', KEYS[3], ARGV[4])
+end
 return popped
 """
 
@@ -75,11 +78,15 @@ class HostingChannelLayer(RedisChannelLayer):
     _pull_script = LuaScript(_PULL)
     _requeue_script = LuaScript(_REQUEUE)
 
-    def __init__(self, *args: Any, work_channels: tuple[str, ...] = ("inference",), **kwargs: Any) -> None:
+    def __init__(self, *args: Any, work_prefixes: tuple[str, ...] = ("inference",), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.work_channels = set(work_channels)
+        self.work_prefixes = tuple(work_prefixes)
         self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._pump: asyncio.Task[None] | None = None
+
+    def is_work_channel(self, channel: str) -> bool:
+        """Shared work channels: `inference` and `inference.<model>`."""
+        return any(channel == p or channel.startswith(p + ".") for p in self.work_prefixes)
 
     # --- keys ---------------------------------------------------------------------------
     def _key(self, channel: str) -> str:
@@ -102,6 +109,10 @@ class HostingChannelLayer(RedisChannelLayer):
         """Set of worker ids that may hold in-flight messages."""
         return f"{self.prefix}workers"
 
+    def worker_channels_key(self, worker_id: str) -> str:
+        """Set of work channels a worker has pulled from."""
+        return f"{self.prefix}worker:channels:{worker_id}"
+
     def _index(self, channel: str) -> int:
         return self.consistent_hash(self.non_local_name(channel) if "!" in channel else channel)
 
@@ -114,7 +125,7 @@ class HostingChannelLayer(RedisChannelLayer):
         if "!" in channel:
             message = {**message, "__asgi_channel__": channel}
         keys = [self._key(channel)]
-        if channel in self.work_channels:
+        if self.is_work_channel(channel):
             keys.append(self.doorbell_key(channel))
         conn = self.connection(self._index(channel))
         sent = await self._send_script(
@@ -129,7 +140,7 @@ class HostingChannelLayer(RedisChannelLayer):
 
         Replies need no backup queue: if this process dies, nobody wants them anyway.
         """
-        if channel not in self.work_channels and "!" in channel:
+        if "!" in channel:
             conn = self.connection(self._index(channel))
             key = self.prefix + channel
             while True:
@@ -194,15 +205,18 @@ class HostingChannelLayer(RedisChannelLayer):
         """Pop up to max_count messages and lease them to worker_id, atomically."""
         conn = self.connection(self._index(channel))
         popped = await self._pull_script(
-            conn, [self._key(channel), self.inflight_key(channel, worker_id)],
-            [max_count, repr(time.time()), int(self.expiry)],
+            conn, [self._key(channel), self.inflight_key(channel, worker_id), self.worker_channels_key(worker_id)],
+            [max_count, repr(time.time()), int(self.expiry), channel],
         )
         return [(popped[i], self.deserialize(popped[i])) for i in range(0, len(popped), 2)]
 
-    async def wait_for_work(self, channel: str, timeout_s: float) -> None:
-        """Block until a sender rings the doorbell or timeout_s passes."""
-        conn = self.connection(self._index(channel))
-        await conn.blpop([self.doorbell_key(channel)], timeout=timeout_s)
+    async def wait_for_work(self, channels: list[str], timeout_s: float) -> None:
+        """Block until a sender rings one of these channels' doorbells, or timeout_s passes."""
+        if not channels:
+            await asyncio.sleep(timeout_s)
+            return
+        conn = self.connection(self._index(channels[0]))
+        await conn.blpop([self.doorbell_key(c) for c in channels], timeout=timeout_s)
 
     async def release(self, channel: str, worker_id: str, members: list[bytes]) -> None:
         """Forget leased messages once they are answered."""
@@ -218,32 +232,38 @@ class HostingChannelLayer(RedisChannelLayer):
             pipe.set(self.alive_key(worker_id), "1", px=int(ttl_s * 1000))
             await pipe.execute()
 
-    async def retire(self, channel: str, worker_id: str) -> int:
+    async def retire(self, worker_id: str) -> int:
         """A clean exit: give back what this worker still holds, then forget it."""
-        conn = self.connection(0)
-        await conn.delete(self.alive_key(worker_id))
-        moved = await self.requeue_if_dead(channel, worker_id)
-        return max(moved, 0)
+        await self.connection(0).delete(self.alive_key(worker_id))
+        return max(await self.requeue_if_dead(worker_id), 0)
 
-    async def requeue_if_dead(self, channel: str, worker_id: str) -> int:
-        """Put a dead worker's leased messages back on the channel; -1 if it is alive."""
-        conn = self.connection(self._index(channel))
-        moved = int(await self._requeue_script(
-            conn,
-            [self.inflight_key(channel, worker_id), self._key(channel), self.alive_key(worker_id),
-             self.doorbell_key(channel)],
-            [],
-        ))
-        if moved >= 0:
-            await self.connection(0).srem(self.workers_key, worker_id)
+    async def requeue_if_dead(self, worker_id: str) -> int:
+        """Put a dead worker's leased messages back on their channels; -1 if it is alive."""
+        conn = self.connection(0)
+        moved = 0
+        for raw in await conn.smembers(self.worker_channels_key(worker_id)):
+            channel = raw.decode() if isinstance(raw, bytes) else str(raw)
+            count = int(await self._requeue_script(
+                self.connection(self._index(channel)),
+                [self.inflight_key(channel, worker_id), self._key(channel), self.alive_key(worker_id),
+                 self.doorbell_key(channel)],
+                [],
+            ))
+            if count < 0:
+                return -1
+            moved += count
+        if await conn.exists(self.alive_key(worker_id)):
+            return -1
+        await conn.delete(self.worker_channels_key(worker_id))
+        await conn.srem(self.workers_key, worker_id)
         return moved
 
-    async def recover_dead_workers(self, channel: str, own_id: str) -> int:
+    async def recover_dead_workers(self, own_id: str) -> int:
         """Requeue the messages of every registered worker whose liveness key expired."""
         conn = self.connection(0)
         moved = 0
         for raw in await conn.smembers(self.workers_key):
             worker_id = raw.decode() if isinstance(raw, bytes) else str(raw)
             if worker_id != own_id:
-                moved += max(0, await self.requeue_if_dead(channel, worker_id))
+                moved += max(0, await self.requeue_if_dead(worker_id))
         return moved

@@ -9,6 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 INFERENCE_CHANNEL = "inference"
+
+
+def model_channel(model: str) -> str:
+    """The work channel of one model: workers pull only the models they have ready."""
+    return f"{INFERENCE_CHANNEL}.{model}"
+
 REQUEST_TYPE = "inference.request"
 RESULT_TYPE = "inference.result"
 

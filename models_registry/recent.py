@@ -172,8 +172,8 @@ class RollingWindow:
         return {"labels": batch_labels(), "counts": counts}
 
     def rate(self, model: str, seconds: int = 60) -> float:
-        """Requests per second to model (all tasks) over the last seconds."""
-        end = int(self.clock()) - 1
+        """Requests per second to model (all tasks) over the last seconds, this one included."""
+        end = int(self.clock())
         with self._lock:
             total = sum(
                 b.requests for (name, _), buckets in self._keys.items() if name == model

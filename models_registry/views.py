@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Any
 
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from models_registry import auth, client, metrics, payloads, readiness, registry_cache
+from models_registry import admission, auth, client, metrics, payloads, readiness, registry_cache
 from models_registry.errors import (
     HostingError, Internal, MethodNotAllowed, NotFound, TooLarge, Unavailable, error_response,
 )
@@ -168,6 +170,7 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
         raise NotFound(f"no model named {name!r}; GET /models lists them")
     workers = await registry_cache.get_workers()
     summary = _model_summary(spec, workers.model_states.get(name))
+    depths = {t: await _pending_items(name, t) for t in spec.tasks}
     summary["tasks"] = [
         {
             "name": t.name,
@@ -180,12 +183,21 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "max_batch_delay_ms": round(t.policy.max_batch_delay_s * 1000),
             "max_queue_size": t.policy.max_queue_size,
             "timeout_s": t.timeout_s,
-            "queue_depth": sum((w.queue_depths or {}).get(f"{name}/{t.name}", 0) for w in workers.workers),
+            "queue_depth": depths.get(t.name, -1),  # admitted, not yet answered (-1: broker down)
+            "waiting_on_workers": sum((w.queue_depths or {}).get(f"{name}/{t.name}", 0) for w in workers.workers),
         }
         for t in spec.tasks.values()
     ]
     summary["workers"] = [f"{w.host}:{w.pid}" for w in workers.workers if name in (w.models_state or {})]
     return JsonResponse(summary)
+
+
+async def _pending_items(model: str, task: str) -> int:
+    """Items admitted and not yet answered, over every worker (-1 if the broker is down)."""
+    try:
+        return await asyncio.wait_for(admission.depth(get_channel_layer(), model, task), 1.0)
+    except Exception:
+        return -1
 
 
 @api_view("GET")

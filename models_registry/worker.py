@@ -13,7 +13,7 @@ from django.conf import settings
 
 from models_registry import engine_registry, heartbeats
 from models_registry.engine import InferenceEngine
-from models_registry.messages import INFERENCE_CHANNEL
+from models_registry.messages import INFERENCE_CHANNEL, model_channel
 from models_registry.specs import read_specs
 
 logger = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class InferenceWorker(Worker):
             task.cancel()
         if leased:
             try:
-                requeued = await self.channel_layer.retire(INFERENCE_CHANNEL, engine.worker_id)
+                requeued = await self.channel_layer.retire(engine.worker_id)
                 if requeued:
                     logger.warning("gave %d unanswered messages back to the channel", requeued)
             except Exception:
@@ -86,32 +86,41 @@ class InferenceWorker(Worker):
         logger.info("worker %s stopped", engine.worker_id)
 
     async def _pull_loop(self, engine: InferenceEngine) -> None:
-        """Take only what this worker can start soon; sleep on the doorbell when idle."""
+        """Take only what this worker can start soon, from the models it has ready.
+
+        Each model has its own channel, so a worker never takes a request it cannot
+        serve; the channels are visited in turn so no model starves the others.
+        """
         layer = self.channel_layer
         backoff = 0.1
+        turn = 0
         while not engine.draining:
+            channels = [model_channel(m) for m in engine.ready_models()]
             room = engine.room()
-            if room <= 0:
-                await engine.wait_for_room(IDLE_WAIT_S)
+            if room <= 0 or not channels:
+                await engine.wait_for_room(IDLE_WAIT_S if channels else 0.2)
                 continue
+            turn = (turn + 1) % len(channels)
+            maybe_more = False
             try:
-                pulled = await layer.pull(INFERENCE_CHANNEL, engine.worker_id, room)
-                if len(pulled) < room:
-                    # Everything waiting is taken: hand it over, then sleep on the doorbell.
+                for channel in channels[turn:] + channels[:turn]:
+                    room = engine.room()
+                    if room <= 0:
+                        break
+                    pulled = await layer.pull(channel, engine.worker_id, room)
                     for lease, message in pulled:
-                        engine.submit(message, lease)
-                    await layer.wait_for_work(INFERENCE_CHANNEL, IDLE_WAIT_S)
-                    backoff = 0.1
-                    continue
+                        engine.submit(message, (channel, lease))
+                    maybe_more = maybe_more or len(pulled) == room
+                if not maybe_more:
+                    # Everything waiting is taken: sleep until a sender rings a doorbell.
+                    await layer.wait_for_work(channels, IDLE_WAIT_S)
+                backoff = 0.1
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # broker away: retry, service resumes by itself
                 logger.warning("pulling work failed (%s); retrying in %.1fs", error, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(2.0, backoff * 2)
-                continue
-            for lease, message in pulled:
-                engine.submit(message, lease)
 
     async def _announce(self, engine: InferenceEngine) -> None:
         try:
@@ -125,7 +134,7 @@ class InferenceWorker(Worker):
             await asyncio.sleep(ALIVE_TTL_S / 3)
             await self._announce(engine)
             try:
-                moved = await self.channel_layer.recover_dead_workers(INFERENCE_CHANNEL, engine.worker_id)
+                moved = await self.channel_layer.recover_dead_workers(engine.worker_id)
                 if moved:
                     logger.warning("requeued %d messages of a dead worker", moved)
             except Exception as error:

@@ -1,0 +1,116 @@
+"""The human metrics view: a staff page that polls a JSON snapshot every two seconds.
+
+Traffic numbers come from this web process' rolling window (models_registry.recent);
+queue depths and workers from the workers' heartbeats; limits from the registry.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+
+from models_registry import recent
+from models_registry.errors import Forbidden, error_response
+from models_registry.heartbeats import live_workers
+from models_registry.models import WorkerHeartbeat
+from models_registry.specs import read_specs
+
+SERIES_S = 120  # seconds of history in the charts
+SUMMARY_S = 60  # the "last minute" numbers
+BATCH_S = 300  # the batch-size distribution covers the whole window
+POLL_MS = 2000
+_STATE_RANK = {"ready": 3, "loading": 2, "error": 1}
+
+
+@never_cache
+@staff_member_required
+def page(request: HttpRequest) -> HttpResponse:
+    """The live page; its script fetches `data` every POLL_MS."""
+    context = {**admin.site.each_context(request), "is_nav_sidebar_enabled": False, "title": "Live metrics",
+               "poll_ms": POLL_MS,
+               "series_s": SERIES_S, "summary_s": SUMMARY_S, "batch_s": BATCH_S}
+    return render(request, "models_registry/dashboard.html", context)
+
+
+@never_cache
+def data(request: HttpRequest) -> HttpResponse:
+    """The snapshot the page draws: JSON, staff only (403 JSON rather than a login redirect)."""
+    if not (request.user.is_active and request.user.is_staff):
+        return error_response(Forbidden("staff login required: log in at /admin/login/"))
+    return JsonResponse(snapshot())
+
+
+def _worker_row(worker: WorkerHeartbeat, now: float) -> dict[str, Any]:
+    return {
+        "host": worker.host,
+        "pid": worker.pid,
+        "device": worker.device,
+        "draining": worker.draining,
+        "models": [
+            {"name": name, "state": state.get("state", ""), "error": state.get("error", ""),
+             "device": state.get("device", "")}
+            for name, state in sorted((worker.models_state or {}).items())
+        ],
+        "queued": sum(int(v) for v in (worker.queue_depths or {}).values()),
+        "last_seen": worker.last_seen.isoformat(),
+        "age_s": round(max(0.0, now - worker.last_seen.timestamp()), 1),
+        "started_at": worker.started_at.isoformat(),
+    }
+
+
+def _model_state(name: str, enabled: bool, workers: list[WorkerHeartbeat]) -> tuple[str, str]:
+    """The best state any live worker reports for the model, as the API shows it."""
+    if not enabled:
+        return "disabled", ""
+    best: dict[str, Any] | None = None
+    for worker in workers:
+        state = (worker.models_state or {}).get(name)
+        if state and (best is None or _STATE_RANK.get(state.get("state", ""), 0)
+                      > _STATE_RANK.get(best.get("state", ""), 0)):
+            best = state
+    if best is None:
+        return "loading", "no live worker has loaded this model yet"
+    return best.get("state", "loading"), best.get("error", "")
+
+
+def snapshot(window: recent.RollingWindow | None = None) -> dict[str, Any]:
+    """Everything the page shows, in one JSON-safe dict (sync ORM)."""
+    window = window or recent.WINDOW
+    now = time.time()
+    specs = read_specs()
+    workers = live_workers()
+    depths: dict[str, int] = {}
+    for worker in workers:
+        for key, value in (worker.queue_depths or {}).items():
+            depths[key] = depths.get(key, 0) + int(value)
+    tasks = []
+    for spec in specs.values():
+        state, error = _model_state(spec.name, spec.enabled, workers)
+        for task in spec.tasks.values():
+            depth = depths.get(f"{spec.name}/{task.name}", 0)
+            window.record_depth(spec.name, task.name, depth)
+            summary = window.summary(spec.name, task.name, SUMMARY_S)
+            batches = window.batch_sizes(spec.name, task.name, BATCH_S)
+            shown = recent.batch_bucket(task.policy.max_batch_size) + 1  # larger batches cannot happen
+            summary["batch_sizes"] = {k: v[:shown] for k, v in batches.items()}
+            tasks.append({
+                "model": spec.name, "task": task.name, "pipeline": task.task, "enabled": spec.enabled,
+                "state": state, "error": error, "queue_depth": depth,
+                "max_queue_size": task.policy.max_queue_size, "max_batch_size": task.policy.max_batch_size,
+                "summary": summary, "series": window.series(spec.name, task.name, SERIES_S),
+            })
+    return {
+        "now": now,
+        "web": {"host": socket.gethostname(), "pid": os.getpid()},
+        "workers_alive": len(workers),
+        "workers": [_worker_row(w, now) for w in workers],
+        "tasks": tasks,
+    }
