@@ -29,6 +29,7 @@ class InferenceResult:
     queue_ms: float
     compute_ms: float
     batch_size: int
+    tokens: int = 0
 
 
 def retry_after_s(depth: int, drain_rate: float) -> int:
@@ -109,6 +110,7 @@ async def infer(
         queue_ms=float(reply.get("queue_ms") or 0.0),
         compute_ms=float(reply.get("compute_ms") or 0.0),
         batch_size=int(reply.get("batch_size") or 0),
+        tokens=int(reply.get("tokens") or 0),
     )
 
 

@@ -106,7 +106,7 @@ class InferenceEngine:
             costs = [slot.loaded.count_tokens(text) for text in inputs]
             self.batcher.submit(
                 (model, task_name), request_id, inputs, costs, now, deadline,
-                context={"reply": reply, "parameters": parameters, "lease": lease},
+                context={"reply": reply, "parameters": parameters, "lease": lease, "tokens": sum(costs)},
             )
         except QueueFull as full:
             self.stats.rejected += 1
@@ -244,6 +244,7 @@ class InferenceEngine:
             message = messages.result_message(
                 request_id=request.id, outputs=request.outputs, queue_ms=queue_ms,
                 compute_ms=compute_s * 1000, batch_size=batch_size, worker=self.worker_id,
+                tokens=request.context.get("tokens", 0),
             )
         await self._send(reply, message)
         self._release(request.context.get("lease"))

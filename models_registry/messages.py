@@ -52,6 +52,7 @@ def result_message(
     compute_ms: float = 0.0,
     batch_size: int = 0,
     worker: str = "",
+    tokens: int = 0,
 ) -> dict[str, Any]:
     """The message a worker sends back to the request's reply channel."""
     return {
@@ -64,4 +65,5 @@ def result_message(
         "compute_ms": round(compute_ms, 3),
         "batch_size": batch_size,
         "worker": worker,
+        "tokens": tokens,  # input tokens (after truncation), for usage reports
     }
