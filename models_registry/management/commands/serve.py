@@ -157,7 +157,7 @@ class Command(BaseCommand):
             "",
             f"  curl -s {base}/models/{DEMO_MODEL}{auth} -H 'Content-Type: application/json' "
             "-d '{\"inputs\": \"Django hosts models now.\"}'",
-            f"  (credentials are kept in {Path(settings.VAR_DIR) / 'credentials.json'}; Ctrl-C stops everything)",
+            f"  (credentials are kept in {Path(settings.VAR_DIR) / 'credentials.json'}; Ctrl-C, or SIGTERM to pid {os.getpid()}, stops everything)",
             "",
         ]
         self.stdout.write("\n".join(lines))
