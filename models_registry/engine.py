@@ -101,8 +101,8 @@ class InferenceEngine:
                 raise Unavailable(f"model {model!r} is {slot.state}{detail}")
             if task_name not in slot.spec.tasks:
                 raise Unavailable(f"model {model!r} has no task {task_name!r} on this worker")
-            if not inputs or not all(isinstance(i, str) for i in inputs):
-                raise InvalidInput("inputs must be a non-empty list of strings")
+            if not inputs or not all(isinstance(i, (str, dict)) for i in inputs):
+                raise InvalidInput("inputs must be a non-empty list of strings or question/context objects")
             costs = [slot.loaded.count_tokens(text) for text in inputs]
             self.batcher.submit(
                 (model, task_name), request_id, inputs, costs, now, deadline,
@@ -349,7 +349,7 @@ class InferenceEngine:
 
     # --- reporting ----------------------------------------------------------------------
     def models_state(self) -> dict[str, dict[str, Any]]:
-        """{model: {state, error, device, tasks, drain_rates}} for the heartbeat."""
+        """{model: {state, error, device, tasks, drain_rates, served}} for the heartbeat."""
         rates = self.drain_rates()
         return {
             name: {
@@ -358,6 +358,7 @@ class InferenceEngine:
                 "device": getattr(slot.loaded, "device", ""),
                 "tasks": list(slot.spec.tasks),
                 "drain_rates": {t: rates.get(f"{name}/{t}", 0.0) for t in slot.spec.tasks},
+                "served": {t: self.stats.completed.get(f"{name}/{t}", 0) for t in slot.spec.tasks},
             }
             for name, slot in self.slots.items()
         }

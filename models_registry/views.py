@@ -26,8 +26,11 @@ logger = logging.getLogger("models_registry.requests")
 AsyncView = Callable[..., Awaitable[HttpResponse]]
 
 
-def api_view(*methods: str) -> Callable[[AsyncView], AsyncView]:
-    """Allow only methods, and turn every error into SPEC's JSON shape (never a trace)."""
+def api_view(*methods: str, allowed: tuple[str, ...] = ()) -> Callable[[AsyncView], AsyncView]:
+    """Allow only methods, and turn every error into SPEC's JSON shape (never a trace).
+
+    allowed: what a 405's Allow header lists, when the view itself refuses some of methods.
+    """
 
     def decorate(view: AsyncView) -> AsyncView:
         @wraps(view)
@@ -35,7 +38,8 @@ def api_view(*methods: str) -> Callable[[AsyncView], AsyncView]:
             request_id = getattr(request, "request_id", None)
             try:
                 if request.method not in methods:
-                    raise MethodNotAllowed(f"{request.method} is not allowed here; use {', '.join(methods)}")
+                    allow = ", ".join(allowed or methods)
+                    raise MethodNotAllowed(f"{request.method} is not allowed here; use {allow}", headers={"Allow": allow})
                 return await view(request, *args, **kwargs)
             except HostingError as error:
                 return error_response(error, request_id)
@@ -76,12 +80,22 @@ async def _require_serving(spec: ModelSpec, task_name: str) -> float:
 
 
 @api_view("POST", "GET")
-async def model_endpoint(request: HttpRequest, name: str, task: str | None = None) -> HttpResponse:
-    """POST: inference on the model's default or named task. GET: the model's details."""
-    if request.method == "GET" and task is None:
-        return await model_detail(request, name)
+async def model_endpoint(request: HttpRequest, name: str) -> HttpResponse:
+    """POST: inference on the model's default task. GET: the model's details."""
     if request.method == "GET":
-        raise MethodNotAllowed("use POST for inference")
+        return await model_detail(request, name)
+    return await _inference(request, name, None)
+
+
+@api_view("POST", "GET", allowed=("POST",))
+async def model_task_endpoint(request: HttpRequest, name: str, task: str) -> HttpResponse:
+    """POST: inference on a named task."""
+    if request.method == "GET":
+        raise MethodNotAllowed("use POST for inference", headers={"Allow": "POST"})
+    return await _inference(request, name, task)
+
+
+async def _inference(request: HttpRequest, name: str, task: str | None) -> HttpResponse:
     started = time.perf_counter()
     await auth.authorize(request.headers.get("Authorization"), name)
     spec, task_spec = await _model_and_task(name, task)
@@ -188,7 +202,17 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
         }
         for t in spec.tasks.values()
     ]
-    summary["workers"] = [f"{w.host}:{w.pid}" for w in workers.workers if name in (w.models_state or {})]
+    summary["workers"] = [
+        {
+            "worker": f"{w.host}:{w.pid}",
+            "device": (w.models_state or {})[name].get("device", ""),
+            "state": (w.models_state or {})[name].get("state", ""),
+            "served_items": (w.models_state or {})[name].get("served", {}),
+            "last_seen": w.last_seen.isoformat(),
+        }
+        for w in workers.workers
+        if name in (w.models_state or {})
+    ]
     return JsonResponse(summary)
 
 

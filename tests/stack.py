@@ -84,6 +84,20 @@ class RedisServer:
         )
         wait_until(self._ping, 10, "redis-server")
 
+    def restart_web(self, index: int) -> None:
+        """SIGTERM one web server (it finishes in-flight requests) and start it again on its port."""
+        process, port = self.web[index]
+        stop_process(process)
+        self.start_web(port=port)
+        self.web[index] = self.web.pop()
+
+    def replace_worker(self, index: int, env: dict[str, str] | None = None) -> int:
+        """SIGTERM one worker (it drains), start a new one in its place; the old exit code."""
+        code = stop_process(self.workers[index], timeout_s=90)
+        self.start_worker(env)
+        self.workers[index] = self.workers.pop()
+        return code if code is not None else -1
+
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
@@ -221,21 +235,35 @@ class Stack:
         self.workers.append(process)
         return process
 
-    def start_web(self, server: str = "uvicorn") -> str:
+    def start_web(self, server: str = "uvicorn", port: int | None = None) -> str:
         """One ASGI server on a free loopback port; its base URL once /health answers."""
-        port = free_port()
+        port = port or free_port()
         if server == "daphne":
             cmd = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "hosting.asgi:application"]
         else:
             cmd = [PYTHON, "-m", "uvicorn", "hosting.asgi:application", "--host", "127.0.0.1",
                    "--port", str(port), "--no-access-log"]
-        log = open(self.workdir / f"web-{len(self.web)}.log", "wb")
+        log = open(self.workdir / f"web-{len(self.web)}.log", "ab")
         process = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.web.append((process, port))
         url = f"http://127.0.0.1:{port}"
         wait_until(lambda: process.poll() is None and http_json("GET", url + "/health", timeout=2)[0] == 200,
                    60, f"web server on {port} (log: {log.name})")
         return url
+
+    def restart_web(self, index: int) -> None:
+        """SIGTERM one web server (it finishes in-flight requests) and start it again on its port."""
+        process, port = self.web[index]
+        stop_process(process)
+        self.start_web(port=port)
+        self.web[index] = self.web.pop()
+
+    def replace_worker(self, index: int, env: dict[str, str] | None = None) -> int:
+        """SIGTERM one worker (it drains), start a new one in its place; the old exit code."""
+        code = stop_process(self.workers[index], timeout_s=90)
+        self.start_worker(env)
+        self.workers[index] = self.workers.pop()
+        return code if code is not None else -1
 
     @property
     def url(self) -> str:

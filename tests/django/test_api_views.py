@@ -397,7 +397,8 @@ async def test_model_detail_has_task_settings_and_live_queue_depth(client: Async
     assert tasks["fill-mask"]["max_queue_size"] == 1024
     assert tasks["fill-mask"]["max_batch_delay_ms"] == 5
     assert tasks["fill-mask"]["pooling"] is None  # feature-extraction only
-    assert body["workers"] == ["test-host:4242", "test-host:4242"]
+    assert [w["worker"] for w in body["workers"]] == ["test-host:4242", "test-host:4242"]
+    assert {w["state"] for w in body["workers"]} == {"ready"}
 
 
 async def test_model_detail_of_an_unknown_model_is_404(client: AsyncClient, token: str) -> None:

@@ -1,0 +1,314 @@
+"""`python -m bench`: the demo model's in-process ceiling, then the product under closed-loop HTTP load."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import ceiling, corpus, loadgen
+from bench.procstat import CpuMeter, wait_quiet
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "all-minilm-l6-v2"
+THROUGHPUT_TARGET = 0.85  # x ceiling at c=32 and c=64
+P50_SLACK_MS = 3.0  # c=1 p50 <= in-process one-sentence latency + this
+HEALTH_P99_MS = 50.0
+GROUPS = ("web", "worker", "redis", "client", "prober")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options; --quick fills in short defaults for whatever was not given."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--levels", default="1,8,32,64", help="client concurrencies, comma-separated")
+    parser.add_argument("--seconds", type=float, help="measurement window per level (default 8; quick 3)")
+    parser.add_argument("--warmup", type=float, help="warm-up seconds before each window (default 1.5; quick 0.5)")
+    parser.add_argument("--max-requests", type=int, default=20000, help="a window also ends after this many answers")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds; medians are reported (default 3; quick 1)")
+    parser.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
+    parser.add_argument("--workers", type=int, default=1, help="runworker processes")
+    parser.add_argument("--webs", type=int, default=1, help="web server processes (clients spread over them)")
+    parser.add_argument("--torch-threads", type=int, help="HOSTING_TORCH_THREADS for the worker(s) (default: unset)")
+    parser.add_argument("--max-batch-size", type=int, default=32)
+    parser.add_argument("--max-batch-delay-ms", type=int, default=5)
+    parser.add_argument("--corpus-size", type=int, help="sentences (default 1000; quick 300)")
+    parser.add_argument("--seed", type=int, default=20240611)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of the in-process ceiling")
+    parser.add_argument("--probe-interval-ms", type=float, default=20.0)
+    parser.add_argument("--out", default=str(ROOT / "bench-results"), help="folder for latest.json and latest.md")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                        help="before the ceiling and each round, wait up to this long for other processes to go quiet")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    defaults = (("seconds", 8.0, 3.0), ("warmup", 1.5, 0.5), ("rounds", 3, 1), ("corpus_size", 1000, 300))
+    for name, full, short in defaults:
+        if getattr(args, name) is None:
+            setattr(args, name, short if quick else full)
+    args.levels = [int(v) for v in str(args.levels).split(",") if v.strip()]
+    return args
+
+
+def model_path() -> str:
+    """Directory of the bundled demo model."""
+    from tests.model_factory import minilm_path
+
+    return str(minilm_path())
+
+
+def start_stack(args: argparse.Namespace, source: str) -> tuple[Any, list[str], str]:
+    """The product on loopback with the demo model registered: (stack, web URLs, token)."""
+    from tests.stack import Stack
+
+    stack = Stack.create({"HOSTING_TORCH_THREADS": str(args.torch_threads)} if args.torch_threads else None)
+    try:
+        stack.manage("register_model", MODEL, "--source", source, "--task", "feature-extraction",
+                     "--pooling", "mean", "--normalize", "--max-batch-size", str(args.max_batch_size),
+                     "--max-batch-delay-ms", str(args.max_batch_delay_ms), "--timeout", "60")
+        token = stack.create_token("all")
+        for _ in range(args.workers):
+            stack.start_worker()
+        urls = [stack.start_web(args.server) for _ in range(args.webs)]
+        stack.wait_ready([MODEL])
+    except BaseException:
+        print(stack.logs(), file=sys.stderr)
+        stack.stop()
+        raise
+    return stack, urls, token
+
+
+def start_prober(url: str, interval_s: float, seconds: float) -> tuple[Any, Any]:
+    """A separate process sending GET /health every interval_s: (process, receiving pipe end)."""
+    ctx = get_context("spawn")
+    receiver, sender = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=loadgen.probe_process, args=(url, "/health", interval_s, seconds, sender), daemon=True)
+    process.start()
+    sender.close()
+    if not receiver.poll(60) or receiver.recv() != "ready":
+        raise RuntimeError("the /health prober did not start")
+    return process, receiver
+
+
+def run_one_level(args: argparse.Namespace, urls: list[str], requests: dict[str, list[bytes]], level: int,
+                  offset: int, meter: CpuMeter, probe: bool, reference: np.ndarray) -> dict[str, Any]:
+    """One closed-loop level (with the /health prober when asked); its summary."""
+    prober = receiver = None
+    if probe:
+        prober, receiver = start_prober(urls[0], args.probe_interval_ms / 1000, args.warmup + args.seconds + 1.0)
+        meter.groups["prober"] = [prober.pid]
+    result, answers = asyncio.run(loadgen.run_level(
+        urls, requests, level, args.warmup, args.seconds, args.max_requests, offset=offset,
+        on_window=lambda which: meter.mark(which)))
+    health: dict[str, Any] | None = None
+    if prober is not None and receiver is not None:
+        samples = receiver.recv() if receiver.poll(30) else []
+        prober.join(10)
+        meter.groups["prober"] = []
+        start, end = result.window
+        inside = [(ms, status) for t0, ms, status in samples if start <= t0 <= end]
+        latencies = [ms for ms, _ in inside]
+        health = {"samples": len(inside), "errors": sum(1 for _, s in inside if s != 200),
+                  "p50_ms": round(loadgen.percentile(latencies, 50), 2),
+                  "p99_ms": round(loadgen.percentile(latencies, 99), 2),
+                  "max_ms": round(max(latencies), 2) if latencies else None}
+    loadgen.check_answers(result, answers, reference)
+    cpu = meter.between("start", "end")
+    window = max(result.window_s, 1e-9)
+    lat = result.latencies_ms
+    summary = {
+        "concurrency": level, "window_s": round(result.window_s, 2), "answers": result.completed,
+        "req_s": round(result.completed / window, 1),
+        "p50_ms": round(loadgen.percentile(lat, 50), 2), "p95_ms": round(loadgen.percentile(lat, 95), 2),
+        "p99_ms": round(loadgen.percentile(lat, 99), 2), "errors": result.errors, "wrong": result.wrong,
+        "checked": result.checked, "statuses": result.statuses, "sample_errors": result.sample_errors,
+        "server_headers_mean": result.server_headers,
+        "cpu_cores": {k: round(v / window, 3) for k, v in cpu.items()},
+        "cpu_ms_per_request": {k: round(1000 * v / max(result.completed, 1), 2) for k, v in cpu.items()},
+        "health": health,
+    }
+    return summary
+
+
+def median_of(rounds: list[dict[str, Any]], key: str) -> float:
+    """Median of a numeric key over rounds (ignoring NaN)."""
+    values = [r[key] for r in rounds if r.get(key) is not None and not np.isnan(r[key])]
+    return round(statistics.median(values), 2) if values else float("nan")
+
+
+def aggregate(per_level: dict[int, list[dict[str, Any]]], ceiling_rate: float) -> list[dict[str, Any]]:
+    """Per level: medians over rounds of rates, percentiles and CPU; sums of errors and wrong answers."""
+    rows = []
+    for level, rounds in per_level.items():
+        row: dict[str, Any] = {"concurrency": level, "rounds": len(rounds)}
+        for key in ("req_s", "p50_ms", "p95_ms", "p99_ms"):
+            row[key] = median_of(rounds, key)
+        row["x_ceiling"] = round(row["req_s"] / ceiling_rate, 3) if ceiling_rate else None
+        row["errors"] = sum(r["errors"] for r in rounds)
+        row["wrong"] = sum(r["wrong"] for r in rounds)
+        row["answers"] = sum(r["answers"] for r in rounds)
+        for field in ("cpu_ms_per_request", "cpu_cores"):
+            names = rounds[0][field].keys()
+            row[field] = {n: round(statistics.median(r[field].get(n, 0.0) for r in rounds), 3) for n in names}
+        batch = [r["server_headers_mean"].get("x-batch-size") for r in rounds if r["server_headers_mean"]]
+        row["mean_batch_size"] = round(statistics.median(batch), 1) if batch else None
+        health = [r["health"] for r in rounds if r["health"]]
+        if health:
+            row["health_p99_ms"] = round(statistics.median(h["p99_ms"] for h in health), 2)
+            row["health_max_ms"] = max(h["max_ms"] or 0 for h in health)
+            row["health_errors"] = sum(h["errors"] for h in health)
+        rows.append(row)
+    return rows
+
+
+def evaluate_targets(rows: list[dict[str, Any]], ceil: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets, each with its measured value and PASS/FAIL."""
+    by_level = {r["concurrency"]: r for r in rows}
+    targets = []
+    for level in (32, 64):
+        if level in by_level:
+            need = THROUGHPUT_TARGET * ceil["sentences_per_s"]
+            got = by_level[level]["req_s"]
+            targets.append({"target": f"throughput c={level} >= {THROUGHPUT_TARGET} x ceiling ({need:.0f} req/s)",
+                            "measured": f"{got:.1f} req/s ({got / ceil['sentences_per_s']:.2f} x)",
+                            "pass": got >= need})
+    if 1 in by_level:
+        need = ceil["one_sentence_ms_p50"] + P50_SLACK_MS
+        got = by_level[1]["p50_ms"]
+        targets.append({"target": f"p50 c=1 <= in-process one sentence + {P50_SLACK_MS:.0f} ms ({need:.1f} ms)",
+                        "measured": f"{got:.1f} ms", "pass": got <= need})
+    probed = [r for r in rows if "health_p99_ms" in r]
+    if probed:
+        got = probed[-1]["health_p99_ms"]
+        targets.append({"target": f"GET /health p99 < {HEALTH_P99_MS:.0f} ms at c={probed[-1]['concurrency']}",
+                        "measured": f"{got:.1f} ms", "pass": got < HEALTH_P99_MS})
+    return targets
+
+
+def render(report: dict[str, Any]) -> str:
+    """The markdown report: ceiling, the level table, CPU per request, targets."""
+    ceil, cfg = report["ceiling"], report["config"]
+    lines = [
+        f"Ceiling (in-process transformers pipeline, sorted by length, return_tensors, mean pooling, "
+        f"{ceil['threads']} torch threads, {report['corpus']['size']} sentences of "
+        f"{report['corpus']['min_words']}-{report['corpus']['max_words']} words, "
+        f"median {report['corpus']['median_words']}): "
+        f"**{ceil['sentences_per_s']:.0f} sentences/s** at batch {ceil['best_batch_size']} "
+        f"(per batch size: {', '.join(f'{b}: {v:.0f}' for b, v in ceil['per_batch_size'].items())}); "
+        f"one sentence p50 **{ceil['one_sentence_ms_p50']:.1f} ms**.",
+        "",
+        f"Product: {cfg['server']} x{cfg['webs']}, {cfg['workers']} worker(s), max batch {cfg['max_batch_size']}, "
+        f"delay {cfg['max_batch_delay_ms']} ms; closed loop, one sentence per request, "
+        f"medians of {cfg['rounds']} interleaved rounds of {cfg['seconds']:.0f} s (+{cfg['warmup']:.1f} s warm-up).",
+        "",
+        "| clients | req/s | x ceiling | p50 ms | p95 ms | p99 ms | errors | wrong | mean batch |"
+        " CPU ms/req web / worker / redis / client | other load (cores) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in report["levels"]:
+        cpu, cores = r["cpu_ms_per_request"], r["cpu_cores"]
+        lines.append(
+            f"| {r['concurrency']} | {r['req_s']:.1f} | {r['x_ceiling']:.2f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | "
+            f"{r['p99_ms']:.1f} | {r['errors']} | {r['wrong']} | {r['mean_batch_size'] or '-'} | "
+            f"{cpu.get('web', 0):.2f} / {cpu.get('worker', 0):.2f} / {cpu.get('redis', 0):.2f} / "
+            f"{cpu.get('client', 0):.2f} | {cores.get('other', 0):.2f} |")
+    probed = [r for r in report["levels"] if "health_p99_ms" in r]
+    if probed:
+        r = probed[-1]
+        lines += ["", f"`GET /health` every {cfg['probe_interval_ms']:.0f} ms during c={r['concurrency']}: "
+                      f"p99 {r['health_p99_ms']:.1f} ms (median over rounds), max {r['health_max_ms']:.1f} ms, "
+                      f"errors {r['health_errors']}."]
+    lines += ["", "| target | measured | result |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {t['measured']} | {'PASS' if t['pass'] else 'FAIL'} |" for t in report["targets"]]
+    lines += ["", f"{report['machine']['cpus']} CPUs, load average at start {report['machine']['loadavg_start']}; "
+                  f"`other load` is busy CPU of processes outside the benchmark during the window "
+                  f"({ceil['other_load_cores']:.2f} cores during the ceiling). The ceiling spent "
+                  f"{ceil['cpu_ms_per_sentence']:.1f} CPU ms per sentence; with 1 torch thread it ran "
+                  f"{ceil['one_thread_sentences_per_s']:.0f} sentences/s."]
+    noisy = max([ceil["other_load_cores"]] + [r["cpu_cores"].get("other", 0.0) for r in report["levels"]])
+    if noisy > 0.25:
+        lines += ["", f"**Warning:** other processes kept up to {noisy:.2f} cores busy during the measurements; "
+                      "these numbers are not comparable with a quiet machine's."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Ceiling, stack, levels, report; exit 1 on errors or wrong answers."""
+    args = parse_args(argv)
+    loadgen.use_uvloop()
+    started = time.time()
+    machine = {"cpus": os.cpu_count(), "loadavg_start": [round(v, 2) for v in os.getloadavg()],
+               "python": platform.python_version()}
+    sentences = corpus.build_corpus(args.corpus_size, args.seed)
+    source = model_path()
+    print(f"corpus: {corpus.describe(sentences)}", flush=True)
+    if args.wait_quiet:
+        print(f"other load before the ceiling: {wait_quiet(args.wait_quiet):.2f} cores", flush=True)
+    print("measuring the in-process ceiling ...", flush=True)
+    ceil = ceiling.measure_ceiling(source, sentences, threads=args.threads,
+                                   repeats=1 if args.quick else 2, latency_calls=20 if args.quick else 50)
+    reference = ceil.pop("reference")
+    print(f"ceiling: {ceil}", flush=True)
+    print(f"starting the stack ({args.server} x{args.webs}, {args.workers} worker(s)) ...", flush=True)
+    stack, urls, token = start_stack(args, source)
+    per_level: dict[int, list[dict[str, Any]]] = {level: [] for level in args.levels}
+    probe_level = 64 if 64 in args.levels else max(args.levels)
+    try:
+        requests = {url: loadgen.inference_requests(url, MODEL, token, sentences) for url in urls}
+        groups = {"web": [p.pid for p, _ in stack.web], "worker": [p.pid for p in stack.workers],
+                  "redis": [stack.redis.process.pid] if stack.redis else [], "client": [os.getpid()], "prober": []}
+        meter = CpuMeter(groups, without_children=("client",))  # the stack and prober are its children
+        print("warming the server up ...", flush=True)
+        asyncio.run(loadgen.run_level(urls, requests, max(args.levels), 0.0, 2.0 if args.quick else 4.0, 10**9))
+        for round_no in range(args.rounds):
+            order = args.levels if round_no % 2 == 0 else list(reversed(args.levels))
+            if args.wait_quiet:
+                print(f"other load before round {round_no + 1}: {wait_quiet(args.wait_quiet, groups=meter):.2f} cores")
+            for level in order:
+                summary = run_one_level(args, urls, requests, level, offset=round_no * 7919 + level * 31,
+                                        meter=meter, probe=level == probe_level, reference=reference)
+                summary["round"] = round_no + 1
+                per_level[level].append(summary)
+                health = f" health p99 {summary['health']['p99_ms']} ms" if summary["health"] else ""
+                print(f"round {round_no + 1} c={level}: {summary['req_s']} req/s p50 {summary['p50_ms']} "
+                      f"p99 {summary['p99_ms']} ms errors {summary['errors']} wrong {summary['wrong']} "
+                      f"cpu cores {summary['cpu_cores']}{health}", flush=True)
+                time.sleep(0.5)
+    finally:
+        stack.stop()
+    rows = aggregate(per_level, ceil["sentences_per_s"])
+    report = {
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        "machine": machine, "corpus": corpus.describe(sentences), "ceiling": ceil, "levels": rows,
+        "rounds": per_level, "duration_s": round(time.time() - started, 1),
+    }
+    report["targets"] = evaluate_targets(rows, ceil)
+    markdown = render(report)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(report, indent=2, default=str))
+    (out / "latest.md").write_text(markdown)
+    print()
+    print(markdown)
+    print(f"written: {out / 'latest.json'}, {out / 'latest.md'} ({report['duration_s']:.0f} s)")
+    bad = sum(r["errors"] + r["wrong"] for r in rows)
+    if bad:
+        print(f"FAILED: {bad} errors or wrong answers", file=sys.stderr)
+        for r in per_level.values():
+            for s in r:
+                for line in s["sample_errors"][:3]:
+                    print(f"  c={s['concurrency']} round {s['round']}: {line}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
