@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,13 +13,14 @@ from models_registry import tasks
 from models_registry.errors import InvalidInput, TooLarge
 
 _ALWAYS_ALLOWED = {"inputs", "parameters", "options"}  # HF clients may send options: ignored
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 @dataclass(frozen=True)
 class InferenceRequest:
     """A validated inference request."""
 
-    inputs: list[str]
+    inputs: list[Any]  # strings, or {"question", "context"} objects for question-answering
     is_batch: bool
     parameters: dict[str, Any]
 
@@ -38,7 +40,7 @@ def parse_body(body: bytes, content_type: str, max_bytes: int) -> Any:
         # What `curl -d` sends: JSON when it parses as an object, else the text itself.
         if text.lstrip().startswith("{"):
             try:
-                return json.loads(text)
+                return _loads(text)
             except json.JSONDecodeError:
                 pass
         return {"inputs": text}
@@ -47,9 +49,21 @@ def parse_body(body: bytes, content_type: str, max_bytes: int) -> Any:
     if not text.strip():
         raise InvalidInput("request body is empty: send {\"inputs\": ...}")
     try:
-        return json.loads(text)
+        return _loads(text)
     except json.JSONDecodeError as error:
         raise InvalidInput(f"malformed JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
+
+
+def _loads(text: str) -> Any:
+    """json.loads, refusing lone UTF-16 surrogate escapes: msgpack cannot send them to a worker."""
+    value = json.loads(text)
+    if _SURROGATE_ESCAPE.search(text):  # only then pay for the check (paired escapes are fine)
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInput("request body has an unpaired UTF-16 surrogate escape (\\ud800-\\udfff); "
+                               "send valid Unicode text") from None
+    return value
 
 
 def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: int) -> InferenceRequest:
@@ -73,6 +87,7 @@ def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: 
             parameters[key] = value
     # Drop nulls so they do not mask the task's defaults.
     merged = {**defaults, **{k: v for k, v in parameters.items() if v is not None}}
+    tasks.check_required(task, merged)
     return InferenceRequest(inputs=inputs, is_batch=is_batch, parameters=merged)
 
 
@@ -83,11 +98,13 @@ def decode_vector(output: Any) -> Any:
 
 
 def shape_response(task: str, outputs: list[Any], is_batch: bool) -> Any:
-    """The HF Inference API response for task: one entry per input, in input order."""
+    """The HF Inference API response for task: one entry per input, in input order.
+
+    One string input is answered with its entry alone, except for the tasks whose HF answer
+    is a list even then (text-classification, summarization, translation, text2text-generation).
+    """
     if task == "feature-extraction":
         outputs = [decode_vector(o) for o in outputs]
-    if is_batch:
+    if is_batch or tasks.TASK_KINDS[task].single_in_list:
         return outputs
-    if task == "text-classification":
-        return outputs  # a list of label lists even for one string input (HF spec)
     return outputs[0]

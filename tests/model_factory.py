@@ -1,7 +1,7 @@
 """Build tiny random-weight transformers models on disk for integration tests.
 
 Everything is built locally (no hub access): the BERT models reuse the vocabulary of the
-bundled MiniLM model, and the GPT-2 model gets a byte-level BPE tokenizer trained here.
+bundled MiniLM model; the GPT-2 and BART models get a byte-level BPE tokenizer trained here.
 """
 
 from __future__ import annotations
@@ -80,20 +80,15 @@ def _corpus() -> list[str]:
 def build_tiny_gpt2(dest: Path) -> Path:
     """Build a tiny random GPT2LMHeadModel with a locally trained byte-level BPE tokenizer."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import processors
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     dest = Path(dest)
     if _done(dest):
         return dest
     dest.mkdir(parents=True, exist_ok=True)
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
+    bpe = _byte_level_bpe([EOS])
     bpe.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=[EOS], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    bpe.train_from_iterator(_corpus(), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=EOS, eos_token=EOS,
                                         unk_token=EOS, pad_token=EOS, model_max_length=128)
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
@@ -102,6 +97,72 @@ def build_tiny_gpt2(dest: Path) -> Path:
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).eval()
     model.generation_config.pad_token_id = eos_id
+    tokenizer.save_pretrained(str(dest))
+    model.save_pretrained(str(dest))
+    return dest
+
+
+def build_token_classifier(dest: Path, labels: Sequence[str] = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")) -> Path:
+    """Build a tiny random BertForTokenClassification with BIO labels in ``dest``."""
+    from transformers import BertForTokenClassification
+
+    id2label = {i: str(label) for i, label in enumerate(labels)}
+    return _bert(dest, BertForTokenClassification, num_labels=len(id2label),
+                 id2label=id2label, label2id={v: k for k, v in id2label.items()})
+
+
+def build_question_answering(dest: Path) -> Path:
+    """Build a tiny random BertForQuestionAnswering with the MiniLM vocabulary in ``dest``."""
+    from transformers import BertForQuestionAnswering
+
+    return _bert(dest, BertForQuestionAnswering)
+
+
+def build_zero_shot_classifier(dest: Path) -> Path:
+    """Build a tiny random NLI classifier (entailment, neutral, contradiction) for zero-shot in ``dest``."""
+    return build_sequence_classifier(dest, labels=("entailment", "neutral", "contradiction"))
+
+
+def _byte_level_bpe(special_tokens: Sequence[str]) -> object:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=list(special_tokens), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(_corpus(), trainer=trainer)
+    return bpe
+
+
+def build_tiny_seq2seq(dest: Path) -> Path:
+    """Build a tiny random BartForConditionalGeneration with a byte-level BPE tokenizer in ``dest``.
+
+    Serves summarization, translation and text2text-generation alike (random weights).
+    """
+    import torch
+    from tokenizers import processors
+    from transformers import BartConfig, BartForConditionalGeneration, PreTrainedTokenizerFast
+
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # ids 0-4, as BART's
+    bpe = _byte_level_bpe(specials)
+    bpe.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                        unk_token="<unk>", mask_token="<mask>", model_max_length=128)
+    config = BartConfig(vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
+                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                        decoder_ffn_dim=64, max_position_embeddings=128, pad_token_id=1, bos_token_id=0,
+                        eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2,
+                        # Untied and wider-initialised: greedy decoding neither repeats the start token
+                        # (an immediate end) nor ignores the encoder, so outputs differ per input.
+                        tie_word_embeddings=False, init_std=0.2)
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(config).eval()
     tokenizer.save_pretrained(str(dest))
     model.save_pretrained(str(dest))
     return dest

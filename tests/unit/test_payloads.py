@@ -272,3 +272,65 @@ def test_text_classification_single_string_is_still_nested() -> None:
 def test_text_classification_batch_is_a_list_per_input() -> None:
     other = [{"label": "NEGATIVE", "score": 0.7}]
     assert shape_response(TC, [LABELS, other], is_batch=True) == [LABELS, other]
+
+
+# --- the tasks beyond the first three --------------------------------------------------
+
+QA, ZS, TOK, TG = "question-answering", "zero-shot-classification", "token-classification", "text-generation"
+
+
+def test_question_answering_request_keeps_the_objects() -> None:
+    pair = {"question": "Who?", "context": "Clara lives here."}
+    request = read_request({"inputs": pair, "parameters": {"top_k": 2}}, QA, {}, 8)
+    assert request.inputs == [pair] and request.is_batch is False and request.parameters == {"top_k": 2}
+
+
+def test_zero_shot_without_candidate_labels_is_a_400() -> None:
+    with pytest.raises(InvalidInput, match="needs parameter\\(s\\) candidate_labels"):
+        read_request({"inputs": "I love it"}, ZS, {}, 8)
+
+
+def test_zero_shot_candidate_labels_may_come_from_the_task_defaults() -> None:
+    request = read_request({"inputs": "I love it"}, ZS, {"candidate_labels": ["good", "bad"]}, 8)
+    assert request.parameters == {"candidate_labels": ["good", "bad"]}
+
+
+def test_a_null_candidate_labels_does_not_satisfy_the_requirement() -> None:
+    with pytest.raises(InvalidInput, match="needs parameter\\(s\\) candidate_labels"):
+        read_request({"inputs": "x", "parameters": {"candidate_labels": None}}, ZS, {}, 8)
+
+
+ANSWER = {"answer": "Berkeley", "score": 0.9, "start": 31, "end": 39}
+
+
+def test_question_answering_single_input_is_the_answer_object() -> None:
+    assert shape_response(QA, [ANSWER], is_batch=False) == ANSWER
+
+
+def test_question_answering_batch_is_one_answer_per_input() -> None:
+    assert shape_response(QA, [ANSWER, [ANSWER, ANSWER]], is_batch=True) == [ANSWER, [ANSWER, ANSWER]]
+
+
+def test_zero_shot_single_input_is_a_flat_label_list() -> None:
+    labels = [{"label": "good", "score": 0.7}, {"label": "bad", "score": 0.3}]
+    assert shape_response(ZS, [labels], is_batch=False) == labels
+    assert shape_response(ZS, [labels, labels], is_batch=True) == [labels, labels]
+
+
+def test_token_classification_single_input_is_a_flat_entity_list() -> None:
+    entities = [{"entity_group": "PER", "score": 0.9, "word": "Clara", "start": 11, "end": 16}]
+    assert shape_response(TOK, [entities], is_batch=False) == entities
+    assert shape_response(TOK, [entities, []], is_batch=True) == [entities, []]
+
+
+def test_text_generation_single_input_is_a_list_of_one_generation() -> None:
+    generated = [{"generated_text": "Hello world"}]
+    assert shape_response(TG, [generated], is_batch=False) == generated
+    assert shape_response(TG, [generated, generated], is_batch=True) == [generated, generated]
+
+
+@pytest.mark.parametrize(("task", "key"), [("summarization", "summary_text"), ("translation", "translation_text"),
+                                          ("text2text-generation", "generated_text")])
+def test_seq2seq_answers_are_lists_of_objects_even_for_one_string(task: str, key: str) -> None:
+    assert shape_response(task, [{key: "a"}], is_batch=False) == [{key: "a"}]
+    assert shape_response(task, [{key: "a"}, {key: "b"}], is_batch=True) == [{key: "a"}, {key: "b"}]

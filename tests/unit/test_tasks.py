@@ -11,13 +11,15 @@ from models_registry.errors import InvalidInput, TooLarge
 from models_registry.tasks import normalize_inputs, validate_parameters
 
 FE, FM, TC = "feature-extraction", "fill-mask", "text-classification"
+TOK, QA, ZS = "token-classification", "question-answering", "zero-shot-classification"
+TG, SUM, TR, T2T = "text-generation", "summarization", "translation", "text2text-generation"
 
 
 # --- validate_parameters ---------------------------------------------------------------
 
 
-def test_the_supported_tasks_are_the_three_the_worker_runs() -> None:
-    assert set(tasks.SUPPORTED_TASKS) == {FE, FM, TC}
+def test_the_supported_tasks_are_the_ones_the_worker_runs() -> None:
+    assert set(tasks.SUPPORTED_TASKS) == {FE, FM, TC, TOK, QA, ZS, TG, SUM, TR, T2T}
 
 
 @pytest.mark.parametrize("task", [FE, FM, TC])
@@ -192,3 +194,170 @@ def test_too_many_inputs_is_too_large() -> None:
 def test_exactly_max_inputs_is_accepted() -> None:
     items, is_batch = normalize_inputs(TC, ["x"] * 8, 8)
     assert len(items) == 8 and is_batch
+
+
+# --- the tasks beyond the first three --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("task", "allowed"),
+    [
+        (TOK, "aggregation_strategy, ignore_labels, stride"),
+        (QA, "align_to_words, doc_stride, handle_impossible_answer, max_answer_len, max_seq_len, top_k"),
+        (ZS, "candidate_labels, hypothesis_template, multi_label"),
+        (TG, "do_sample, max_new_tokens, repetition_penalty, return_full_text, seed, stop, temperature, top_k, "
+             "top_p, typical_p"),
+        (SUM, "clean_up_tokenization_spaces, generate_parameters, truncation"),
+        (TR, "clean_up_tokenization_spaces, generate_parameters, src_lang, tgt_lang, truncation"),
+        (T2T, "clean_up_tokenization_spaces, generate_parameters, truncation"),
+    ],
+)
+def test_each_new_task_refuses_what_it_does_not_take_and_lists_what_it_does(task: str, allowed: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        validate_parameters(task, {"no_such_option": 1})
+    assert f"{task} does not take parameter(s) no_such_option; it takes: {allowed}" in caught.value.message
+
+
+def test_text_generation_unknown_parameters_use_the_phrase_the_hf_client_retries_on() -> None:
+    import re
+
+    with pytest.raises(InvalidInput) as caught:
+        validate_parameters(TG, {"watermark": True, "details": True})
+    # huggingface_hub.InferenceClient.text_generation drops the named parameters and retries.
+    match = re.search(r"The following `model_kwargs` are not used by the model: \[(.*?)\]", caught.value.message)
+    assert match and [k.strip("' ") for k in match.group(1).split(",")] == ["details", "watermark"]
+
+
+def test_token_classification_parameters() -> None:
+    parameters = {"aggregation_strategy": "max", "ignore_labels": [], "stride": 16}
+    assert validate_parameters(TOK, parameters) == parameters
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("aggregation_strategy", "sum", "'aggregation_strategy' must be one of none, simple, first, average, max"),
+        ("ignore_labels", "O", "'ignore_labels' must be a list of at most 1000 non-empty strings"),
+        ("ignore_labels", [""], "'ignore_labels' must be a list"),
+        ("stride", 0, "'stride' must be an integer from 1 to 4096"),
+    ],
+)
+def test_token_classification_wrong_values(name: str, value: Any, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        validate_parameters(TOK, {name: value})
+
+
+def test_question_answering_parameters() -> None:
+    parameters = {"top_k": 3, "doc_stride": 0, "max_answer_len": 30, "max_seq_len": 256,
+                  "handle_impossible_answer": True, "align_to_words": False}
+    assert validate_parameters(QA, parameters) == parameters
+
+
+@pytest.mark.parametrize(("name", "value"), [("top_k", 0), ("max_seq_len", 8), ("max_answer_len", 0),
+                                             ("handle_impossible_answer", "yes")])
+def test_question_answering_wrong_values(name: str, value: Any) -> None:
+    with pytest.raises(InvalidInput, match=f"'{name}' must be"):
+        validate_parameters(QA, {name: value})
+
+
+def test_zero_shot_labels_as_a_list_or_a_comma_separated_string() -> None:
+    assert validate_parameters(ZS, {"candidate_labels": ["a", "b"]}) == {"candidate_labels": ["a", "b"]}
+    assert validate_parameters(ZS, {"candidate_labels": "sport, politics,"}) == {"candidate_labels": ["sport", "politics"]}
+
+
+@pytest.mark.parametrize("labels", [[], "", " , ", ["a", ""], ["a", 3], ["x"] * 2, [f"l{i}" for i in range(101)], 5])
+def test_zero_shot_bad_labels(labels: Any) -> None:
+    with pytest.raises(InvalidInput, match="'candidate_labels' must"):
+        validate_parameters(ZS, {"candidate_labels": labels})
+
+
+def test_zero_shot_hypothesis_template_needs_a_placeholder() -> None:
+    assert validate_parameters(ZS, {"hypothesis_template": "About {}."}) == {"hypothesis_template": "About {}."}
+    with pytest.raises(InvalidInput, match="'hypothesis_template' must be a string with \\{\\}"):
+        validate_parameters(ZS, {"hypothesis_template": "About it."})
+
+
+def test_zero_shot_needs_candidate_labels_from_the_request_or_the_defaults() -> None:
+    with pytest.raises(InvalidInput, match="zero-shot-classification needs parameter\\(s\\) candidate_labels") as caught:
+        tasks.check_required(ZS, {"multi_label": True})
+    assert caught.value.status == 400
+    tasks.check_required(ZS, {"candidate_labels": ["a"]})  # no error
+    tasks.check_required(TC, {})  # nothing required
+
+
+def test_text_generation_parameters() -> None:
+    parameters = {"max_new_tokens": 512, "do_sample": True, "temperature": 0.7, "top_k": 50, "top_p": 1,
+                  "typical_p": 0.5, "repetition_penalty": 1.2, "return_full_text": False, "stop": ["\n"],
+                  "seed": 42}
+    assert validate_parameters(TG, parameters) == parameters
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("max_new_tokens", 513, "'max_new_tokens' must be an integer from 1 to 512"),
+        ("max_new_tokens", 0, "'max_new_tokens' must be an integer from 1 to 512"),
+        ("temperature", 0, "'temperature' must be a number above 0 to 100"),
+        ("temperature", "hot", "'temperature' must be a number above 0 to 100"),
+        ("top_p", 1.5, "'top_p' must be a number above 0 to 1"),
+        ("do_sample", 1, "'do_sample' must be true or false"),
+        ("stop", "END", "'stop' must be a list of at most 16 non-empty strings"),
+        ("stop", [""], "'stop' must be a list"),
+        ("seed", -1, "'seed' must be an integer"),
+    ],
+)
+def test_text_generation_wrong_values(name: str, value: Any, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        validate_parameters(TG, {name: value})
+
+
+@pytest.mark.parametrize("task", [SUM, TR, T2T])
+def test_seq2seq_generate_parameters_are_checked_and_nulls_dropped(task: str) -> None:
+    parameters = {"generate_parameters": {"max_new_tokens": 8, "num_beams": 2, "early_stopping": "never",
+                                          "temperature": None}, "truncation": "only_first"}
+    assert validate_parameters(task, parameters) == {
+        "generate_parameters": {"max_new_tokens": 8, "num_beams": 2, "early_stopping": "never"},
+        "truncation": "only_first",
+    }
+
+
+@pytest.mark.parametrize(
+    ("generate", "message"),
+    [
+        ({"max_new_tokens": 10_000}, "'max_new_tokens' must be an integer from 1 to 512"),
+        ({"stop": ["x"]}, "generate_parameters does not take parameter\\(s\\) stop; it takes: do_sample"),
+        ("greedy", "'generate_parameters' must be a JSON object"),
+    ],
+)
+def test_seq2seq_bad_generate_parameters(generate: Any, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        validate_parameters(SUM, {"generate_parameters": generate})
+
+
+def test_question_answering_inputs_one_object_or_a_list() -> None:
+    pair = {"question": "Who?", "context": "Clara lives here."}
+    assert normalize_inputs(QA, pair, 8) == ([pair], False)
+    assert normalize_inputs(QA, [pair, pair], 8) == ([pair, pair], True)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ("Who?", "question-answering takes 'inputs' as \\{\"question\": ..., \"context\": ...\\}"),
+        ({"question": "Who?"}, "inputs\\[0\\] must be an object with exactly 'question' and 'context', not \\['question'\\]"),
+        ({"question": "Who?", "context": "x", "extra": 1}, "inputs\\[0\\] must be an object with exactly"),
+        ([{"question": "Who?", "context": "x"}, "Who?"], "inputs\\[1\\] must be an object with exactly .* not str"),
+        ({"question": "Who?", "context": "  "}, "inputs\\[0\\].context must be a non-empty string"),
+        ({"question": 3, "context": "x"}, "inputs\\[0\\].question must be a non-empty string"),
+    ],
+)
+def test_question_answering_bad_inputs(inputs: Any, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        normalize_inputs(QA, inputs, 8)
+
+
+@pytest.mark.parametrize("task", [TOK, ZS, TG, SUM, TR, T2T])
+def test_text_tasks_take_strings_and_refuse_objects(task: str) -> None:
+    assert normalize_inputs(task, ["a", "b"], 8) == (["a", "b"], True)
+    with pytest.raises(InvalidInput, match="takes 'inputs' as a string or a list of strings"):
+        normalize_inputs(task, {"question": "q", "context": "c"}, 8)
