@@ -3,14 +3,14 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from models_registry import dashboard
+from models_registry import dashboard, metrics_view
 
 urlpatterns = [
     path("", include("models_registry.urls")),
     path("admin/", admin.site.urls),
     path("dashboard/", dashboard.page, name="dashboard"),
     path("dashboard/data.json", dashboard.data, name="dashboard-data"),
-    path("", include("django_prometheus.urls")),
+    path("metrics", metrics_view.metrics, name="prometheus-django-metrics"),
 ]
 
 handler404 = "models_registry.views.api_not_found"

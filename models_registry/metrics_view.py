@@ -1,0 +1,23 @@
+"""GET /metrics: django-prometheus' exposition, behind HOSTING_METRICS_TOKEN when it is set."""
+
+from __future__ import annotations
+
+import hmac
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django_prometheus.exports import ExportToDjangoView
+
+from models_registry.auth import bearer_token
+from models_registry.errors import Unauthorized, error_response
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """The Prometheus text format; a bearer token is required only if one is configured."""
+    expected = settings.HOSTING_METRICS_TOKEN
+    if expected:
+        given = bearer_token(request.headers.get("Authorization", "")) or ""
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            return error_response(Unauthorized("metrics need 'Authorization: Bearer <HOSTING_METRICS_TOKEN>'"),
+                                  getattr(request, "request_id", None))
+    return ExportToDjangoView(request)
