@@ -68,8 +68,11 @@ def to_plain(value: Any) -> Any:
 
 
 def _per_input(raw: Any, count: int) -> list[Any]:
-    """A pipeline's answer as one entry per input: one input may come back unwrapped."""
-    if count == 1 and (not raw or isinstance(raw[0], dict)):
+    """A pipeline's answer as one entry per input: the answer to one input may come back unwrapped.
+
+    One fill-mask text with two masks gives a list per mask, but one text it remains.
+    """
+    if count == 1 and not (len(raw) == 1 and isinstance(raw[0], list)):
         return [raw]
     return list(raw)
 
@@ -103,8 +106,7 @@ def text_classification(pipe: Any, texts: list[str], params: dict[str, Any]) -> 
     if params.get("function_to_apply"):
         kwargs["function_to_apply"] = params["function_to_apply"]
     raw = pipe(texts, batch_size=len(texts), truncation=True, **kwargs)
-    per_text = [raw] if len(texts) == 1 and raw and isinstance(raw[0], dict) else raw
-    return [to_plain(r if isinstance(r, list) else [r]) for r in per_text]
+    return [to_plain(r if isinstance(r, list) else [r]) for r in _per_input(raw, len(texts))]
 
 
 def token_classification(pipe: Any, texts: list[str], params: dict[str, Any]) -> list[Any]:

@@ -239,8 +239,8 @@ def check_required(task: str, parameters: dict[str, Any]) -> None:
     """400 when a parameter the task needs is in neither the request nor the task's defaults."""
     missing = [name for name in TASK_KINDS[task].required if parameters.get(name) is None]
     if missing:
-        raise InvalidInput(f"{task} needs parameter(s) {', '.join(missing)}, e.g. "
-                           "{\"inputs\": ..., \"parameters\": {\"candidate_labels\": [\"a\", \"b\"]}}")
+        raise InvalidInput(f"{task} needs parameter(s) {', '.join(missing)} in the request's 'parameters' "
+                           "(or in the task's default parameters)")
 
 
 def _question_context(position: int, item: Any) -> dict[str, str]:
@@ -264,7 +264,7 @@ def normalize_inputs(task: str, inputs: Any, max_inputs: int) -> tuple[list[Any]
     elif inputs is None:
         raise InvalidInput("'inputs' is required")
     elif kind.question_context:
-        raise InvalidInput(f"{task} takes 'inputs' as {{\"question\": ..., \"context\": ...}} or a list of such objects")
+        raise InvalidInput(f"{task} takes 'inputs' as {{\"question\": ..., \"context\": ...}} or a list of them")
     else:
         raise InvalidInput(f"{task} takes 'inputs' as a string or a list of strings")
     if not items:

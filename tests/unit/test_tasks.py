@@ -205,8 +205,8 @@ def test_exactly_max_inputs_is_accepted() -> None:
         (TOK, "aggregation_strategy, ignore_labels, stride"),
         (QA, "align_to_words, doc_stride, handle_impossible_answer, max_answer_len, max_seq_len, top_k"),
         (ZS, "candidate_labels, hypothesis_template, multi_label"),
-        (TG, "do_sample, max_new_tokens, repetition_penalty, return_full_text, seed, stop, temperature, top_k, "
-             "top_p, typical_p"),
+        (TG, ("do_sample, max_new_tokens, repetition_penalty, return_full_text, seed, stop, temperature, top_k, "
+              "top_p, typical_p")),
         (SUM, "clean_up_tokenization_spaces, generate_parameters, truncation"),
         (TR, "clean_up_tokenization_spaces, generate_parameters, src_lang, tgt_lang, truncation"),
         (T2T, "clean_up_tokenization_spaces, generate_parameters, truncation"),
@@ -262,7 +262,8 @@ def test_question_answering_wrong_values(name: str, value: Any) -> None:
 
 def test_zero_shot_labels_as_a_list_or_a_comma_separated_string() -> None:
     assert validate_parameters(ZS, {"candidate_labels": ["a", "b"]}) == {"candidate_labels": ["a", "b"]}
-    assert validate_parameters(ZS, {"candidate_labels": "sport, politics,"}) == {"candidate_labels": ["sport", "politics"]}
+    labels = validate_parameters(ZS, {"candidate_labels": "sport, politics,"})
+    assert labels == {"candidate_labels": ["sport", "politics"]}
 
 
 @pytest.mark.parametrize("labels", [[], "", " , ", ["a", ""], ["a", 3], ["x"] * 2, [f"l{i}" for i in range(101)], 5])
@@ -278,9 +279,9 @@ def test_zero_shot_hypothesis_template_needs_a_placeholder() -> None:
 
 
 def test_zero_shot_needs_candidate_labels_from_the_request_or_the_defaults() -> None:
-    with pytest.raises(InvalidInput, match="zero-shot-classification needs parameter\\(s\\) candidate_labels") as caught:
+    with pytest.raises(InvalidInput, match="zero-shot-classification needs parameter\\(s\\) candidate_labels in") as e:
         tasks.check_required(ZS, {"multi_label": True})
-    assert caught.value.status == 400
+    assert e.value.status == 400
     tasks.check_required(ZS, {"candidate_labels": ["a"]})  # no error
     tasks.check_required(TC, {})  # nothing required
 
@@ -344,7 +345,7 @@ def test_question_answering_inputs_one_object_or_a_list() -> None:
     ("inputs", "message"),
     [
         ("Who?", "question-answering takes 'inputs' as \\{\"question\": ..., \"context\": ...\\}"),
-        ({"question": "Who?"}, "inputs\\[0\\] must be an object with exactly 'question' and 'context', not \\['question'\\]"),
+        ({"question": "Who?"}, r"inputs\[0\] must be an object with exactly 'question' and 'context', not \['ques"),
         ({"question": "Who?", "context": "x", "extra": 1}, "inputs\\[0\\] must be an object with exactly"),
         ([{"question": "Who?", "context": "x"}, "Who?"], "inputs\\[1\\] must be an object with exactly .* not str"),
         ({"question": "Who?", "context": "  "}, "inputs\\[0\\].context must be a non-empty string"),
