@@ -1,13 +1,17 @@
-"""Routes of the HTTP API."""
+"""Routes of the HTTP API, the OpenAI-compatible routes and the API's own description."""
 
 from django.urls import path
 
-from models_registry import views
+from models_registry import openai_api, openapi, views
 
 urlpatterns = [
     path("models", views.model_list, name="model-list"),
     path("models/<slug:name>", views.model_endpoint, name="model"),
-    path("models/<slug:name>/<slug:task>", views.model_endpoint, name="model-task"),
+    path("models/<slug:name>/<slug:task>", views.model_task_endpoint, name="model-task"),
+    path("v1/embeddings", openai_api.embeddings, name="openai-embeddings"),
+    path("v1/models", openai_api.list_models, name="openai-models"),
     path("health", views.health, name="health"),
     path("ready", views.ready, name="ready"),
+    path("api/openapi.json", openapi.schema_view, name="openapi-schema"),
+    path("api/docs", openapi.docs_view, name="openapi-docs"),
 ]

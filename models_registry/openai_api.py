@@ -1,0 +1,273 @@
+"""OpenAI-compatible routes: POST /v1/embeddings and GET /v1/models (feature-extraction tasks).
+
+Errors here use OpenAI's shape, {"error": {"message", "type", "param", "code"}}, plus our
+`error_type` at the top level: the openai SDK reads `error.message` into the exception
+text and `error.code`/`error.param`/`error.type` into its attributes; with our plain
+{"error": "<text>"} it would raise a bare "Error code: 400" and drop the message.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from models_registry import auth, client, metrics, payloads, registry_cache, views
+from models_registry.errors import Forbidden, HostingError, Internal, InvalidInput, MethodNotAllowed, NotFound, TooLarge
+from models_registry.specs import ModelSpec, TaskSpec
+
+logger = logging.getLogger("models_registry.requests")
+
+AsyncView = Callable[..., Awaitable[HttpResponse]]
+FIELDS = ("model", "input", "encoding_format", "dimensions", "user")
+ENCODINGS = ("float", "base64")
+# Errors the SDK must not retry: a pipeline error repeats, and a timeout retried triples the wait.
+_NO_RETRY = {"internal", "timeout"}
+_native_dims: dict[tuple[Any, ...], int] = {}  # (model, task, load key) -> vector length seen
+
+
+def openai_error_body(error: HostingError) -> dict[str, Any]:
+    """OpenAI's error object for one of our errors (our slug as `code` and `error_type`)."""
+    return {
+        "error": {
+            "message": error.message,
+            "type": "server_error" if error.status >= 500 else "invalid_request_error",
+            "param": getattr(error, "param", None),
+            "code": error.error_type,
+        },
+        "error_type": error.error_type,
+    }
+
+
+def openai_error_response(error: HostingError, request_id: str | None) -> JsonResponse:
+    """The HTTP answer for error on a /v1 route: same status and headers as everywhere."""
+    response = JsonResponse(openai_error_body(error), status=error.status)
+    for name, value in error.headers.items():
+        response[name] = value
+    if error.error_type in _NO_RETRY:
+        response["X-Should-Retry"] = "false"  # read by the openai SDK's retry loop
+    if request_id:
+        response["X-Request-Id"] = request_id
+    return response
+
+
+def openai_view(*methods: str) -> Callable[[AsyncView], AsyncView]:
+    """Allow only methods; answer every error in OpenAI's shape (never a trace)."""
+
+    def decorate(view: AsyncView) -> AsyncView:
+        @wraps(view)
+        async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            request_id = getattr(request, "request_id", None)
+            try:
+                if request.method not in methods:
+                    allow = ", ".join(methods)
+                    raise MethodNotAllowed(f"{request.method} is not allowed here; use {allow}",
+                                           headers={"Allow": allow})
+                return await view(request, *args, **kwargs)
+            except HostingError as error:
+                return openai_error_response(error, request_id)
+            except Exception:
+                logger.exception("unhandled error in %s (request %s)", request.path, request_id)
+                return openai_error_response(Internal("internal server error"), request_id)
+
+        return csrf_exempt(wrapper)
+
+    return decorate
+
+
+def invalid(message: str, param: str | None) -> InvalidInput:
+    """A 400 that names the offending request field (OpenAI's `param`)."""
+    error = InvalidInput(message)
+    error.param = param  # type: ignore[attr-defined]
+    return error
+
+
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    """A validated POST /v1/embeddings body."""
+
+    model: str
+    inputs: list[str]
+    encoding_format: str
+    dimensions: int | None
+
+
+def _read_input(value: Any, max_inputs: int) -> list[str]:
+    if value is None:
+        raise invalid("'input' is required: a string or a list of strings", "input")
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise invalid(f"'input' must be a string or a list of strings, not {type(value).__name__}", "input")
+    if not items:
+        raise invalid("'input' must not be an empty list", "input")
+    if any(isinstance(i, list) for i in items) or all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        raise invalid("token-id arrays are not supported: send text, a string or a list of strings", "input")
+    if len(items) > max_inputs:
+        raise TooLarge(f"{len(items)} inputs in one request; this server takes at most {max_inputs}")
+    for position, item in enumerate(items):
+        if not isinstance(item, str):
+            raise invalid(f"input[{position}] must be a string, not {type(item).__name__}", "input")
+    return items
+
+
+def read_embedding_request(payload: Any, max_inputs: int) -> EmbeddingRequest:
+    """Validate an OpenAI embeddings body (pure: no database, no I/O)."""
+    if not isinstance(payload, dict):
+        raise invalid('request body must be a JSON object like {"model": "...", "input": "..."}', None)
+    unknown = sorted(set(payload) - set(FIELDS))
+    if unknown:
+        raise invalid(f"unrecognized request argument(s): {', '.join(unknown)}; this server takes "
+                      f"{', '.join(FIELDS)}", unknown[0])
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("'model' is required: a model id from GET /v1/models", "model")
+    inputs = _read_input(payload.get("input"), max_inputs)
+    encoding = payload.get("encoding_format")
+    encoding = "float" if encoding is None else encoding
+    if encoding not in ENCODINGS:
+        raise invalid(f"'encoding_format' must be float or base64, not {encoding!r}", "encoding_format")
+    dimensions = payload.get("dimensions")
+    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
+        raise invalid("'dimensions' must be a positive integer", "dimensions")
+    user = payload.get("user")
+    if user is not None and not isinstance(user, str):
+        raise invalid("'user' must be a string", "user")
+    return EmbeddingRequest(model=model, inputs=inputs, encoding_format=encoding, dimensions=dimensions)
+
+
+def embedding_ids(spec: ModelSpec) -> list[str]:
+    """The /v1 model ids of spec: its name for an embedding default task, name/task for the others."""
+    return [spec.name if t.name == spec.default_task else f"{spec.name}/{t.name}"
+            for t in spec.tasks.values() if _embeds(t)]
+
+
+def _embeds(task: TaskSpec) -> bool:
+    return task.task == "feature-extraction" and task.pooling != "none"
+
+
+async def _resolve(model_id: str) -> tuple[ModelSpec, TaskSpec]:
+    name, _, task_name = model_id.partition("/")
+    spec = (await registry_cache.get_specs()).get(name)
+    if spec is None:
+        raise NotFound(f"no model {model_id!r}; GET /v1/models lists them")
+    task = spec.tasks.get(task_name or spec.default_task)
+    if task is None:
+        raise NotFound(f"model {name!r} has no task {task_name!r}; GET /v1/models lists the embedding ids")
+    if task.task != "feature-extraction":
+        raise invalid(f"{model_id!r} is a {task.task} task, not an embedding model; GET /v1/models lists "
+                      "the embedding ids", "model")
+    if task.pooling == "none":
+        raise invalid(f"{model_id!r} returns one vector per token (pooling 'none'), not one embedding", "model")
+    return spec, task
+
+
+def _check_dimensions(wanted: int | None, native: int | None, model_id: str) -> None:
+    if wanted is not None and native is not None and wanted != native:
+        raise invalid(f"{model_id!r} returns {native}-dimensional embeddings and cannot shorten them: "
+                      f"send dimensions={native} or leave it out", "dimensions")
+
+
+def _embedding(index: int, output: Any, encoding: str) -> dict[str, Any]:
+    data, _shape = output
+    vector: Any = base64.b64encode(data).decode("ascii") if encoding == "base64" else payloads.decode_vector(output)
+    return {"object": "embedding", "index": index, "embedding": vector}
+
+
+def _body(request: HttpRequest) -> Any:
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise TooLarge(f"request body is over the limit of {settings.HOSTING_MAX_BODY_BYTES} bytes") from None
+    media = (request.content_type or "").split(";")[0].strip().lower()
+    # The HF routes take plain text as one input; here only JSON names the model (curl -d JSON still works).
+    if media == "text/plain" or (media == "application/x-www-form-urlencoded" and not raw.lstrip().startswith(b"{")):
+        raise invalid('send a JSON body (Content-Type: application/json) like {"model": "...", "input": "..."}', None)
+    return payloads.parse_body(raw, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
+
+
+@openai_view("POST")
+async def embeddings(request: HttpRequest) -> HttpResponse:
+    """OpenAI's POST /v1/embeddings over a feature-extraction task."""
+    started = time.perf_counter()
+    grant = await auth.authorize(request.headers.get("Authorization"), None)
+    wanted = read_embedding_request(_body(request), settings.HOSTING_MAX_INPUTS)
+    name = wanted.model.partition("/")[0]
+    if grant is not None and not grant.allows(name):
+        raise Forbidden(f"this API token is not allowed to use model {name!r}")
+    spec, task = await _resolve(wanted.model)
+    dims_key = (spec.name, task.name, spec.load_key())
+    try:
+        _check_dimensions(wanted.dimensions, _native_dims.get(dims_key), wanted.model)
+        result = await _infer(request, spec, task, wanted.inputs)
+        native = int(result.outputs[0][1][0]) if result.outputs else None
+        if native is not None:
+            _native_dims[dims_key] = native
+        _check_dimensions(wanted.dimensions, native, wanted.model)
+    except HostingError as error:
+        elapsed = time.perf_counter() - started
+        metrics.observe_failure(spec.name, task.name, error.status, error.error_type, elapsed)
+        logger.info("request id=%s model=%s task=%s route=v1 status=%d error_type=%s total_ms=%.1f",
+                    request.request_id, spec.name, task.name, error.status, error.error_type, elapsed * 1000)
+        raise
+    elapsed = time.perf_counter() - started
+    metrics.observe_success(spec.name, task.name, elapsed, result.queue_ms / 1000, result.compute_ms / 1000,
+                            result.batch_size)
+    logger.info("request id=%s model=%s task=%s route=v1 status=200 inputs=%d queue_ms=%.1f compute_ms=%.1f "
+                "batch=%d total_ms=%.1f", request.request_id, spec.name, task.name, len(wanted.inputs),
+                result.queue_ms, result.compute_ms, result.batch_size, elapsed * 1000)
+    response = JsonResponse({
+        "object": "list",
+        "data": [_embedding(i, output, wanted.encoding_format) for i, output in enumerate(result.outputs)],
+        "model": wanted.model,
+        "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens},
+    })
+    response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
+    response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
+    response["X-Batch-Size"] = str(result.batch_size)
+    return response
+
+
+async def _infer(request: HttpRequest, spec: ModelSpec, task: TaskSpec, inputs: list[str]) -> client.InferenceResult:
+    drain_rate = await views._require_serving(spec, task.name)  # the HF route's own check, shared
+
+    async def still_served() -> bool:
+        state = (await registry_cache.get_workers()).model_states.get(spec.name)
+        return state is not None and state.get("state") == "ready"
+
+    return await client.infer(
+        request_id=request.request_id, model=spec.name, task=task.name, inputs=inputs,
+        parameters={k: v for k, v in task.parameters.items() if v is not None}, timeout_s=task.timeout_s,
+        max_queue_size=task.policy.max_queue_size, drain_rate=drain_rate, still_served=still_served,
+    )
+
+
+def _created_at() -> dict[str, int]:
+    from models_registry.models import RegisteredModel
+
+    rows = RegisteredModel.objects.values_list("name", "created_at")
+    return {name: int(created.timestamp()) for name, created in rows}
+
+
+@openai_view("GET")
+async def list_models(request: HttpRequest) -> HttpResponse:
+    """OpenAI's GET /v1/models: every enabled embedding id this token may use."""
+    grant = await auth.authorize(request.headers.get("Authorization"), None)
+    specs = await registry_cache.get_specs()
+    created = await sync_to_async(registry_cache.fresh_connection(_created_at))()
+    data = [
+        {"id": model_id, "object": "model", "created": created.get(name, 0), "owned_by": "hosting"}
+        for name, spec in specs.items()
+        if spec.enabled and (grant is None or grant.allows(name))
+        for model_id in embedding_ids(spec)
+    ]
+    return JsonResponse({"object": "list", "data": data})
