@@ -22,7 +22,9 @@ case "$role" in
         shift
         # All interfaces: inside a container that is the only way to be reachable;
         # what the host exposes is decided by the port mapping.
-        exec uvicorn hosting.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" "$@"
+        # keep-alive longer than load balancers keep idle connections (60 s is common)
+        exec uvicorn hosting.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" \
+            --timeout-keep-alive 75 "$@"
         ;;
     worker)
         shift

@@ -6,12 +6,16 @@ import hmac
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET
 from django_prometheus.exports import ExportToDjangoView
 
 from models_registry.auth import bearer_token
 from models_registry.errors import Unauthorized, error_response
 
 
+@csrf_exempt  # no session or form here: a wrong method is a 405, not a CSRF 403
+@require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     """The Prometheus text format; a bearer token is required only if one is configured."""
     expected = settings.HOSTING_METRICS_TOKEN

@@ -92,12 +92,28 @@ def _max_positions(model: Any, tokenizer: Any) -> int | None:
 def fill_mask(pipe: Any, texts: list[str], params: dict[str, Any]) -> list[Any]:
     """[{score, token, token_str, sequence}, ...] per input."""
     mask = pipe.tokenizer.mask_token
+    limit = _max_positions(pipe)
     for text in texts:
         if mask not in text:
             raise InvalidInput(f"fill-mask input must contain the mask token {mask}")
+        # Truncating could cut the mask away: refuse clearly instead of failing in the model.
+        if len(pipe.tokenizer(text)["input_ids"]) > limit:
+            raise InvalidInput(f"fill-mask input is longer than the model's {limit} tokens")
     kwargs = {k: params[k] for k in ("top_k", "targets") if params.get(k) is not None}
-    raw = pipe(texts, batch_size=len(texts), **kwargs)
+    try:
+        raw = pipe(texts, batch_size=len(texts), **kwargs)
+    except ValueError as error:  # e.g. targets that tokenize to nothing
+        if "target" in str(error).lower():
+            raise InvalidInput(f"parameter 'targets': {error}") from None
+        raise
     return [to_plain(r) for r in _per_input(raw, len(texts))]
+
+
+def _max_positions(pipe: Any) -> int:
+    """The longest input the model takes, in tokens."""
+    limits = [getattr(pipe.model.config, "max_position_embeddings", None), pipe.tokenizer.model_max_length]
+    valid = [int(v) for v in limits if isinstance(v, int) and 0 < v < 1_000_000]
+    return min(valid) if valid else 512
 
 
 def text_classification(pipe: Any, texts: list[str], params: dict[str, Any]) -> list[Any]:

@@ -47,8 +47,8 @@ def _choice(*choices: str) -> Callable[[str, Any], str]:
 def _str_or_list(name: str, value: Any) -> list[str]:
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise InvalidInput(f"parameter {name!r} must be a non-empty string or list of strings")
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+        raise InvalidInput(f"parameter {name!r} must be a non-empty string or list of non-blank strings")
     return value
 
 

@@ -147,3 +147,26 @@ def test_health_and_ready_need_no_token(stack: Stack) -> None:
     assert http_json("GET", f"{stack.url}/health")[0] == 200
     status, _, body = http_json("GET", f"{stack.url}/ready")
     assert status == 200 and body["status"] == "ready" and MINILM in body["checks"]["models_ready"]
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [{"targets": "  "}, {"targets": ["\u200b"]}, {"targets": ["\u0000"]}, {"targets": ["\u00a0"]}],
+)
+def test_fill_mask_targets_that_tokenize_to_nothing_are_a_400(stack: Stack, token: str, parameters: dict) -> None:
+    status, _, body = http_json("POST", f"{stack.url}/models/{MLM}", {"inputs": "a [MASK] b", "parameters": parameters},
+                                token=token)
+    assert status == 400 and body["error_type"] == "invalid_input", body
+
+
+def test_fill_mask_input_longer_than_the_model_is_a_400(stack: Stack, token: str) -> None:
+    status, _, body = http_json("POST", f"{stack.url}/models/{MLM}", {"inputs": "word " * 3000 + "[MASK]"},
+                                token=token)
+    assert status == 400 and body["error_type"] == "invalid_input" and "tokens" in body["error"], body
+    status, _, _ = http_json("POST", f"{stack.url}/models/{MLM}", {"inputs": "still [MASK] fine"}, token=token)
+    assert status == 200
+
+
+def test_metrics_only_answers_get(stack: Stack) -> None:
+    status, headers, _ = http_json("POST", f"{stack.url}/metrics", {})
+    assert status == 405 and "GET" in {k.lower(): v for k, v in headers.items()}["allow"]

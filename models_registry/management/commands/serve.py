@@ -81,7 +81,10 @@ class Command(BaseCommand):
         if server == "daphne":
             return [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "hosting.asgi:application"]
         return [sys.executable, "-m", "uvicorn", "hosting.asgi:application", "--host", host, "--port", str(port),
-                "--no-access-log", "--timeout-graceful-shutdown", "30"]
+                "--no-access-log", "--timeout-graceful-shutdown", "30",
+                # Longer than load balancers keep idle connections (60 s on the common ones):
+                # uvicorn's 5 s default closes sockets a client is about to reuse.
+                "--timeout-keep-alive", "75"]
 
     def _stop_all(self, processes: dict[str, subprocess.Popen[bytes]]) -> None:
         for process in processes.values():
