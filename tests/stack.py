@@ -15,11 +15,12 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -131,6 +132,12 @@ def flush_redis(url: str) -> None:
     client.close()
 
 
+def with_database(url: str, db: int) -> str:
+    """The same Redis server, another database number."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{db}"))
+
+
 def fresh_database_url(base_url: str | None, workdir: Path) -> tuple[str, Any]:
     """A new empty database: a SQLite file, or a new PostgreSQL database beside DATABASE_URL's.
 
@@ -176,6 +183,9 @@ class Stack:
     web: list[tuple[subprocess.Popen[Any], int]] = field(default_factory=list)
     workers: list[subprocess.Popen[Any]] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
+    redis_db: int | None = None
+
+    _redis_dbs_in_use: ClassVar[set[int]] = set()
 
     @classmethod
     def create(cls, extra_env: dict[str, str] | None = None, own_redis: bool = False) -> Stack:
@@ -185,8 +195,13 @@ class Stack:
         """
         workdir = Path(tempfile.mkdtemp(prefix="hosting-stack-"))
         redis_server = None
+        redis_db: int | None = None
         redis_url = None if own_redis else os.environ.get("REDIS_URL")
         if redis_url:
+            # Stacks alive at once must not share channels: each gets its own database.
+            redis_db = min(set(range(1, 16)) - cls._redis_dbs_in_use)
+            cls._redis_dbs_in_use.add(redis_db)
+            redis_url = with_database(redis_url, redis_db)
             flush_redis(redis_url)
         else:
             redis_server = RedisServer(workdir)
@@ -204,7 +219,7 @@ class Stack:
             "PYTHONUNBUFFERED": "1",
             **(extra_env or {}),
         }
-        stack = cls(workdir=workdir, env=env, redis=redis_server, drop_database=drop)
+        stack = cls(workdir=workdir, env=env, redis=redis_server, drop_database=drop, redis_db=redis_db)
         stack.manage("migrate", "--noinput", "-v0")
         return stack
 
@@ -291,6 +306,8 @@ class Stack:
             stop_process(process)
         if self.redis:
             self.redis.stop()
+        if self.redis_db is not None:
+            Stack._redis_dbs_in_use.discard(self.redis_db)
         if self.drop_database:
             try:
                 self.drop_database()
