@@ -10,6 +10,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.contrib import admin, messages
+from django.db.models import F
 from django.http import HttpRequest
 
 from models_registry import client, payloads, recent
@@ -135,7 +136,7 @@ class RegisteredModelAdmin(admin.ModelAdmin):
                     "device", "dtype")
     list_filter = ("enabled",)
     search_fields = ("name", "source")
-    actions = ["enable", "disable", "run_test_input"]
+    actions = ["enable", "disable", "load_now", "run_test_input"]
 
     def get_queryset(self, request: HttpRequest) -> Any:
         """Tasks in one query for the whole page."""
@@ -179,6 +180,12 @@ class RegisteredModelAdmin(admin.ModelAdmin):
     def task_names(self, obj: RegisteredModel) -> str:
         """Task names and pipeline tasks."""
         return ", ".join(t.name if t.name == t.task else f"{t.name} ({t.task})" for t in obj.tasks.all())
+
+    @admin.action(description="Load now (every worker reloads them from their source)")
+    def load_now(self, request: HttpRequest, queryset: Any) -> None:
+        """Reload the selected models on every worker: new weights at the same source, or a retry after an error."""
+        count = queryset.update(load_generation=F("load_generation") + 1)
+        self.message_user(request, f"{count} model(s) will be reloaded by the workers within seconds.")
 
     @admin.action(description="Enable (workers load them within seconds)")
     def enable(self, request: HttpRequest, queryset: Any) -> None:

@@ -30,6 +30,9 @@ class RegisteredModel(models.Model):
     )
     dtype = models.CharField(max_length=10, choices=DTYPES, default="auto")
     enabled = models.BooleanField(default=True)
+    load_generation = models.PositiveIntegerField(
+        default=0, editable=False, help_text="Bumped by the admin's 'Load now': workers reload the model."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -33,10 +33,11 @@ class ModelSpec:
     enabled: bool
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
     default_task: str = ""
+    load_generation: int = 0
 
-    def load_key(self) -> tuple[str, str, str, str]:
+    def load_key(self) -> tuple[str, str, str, str, int]:
         """What forces a reload when it changes."""
-        return (self.source, self.revision, self.device, self.dtype)
+        return (self.source, self.revision, self.device, self.dtype, self.load_generation)
 
 
 def read_specs() -> dict[str, ModelSpec]:
@@ -67,5 +68,6 @@ def read_specs() -> dict[str, ModelSpec]:
             name=model.name, source=model.source, revision=model.revision, device=model.device,
             dtype=model.dtype, enabled=model.enabled, tasks=task_specs,
             default_task=tasks[0].name if tasks else "",
+            load_generation=model.load_generation,
         )
     return specs

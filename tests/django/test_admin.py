@@ -181,3 +181,14 @@ def test_rolling_window_drops_old_seconds_and_caps_samples() -> None:
     assert len(window._keys[("m", "t")]) == 1
     assert window.summary("m", "t", 10)["requests"] == 0  # the current second is still filling
     assert window.rate("m", 60) == pytest.approx(1 / 60)  # the admin's rate counts it already
+
+
+def test_load_now_action_bumps_the_load_generation(admin_client: Any) -> None:
+    from models_registry.models import RegisteredModel
+
+    model = RegisteredModel.objects.create(name="reloadable", source="some/hub-id")
+    response = admin_client.post("/admin/models_registry/registeredmodel/",
+                                 {"action": "load_now", "_selected_action": [model.pk], "index": 0}, follow=True)
+    assert response.status_code == 200
+    model.refresh_from_db()
+    assert model.load_generation == 1

@@ -272,3 +272,35 @@ def test_broker_loss_answers_503_fast_and_service_resumes() -> None:
         assert all(w.poll() is None for w in stack.workers), "the worker must survive the broker's absence"
     finally:
         stack.stop()
+
+
+def test_load_now_in_the_admin_makes_the_workers_load_again(limited: Stack) -> None:
+    log = limited.workdir / "worker-0.log"
+    wait_until(lambda: _model(limited, BROKEN)["state"] == "error", 30, "the broken model to fail loading")
+    attempts = log.read_text().count("loading model broken from")
+    admin = AdminSession(limited.url, "ops", ADMIN_PASSWORD)
+    status, body = admin.post("/admin/models_registry/registeredmodel/", {
+        "action": "load_now", "_selected_action": _model_id(admin, BROKEN), "index": "0",
+    })
+    assert status == 200 and "will be reloaded" in body
+    wait_until(lambda: log.read_text().count("loading model broken from") > attempts, 10, "a new load attempt")
+    wait_until(lambda: _model(limited, BROKEN)["state"] == "error", 30, "the error again")
+
+
+def test_a_client_that_disconnects_cancels_its_queued_work(limited: Stack) -> None:
+    import json as _json
+    import socket
+
+    log = limited.workdir / "worker-0.log"
+    dropped_before = log.read_text().count("client gone before compute")
+    # 16 long inputs (the queue limit here): two batches of 8; the client leaves during the first.
+    body = _json.dumps({"inputs": [" ".join(["long"] * 400) + f" {i}" for i in range(16)]}).encode()
+    port = limited.web[0][1]
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            f"POST /models/{EMB} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {limited.tokens['all']}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+        )
+        time.sleep(0.2)  # queued and computing, then the client goes away
+    wait_until(lambda: log.read_text().count("client gone before compute") > dropped_before, 30,
+               "the worker to drop the rest of the abandoned request")

@@ -170,3 +170,21 @@ def test_fill_mask_input_longer_than_the_model_is_a_400(stack: Stack, token: str
 def test_metrics_only_answers_get(stack: Stack) -> None:
     status, headers, _ = http_json("POST", f"{stack.url}/metrics", {})
     assert status == 405 and "GET" in {k.lower(): v for k, v in headers.items()}["allow"]
+
+
+def test_a_bad_input_fails_only_its_own_request_in_a_shared_batch(stack: Stack, token: str) -> None:
+    async def burst() -> list:
+        import httpx
+
+        async with httpx.AsyncClient(timeout=60) as client:
+            async def one(i: int) -> tuple[int, int]:
+                text = "no mask at all" if i % 4 == 0 else f"item {i} is a [MASK] here"
+                response = await client.post(f"{stack.url}/models/{MLM}", json={"inputs": text},
+                                             headers={"Authorization": f"Bearer {token}"})
+                return i, response.status_code
+
+            return await asyncio.gather(*(one(i) for i in range(32)))
+
+    results = asyncio.run(burst())
+    assert {i: s for i, s in results if i % 4 == 0} == {i: 400 for i in range(0, 32, 4)}
+    assert all(s == 200 for i, s in results if i % 4)
