@@ -24,6 +24,8 @@ from models_registry.specs import ModelSpec
 
 logger = logging.getLogger(__name__)
 
+ABANDON_CHECK_AFTER_S = 0.05
+
 
 @dataclass
 class ModelSlot:
@@ -55,7 +57,9 @@ class InferenceEngine:
         self.layer = channel_layer
         self.runner = runner
         self.serve_models = set(serve_models or [])
-        self.batcher = Batcher()
+        # No quiet time: the pull loop hands over everything waiting in Redis at once, so an
+        # idle device has nothing more to wait for (SPEC: an idle worker starts at once).
+        self.batcher = Batcher(idle_quiet_s=0.0)
         self.slots: dict[str, ModelSlot] = {}
         self.stats = EngineStats()
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -196,20 +200,26 @@ class InferenceEngine:
     async def _without_abandoned(self, batch: Batch) -> Batch:
         """Drop items whose client has gone (timed out, disconnected) before computing them."""
         model, task = batch.key
-        ids = list({item.request.id for item in batch.items})
+        now = time.time()
+        # Only requests that waited a while can have been abandoned: skip the round trip
+        # for fresh ones (a client that left within this window costs one small compute).
+        ids = list({item.request.id for item in batch.items if now - item.request.arrival > ABANDON_CHECK_AFTER_S})
+        if not ids:
+            return batch
         try:
             wanted = await admission.still_wanted(self.layer, model, task, ids)
         except Exception:
             return batch  # broker trouble: compute rather than risk dropping live requests
         if len(wanted) == len(ids):
             return batch
+        gone = set(ids) - wanted
         for item in batch.items:
             request = item.request
-            if request.id not in wanted and not request.done:
+            if request.id in gone and not request.done:
                 request.done = True
                 self.stats.dropped += 1
                 self._release(request.context.get("lease"))
-        kept = [item for item in batch.items if item.request.id in wanted]
+        kept = [item for item in batch.items if item.request.id not in gone]
         logger.info("dropped %d item(s) of %s/%s: client gone before compute", len(batch.items) - len(kept), model, task)
         batch.items = kept
         return batch

@@ -181,24 +181,26 @@ class HostingChannelLayer(RedisChannelLayer):
                 first = await conn.bzpopmin(key, timeout=self.brpop_timeout)
                 if first is None:
                     continue
-                members = [first[1]]
+                self._deliver([first[1]])  # at once: do not make it wait for the burst below
                 more = await conn.zpopmin(key, REPLY_BATCH)  # a burst of replies: one round trip
-                members += [member for member, _ in more]
+                self._deliver([member for member, _ in more])
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # broker away: waiting views time out or see 503s
                 logger.warning("reply pump: %s; retrying", error)
                 await asyncio.sleep(0.2)
+
+    def _deliver(self, members: list[bytes]) -> None:
+        """Resolve the futures waiting for these replies; drop replies nobody awaits."""
+        for member in members:
+            try:
+                message = self.deserialize(member)
+            except Exception:
+                logger.exception("dropped an undecodable reply")
                 continue
-            for member in members:
-                try:
-                    message = self.deserialize(member)
-                except Exception:
-                    logger.exception("dropped an undecodable reply")
-                    continue
-                future = self._replies.pop(message.pop("__asgi_channel__", ""), None)
-                if future is not None and not future.done():
-                    future.set_result(message)
+            future = self._replies.pop(message.pop("__asgi_channel__", ""), None)
+            if future is not None and not future.done():
+                future.set_result(message)
 
     # --- leased pulls for workers ------------------------------------------------------
     async def pull(self, channel: str, worker_id: str, max_count: int) -> list[tuple[bytes, dict[str, Any]]]:
