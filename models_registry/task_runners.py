@@ -92,7 +92,7 @@ def _max_positions(model: Any, tokenizer: Any) -> int | None:
 def fill_mask(pipe: Any, texts: list[str], params: dict[str, Any]) -> list[Any]:
     """[{score, token, token_str, sequence}, ...] per input."""
     mask = pipe.tokenizer.mask_token
-    limit = _max_positions(pipe)
+    limit = _max_positions(pipe.model, pipe.tokenizer) or 512
     for text in texts:
         if mask not in text:
             raise InvalidInput(f"fill-mask input must contain the mask token {mask}")
@@ -107,13 +107,6 @@ def fill_mask(pipe: Any, texts: list[str], params: dict[str, Any]) -> list[Any]:
             raise InvalidInput(f"parameter 'targets': {error}") from None
         raise
     return [to_plain(r) for r in _per_input(raw, len(texts))]
-
-
-def _max_positions(pipe: Any) -> int:
-    """The longest input the model takes, in tokens."""
-    limits = [getattr(pipe.model.config, "max_position_embeddings", None), pipe.tokenizer.model_max_length]
-    valid = [int(v) for v in limits if isinstance(v, int) and 0 < v < 1_000_000]
-    return min(valid) if valid else 512
 
 
 def text_classification(pipe: Any, texts: list[str], params: dict[str, Any]) -> list[Any]:
