@@ -11,24 +11,22 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import wraps
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
 
 from models_registry import auth, client, metrics, payloads, registry_cache, views
-from models_registry.errors import Forbidden, HostingError, Internal, InvalidInput, MethodNotAllowed, NotFound, TooLarge
+from models_registry.errors import Forbidden, HostingError, Internal, InvalidInput, NotFound, TooLarge
 from models_registry.specs import ModelSpec, TaskSpec
+from models_registry.views import AsyncView, api_view
 
 logger = logging.getLogger("models_registry.requests")
 
-AsyncView = Callable[..., Awaitable[HttpResponse]]
 FIELDS = ("model", "input", "encoding_format", "dimensions", "user")
 ENCODINGS = ("float", "base64")
 # Errors the SDK must not retry: a pipeline error repeats, and a timeout retried triples the wait.
@@ -62,27 +60,8 @@ def openai_error_response(error: HostingError, request_id: str | None) -> JsonRe
 
 
 def openai_view(*methods: str) -> Callable[[AsyncView], AsyncView]:
-    """Allow only methods; answer every error in OpenAI's shape (never a trace)."""
-
-    def decorate(view: AsyncView) -> AsyncView:
-        @wraps(view)
-        async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            request_id = getattr(request, "request_id", None)
-            try:
-                if request.method not in methods:
-                    allow = ", ".join(methods)
-                    raise MethodNotAllowed(f"{request.method} is not allowed here; use {allow}",
-                                           headers={"Allow": allow})
-                return await view(request, *args, **kwargs)
-            except HostingError as error:
-                return openai_error_response(error, request_id)
-            except Exception:
-                logger.exception("unhandled error in %s (request %s)", request.path, request_id)
-                return openai_error_response(Internal("internal server error"), request_id)
-
-        return csrf_exempt(wrapper)
-
-    return decorate
+    """views.api_view answering every error in OpenAI's shape."""
+    return api_view(*methods, render=openai_error_response)
 
 
 def invalid(message: str, param: str | None) -> InvalidInput:

@@ -26,10 +26,15 @@ logger = logging.getLogger("models_registry.requests")
 AsyncView = Callable[..., Awaitable[HttpResponse]]
 
 
-def api_view(*methods: str, allowed: tuple[str, ...] = ()) -> Callable[[AsyncView], AsyncView]:
-    """Allow only methods, and turn every error into SPEC's JSON shape (never a trace).
+def api_view(
+    *methods: str,
+    allowed: tuple[str, ...] = (),
+    render: Callable[[HostingError, str | None], HttpResponse] = error_response,
+) -> Callable[[AsyncView], AsyncView]:
+    """Allow only methods, and turn every error into a JSON answer (never a trace).
 
     allowed: what a 405's Allow header lists, when the view itself refuses some of methods.
+    render: the error shape (SPEC's by default; the OpenAI routes pass their own).
     """
 
     def decorate(view: AsyncView) -> AsyncView:
@@ -42,10 +47,10 @@ def api_view(*methods: str, allowed: tuple[str, ...] = ()) -> Callable[[AsyncVie
                     raise MethodNotAllowed(f"{request.method} is not allowed here; use {allow}", headers={"Allow": allow})
                 return await view(request, *args, **kwargs)
             except HostingError as error:
-                return error_response(error, request_id)
+                return render(error, request_id)
             except Exception:
                 logger.exception("unhandled error in %s (request %s)", request.path, request_id)
-                return error_response(Internal("internal server error"), request_id)
+                return render(Internal("internal server error"), request_id)
 
         return csrf_exempt(wrapper)
 

@@ -18,6 +18,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -84,20 +86,6 @@ class RedisServer:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         wait_until(self._ping, 10, "redis-server")
-
-    def restart_web(self, index: int) -> None:
-        """SIGTERM one web server (it finishes in-flight requests) and start it again on its port."""
-        process, port = self.web[index]
-        stop_process(process)
-        self.start_web(port=port)
-        self.web[index] = self.web.pop()
-
-    def replace_worker(self, index: int, env: dict[str, str] | None = None) -> int:
-        """SIGTERM one worker (it drains), start a new one in its place; the old exit code."""
-        code = stop_process(self.workers[index], timeout_s=90)
-        self.start_worker(env)
-        self.workers[index] = self.workers.pop()
-        return code if code is not None else -1
 
     @property
     def url(self) -> str:
@@ -186,6 +174,19 @@ class Stack:
     redis_db: int | None = None
 
     _redis_dbs_in_use: ClassVar[set[int]] = set()
+
+    @classmethod
+    @contextmanager
+    def started(cls, extra_env: dict[str, str] | None = None, own_redis: bool = False) -> Iterator[Stack]:
+        """A stack stopped on exit; process logs are printed when setting it up fails."""
+        stack = cls.create(extra_env, own_redis=own_redis)
+        try:
+            yield stack
+        except BaseException:
+            print(stack.logs())
+            raise
+        finally:
+            stack.stop()
 
     @classmethod
     def create(cls, extra_env: dict[str, str] | None = None, own_redis: bool = False) -> Stack:

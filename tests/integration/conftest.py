@@ -28,8 +28,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def stack(tiny_models: dict[str, Path]) -> Iterator[Stack]:
     """The product running on loopback with three registered models and two tokens."""
-    running = Stack.create()
-    try:
+    with Stack.started() as running:
         running.manage("register_model", MINILM, "--source", str(model_factory.minilm_path()),
                        "--task", "feature-extraction", "--pooling", "mean", "--normalize",
                        "--max-batch-size", "32", "--max-batch-delay-ms", "5", "--timeout", "60")
@@ -42,12 +41,7 @@ def stack(tiny_models: dict[str, Path]) -> Iterator[Stack]:
         running.start_worker()
         running.start_web()
         running.wait_ready([MINILM, MLM, CLS])
-    except BaseException:
-        print(running.logs())
-        running.stop()
-        raise
-    yield running
-    running.stop()
+        yield running
 
 
 @pytest.fixture(scope="session")

@@ -33,8 +33,7 @@ def reference() -> MiniLMReference:
 @pytest.fixture(scope="module")
 def limited() -> Iterator[Stack]:
     """One worker; a small queue on the embedding model; a model whose source cannot load."""
-    stack = Stack.create()
-    try:
+    with Stack.started() as stack:
         stack.manage("register_model", EMB, "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--pooling", "mean", "--normalize", "--max-batch-size", "8",
                      "--max-queue-size", "16", "--timeout", "30")
@@ -45,12 +44,7 @@ def limited() -> Iterator[Stack]:
         stack.start_worker()
         stack.start_web()
         stack.wait_ready([EMB])
-    except BaseException:
-        print(stack.logs())
-        stack.stop()
-        raise
-    yield stack
-    stack.stop()
+        yield stack
 
 
 def _model(stack: Stack, name: str) -> dict:
@@ -170,8 +164,7 @@ def test_a_timed_out_request_answers_504_and_is_not_computed(limited: Stack) -> 
 @pytest.fixture()
 def two_workers() -> Iterator[Stack]:
     """Two workers serving one model (a fresh stack: the test kills processes)."""
-    stack = Stack.create()
-    try:
+    with Stack.started() as stack:
         stack.manage("register_model", EMB, "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--pooling", "mean", "--normalize", "--max-batch-size", "16",
                      "--max-queue-size", "4096", "--timeout", "60")
@@ -182,12 +175,7 @@ def two_workers() -> Iterator[Stack]:
         stack.wait_ready([EMB])
         wait_until(lambda: http_json("GET", f"{stack.url}/ready")[2]["checks"].get("workers_alive") == 2, 60,
                    "both workers alive")
-    except BaseException:
-        print(stack.logs())
-        stack.stop()
-        raise
-    yield stack
-    stack.stop()
+        yield stack
 
 
 def _run_while(stack: Stack, texts: list[str], after_answers: int, action) -> list:

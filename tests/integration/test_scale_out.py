@@ -24,8 +24,7 @@ PINNED = "pinned-cls"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """2 web replicas; 1 worker pinned to PINNED; 2 workers serving SHARED."""
-    stack = Stack.create()
-    try:
+    with Stack.started() as stack:
         classifier = model_factory.build_sequence_classifier(tmp_path_factory.mktemp("cls") / "m")
         stack.manage("register_model", SHARED, "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--pooling", "mean", "--normalize", "--max-batch-size", "16",
@@ -39,12 +38,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.start_web()
         stack.wait_ready([SHARED, PINNED])
         wait_until(lambda: len(_workers(stack, SHARED)) == 2, 60, "two workers serving the shared model")
-    except BaseException:
-        print(stack.logs())
-        stack.stop()
-        raise
-    yield stack
-    stack.stop()
+        yield stack
 
 
 def _workers(stack: Stack, model: str, url: str | None = None) -> list[dict]:

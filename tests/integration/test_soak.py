@@ -30,8 +30,7 @@ def _rss_kib(pid: int) -> int:
 @pytest.fixture(scope="module")
 def soak_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A fast tiny classifier, and an embedding task whose 0.1 s timeout long inputs always miss."""
-    stack = Stack.create()
-    try:
+    with Stack.started() as stack:
         classifier = model_factory.build_sequence_classifier(tmp_path_factory.mktemp("soak") / "cls")
         stack.manage("register_model", FAST, "--source", str(classifier), "--task", "text-classification",
                      "--max-batch-size", "64", "--max-queue-size", "4096")
@@ -41,12 +40,7 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.start_worker()
         stack.start_web()
         stack.wait_ready([FAST, SLOW])
-    except BaseException:
-        print(stack.logs())
-        stack.stop()
-        raise
-    yield stack
-    stack.stop()
+        yield stack
 
 
 def test_web_memory_stays_flat_over_20000_requests_with_a_tenth_timing_out(soak_stack: Stack) -> None:

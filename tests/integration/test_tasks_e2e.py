@@ -45,8 +45,7 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def stack(paths: dict[str, Path]) -> Iterator[Stack]:
     """One worker and one web server serving a model per task."""
-    running = Stack.create()
-    try:
+    with Stack.started() as running:
         register = running.manage
         register("register_model", NER, "--source", str(paths[NER]), "--task", "token-classification", *TIMEOUT)
         register("register_model", QA, "--source", str(paths[QA]), "--task", "question-answering", *TIMEOUT)
@@ -64,12 +63,7 @@ def stack(paths: dict[str, Path]) -> Iterator[Stack]:
         running.start_worker()
         running.start_web()
         running.wait_ready([NER, QA, NLI, GPT2, BART, EMBED])
-    except BaseException:
-        print(running.logs())
-        running.stop()
-        raise
-    yield running
-    running.stop()
+        yield running
 
 
 @pytest.fixture(scope="module")
