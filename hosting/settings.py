@@ -158,6 +158,8 @@ HOSTING_REQUIRE_API_TOKEN = _flag("HOSTING_REQUIRE_API_TOKEN", True)
 HOSTING_MAX_BODY_BYTES = int(os.environ.get("HOSTING_MAX_BODY_BYTES", 1024 * 1024))
 HOSTING_DEVICE = os.environ.get("HOSTING_DEVICE", "cpu")
 HOSTING_TORCH_THREADS = int(os.environ["HOSTING_TORCH_THREADS"]) if os.environ.get("HOSTING_TORCH_THREADS") else None
+# Embedding batches run as packed rows (no padding) where a load-time check shows equal outputs.
+HOSTING_SEQUENCE_PACKING = _flag("HOSTING_SEQUENCE_PACKING", True)
 HOSTING_METRICS_TOKEN = os.environ.get("HOSTING_METRICS_TOKEN", "")
 HOSTING_MAX_INPUTS = int(os.environ.get("HOSTING_MAX_INPUTS", 256))
 # Which models this worker serves (comma list, empty = all enabled).

@@ -6,6 +6,7 @@ event loop keeps receiving, heart-beating and answering while a model computes.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from models_registry import task_runners
+from models_registry import packing, task_runners
 from models_registry.batcher import ItemFailure
 from models_registry.errors import HostingError, Internal, InvalidInput
 from models_registry.specs import ModelSpec, TaskSpec
@@ -35,6 +36,9 @@ class LoadedModel:
     pipelines: dict[str, Any] = field(default_factory=dict)
     counter: Tokenizer | None = None  # a private tokenizer copy for cost estimates
     max_tokens: int = 512
+    # First position id of a packed input; None where packing did not reproduce the model's
+    # own outputs at load (causal models, models that take no position ids...).
+    pack_position_offset: int | None = None
 
     def count_tokens(self, item: str | dict[str, str]) -> int:
         """Tokens an input becomes (capped at the model's length), for batch packing.
@@ -62,8 +66,9 @@ def resolve_device(requested: str) -> str:
 class PipelineRunner:
     """Builds transformers pipelines and runs batches of inputs through them."""
 
-    def __init__(self, default_device: str = "cpu", torch_threads: int | None = None) -> None:
+    def __init__(self, default_device: str = "cpu", torch_threads: int | None = None, packing: bool = True) -> None:
         self.default_device = default_device
+        self.packing = packing
         if torch_threads:
             torch.set_num_threads(torch_threads)
 
@@ -84,6 +89,11 @@ class PipelineRunner:
             loaded.counter = counter
             limit = tokenizer.model_max_length
             loaded.max_tokens = limit if isinstance(limit, int) and 0 < limit < 100_000 else 512
+        embedder = loaded.pipelines.get("feature-extraction")
+        if embedder is not None and self.packing:
+            loaded.pack_position_offset = packed_position_offset(embedder.model, embedder.tokenizer)
+            logger.info("model %s: sequence packing %s", spec.name,
+                        "on" if loaded.pack_position_offset is not None else "off (outputs differ; padded batches)")
         self._warm_up(loaded)
         return loaded
 
@@ -160,6 +170,8 @@ class PipelineRunner:
                 raise InvalidInput(f"input is longer than the model's {loaded.max_tokens} tokens and truncate is false")
         normalize = task.normalize if params.get("normalize") is None else params["normalize"]
         direction = (params.get("truncation_direction") or "right").lower()
+        if loaded.pack_position_offset is not None:
+            return self._embed_packed(loaded, pipe, task, texts, direction, normalize)
         # Sorted by length and run in micro-batches: each forward pads only to its own
         # longest input (padding was the biggest waste in mixed-length batches).
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -170,6 +182,41 @@ class PipelineRunner:
             for position, output in zip(chunk, outputs):
                 results[position] = output
         return results
+
+    def _embed_packed(self, loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], direction: str,
+                      normalize: bool) -> list[Any]:
+        """Every input in packed rows: compute goes to real tokens only."""
+        tokenizer = pipe.tokenizer
+        previous_side = tokenizer.truncation_side
+        tokenizer.truncation_side = direction
+        try:
+            encoded = tokenizer(texts, truncation=True, max_length=loaded.max_tokens)
+        finally:
+            tokenizer.truncation_side = previous_side
+        ids = encoded["input_ids"]
+        types = encoded.get("token_type_ids")
+        model = pipe.model
+        pooled = None if task.pooling == "none" else torch.zeros(len(texts), model.config.hidden_size, device=model.device)
+        tokens: list[Any] = [None] * len(texts)
+        for forward in packing.plan_packing([len(x) for x in ids]):
+            hidden, owner = packed_forward(model, forward, ids, types, loaded.pack_position_offset or 0,
+                                           tokenizer.pad_token_id or 0)
+            flat = hidden.reshape(-1, hidden.shape[-1])
+            if task.pooling == "none":
+                for place in forward.placements():
+                    tokens[place.index] = hidden[place.row, place.start:place.start + place.length]
+            elif task.pooling == "cls":
+                for place in forward.placements():
+                    pooled[place.index] = hidden[place.row, place.start]
+            else:
+                real = owner >= 0
+                pooled.index_add_(0, owner[real], flat[real].to(pooled.dtype))
+        if task.pooling == "none":
+            return [_token_vectors(t, normalize) for t in tokens]
+        if task.pooling != "cls":
+            counts = torch.tensor([len(x) for x in ids], dtype=pooled.dtype, device=pooled.device)
+            pooled = pooled / counts.unsqueeze(1)
+        return _pooled_vectors(pooled, normalize)
 
     def _embed_chunk(self, loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], direction: str,
                      normalize: bool) -> list[Any]:
@@ -184,21 +231,110 @@ class PipelineRunner:
         hidden = pipe.model(**encoded).last_hidden_state
         mask = encoded["attention_mask"]
         if task.pooling == "none":
-            results = []
-            for row, length in zip(hidden, mask.sum(dim=1).tolist()):
-                tokens = row[:length].float()
-                if normalize:
-                    tokens = torch.nn.functional.normalize(tokens, p=2, dim=-1)
-                array = tokens.cpu().numpy().astype("<f4")
-                results.append([array.tobytes(), list(array.shape)])
-            return results
+            return [_token_vectors(row[:length], normalize) for row, length in zip(hidden, mask.sum(dim=1).tolist())]
         if task.pooling == "cls":
             pooled = hidden[:, 0]
         else:
             weights = mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-        pooled = pooled.float()
-        if normalize:
-            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-        array = pooled.cpu().numpy().astype("<f4")
-        return [[row.tobytes(), [array.shape[1]]] for row in array]
+        return _pooled_vectors(pooled, normalize)
+
+
+def _token_vectors(tokens: Any, normalize: bool) -> list[Any]:
+    """One input's token embeddings as [float32 bytes, shape]."""
+    tokens = tokens.float()
+    if normalize:
+        tokens = torch.nn.functional.normalize(tokens, p=2, dim=-1)
+    array = tokens.cpu().numpy().astype("<f4")
+    return [array.tobytes(), list(array.shape)]
+
+
+def _pooled_vectors(pooled: Any, normalize: bool) -> list[Any]:
+    """One [float32 bytes, shape] per row of pooled vectors."""
+    pooled = pooled.float()
+    if normalize:
+        pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+    array = pooled.cpu().numpy().astype("<f4")
+    return [[row.tobytes(), [array.shape[1]]] for row in array]
+
+
+def packed_forward(model: Any, forward: packing.PackedForward, ids: Sequence[Sequence[int]],
+                   types: Sequence[Sequence[int]] | None, position_offset: int, pad_id: int) -> tuple[Any, Any]:
+    """Run one packed forward: (last hidden state [rows, width, hidden], owner input index per flat position, -1 for padding).
+
+    A block-diagonal additive mask keeps packed inputs apart; padding positions attend
+    only to themselves (no empty softmax rows); position ids restart at every input.
+    """
+    width = forward.width
+    input_ids: list[int] = []
+    positions: list[int] = []
+    token_types: list[int] = []
+    owner: list[int] = []
+    for members in forward.rows:
+        for index in members:
+            input_ids.extend(ids[index])
+            positions.extend(range(position_offset, position_offset + len(ids[index])))
+            if types is not None:
+                token_types.extend(types[index])
+            owner.extend([index] * len(ids[index]))
+        padding = width - sum(len(ids[i]) for i in members)
+        input_ids.extend([pad_id] * padding)
+        positions.extend([position_offset] * padding)
+        token_types.extend([0] * padding if types is not None else ())
+        owner.extend([-1] * padding)
+    device = model.device
+    shape = (len(forward.rows), width)
+    owner_t = torch.tensor(owner, device=device)
+    # Padding gets a segment of its own per position: it sees only itself.
+    segment = torch.where(owner_t >= 0, owner_t, -1 - torch.arange(len(owner), device=device)).view(shape)
+    allowed = (segment.unsqueeze(2) == segment.unsqueeze(1)).unsqueeze(1)
+    dtype = model.dtype if model.dtype.is_floating_point else torch.float32
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
+    inputs = {"input_ids": torch.tensor(input_ids, device=device).view(shape),
+              "position_ids": torch.tensor(positions, device=device).view(shape), "attention_mask": mask}
+    if types is not None:
+        inputs["token_type_ids"] = torch.tensor(token_types, device=device).view(shape)
+    return model(**inputs).last_hidden_state, owner_t
+
+
+PACKING_CHECK_TEXTS = ("Hello there.", "A somewhat longer sentence, to check that packed inputs stay apart.", "ok")
+
+
+def packed_position_offset(model: Any, tokenizer: Any) -> int | None:
+    """The position offset under which packed forwards reproduce the model's own outputs; None if none does.
+
+    Checked on real inputs at load: a model that takes no position ids, derives them
+    differently, or is causal fails the comparison and keeps padded batches.
+    """
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        return None
+    encoded = tokenizer(list(PACKING_CHECK_TEXTS), truncation=True)
+    ids, types = encoded["input_ids"], encoded.get("token_type_ids")
+    pad = getattr(model.config, "pad_token_id", None)
+    candidates = [0] + ([pad + 1] if isinstance(pad, int) and pad + 1 != 0 else [])
+    half = model.dtype in (torch.float16, torch.bfloat16)
+    tolerance = 2e-2 if half else 1e-4
+    with torch.inference_mode():
+        expected = []
+        for position, row in enumerate(ids):
+            single = {"input_ids": torch.tensor([row], device=model.device)}
+            if types is not None:
+                single["token_type_ids"] = torch.tensor([types[position]], device=model.device)
+            expected.append(model(**single).last_hidden_state[0].float())
+        plan = packing.plan_packing([len(x) for x in ids], row_tokens=sum(len(x) for x in ids))
+        for offset in candidates:
+            try:
+                (forward,) = plan
+                hidden, _ = packed_forward(model, forward, ids, types, offset, tokenizer.pad_token_id or 0)
+            except Exception as error:  # the model refuses a 4D mask or position ids
+                logger.info("packed forward not possible: %s: %s", type(error).__name__, error)
+                return None
+            worst = 0.0
+            for place in forward.placements():
+                got = hidden[place.row, place.start:place.start + place.length].float()
+                scale = expected[place.index].abs().max().clamp(min=1e-6)
+                worst = max(worst, float((got - expected[place.index]).abs().max() / scale))
+            if worst <= tolerance:
+                return offset
+            logger.info("packed forward with position offset %d differs by %.2g (relative)", offset, worst)
+    return None

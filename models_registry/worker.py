@@ -30,7 +30,8 @@ class InferenceWorker(Worker):
         super().__init__(*args, **kwargs)
         from models_registry.runner import PipelineRunner  # torch loads here, not at import
 
-        self.runner = PipelineRunner(settings.HOSTING_DEVICE, settings.HOSTING_TORCH_THREADS)
+        self.runner = PipelineRunner(
+            settings.HOSTING_DEVICE, settings.HOSTING_TORCH_THREADS, packing=settings.HOSTING_SEQUENCE_PACKING)
         self.engine: InferenceEngine | None = None
 
     async def handle(self) -> None:

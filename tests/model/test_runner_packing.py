@@ -1,0 +1,84 @@
+"""Packed embedding batches give the same vectors as padded ones, and packing switches itself off where it would not."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models_registry.batcher import BatchPolicy
+from models_registry.specs import ModelSpec, TaskSpec
+from tests import model_factory
+
+torch = pytest.importorskip("torch")
+from models_registry.runner import PipelineRunner, packed_position_offset  # noqa: E402
+
+WORDS = "the model server packs short and long sentences into rows so no compute goes to padding".split()
+
+
+def _spec(source: Path, pooling: str = "mean", normalize: bool = True) -> ModelSpec:
+    task = TaskSpec(name="embed", task="feature-extraction", parameters={}, pooling=pooling, normalize=normalize,
+                    policy=BatchPolicy(max_batch_size=64), timeout_s=30.0)
+    return ModelSpec(name="m", source=str(source), revision="", device="cpu", dtype="float32", enabled=True,
+                     tasks={"embed": task}, default_task="embed")
+
+
+def _sentences() -> list[str]:
+    rng = random.Random(11)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 40))) for _ in range(45)]
+    texts.append(" ".join(WORDS * 12))  # longer than a packed row
+    texts.append(" ".join(WORDS * 60))  # truncated at the model's 512 tokens
+    return texts
+
+
+def _arrays(outputs: list) -> list[np.ndarray]:
+    return [np.frombuffer(raw, dtype="<f4").reshape(shape) for raw, shape in outputs]
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls", "none"])
+def test_packed_minilm_batches_equal_padded_batches(pooling: str) -> None:
+    spec = _spec(model_factory.minilm_path(), pooling=pooling)
+    packed_runner, padded_runner = PipelineRunner(packing=True), PipelineRunner(packing=False)
+    packed, padded = packed_runner.load(spec), padded_runner.load(spec)
+    assert packed.pack_position_offset == 0
+    assert padded.pack_position_offset is None
+    texts = _sentences()
+    task = spec.tasks["embed"]
+    got = _arrays(packed_runner.run(packed, task, texts, [{}] * len(texts)))
+    want = _arrays(padded_runner.run(padded, task, texts, [{}] * len(texts)))
+    assert [g.shape for g in got] == [w.shape for w in want]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=2e-5)
+
+
+def test_packed_vectors_equal_each_input_run_alone() -> None:
+    spec = _spec(model_factory.minilm_path(), normalize=False)
+    runner = PipelineRunner(packing=True)
+    loaded = runner.load(spec)
+    texts = _sentences()[:12]
+    task = spec.tasks["embed"]
+    together = _arrays(runner.run(loaded, task, texts, [{}] * len(texts)))
+    alone = [_arrays(runner.run(loaded, task, [t], [{}]))[0] for t in texts]
+    for g, w in zip(together, alone):
+        np.testing.assert_allclose(g, w, atol=2e-5)
+
+
+def test_random_weight_bert_packs(tmp_path: Path) -> None:
+    source = model_factory.build_masked_lm(tmp_path / "mlm")
+    runner = PipelineRunner(packing=True)
+    loaded = runner.load(_spec(source))
+    assert loaded.pack_position_offset == 0
+
+
+def test_causal_model_keeps_padded_batches(tmp_path: Path) -> None:
+    """A block-diagonal bidirectional mask would change GPT-2's outputs: the load-time check refuses it."""
+    source = model_factory.build_tiny_gpt2(tmp_path / "gpt2")
+    runner = PipelineRunner(packing=True)
+    loaded = runner.load(_spec(source))
+    assert loaded.pack_position_offset is None
+    pipe = loaded.pipelines["feature-extraction"]
+    assert packed_position_offset(pipe.model, pipe.tokenizer) is None
+    outputs = runner.run(loaded, _spec(source).tasks["embed"], ["one two", "three"], [{}, {}])
+    assert all(isinstance(o, list) for o in outputs)
