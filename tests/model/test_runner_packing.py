@@ -82,3 +82,18 @@ def test_causal_model_keeps_padded_batches(tmp_path: Path) -> None:
     assert packed_position_offset(pipe.model, pipe.tokenizer) is None
     outputs = runner.run(loaded, _spec(source).tasks["embed"], ["one two", "three"], [{}, {}])
     assert all(isinstance(o, list) for o in outputs)
+
+
+def test_small_cpu_forwards_run_on_one_thread_and_restore_the_setting() -> None:
+    from models_registry.runner import SMALL_FORWARD_TOKENS, cpu_threads_for
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with cpu_threads_for(SMALL_FORWARD_TOKENS - 1, torch.device("cpu")):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with cpu_threads_for(SMALL_FORWARD_TOKENS, torch.device("cpu")):
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
