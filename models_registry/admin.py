@@ -86,6 +86,7 @@ def _rounded(value: Any) -> Any:
 
 def _preview(output: Any) -> str:
     """The output as short JSON: floats to 4 places, a vector introduced by its length."""
+    output = json.loads(payloads.dump_json(output))  # vectors arrive as float32 arrays
     text = json.dumps(_rounded(output))
     if isinstance(output, list) and output and all(isinstance(v, float) for v in output):
         text = f"{len(output)} floats {text}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -31,6 +32,10 @@ class TokenGrant:
 
 _cache: dict[str, tuple[float, TokenGrant | None]] = {}
 _last_used_written: dict[int, float] = {}
+# One database lookup per token at a time: when a cached grant expires under load, every
+# request holding that token waits for the same lookup instead of starting its own (64
+# concurrent clients used to queue 64 lookups on the executor thread every 2 s).
+_lookups: dict[str, asyncio.Task[TokenGrant | None]] = {}
 
 
 def _lookup(token_hash: str) -> TokenGrant | None:
@@ -59,16 +64,7 @@ async def authorize(authorization: str | None, model: str | None) -> TokenGrant 
     raw = bearer_token(authorization or "")
     if raw is None:
         raise Unauthorized("missing API token: send 'Authorization: Bearer <token>'")
-    digest = hash_token(raw)
-    now = time.monotonic()
-    cached = _cache.get(digest)
-    if cached is None or now - cached[0] > _CACHE_TTL_S:
-        grant = await sync_to_async(fresh_connection(_lookup))(digest)
-        if len(_cache) > 10_000:
-            _cache.clear()  # bound the memory random bad tokens could take
-        _cache[digest] = (now, grant)
-    else:
-        grant = cached[1]
+    grant = await _grant(hash_token(raw))
     if grant is None:
         raise Unauthorized("invalid, revoked or expired API token")
     if model is not None and not grant.allows(model):
@@ -76,7 +72,30 @@ async def authorize(authorization: str | None, model: str | None) -> TokenGrant 
     return grant
 
 
+async def _grant(digest: str) -> TokenGrant | None:
+    """The token's grant from the cache, or from the one lookup in flight for it."""
+    cached = _cache.get(digest)
+    if cached is not None and time.monotonic() - cached[0] <= _CACHE_TTL_S:
+        return cached[1]
+    lookup = _lookups.get(digest)
+    if lookup is None:
+        lookup = asyncio.ensure_future(_look_up_and_cache(digest))
+        _lookups[digest] = lookup
+        lookup.add_done_callback(lambda _: _lookups.pop(digest, None))
+    # shield: a client that leaves must not cancel the lookup the others wait on.
+    return await asyncio.shield(lookup)
+
+
+async def _look_up_and_cache(digest: str) -> TokenGrant | None:
+    grant = await sync_to_async(fresh_connection(_lookup))(digest)
+    if len(_cache) > 10_000:
+        _cache.clear()  # bound the memory random bad tokens could take
+    _cache[digest] = (time.monotonic(), grant)
+    return grant
+
+
 def reset_cache() -> None:
     """Forget cached token lookups (tests)."""
     _cache.clear()
     _last_used_written.clear()
+    _lookups.clear()

@@ -204,7 +204,7 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
     logger.info("request id=%s model=%s task=%s route=v1 status=200 inputs=%d queue_ms=%.1f compute_ms=%.1f "
                 "batch=%d total_ms=%.1f", request.request_id, spec.name, task.name, len(wanted.inputs),
                 result.queue_ms, result.compute_ms, result.batch_size, elapsed * 1000)
-    response = JsonResponse({
+    response = payloads.json_response({
         "object": "list",
         "data": [_embedding(i, output, wanted.encoding_format) for i, output in enumerate(result.outputs)],
         "model": wanted.model,

@@ -135,7 +135,7 @@ async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, sta
         parameters=parsed.parameters, timeout_s=task_spec.timeout_s,
         max_queue_size=task_spec.policy.max_queue_size, drain_rate=drain_rate, still_served=still_served,
     )
-    response = JsonResponse(payloads.shape_response(task_spec.task, result.outputs, parsed.is_batch), safe=False)
+    response = payloads.json_response(payloads.shape_response(task_spec.task, result.outputs, parsed.is_batch))
     response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
     response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
     response["X-Batch-Size"] = str(result.batch_size)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 from typing import Any
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from models_registry.errors import InvalidInput, TooLarge
-from models_registry.payloads import decode_vector, parse_body, read_request, shape_response
+from models_registry.payloads import decode_vector, dump_json, parse_body, read_request, shape_response
 
 FE, FM, TC = "feature-extraction", "fill-mask", "text-classification"
 LIMIT = 1024
@@ -222,12 +223,12 @@ def vector(values: list[float]) -> list[Any]:
 
 def test_decode_vector_reads_little_endian_float32() -> None:
     data = struct.pack("<3f", 0.5, -1.0, 2.25)
-    assert decode_vector([data, [3]]) == [0.5, -1.0, 2.25]
+    assert decode_vector([data, [3]]).tolist() == [0.5, -1.0, 2.25]
 
 
 def test_decode_vector_restores_a_token_matrix() -> None:
     matrix = np.arange(6, dtype="<f4").reshape(2, 3)
-    assert decode_vector([matrix.tobytes(), [2, 3]]) == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert decode_vector([matrix.tobytes(), [2, 3]]).tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 
 
 def test_decode_vector_refuses_a_wrong_shape() -> None:
@@ -236,18 +237,20 @@ def test_decode_vector_refuses_a_wrong_shape() -> None:
 
 
 def test_feature_extraction_single_input_is_one_list_of_floats() -> None:
-    assert shape_response(FE, [vector([0.25, 0.5])], is_batch=False) == [0.25, 0.5]
+    assert json.loads(dump_json(shape_response(FE, [vector([0.25, 0.5])], is_batch=False))) == [0.25, 0.5]
 
 
 def test_feature_extraction_batch_is_one_list_per_input_in_order() -> None:
     outputs = [vector([1.0, 2.0]), vector([3.0, 4.0])]
-    assert shape_response(FE, outputs, is_batch=True) == [[1.0, 2.0], [3.0, 4.0]]
+    assert json.loads(dump_json(shape_response(FE, outputs, is_batch=True))) == [[1.0, 2.0], [3.0, 4.0]]
 
 
-def test_feature_extraction_values_are_plain_floats() -> None:
-    result = shape_response(FE, [vector([0.1])], is_batch=False)
-    assert type(result[0]) is float
-    assert result[0] == pytest.approx(0.1, abs=1e-7)
+def test_feature_extraction_values_are_json_numbers_that_round_trip_to_float32() -> None:
+    values = np.random.default_rng(3).standard_normal(384).astype("<f4")
+    text = dump_json(shape_response(FE, [[values.tobytes(), [384]]], is_batch=False))
+    parsed = json.loads(text)
+    assert all(type(v) is float for v in parsed)
+    assert np.array_equal(np.asarray(parsed, dtype="<f4"), values)
 
 
 FILLS = [{"score": 0.9, "token": 3000, "token_str": "capital", "sequence": "paris is the capital of france."}]
