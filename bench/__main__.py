@@ -18,6 +18,7 @@ import numpy as np
 
 from bench import ceiling, corpus, loadgen
 from bench.procstat import CpuMeter, wait_quiet
+from models_registry import sizing
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "all-minilm-l6-v2"
@@ -36,9 +37,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-requests", type=int, default=20000, help="a window also ends after this many answers")
     parser.add_argument("--rounds", type=int, help="interleaved rounds; medians are reported (default 3; quick 1)")
     parser.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
-    parser.add_argument("--workers", type=int, default=1, help="runworker processes")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="runworker processes (default: what `make run` starts on this machine)")
     parser.add_argument("--webs", type=int, default=1, help="web server processes (clients spread over them)")
-    parser.add_argument("--torch-threads", type=int, help="HOSTING_TORCH_THREADS for the worker(s) (default: unset)")
+    parser.add_argument("--torch-threads", type=int,
+                        help="HOSTING_TORCH_THREADS for the worker(s) (default: what `make run` gives them)")
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--max-batch-delay-ms", type=int, default=5)
     parser.add_argument("--corpus-size", type=int, help="sentences (default 1000; quick 300)")
@@ -56,6 +59,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, short if quick else full)
     args.levels = [int(v) for v in str(args.levels).split(",") if v.strip()]
+    layout = sizing.default_layout(sizing.available_cores())
+    if not args.workers:
+        args.workers = layout.workers
+        args.torch_threads = args.torch_threads or layout.threads
     return args
 
 
@@ -206,7 +213,8 @@ def render(report: dict[str, Any]) -> str:
         f"(per batch size: {', '.join(f'{b}: {v:.0f}' for b, v in ceil['per_batch_size'].items())}); "
         f"one sentence p50 **{ceil['one_sentence_ms_p50']:.1f} ms**.",
         "",
-        f"Product: {cfg['server']} x{cfg['webs']}, {cfg['workers']} worker(s), max batch {cfg['max_batch_size']}, "
+        f"Product: {cfg['server']} x{cfg['webs']}, {cfg['workers']} worker(s) x "
+        f"{cfg['torch_threads'] or 'default'} torch thread(s), max batch {cfg['max_batch_size']}, "
         f"delay {cfg['max_batch_delay_ms']} ms; closed loop, one sentence per request, "
         f"medians of {cfg['rounds']} interleaved rounds of {cfg['seconds']:.0f} s (+{cfg['warmup']:.1f} s warm-up).",
         "",

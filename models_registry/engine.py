@@ -194,8 +194,8 @@ class InferenceEngine:
             finished = self.batcher.complete(batch, outputs)
             key = f"{batch.key[0]}/{batch.key[1]}"
             self.stats.completed[key] = self.stats.completed.get(key, 0) + len(batch)
-            for request in finished:
-                self._spawn(self._reply_done(request, started, compute_s))
+            if finished:
+                self._spawn(self._reply_all(finished, started, compute_s))
 
     async def _without_abandoned(self, batch: Batch) -> Batch:
         """Drop items whose client has gone (timed out, disconnected) before computing them."""
@@ -240,8 +240,23 @@ class InferenceEngine:
         self._reply_tasks.add(task)
         task.add_done_callback(self._reply_tasks.discard)
 
-    async def _reply_done(self, request: PendingRequest, started: float, compute_s: float) -> None:
-        reply = request.context["reply"]
+    async def _reply_all(self, requests: list[PendingRequest], started: float, compute_s: float) -> None:
+        """Answer every request a batch finished: one round trip when the layer can send many."""
+        replies = [(r.context["reply"], self._result_message(r, started, compute_s)) for r in requests]
+        if hasattr(self.layer, "send_replies"):
+            try:
+                sent = await self.layer.send_replies(replies)
+                if sent < len(replies):
+                    logger.warning("%d of %d replies did not fit their channels", len(replies) - sent, len(replies))
+            except Exception:  # the views time out with 504; the worker must go on
+                logger.exception("could not send %d replies", len(replies))
+        else:
+            for channel, message in replies:
+                await self._send(channel, message)
+        for request in requests:
+            self._release(request.context.get("lease"))
+
+    def _result_message(self, request: PendingRequest, started: float, compute_s: float) -> dict[str, Any]:
         queue_ms = max(0.0, ((request.started_at or started) - request.arrival) * 1000)
         batch_size = max(request.batch_sizes or [0])
         if request.error is not None:
@@ -256,8 +271,7 @@ class InferenceEngine:
                 compute_ms=compute_s * 1000, batch_size=batch_size, worker=self.worker_id,
                 tokens=request.context.get("tokens", 0),
             )
-        await self._send(reply, message)
-        self._release(request.context.get("lease"))
+        return message
 
     def _reply_error(self, request_id: str, reply: str, error: HostingError, lease: tuple[str, bytes] | None = None) -> None:
         message = messages.result_message(request_id=request_id, error_type=error.error_type, error=error.message)

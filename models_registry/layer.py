@@ -37,6 +37,20 @@ end
 return 1
 """
 
+_SEND_REPLIES = """
+local now, expiry = tonumber(ARGV[1]), tonumber(ARGV[2])
+local sent = 0
+for i = 1, #KEYS do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, now - expiry)
+  if redis.call('ZCARD', KEYS[i]) < tonumber(ARGV[2 + 2 * i]) then
+    redis.call('ZADD', KEYS[i], now, ARGV[1 + 2 * i])
+    redis.call('EXPIRE', KEYS[i], expiry)
+    sent = sent + 1
+  end
+end
+return sent
+"""
+
 _PULL = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, tonumber(ARGV[2]) - tonumber(ARGV[3]))
 local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
@@ -75,6 +89,7 @@ class HostingChannelLayer(RedisChannelLayer):
     """RedisChannelLayer plus leased pulls for shared work channels."""
 
     _send_script = LuaScript(_SEND)
+    _send_replies_script = LuaScript(_SEND_REPLIES)
     _pull_script = LuaScript(_PULL)
     _requeue_script = LuaScript(_REQUEUE)
 
@@ -133,6 +148,23 @@ class HostingChannelLayer(RedisChannelLayer):
         )
         if not sent:
             raise ChannelFull()
+
+    async def send_replies(self, replies: list[tuple[str, dict[str, Any]]]) -> int:
+        """Send many replies (process-specific channels) in one round trip per server; how many fit.
+
+        A worker answers a whole batch at once: one script instead of a send per request.
+        """
+        by_server: dict[int, tuple[list[str], list[Any]]] = {}
+        for channel, message in replies:
+            assert "!" in channel, "send_replies takes process-specific reply channels only"
+            keys, args = by_server.setdefault(self._index(channel), ([], []))
+            keys.append(self._key(channel))
+            args += [self.serialize({**message, "__asgi_channel__": channel}), self.get_capacity(channel)]
+        sent = 0
+        for index, (keys, args) in by_server.items():
+            sent += int(await self._send_replies_script(
+                self.connection(index), keys, [repr(time.time()), int(self.expiry), *args]))
+        return sent
 
     # --- receiving replies ----------------------------------------------------------------
     async def receive_single(self, channel: str) -> tuple[Any, dict[str, Any]]:

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from models_registry import sizing
 from tests.stack import ROOT, Stack, free_port, http_json, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -28,6 +29,12 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        pairs = [item.decode(errors="replace").partition("=") for item in handle.read().split(b"\0") if item]
+    return {key: value for key, _, value in pairs}
+
+
 def test_serve_registers_the_demo_model_restarts_a_dead_worker_and_stops_everything() -> None:
     stack = Stack.create()  # a database and a broker; serve starts its own web and worker
     port = free_port()
@@ -44,11 +51,14 @@ def test_serve_registers_the_demo_model_restarts_a_dead_worker_and_stops_everyth
                                       token=token)
         assert status == 200 and len(vector) == 384 and abs(sum(x * x for x in vector) - 1) < 1e-4
 
+        layout = sizing.default_layout(sizing.available_cores(), os.environ.get("HOSTING_DEVICE", "cpu"))
         workers = [p for p in _children(serve.pid) if "runworker" in _cmdline(p)]
-        assert len(workers) == 1
+        assert len(workers) == layout.workers
+        if "HOSTING_TORCH_THREADS" not in os.environ:
+            assert all(_environ(p).get("HOSTING_TORCH_THREADS") == str(layout.threads) for p in workers)
         os.kill(workers[0], signal.SIGKILL)
-        wait_until(lambda: [p for p in _children(serve.pid) if "runworker" in _cmdline(p) and p != workers[0]],
-                   30, "the supervisor to start a new worker")
+        wait_until(lambda: len([p for p in _children(serve.pid) if "runworker" in _cmdline(p) and p != workers[0]])
+                   == layout.workers, 30, "the supervisor to start a new worker")
         wait_until(lambda: http_json("POST", base + "/models/all-minilm-l6-v2", {"inputs": "again"},
                                      token=token, timeout=10)[0] == 200, 120, "serving again after the restart")
         children = _children(serve.pid)

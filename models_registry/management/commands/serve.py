@@ -16,6 +16,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from models_registry import sizing
+
 DEMO_MODEL = "all-minilm-l6-v2"
 RESTART_BACKOFF_S = 2.0
 
@@ -28,7 +30,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-        parser.add_argument("--workers", type=int, default=1, help="inference worker processes")
+        parser.add_argument("--workers", type=int, default=0,
+                            help="inference worker processes (default: one per core on CPU, at most "
+                                 f"{sizing.MAX_AUTO_WORKERS}, sharing the cores as torch threads; one on a GPU)")
         parser.add_argument("--server", choices=["uvicorn", "daphne"], default="uvicorn")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -43,9 +47,10 @@ class Command(BaseCommand):
         host, port = options["host"], options["port"]
         web_cmd = self._web_command(options["server"], host, port)
         worker_cmd = [sys.executable, "manage.py", "runworker", "inference"]
+        workers, worker_env = self._worker_layout(options["workers"])
         processes: dict[str, subprocess.Popen[bytes]] = {"web": subprocess.Popen(web_cmd)}
-        for index in range(options["workers"]):
-            processes[f"worker-{index}"] = subprocess.Popen(worker_cmd)
+        for index in range(workers):
+            processes[f"worker-{index}"] = subprocess.Popen(worker_cmd, env=worker_env)
 
         stopping = False
 
@@ -68,7 +73,7 @@ class Command(BaseCommand):
                         break
                     self.stderr.write(f"{name} exited with {process.returncode}; restarting it")
                     time.sleep(RESTART_BACKOFF_S)
-                    processes[name] = subprocess.Popen(worker_cmd)
+                    processes[name] = subprocess.Popen(worker_cmd, env=worker_env)
         finally:
             self._stop_all(processes)
             if started_redis:
@@ -76,6 +81,17 @@ class Command(BaseCommand):
 
                 embedded_redis.stop(settings.VAR_DIR)
             self.stdout.write("stopped.")
+
+    def _worker_layout(self, workers: int) -> tuple[int, dict[str, str]]:
+        """How many workers to start (0: the machine's default) and their environment."""
+        cores = sizing.available_cores()
+        layout = sizing.default_layout(cores, settings.HOSTING_DEVICE)
+        count = workers or layout.workers
+        env = dict(os.environ)
+        if settings.HOSTING_TORCH_THREADS is None:  # an explicit setting wins
+            env["HOSTING_TORCH_THREADS"] = str(layout.threads if not workers else max(1, cores // workers))
+        self.stdout.write(f"starting {count} inference worker(s), {env['HOSTING_TORCH_THREADS']} torch thread(s) each")
+        return count, env
 
     def _web_command(self, server: str, host: str, port: int) -> list[str]:
         if server == "daphne":

@@ -1,0 +1,26 @@
+"""Default worker layout: one single-threaded worker per core on CPU (capped), one worker on an accelerator."""
+
+from __future__ import annotations
+
+from models_registry.sizing import WorkerLayout, available_cores, default_layout
+
+
+def test_small_cpu_machines_get_one_single_threaded_worker_per_core() -> None:
+    assert default_layout(1) == WorkerLayout(workers=1, threads=1)
+    assert default_layout(2) == WorkerLayout(workers=2, threads=1)
+    assert default_layout(4) == WorkerLayout(workers=4, threads=1)
+
+
+def test_big_cpu_machines_share_cores_out_as_threads_under_the_cap() -> None:
+    assert default_layout(16) == WorkerLayout(workers=4, threads=4)
+    assert default_layout(6) == WorkerLayout(workers=4, threads=1)
+    assert default_layout(16, max_workers=2) == WorkerLayout(workers=2, threads=8)
+
+
+def test_an_accelerator_gets_one_worker() -> None:
+    assert default_layout(16, device="cuda").workers == 1
+    assert default_layout(0) == WorkerLayout(workers=1, threads=1)
+
+
+def test_available_cores_is_positive() -> None:
+    assert available_cores() >= 1
