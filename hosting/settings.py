@@ -160,6 +160,8 @@ HOSTING_DEVICE = os.environ.get("HOSTING_DEVICE", "cpu")
 HOSTING_TORCH_THREADS = int(os.environ["HOSTING_TORCH_THREADS"]) if os.environ.get("HOSTING_TORCH_THREADS") else None
 # Embedding batches run as packed rows (no padding) where a load-time check shows equal outputs.
 HOSTING_SEQUENCE_PACKING = _flag("HOSTING_SEQUENCE_PACKING", True)
+# Scheduling niceness the worker adds to itself (0 = none): web processes on the same cores go first.
+HOSTING_WORKER_NICE = int(os.environ.get("HOSTING_WORKER_NICE", "5"))
 HOSTING_METRICS_TOKEN = os.environ.get("HOSTING_METRICS_TOKEN", "")
 HOSTING_MAX_INPUTS = int(os.environ.get("HOSTING_MAX_INPUTS", 256))
 # Which models this worker serves (comma list, empty = all enabled).

@@ -22,6 +22,10 @@ class Command(ChannelsRunworker):
         # per sentence (241 ms vs 20 ms at one client) on cores shared with the web
         # server and Redis. An operator's own setting wins.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        if settings.HOSTING_WORKER_NICE:
+            # Where web servers share the cores, they answer first: /health and the
+            # hand-off of requests and replies do not wait behind a forward pass.
+            os.nice(settings.HOSTING_WORKER_NICE)
         if settings.EMBEDDED_REDIS:
             from hosting import embedded_redis
 
