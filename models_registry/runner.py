@@ -1,4 +1,4 @@
-"""Loads models and runs batches: with task_runners, the only modules that import torch and transformers.
+"""Loads models and runs batches: with task_runners and traced, the only modules that import torch and transformers.
 
 Every method here blocks; the engine calls them from its own threads so the worker's
 event loop keeps receiving, heart-beating and answering while a model computes.
@@ -44,6 +44,7 @@ class LoadedModel:
     # First position id of a packed input; None where packing did not reproduce the model's
     # own outputs at load (causal models, models that take no position ids...).
     pack_position_offset: int | None = None
+    packed_encoder: Any = None  # a faster stand-in for the packed forward (TorchScript on CPU); None: eager
 
     def count_tokens(self, item: str | dict[str, str]) -> int:
         """Tokens an input becomes (capped at the model's length), for batch packing.
@@ -71,9 +72,11 @@ def resolve_device(requested: str) -> str:
 class PipelineRunner:
     """Builds transformers pipelines and runs batches of inputs through them."""
 
-    def __init__(self, default_device: str = "cpu", torch_threads: int | None = None, packing: bool = True) -> None:
+    def __init__(self, default_device: str = "cpu", torch_threads: int | None = None, packing: bool = True,
+                 torchscript: bool = True) -> None:
         self.default_device = default_device
         self.packing = packing
+        self.torchscript = torchscript
         if torch_threads:
             torch.set_num_threads(torch_threads)
 
@@ -99,6 +102,13 @@ class PipelineRunner:
             loaded.pack_position_offset = packed_position_offset(embedder.model, embedder.tokenizer)
             logger.info("model %s: sequence packing %s", spec.name,
                         "on" if loaded.pack_position_offset is not None else "off (outputs differ; padded batches)")
+            if loaded.pack_position_offset is not None and self.torchscript and device == "cpu":
+                from models_registry import traced
+
+                loaded.packed_encoder = traced.trace_packed_encoder(
+                    embedder.model, embedder.tokenizer, loaded.pack_position_offset)
+                logger.info("model %s: TorchScript packed encoder %s", spec.name,
+                            "on" if loaded.packed_encoder is not None else "off (eager)")
         self._warm_up(loaded)
         return loaded
 
@@ -209,8 +219,8 @@ class PipelineRunner:
         pooled = None if task.pooling == "none" else torch.zeros(len(ids), model.config.hidden_size, device=model.device)
         tokens: list[Any] = [None] * len(ids)
         for forward in packing.plan_packing([len(x) for x in ids]):
-            hidden, owner = packed_forward(model, forward, ids, types, loaded.pack_position_offset or 0,
-                                           tokenizer.pad_token_id or 0)
+            hidden, owner = packed_forward(loaded.packed_encoder or eager_encoder(model), model, forward, ids, types,
+                                           loaded.pack_position_offset or 0, tokenizer.pad_token_id or 0)
             flat = hidden.reshape(-1, hidden.shape[-1])
             if task.pooling == "none":
                 for place in forward.placements():
@@ -283,9 +293,9 @@ def _pooled_vectors(pooled: Any, normalize: bool) -> list[Any]:
     return [[row.tobytes(), [array.shape[1]]] for row in array]
 
 
-def packed_forward(model: Any, forward: packing.PackedForward, ids: Sequence[Sequence[int]],
-                   types: Sequence[Sequence[int]] | None, position_offset: int, pad_id: int) -> tuple[Any, Any]:
-    """Run one packed forward: (last hidden state [rows, width, hidden], owner input index per flat position, -1 for padding).
+def packed_inputs(forward: packing.PackedForward, ids: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | None,
+                  position_offset: int, pad_id: int, device: Any, dtype: Any) -> tuple[dict[str, Any], Any]:
+    """The tensors of one packed forward, and the owner input index of every flat position (-1: padding).
 
     A block-diagonal additive mask keeps packed inputs apart; padding positions attend
     only to themselves (no empty softmax rows); position ids restart at every input.
@@ -307,19 +317,30 @@ def packed_forward(model: Any, forward: packing.PackedForward, ids: Sequence[Seq
         positions.extend([position_offset] * padding)
         token_types.extend([0] * padding if types is not None else ())
         owner.extend([-1] * padding)
-    device = model.device
     shape = (len(forward.rows), width)
     owner_t = torch.tensor(owner, device=device)
     # Padding gets a segment of its own per position: it sees only itself.
     segment = torch.where(owner_t >= 0, owner_t, -1 - torch.arange(len(owner), device=device)).view(shape)
     allowed = (segment.unsqueeze(2) == segment.unsqueeze(1)).unsqueeze(1)
-    dtype = model.dtype if model.dtype.is_floating_point else torch.float32
+    dtype = dtype if dtype.is_floating_point else torch.float32
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
     inputs = {"input_ids": torch.tensor(input_ids, device=device).view(shape),
               "position_ids": torch.tensor(positions, device=device).view(shape), "attention_mask": mask}
     if types is not None:
         inputs["token_type_ids"] = torch.tensor(token_types, device=device).view(shape)
-    return model(**inputs).last_hidden_state, owner_t
+    return inputs, owner_t
+
+
+def eager_encoder(model: Any) -> Any:
+    """The model's own forward as an encoder: inputs -> last hidden state."""
+    return lambda inputs: model(**inputs).last_hidden_state
+
+
+def packed_forward(encoder: Any, model: Any, forward: packing.PackedForward, ids: Sequence[Sequence[int]],
+                   types: Sequence[Sequence[int]] | None, position_offset: int, pad_id: int) -> tuple[Any, Any]:
+    """Run one packed forward through encoder: (last hidden state [rows, width, hidden], owners)."""
+    inputs, owner = packed_inputs(forward, ids, types, position_offset, pad_id, model.device, model.dtype)
+    return encoder(inputs), owner
 
 
 PACKING_CHECK_TEXTS = ("Hello there.", "A somewhat longer sentence, to check that packed inputs stay apart.", "ok")
@@ -350,7 +371,8 @@ def packed_position_offset(model: Any, tokenizer: Any) -> int | None:
         for offset in candidates:
             try:
                 (forward,) = plan
-                hidden, _ = packed_forward(model, forward, ids, types, offset, tokenizer.pad_token_id or 0)
+                hidden, _ = packed_forward(eager_encoder(model), model, forward, ids, types, offset,
+                                           tokenizer.pad_token_id or 0)
             except Exception as error:  # the model refuses a 4D mask or position ids
                 logger.info("packed forward not possible: %s: %s", type(error).__name__, error)
                 return None

@@ -31,7 +31,8 @@ class InferenceWorker(Worker):
         from models_registry.runner import PipelineRunner  # torch loads here, not at import
 
         self.runner = PipelineRunner(
-            settings.HOSTING_DEVICE, settings.HOSTING_TORCH_THREADS, packing=settings.HOSTING_SEQUENCE_PACKING)
+            settings.HOSTING_DEVICE, settings.HOSTING_TORCH_THREADS, packing=settings.HOSTING_SEQUENCE_PACKING,
+            torchscript=settings.HOSTING_TORCHSCRIPT)
         self.engine: InferenceEngine | None = None
 
     async def handle(self) -> None:

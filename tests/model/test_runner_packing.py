@@ -40,7 +40,7 @@ def _arrays(outputs: list) -> list[np.ndarray]:
 @pytest.mark.parametrize("pooling", ["mean", "cls", "none"])
 def test_packed_minilm_batches_equal_padded_batches(pooling: str) -> None:
     spec = _spec(model_factory.minilm_path(), pooling=pooling)
-    packed_runner, padded_runner = PipelineRunner(packing=True), PipelineRunner(packing=False)
+    packed_runner, padded_runner = PipelineRunner(packing=True, torchscript=False), PipelineRunner(packing=False)
     packed, padded = packed_runner.load(spec), padded_runner.load(spec)
     assert packed.pack_position_offset == 0
     assert padded.pack_position_offset is None
@@ -97,3 +97,25 @@ def test_small_cpu_forwards_run_on_one_thread_and_restore_the_setting() -> None:
             assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_torchscript_encoder_gives_the_eager_vectors() -> None:
+    spec = _spec(model_factory.minilm_path())
+    traced_runner, eager_runner = PipelineRunner(torchscript=True), PipelineRunner(torchscript=False)
+    traced, eager = traced_runner.load(spec), eager_runner.load(spec)
+    assert traced.packed_encoder is not None and eager.packed_encoder is None
+    texts = _sentences()
+    task = spec.tasks["embed"]
+    got = _arrays(traced_runner.run(traced, task, texts, [{}] * len(texts)))
+    want = _arrays(eager_runner.run(eager, task, texts, [{}] * len(texts)))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=2e-5)
+
+
+def test_a_model_without_token_types_keeps_its_eager_forward(tmp_path: Path) -> None:
+    from models_registry import traced
+
+    source = model_factory.build_tiny_gpt2(tmp_path / "gpt2")
+    loaded = PipelineRunner(packing=False).load(_spec(source))
+    pipe = loaded.pipelines["feature-extraction"]
+    assert traced.trace_packed_encoder(pipe.model, pipe.tokenizer, 0) is None
