@@ -44,10 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [int(v) for v in args.lengths.split(",")]
     levels = [int(v) for v in args.levels.split(",")]
     sys.path.insert(0, str(ROOT))
+    from models_registry import sizing
     from tests.model_factory import minilm_path
     from tests.stack import Stack, wait_until
 
-    stack = Stack.create()
+    layout = sizing.default_layout(sizing.available_cores())  # what `make run` starts here
+    stack = Stack.create({"HOSTING_TORCH_THREADS": str(layout.threads)})
     try:
         stack.manage("register_model", MODEL, "--source", str(minilm_path()), "--task", "feature-extraction",
                      "--pooling", "mean", "--normalize", "--max-batch-size", "32", "--timeout", "60")
@@ -55,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         # A worker that holds no model: the baseline for the memory one model costs.
         idle = stack.start_worker(env={"HOSTING_WORKER_MODELS": "none-such"})
         worker = stack.start_worker()
+        for _ in range(layout.workers - 1):
+            stack.start_worker()
         url = stack.start_web()
         stack.wait_ready([MODEL])
         wait_until(lambda: rss_mib(idle.pid) > 100, 60, "the idle worker to import torch")

@@ -160,7 +160,7 @@ HOSTING_DEVICE = os.environ.get("HOSTING_DEVICE", "cpu")
 HOSTING_TORCH_THREADS = int(os.environ["HOSTING_TORCH_THREADS"]) if os.environ.get("HOSTING_TORCH_THREADS") else None
 # Embedding batches run as packed rows (no padding) where a load-time check shows equal outputs.
 HOSTING_SEQUENCE_PACKING = _flag("HOSTING_SEQUENCE_PACKING", True)
-# On CPU, packed forwards run through a frozen TorchScript trace where it reproduces the eager outputs.
+# On CPU, packed forwards run through a TorchScript trace where it reproduces the eager outputs.
 HOSTING_TORCHSCRIPT = _flag("HOSTING_TORCHSCRIPT", True)
 # Scheduling niceness the worker adds to itself (0 = none): web processes on the same cores go first.
 HOSTING_WORKER_NICE = int(os.environ.get("HOSTING_WORKER_NICE", "5"))
