@@ -261,17 +261,15 @@ class InferenceEngine:
         batch_size = max(request.batch_sizes or [0])
         if request.error is not None:
             error = request.error if isinstance(request.error, HostingError) else Internal(str(request.error))
-            message = messages.result_message(
+            return messages.result_message(
                 request_id=request.id, error_type=error.error_type, error=error.message,
                 queue_ms=queue_ms, compute_ms=compute_s * 1000, batch_size=batch_size, worker=self.worker_id,
             )
-        else:
-            message = messages.result_message(
-                request_id=request.id, outputs=request.outputs, queue_ms=queue_ms,
-                compute_ms=compute_s * 1000, batch_size=batch_size, worker=self.worker_id,
-                tokens=request.context.get("tokens", 0),
-            )
-        return message
+        return messages.result_message(
+            request_id=request.id, outputs=request.outputs, queue_ms=queue_ms,
+            compute_ms=compute_s * 1000, batch_size=batch_size, worker=self.worker_id,
+            tokens=request.context.get("tokens", 0),
+        )
 
     def _reply_error(self, request_id: str, reply: str, error: HostingError, lease: tuple[str, bytes] | None = None) -> None:
         message = messages.result_message(request_id=request_id, error_type=error.error_type, error=error.message)

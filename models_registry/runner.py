@@ -201,13 +201,7 @@ class PipelineRunner:
     def _embed_packed(self, loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], direction: str,
                       normalize: bool) -> list[Any]:
         """Every input in packed rows: compute goes to real tokens only."""
-        tokenizer = pipe.tokenizer
-        previous_side = tokenizer.truncation_side
-        tokenizer.truncation_side = direction
-        try:
-            encoded = tokenizer(texts, truncation=True, max_length=loaded.max_tokens)
-        finally:
-            tokenizer.truncation_side = previous_side
+        encoded = _tokenize(pipe.tokenizer, texts, direction, max_length=loaded.max_tokens)
         ids = encoded["input_ids"]
         with cpu_threads_for(sum(len(x) for x in ids), pipe.model.device):
             return self._pack_and_pool(loaded, pipe, task, ids, encoded.get("token_type_ids"), normalize)
@@ -240,13 +234,8 @@ class PipelineRunner:
 
     def _embed_chunk(self, loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], direction: str,
                      normalize: bool) -> list[Any]:
-        tokenizer = pipe.tokenizer
-        previous_side = tokenizer.truncation_side
-        tokenizer.truncation_side = direction
-        try:
-            encoded = tokenizer(texts, padding=True, truncation=True, max_length=loaded.max_tokens, return_tensors="pt")
-        finally:
-            tokenizer.truncation_side = previous_side
+        encoded = _tokenize(pipe.tokenizer, texts, direction, max_length=loaded.max_tokens, padding=True,
+                            return_tensors="pt")
         encoded = {k: v.to(pipe.model.device) for k, v in encoded.items()}
         with cpu_threads_for(int(encoded["attention_mask"].numel()), pipe.model.device):
             hidden = pipe.model(**encoded).last_hidden_state
@@ -259,6 +248,16 @@ class PipelineRunner:
             weights = mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
         return _pooled_vectors(pooled, normalize)
+
+
+def _tokenize(tokenizer: Any, texts: list[str], direction: str, **options: Any) -> Any:
+    """Tokenize with truncation from the requested side (restored afterwards)."""
+    previous_side = tokenizer.truncation_side
+    tokenizer.truncation_side = direction
+    try:
+        return tokenizer(texts, truncation=True, **options)
+    finally:
+        tokenizer.truncation_side = previous_side
 
 
 @contextmanager
