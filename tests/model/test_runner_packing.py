@@ -119,3 +119,17 @@ def test_a_model_without_token_types_keeps_its_eager_forward(tmp_path: Path) -> 
     loaded = PipelineRunner(packing=False).load(_spec(source))
     pipe = loaded.pipelines["feature-extraction"]
     assert traced.trace_packed_encoder(pipe.model, pipe.tokenizer, 0) is None
+
+
+def test_truncation_side_is_honoured_by_the_packed_path() -> None:
+    spec = _spec(model_factory.minilm_path())
+    packed_runner, padded_runner = PipelineRunner(), PipelineRunner(packing=False)
+    packed, padded = packed_runner.load(spec), padded_runner.load(spec)
+    task = spec.tasks["embed"]
+    long_text = "first words matter here " + " ".join(WORDS * 60) + " but the end is different"
+    left, right = ({"truncation_direction": side} for side in ("left", "right"))
+    got_left, got_right = _arrays(packed_runner.run(packed, task, [long_text, long_text], [left, right]))
+    want_left, want_right = _arrays(padded_runner.run(padded, task, [long_text, long_text], [left, right]))
+    np.testing.assert_allclose(got_left, want_left, atol=2e-5)
+    np.testing.assert_allclose(got_right, want_right, atol=2e-5)
+    assert not np.allclose(got_left, got_right, atol=1e-3)
