@@ -59,10 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, short if quick else full)
     args.levels = [int(v) for v in str(args.levels).split(",") if v.strip()]
-    layout = sizing.default_layout(sizing.available_cores())
-    if not args.workers:
-        args.workers = layout.workers
-        args.torch_threads = args.torch_threads or layout.threads
+    layout = sizing.default_layout(sizing.available_cores(), workers=args.workers)  # as `make run` would
+    args.workers = layout.workers
+    args.torch_threads = args.torch_threads or layout.threads
     return args
 
 
@@ -77,7 +76,7 @@ def start_stack(args: argparse.Namespace, source: str) -> tuple[Any, list[str], 
     """The product on loopback with the demo model registered: (stack, web URLs, token)."""
     from tests.stack import Stack
 
-    stack = Stack.create({"HOSTING_TORCH_THREADS": str(args.torch_threads)} if args.torch_threads else None)
+    stack = Stack.create({"HOSTING_TORCH_THREADS": str(args.torch_threads)})
     try:
         stack.manage("register_model", MODEL, "--source", source, "--task", "feature-extraction",
                      "--pooling", "mean", "--normalize", "--max-batch-size", str(args.max_batch_size),
@@ -214,7 +213,7 @@ def render(report: dict[str, Any]) -> str:
         f"one sentence p50 **{ceil['one_sentence_ms_p50']:.1f} ms**.",
         "",
         f"Product: {cfg['server']} x{cfg['webs']}, {cfg['workers']} worker(s) x "
-        f"{cfg['torch_threads'] or 'default'} torch thread(s), max batch {cfg['max_batch_size']}, "
+        f"{cfg['torch_threads']} torch thread(s), max batch {cfg['max_batch_size']}, "
         f"delay {cfg['max_batch_delay_ms']} ms; closed loop, one sentence per request, "
         f"medians of {cfg['rounds']} interleaved rounds of {cfg['seconds']:.0f} s (+{cfg['warmup']:.1f} s warm-up).",
         "",

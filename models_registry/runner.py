@@ -44,7 +44,7 @@ class LoadedModel:
     # First position id of a packed input; None where packing did not reproduce the model's
     # own outputs at load (causal models, models that take no position ids...).
     pack_position_offset: int | None = None
-    packed_encoder: Any = None  # a faster stand-in for the packed forward (TorchScript on CPU); None: eager
+    packed_encoder: Any = None  # inputs -> last hidden state for packed forwards (eager, or its TorchScript trace)
 
     def count_tokens(self, item: str | dict[str, str]) -> int:
         """Tokens an input becomes (capped at the model's length), for batch packing.
@@ -102,13 +102,16 @@ class PipelineRunner:
             loaded.pack_position_offset = packed_position_offset(embedder.model, embedder.tokenizer)
             logger.info("model %s: sequence packing %s", spec.name,
                         "on" if loaded.pack_position_offset is not None else "off (outputs differ; padded batches)")
-            if loaded.pack_position_offset is not None and self.torchscript and device == "cpu":
-                from models_registry import traced
+            if loaded.pack_position_offset is not None:
+                loaded.packed_encoder = eager_encoder(embedder.model)
+                if self.torchscript and device == "cpu":
+                    from models_registry import traced
 
-                loaded.packed_encoder = traced.trace_packed_encoder(
-                    embedder.model, embedder.tokenizer, loaded.pack_position_offset)
-                logger.info("model %s: TorchScript packed encoder %s", spec.name,
-                            "on" if loaded.packed_encoder is not None else "off (eager)")
+                    traced_encoder = traced.trace_packed_encoder(
+                        embedder.model, embedder.tokenizer, loaded.pack_position_offset)
+                    logger.info("model %s: TorchScript packed encoder %s", spec.name,
+                                "on" if traced_encoder is not None else "off (eager)")
+                    loaded.packed_encoder = traced_encoder or loaded.packed_encoder
         self._warm_up(loaded)
         return loaded
 
@@ -213,9 +216,9 @@ class PipelineRunner:
         pooled = None if task.pooling == "none" else torch.zeros(len(ids), model.config.hidden_size, device=model.device)
         tokens: list[Any] = [None] * len(ids)
         for forward in packing.plan_packing([len(x) for x in ids]):
-            hidden, owner = packed_forward(loaded.packed_encoder or eager_encoder(model), model, forward, ids, types,
-                                           loaded.pack_position_offset or 0, tokenizer.pad_token_id or 0)
-            flat = hidden.reshape(-1, hidden.shape[-1])
+            inputs, owner = packed_inputs(forward, ids, types, loaded.pack_position_offset or 0,
+                                          tokenizer.pad_token_id or 0, model.device, model.dtype)
+            hidden = loaded.packed_encoder(inputs)
             if task.pooling == "none":
                 for place in forward.placements():
                     tokens[place.index] = hidden[place.row, place.start:place.start + place.length]
@@ -224,7 +227,7 @@ class PipelineRunner:
                     pooled[place.index] = hidden[place.row, place.start]
             else:
                 real = owner >= 0
-                pooled.index_add_(0, owner[real], flat[real].to(pooled.dtype))
+                pooled.index_add_(0, owner[real], hidden.reshape(-1, hidden.shape[-1])[real].to(pooled.dtype))
         if task.pooling == "none":
             return [_token_vectors(t, normalize) for t in tokens]
         if task.pooling != "cls":
@@ -335,11 +338,15 @@ def eager_encoder(model: Any) -> Any:
     return lambda inputs: model(**inputs).last_hidden_state
 
 
-def packed_forward(encoder: Any, model: Any, forward: packing.PackedForward, ids: Sequence[Sequence[int]],
-                   types: Sequence[Sequence[int]] | None, position_offset: int, pad_id: int) -> tuple[Any, Any]:
-    """Run one packed forward through encoder: (last hidden state [rows, width, hidden], owners)."""
-    inputs, owner = packed_inputs(forward, ids, types, position_offset, pad_id, model.device, model.dtype)
-    return encoder(inputs), owner
+def relative_error(got: Any, want: Any) -> float:
+    """Largest absolute difference over the largest activation of want."""
+    got, want = got.float(), want.float()
+    return float((got - want).abs().max() / want.abs().max().clamp(min=1e-6))
+
+
+def output_tolerance(dtype: Any) -> float:
+    """How far a rearranged forward (packed, traced) may stray from the model's own outputs."""
+    return 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
 
 
 PACKING_CHECK_TEXTS = ("Hello there.", "A somewhat longer sentence, to check that packed inputs stay apart.", "ok")
@@ -357,30 +364,25 @@ def packed_position_offset(model: Any, tokenizer: Any) -> int | None:
     ids, types = encoded["input_ids"], encoded.get("token_type_ids")
     pad = getattr(model.config, "pad_token_id", None)
     candidates = [0] + ([pad + 1] if isinstance(pad, int) and pad + 1 != 0 else [])
-    half = model.dtype in (torch.float16, torch.bfloat16)
-    tolerance = 2e-2 if half else 1e-4
+    (forward,) = packing.plan_packing([len(x) for x in ids], row_tokens=sum(len(x) for x in ids))  # one row
+    encoder = eager_encoder(model)
     with torch.inference_mode():
         expected = []
         for position, row in enumerate(ids):
             single = {"input_ids": torch.tensor([row], device=model.device)}
             if types is not None:
                 single["token_type_ids"] = torch.tensor([types[position]], device=model.device)
-            expected.append(model(**single).last_hidden_state[0].float())
-        plan = packing.plan_packing([len(x) for x in ids], row_tokens=sum(len(x) for x in ids))
+            expected.append(model(**single).last_hidden_state[0])
         for offset in candidates:
             try:
-                (forward,) = plan
-                hidden, _ = packed_forward(eager_encoder(model), model, forward, ids, types, offset,
-                                           tokenizer.pad_token_id or 0)
+                hidden = encoder(packed_inputs(forward, ids, types, offset, tokenizer.pad_token_id or 0,
+                                               model.device, model.dtype)[0])
             except Exception as error:  # the model refuses a 4D mask or position ids
                 logger.info("packed forward not possible: %s: %s", type(error).__name__, error)
                 return None
-            worst = 0.0
-            for place in forward.placements():
-                got = hidden[place.row, place.start:place.start + place.length].float()
-                scale = expected[place.index].abs().max().clamp(min=1e-6)
-                worst = max(worst, float((got - expected[place.index]).abs().max() / scale))
-            if worst <= tolerance:
+            worst = max(relative_error(hidden[p.row, p.start:p.start + p.length], expected[p.index])
+                        for p in forward.placements())
+            if worst <= output_tolerance(model.dtype):
                 return offset
             logger.info("packed forward with position offset %d differs by %.2g (relative)", offset, worst)
     return None

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-# Measured on 2 CPU cores with MiniLM (`python -m bench --workers 2 --torch-threads 1`
-# against `--workers 1`, twice each, side by side): two single-threaded workers served
-# 10-20% more requests/s at 32 and 64 clients than one worker on two threads, and one
+# Measured on 2 CPU cores with MiniLM (`python -m bench --quick --levels 32,64 --workers 2
+# --torch-threads 1` against `--workers 1`, twice each, side by side): two single-threaded
+# workers served 5-20% more requests/s at 32 and 64 clients than one worker on two threads, and one
 # sentence alone is faster on one thread. Threads of one worker wait for each other at
 # every operation, and a web or Redis process taking a core stalls them all; separate
 # processes do not. Capped because every worker holds its own copy of every model.
@@ -30,12 +30,16 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def default_layout(cores: int, device: str = "cpu", max_workers: int = MAX_AUTO_WORKERS) -> WorkerLayout:
+def default_layout(cores: int, device: str = "cpu", max_workers: int = MAX_AUTO_WORKERS,
+                   workers: int = 0) -> WorkerLayout:
     """On CPU: one worker per core up to max_workers, the cores shared out as threads.
 
     On an accelerator, one worker: it feeds the device, more would only split its batches.
+    An explicit number of workers (> 0) keeps the rule for threads: the cores shared out.
     """
     cores = max(1, cores)
+    if workers > 0:
+        return WorkerLayout(workers=workers, threads=max(1, cores // workers))
     if device != "cpu":
         return WorkerLayout(workers=1, threads=min(cores, 4))
     workers = min(cores, max(1, max_workers))

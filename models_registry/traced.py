@@ -1,11 +1,12 @@
 """A TorchScript trace of an encoder's packed forward, for CPU workers.
 
-Measured with MiniLM on one CPU thread, packed batches of 1 / 11 / 20 sentences: 13.6 /
-84.7 / 136.6 ms traced against 17.5 / 97.7 / 147.0 ms eager, the same outputs to 2e-6.
-The gain is the per-forward Python cost of the model's modules, which small batches (and
-one client alone) pay in full. The trace shares the model's weights: +26 MiB for MiniLM
-where freezing it (torch.jit.freeze, no faster here) copied them (+74 MiB). A trace that
-does not reproduce the eager outputs on inputs of other shapes is thrown away at load.
+Measured with MiniLM on one CPU thread, packed batches of 1 / 12 / 20 sentences, through
+the runner: 16.4 / 85.6 / 147.1 ms traced against 18.0 / 99.6 / 154.3 ms eager (while
+the test suite also ran; interleaved rounds). The gain is the per-forward Python cost of
+the model's modules, which small batches (and one client alone) pay in full. The trace
+shares the model's weights: +26 MiB for MiniLM, where freezing it (torch.jit.freeze:
+15.2 / 86.4 / 163.1 ms, no faster overall) copied them (+74 MiB). A trace that does not
+reproduce the eager outputs on inputs of another shape is thrown away at load.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Any
 import torch
 
 from models_registry import packing
-from models_registry.runner import PACKING_CHECK_TEXTS, eager_encoder, packed_inputs
+from models_registry.runner import (
+    PACKING_CHECK_TEXTS, eager_encoder, output_tolerance, packed_inputs, relative_error,
+)
 
 logger = logging.getLogger(__name__)
-TOLERANCE = 1e-4  # relative to the largest activation
 
 
 class _PackedEncoder(torch.nn.Module):
@@ -35,34 +37,36 @@ class _PackedEncoder(torch.nn.Module):
                           token_type_ids=token_type_ids).last_hidden_state
 
 
-def _example_inputs(tokenizer: Any, model: Any, offset: int, row_tokens: int) -> list[dict[str, Any]]:
+def _example_inputs(tokenizer: Any, model: Any, offset: int) -> list[dict[str, Any]]:
+    """The check texts packed two ways: all in one row, and in rows as wide as the longest (another shape)."""
     encoded = tokenizer(list(PACKING_CHECK_TEXTS), truncation=True)
     ids, types = encoded["input_ids"], encoded.get("token_type_ids")
     if types is None:
         return []
+    lengths = [len(x) for x in ids]
+    plans = packing.plan_packing(lengths, row_tokens=sum(lengths)) + packing.plan_packing(lengths, row_tokens=1)
     return [packed_inputs(forward, ids, types, offset, tokenizer.pad_token_id or 0, model.device, model.dtype)[0]
-            for forward in packing.plan_packing([len(x) for x in ids], row_tokens=row_tokens)]
+            for forward in plans]
 
 
 def trace_packed_encoder(model: Any, tokenizer: Any, offset: int) -> Any | None:
     """A callable inputs -> last hidden state that runs the trace; None where tracing fails or differs."""
-    one_row = _example_inputs(tokenizer, model, offset, row_tokens=10_000)  # every check text in one row
-    many_rows = _example_inputs(tokenizer, model, offset, row_tokens=1)  # one text per row: another shape
-    if not one_row or not many_rows:
+    examples = _example_inputs(tokenizer, model, offset)
+    if not examples:
         return None
     eager = eager_encoder(model)
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer warnings about Python values: checked below instead
-            module = torch.jit.trace(_PackedEncoder(model).eval(), example_kwarg_inputs=one_row[0], strict=False)
+            module = torch.jit.trace(_PackedEncoder(model).eval(), example_kwarg_inputs=examples[0], strict=False)
             module = module.eval()
         with torch.inference_mode():
-            for inputs in one_row + many_rows:
-                want, got = eager(inputs).float(), module(**inputs).float()
+            for inputs in examples:
+                want, got = eager(inputs), module(**inputs)
                 if got.shape != want.shape:
                     raise ValueError(f"shape {tuple(got.shape)} instead of {tuple(want.shape)}")
-                error = float((got - want).abs().max() / want.abs().max().clamp(min=1e-6))
-                if error > TOLERANCE:
+                error = relative_error(got, want)
+                if error > output_tolerance(model.dtype):
                     raise ValueError(f"outputs differ by {error:.2g} (relative)")
     except Exception as error:  # any model the tracer cannot take keeps its eager forward
         logger.info("no TorchScript packed encoder: %s: %s", type(error).__name__, error)

@@ -24,3 +24,9 @@ def test_an_accelerator_gets_one_worker() -> None:
 
 def test_available_cores_is_positive() -> None:
     assert available_cores() >= 1
+
+
+def test_an_explicit_worker_count_shares_the_cores_out() -> None:
+    assert default_layout(8, workers=2) == WorkerLayout(workers=2, threads=4)
+    assert default_layout(2, workers=4) == WorkerLayout(workers=4, threads=1)
+    assert default_layout(16, device="cuda", workers=2) == WorkerLayout(workers=2, threads=8)

@@ -84,14 +84,13 @@ class Command(BaseCommand):
 
     def _worker_layout(self, workers: int) -> tuple[int, dict[str, str]]:
         """How many workers to start (0: the machine's default) and their environment."""
-        cores = sizing.available_cores()
-        layout = sizing.default_layout(cores, settings.HOSTING_DEVICE)
-        count = workers or layout.workers
+        layout = sizing.default_layout(sizing.available_cores(), settings.HOSTING_DEVICE, workers=workers)
         env = dict(os.environ)
         if settings.HOSTING_TORCH_THREADS is None:  # an explicit setting wins
-            env["HOSTING_TORCH_THREADS"] = str(layout.threads if not workers else max(1, cores // workers))
-        self.stdout.write(f"starting {count} inference worker(s), {env['HOSTING_TORCH_THREADS']} torch thread(s) each")
-        return count, env
+            env["HOSTING_TORCH_THREADS"] = str(layout.threads)
+        self.stdout.write(f"starting {layout.workers} inference worker(s), "
+                          f"{env['HOSTING_TORCH_THREADS']} torch thread(s) each")
+        return layout.workers, env
 
     def _web_command(self, server: str, host: str, port: int) -> list[str]:
         if server == "daphne":
