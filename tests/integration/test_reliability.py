@@ -140,8 +140,15 @@ def test_disabling_a_model_unloads_it_and_enabling_loads_it_again(limited: Stack
     finally:
         limited.manage("register_model", EMB, "--source", source, "--task", "feature-extraction", "--enabled")
     limited.wait_ready([EMB], timeout_s=60)
-    status, _, _ = http_json("POST", f"{limited.url}/models/{EMB}", {"inputs": "back"}, token=limited.tokens["all"])
-    assert status == 200
+
+    # "ready" can come from a heartbeat sent before the worker saw the disable; the reload
+    # that follows answers 503 while it loads (README), so wait for the first 200.
+    def served() -> bool:
+        status, _, _ = http_json("POST", f"{limited.url}/models/{EMB}", {"inputs": "back"},
+                                 token=limited.tokens["all"])
+        return status == 200
+
+    assert wait_until(served, 60, "the re-enabled model to answer")
 
 
 def test_a_timed_out_request_answers_504_and_is_not_computed(limited: Stack) -> None:
