@@ -18,7 +18,7 @@ import numpy as np
 
 from bench import ceiling, corpus, loadgen
 from bench.procstat import CpuMeter, wait_quiet
-from models_registry import sizing
+from models_registry.worker import sizing
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "all-minilm-l6-v2"

@@ -12,7 +12,6 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-
 Response = tuple[int, bytes, bytes]  # status, raw head, body
 
 

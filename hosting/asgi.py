@@ -12,8 +12,8 @@ from channels.routing import ChannelNameRouter, ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from hosting.api_handler import ApiASGIHandler  # noqa: E402
-from models_registry.consumer import InferenceConsumer  # noqa: E402
-from models_registry.messages import INFERENCE_CHANNEL  # noqa: E402
+from models_registry.broker.messages import INFERENCE_CHANNEL  # noqa: E402
+from models_registry.worker.consumer import InferenceConsumer  # noqa: E402
 
 if settings.EMBEDDED_REDIS:
     from hosting import embedded_redis

@@ -60,7 +60,7 @@ MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "models_registry.middleware.RequestIdMiddleware",
+    "models_registry.api.middleware.RequestIdMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -72,7 +72,7 @@ MIDDLEWARE = [
 # The inference API runs with this lean, async-only stack instead (hosting/asgi.py):
 # each sync MiddlewareMixin costs a thread hop per request on an async view.
 API_MIDDLEWARE = [
-    "models_registry.middleware.RequestIdMiddleware",
+    "models_registry.api.middleware.RequestIdMiddleware",
 ]
 API_PATH_PREFIXES = ("/models", "/v1/", "/health", "/ready")
 
@@ -140,7 +140,7 @@ if EMBEDDED_REDIS:
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "models_registry.layer.HostingChannelLayer",
+        "BACKEND": "models_registry.broker.layer.HostingChannelLayer",
         "CONFIG": {
             # socket_timeout None: redis-py's 5 s default races channels_redis' 5 s BZPOPMIN.
             "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}],

@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from models_registry import dashboard, metrics_view
+from models_registry.observe import dashboard, metrics_view
 
 urlpatterns = [
     path("", include("models_registry.urls")),
@@ -13,5 +13,5 @@ urlpatterns = [
     path("metrics", metrics_view.metrics, name="prometheus-django-metrics"),
 ]
 
-handler404 = "models_registry.views.api_not_found"
-handler500 = "models_registry.views.api_server_error"
+handler404 = "models_registry.api.views.api_not_found"
+handler500 = "models_registry.api.views.api_server_error"

@@ -13,10 +13,12 @@ from django.contrib import admin, messages
 from django.db.models import F
 from django.http import HttpRequest
 
-from models_registry import client, payloads, recent
-from models_registry.errors import HostingError
-from models_registry.heartbeats import live_workers
+from models_registry.api import payloads
+from models_registry.api.errors import HostingError
+from models_registry.broker import handoff
 from models_registry.models import ApiToken, ModelTask, RegisteredModel, WorkerHeartbeat
+from models_registry.observe import traffic_window
+from models_registry.worker.heartbeats import live_workers
 
 admin.site.site_header = "Model hosting"
 admin.site.site_title = "Model hosting admin"
@@ -106,7 +108,7 @@ def run_test_input(task: ModelTask, state: str) -> tuple[bool, str]:
     started = time.perf_counter()
     try:
         parsed = payloads.read_request({"inputs": text}, task.task, dict(task.parameters or {}), 1)
-        result = async_to_sync(client.infer)(
+        result = async_to_sync(handoff.infer)(
             request_id=f"admin-test-{uuid.uuid4().hex[:12]}", model=task.model.name, task=task.name,
             inputs=parsed.inputs, parameters=parsed.parameters, timeout_s=min(task.timeout_s, TEST_TIMEOUT_S),
             max_queue_size=task.max_queue_size,
@@ -175,7 +177,7 @@ class RegisteredModelAdmin(admin.ModelAdmin):
     @admin.display(description="req/s (1 min)")
     def throughput(self, obj: RegisteredModel) -> str:
         """Requests per second this web process answered for the model over the last minute."""
-        return f"{recent.WINDOW.rate(obj.name, 60):.2f}"
+        return f"{traffic_window.WINDOW.rate(obj.name, 60):.2f}"
 
     @admin.display(description="tasks")
     def task_names(self, obj: RegisteredModel) -> str:

@@ -12,6 +12,6 @@ class ModelsRegistryConfig(AppConfig):
 
     def ready(self) -> None:
         """Register the fleet gauges (queue depth, live workers) with prometheus_client."""
-        from models_registry import metrics
+        from models_registry.observe import metrics
 
         metrics.register_collectors()

@@ -11,8 +11,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from models_registry.errors import InvalidInput
-from models_registry.tasks import SUPPORTED_TASKS, validate_parameters
+from models_registry.api.errors import InvalidInput
+from models_registry.registry.task_inputs import SUPPORTED_TASKS, validate_parameters
 
 
 class RegisteredModel(models.Model):

@@ -2,14 +2,14 @@
 
 from django.urls import path
 
-from models_registry import openai_api, openapi, views
+from models_registry.api import openai_routes, openapi, views
 
 urlpatterns = [
     path("models", views.model_list, name="model-list"),
     path("models/<slug:name>", views.model_endpoint, name="model"),
     path("models/<slug:name>/<slug:task>", views.model_task_endpoint, name="model-task"),
-    path("v1/embeddings", openai_api.embeddings, name="openai-embeddings"),
-    path("v1/models", openai_api.list_models, name="openai-models"),
+    path("v1/embeddings", openai_routes.embeddings, name="openai-embeddings"),
+    path("v1/models", openai_routes.list_models, name="openai-models"),
     path("health", views.health, name="health"),
     path("ready", views.ready, name="ready"),
     path("api/openapi.json", openapi.schema_view, name="openapi-schema"),

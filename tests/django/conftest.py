@@ -14,17 +14,18 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from models_registry import auth, registry_cache
+from models_registry.api import auth
 from models_registry.models import ApiToken, ModelTask, RegisteredModel, WorkerHeartbeat
+from models_registry.registry import lookups
 
 
 @pytest.fixture(autouse=True)
 def fresh_caches() -> Iterator[None]:
     """No registry, worker or token lookup cached by an earlier test leaks into this one."""
-    registry_cache.reset()
+    lookups.reset()
     auth.reset_cache()
     yield
-    registry_cache.reset()
+    lookups.reset()
     auth.reset_cache()
 
 

@@ -10,11 +10,11 @@ import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from models_registry import client as inference_client
-from models_registry import dashboard, recent
-from models_registry.client import InferenceResult
-from models_registry.errors import Timeout
+from models_registry.api.errors import Timeout
+from models_registry.broker import handoff as inference_client
+from models_registry.broker.handoff import InferenceResult
 from models_registry.models import RegisteredModel, WorkerHeartbeat
+from models_registry.observe import dashboard, traffic_window
 
 CHANGELIST = "/admin/models_registry/registeredmodel/"
 HEARTBEATS = "/admin/models_registry/workerheartbeat/"
@@ -28,7 +28,7 @@ def ready_state(*tasks: str) -> dict[str, Any]:
 @pytest.fixture(autouse=True)
 def empty_window() -> None:
     """Traffic recorded by other tests must not show up here."""
-    recent.WINDOW.clear()
+    traffic_window.WINDOW.clear()
 
 
 def test_model_change_list_shows_state_queue_and_throughput(admin_client: Client, make_model: Callable[..., Any],
@@ -36,7 +36,7 @@ def test_model_change_list_shows_state_queue_and_throughput(admin_client: Client
     make_model("sentiment")
     heartbeat({"sentiment": ready_state("text-classification")}, {"sentiment/text-classification": 7})
     for _ in range(30):
-        recent.WINDOW.record_success("sentiment", "text-classification", 0.01, 0.002, 0.005, 4)
+        traffic_window.WINDOW.record_success("sentiment", "text-classification", 0.01, 0.002, 0.005, 4)
     response = admin_client.get(CHANGELIST)
     assert response.status_code == 200
     html = response.content.decode()
@@ -137,7 +137,7 @@ def test_dashboard_data_combines_traffic_heartbeats_and_limits(admin_client: Cli
     heartbeat({"sentiment": ready_state("text-classification")}, {"sentiment/text-classification": 5})
     heartbeat({"other": ready_state("fill-mask")}, worker_id="stale", age_s=60)
     now = [1_000_000.0]
-    window = recent.RollingWindow(clock=lambda: now[0])
+    window = traffic_window.RollingWindow(clock=lambda: now[0])
     for ms in range(1, 101):  # 100 requests in one second, latencies 1..100 ms
         window.record_success("sentiment", "text-classification", ms / 1000, ms / 4000, ms / 2000, 8)
     window.record_failure("sentiment", "text-classification", "overloaded")
@@ -169,13 +169,13 @@ def test_dashboard_data_combines_traffic_heartbeats_and_limits(admin_client: Cli
 
 def test_rolling_window_drops_old_seconds_and_caps_samples() -> None:
     now = [500.0]
-    window = recent.RollingWindow(window_s=10, clock=lambda: now[0])
-    for _ in range(recent.SAMPLES_PER_SECOND * 3):
+    window = traffic_window.RollingWindow(window_s=10, clock=lambda: now[0])
+    for _ in range(traffic_window.SAMPLES_PER_SECOND * 3):
         window.record_success("m", "t", 0.001, 0.0, 0.001, 1)
     now[0] += 1
-    assert window.summary("m", "t", 10)["requests"] == recent.SAMPLES_PER_SECOND * 3
-    assert window.rate("m", 10) == pytest.approx(recent.SAMPLES_PER_SECOND * 3 / 10)
-    assert len(window._keys[("m", "t")][0].latency["total"]) == recent.SAMPLES_PER_SECOND
+    assert window.summary("m", "t", 10)["requests"] == traffic_window.SAMPLES_PER_SECOND * 3
+    assert window.rate("m", 10) == pytest.approx(traffic_window.SAMPLES_PER_SECOND * 3 / 10)
+    assert len(window._keys[("m", "t")][0].latency["total"]) == traffic_window.SAMPLES_PER_SECOND
     now[0] += 20
     window.record_failure("m", "t", "unavailable")
     assert len(window._keys[("m", "t")]) == 1

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models_registry.batcher import BatchPolicy
-from models_registry.specs import ModelSpec, TaskSpec
+from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.worker.batcher import BatchPolicy
 from tests import model_factory
 
 torch = pytest.importorskip("torch")
-from models_registry.runner import PipelineRunner, packed_position_offset  # noqa: E402
+from models_registry.inference.model_runner import PipelineRunner, packed_position_offset  # noqa: E402
 
 WORDS = "the model server packs short and long sentences into rows so no compute goes to padding".split()
 
@@ -85,7 +85,7 @@ def test_causal_model_keeps_padded_batches(tmp_path: Path) -> None:
 
 
 def test_small_cpu_forwards_run_on_one_thread_and_restore_the_setting() -> None:
-    from models_registry.runner import SMALL_FORWARD_TOKENS, cpu_threads_for
+    from models_registry.inference.model_runner import SMALL_FORWARD_TOKENS, cpu_threads_for
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -114,12 +114,12 @@ def test_torchscript_encoder_gives_the_eager_vectors() -> None:
 
 
 def test_a_model_without_token_types_keeps_its_eager_forward(tmp_path: Path) -> None:
-    from models_registry import traced
+    from models_registry.inference import trace
 
     source = model_factory.build_tiny_gpt2(tmp_path / "gpt2")
     loaded = PipelineRunner(packing=False).load(_spec(source))
     pipe = loaded.pipelines["feature-extraction"]
-    assert traced.trace_packed_encoder(pipe.model, pipe.tokenizer, 0) is None
+    assert trace.trace_packed_encoder(pipe.model, pipe.tokenizer, 0) is None
 
 
 def test_truncation_side_is_honoured_by_the_packed_path() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models_registry.batcher import Batcher, BatchPolicy, ItemFailure, QueueFull, UnknownKey
+from models_registry.worker.batcher import Batcher, BatchPolicy, ItemFailure, QueueFull, UnknownKey
 
 A = ("model-a", "task")
 B = ("model-b", "task")

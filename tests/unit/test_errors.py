@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from models_registry import errors
-from models_registry.errors import (
+from models_registry.api import errors
+from models_registry.api.errors import (
     Forbidden,
     HostingError,
     Internal,

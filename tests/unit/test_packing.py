@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from models_registry.packing import plan_packing
+from models_registry.inference.packing import plan_packing
 
 
 def _placed(forwards):

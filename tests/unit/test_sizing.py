@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models_registry.sizing import WorkerLayout, available_cores, default_layout
+from models_registry.worker.sizing import WorkerLayout, available_cores, default_layout
 
 
 def test_small_cpu_machines_get_one_single_threaded_worker_per_core() -> None:

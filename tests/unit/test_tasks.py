@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from models_registry import tasks
-from models_registry.errors import InvalidInput, TooLarge
-from models_registry.tasks import normalize_inputs, validate_parameters
+from models_registry.api.errors import InvalidInput, TooLarge
+from models_registry.registry import task_inputs
+from models_registry.registry.task_inputs import normalize_inputs, validate_parameters
 
 FE, FM, TC = "feature-extraction", "fill-mask", "text-classification"
 TOK, QA, ZS = "token-classification", "question-answering", "zero-shot-classification"
@@ -19,7 +19,7 @@ TG, SUM, TR, T2T = "text-generation", "summarization", "translation", "text2text
 
 
 def test_the_supported_tasks_are_the_ones_the_worker_runs() -> None:
-    assert set(tasks.SUPPORTED_TASKS) == {FE, FM, TC, TOK, QA, ZS, TG, SUM, TR, T2T}
+    assert set(task_inputs.SUPPORTED_TASKS) == {FE, FM, TC, TOK, QA, ZS, TG, SUM, TR, T2T}
 
 
 @pytest.mark.parametrize("task", [FE, FM, TC])
@@ -280,10 +280,10 @@ def test_zero_shot_hypothesis_template_needs_a_placeholder() -> None:
 
 def test_zero_shot_needs_candidate_labels_from_the_request_or_the_defaults() -> None:
     with pytest.raises(InvalidInput, match="zero-shot-classification needs parameter\\(s\\) candidate_labels in") as e:
-        tasks.check_required(ZS, {"multi_label": True})
+        task_inputs.check_required(ZS, {"multi_label": True})
     assert e.value.status == 400
-    tasks.check_required(ZS, {"candidate_labels": ["a"]})  # no error
-    tasks.check_required(TC, {})  # nothing required
+    task_inputs.check_required(ZS, {"candidate_labels": ["a"]})  # no error
+    task_inputs.check_required(TC, {})  # nothing required
 
 
 def test_text_generation_parameters() -> None:

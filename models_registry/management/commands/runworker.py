@@ -8,7 +8,7 @@ from typing import Any
 from channels.management.commands.runworker import Command as ChannelsRunworker
 from django.conf import settings
 
-from models_registry.worker import InferenceWorker
+from models_registry.worker.process import InferenceWorker
 
 
 class Command(ChannelsRunworker):

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-from models_registry import sizing
+from models_registry.worker import sizing
 
 DEMO_MODEL = "all-minilm-l6-v2"
 RESTART_BACKOFF_S = 2.0

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from transformers import AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
-from models_registry.errors import InvalidInput
-from models_registry.tasks import MAX_NEW_TOKENS
+from models_registry.api.errors import InvalidInput
+from models_registry.registry.task_inputs import MAX_NEW_TOKENS
 
 DEFAULT_MAX_NEW_TOKENS = 100  # when neither the request nor the model's generation config sets a length (TGI's)
 ZERO_SHOT_PAIRS_PER_FORWARD = 256  # (input, label) pairs in one forward pass

@@ -11,8 +11,8 @@ import numpy as np
 import orjson
 from django.http import HttpResponse
 
-from models_registry import tasks
-from models_registry.errors import InvalidInput, TooLarge
+from models_registry.api.errors import InvalidInput, TooLarge
+from models_registry.registry import task_inputs
 
 _ALWAYS_ALLOWED = {"inputs", "parameters", "options"}  # HF clients may send options: ignored
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -75,21 +75,21 @@ def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: 
     allowed = set(_ALWAYS_ALLOWED)
     top_level: dict[str, Any] = {}
     if task == "feature-extraction":
-        allowed.update(tasks.FEATURE_TOP_LEVEL_KEYS)
-        top_level = {k: payload[k] for k in tasks.FEATURE_TOP_LEVEL_KEYS if k in payload}
+        allowed.update(task_inputs.FEATURE_TOP_LEVEL_KEYS)
+        top_level = {k: payload[k] for k in task_inputs.FEATURE_TOP_LEVEL_KEYS if k in payload}
     unknown = sorted(set(payload) - allowed)
     if unknown:
         raise InvalidInput(f"unknown field(s) {', '.join(unknown)}; send 'inputs' and 'parameters'")
     if "options" in payload and not isinstance(payload["options"], dict):
         raise InvalidInput("'options' must be a JSON object")
-    inputs, is_batch = tasks.normalize_inputs(task, payload.get("inputs"), max_inputs)
-    parameters = tasks.validate_parameters(task, payload.get("parameters"))
-    for key, value in tasks.validate_parameters(task, top_level).items():
+    inputs, is_batch = task_inputs.normalize_inputs(task, payload.get("inputs"), max_inputs)
+    parameters = task_inputs.validate_parameters(task, payload.get("parameters"))
+    for key, value in task_inputs.validate_parameters(task, top_level).items():
         if parameters.get(key) is None:  # a null inside 'parameters' must not hide the top-level value
             parameters[key] = value
     # Drop nulls so they do not mask the task's defaults.
     merged = {**defaults, **{k: v for k, v in parameters.items() if v is not None}}
-    tasks.check_required(task, merged)
+    task_inputs.check_required(task, merged)
     return InferenceRequest(inputs=inputs, is_batch=is_batch, parameters=merged)
 
 
@@ -121,6 +121,6 @@ def shape_response(task: str, outputs: list[Any], is_batch: bool) -> Any:
     """
     if task == "feature-extraction":
         outputs = [decode_vector(o) for o in outputs]
-    if is_batch or tasks.TASK_KINDS[task].single_in_list:
+    if is_batch or task_inputs.TASK_KINDS[task].single_in_list:
         return outputs
     return outputs[0]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_registry.errors import ERROR_CLASSES
-from models_registry.tasks import FEATURE_TOP_LEVEL_KEYS, TASK_KINDS
+from models_registry.api.errors import ERROR_CLASSES
+from models_registry.registry.task_inputs import FEATURE_TOP_LEVEL_KEYS, TASK_KINDS
 
 JsonSchema = dict[str, Any]
 

@@ -10,9 +10,9 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from models_registry.errors import Forbidden, Unauthorized
+from models_registry.api.errors import Forbidden, Unauthorized
 from models_registry.models import ApiToken, hash_token
-from models_registry.registry_cache import fresh_connection
+from models_registry.registry.lookups import fresh_connection
 
 _CACHE_TTL_S = 2.0
 _LAST_USED_EVERY_S = 60.0

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from models_registry import packing, task_runners
-from models_registry.batcher import ItemFailure
-from models_registry.errors import HostingError, Internal, InvalidInput
-from models_registry.specs import ModelSpec, TaskSpec
+from models_registry.api.errors import HostingError, Internal, InvalidInput
+from models_registry.inference import packing, task_runners
+from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.worker.batcher import ItemFailure
 
 logger = logging.getLogger(__name__)
 
@@ -105,9 +105,9 @@ class PipelineRunner:
             if loaded.pack_position_offset is not None:
                 loaded.packed_encoder = eager_encoder(embedder.model)
                 if self.torchscript and device == "cpu":
-                    from models_registry import traced
+                    from models_registry.inference import trace
 
-                    traced_encoder = traced.trace_packed_encoder(
+                    traced_encoder = trace.trace_packed_encoder(
                         embedder.model, embedder.tokenizer, loaded.pack_position_offset)
                     logger.info("model %s: TorchScript packed encoder %s", spec.name,
                                 "on" if traced_encoder is not None else "off (eager)")

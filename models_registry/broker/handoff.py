@@ -12,8 +12,8 @@ from typing import Any
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 
-from models_registry import admission, messages
-from models_registry.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
+from models_registry.api.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
+from models_registry.broker import admission, messages
 
 BROKER_TIMEOUT_S = 1.0  # a broker that does not answer within a second is down
 SERVED_CHECK_EVERY_S = 1.0

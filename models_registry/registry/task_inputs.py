@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from models_registry.errors import InvalidInput, TooLarge
+from models_registry.api.errors import InvalidInput, TooLarge
 
 # Keys of the HF feature-extraction spec that clients send at the top level.
 FEATURE_TOP_LEVEL_KEYS = ("normalize", "truncate", "truncation_direction", "prompt_name")

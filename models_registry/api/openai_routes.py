@@ -20,10 +20,13 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from models_registry import auth, client, metrics, payloads, registry_cache, views
-from models_registry.errors import Forbidden, HostingError, Internal, InvalidInput, NotFound, TooLarge
-from models_registry.specs import ModelSpec, TaskSpec
-from models_registry.views import AsyncView, api_view
+from models_registry.api import auth, payloads, views
+from models_registry.api.errors import Forbidden, HostingError, InvalidInput, NotFound, TooLarge
+from models_registry.api.views import AsyncView, api_view
+from models_registry.broker import handoff
+from models_registry.observe import metrics
+from models_registry.registry import lookups
+from models_registry.registry.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
 
@@ -136,7 +139,7 @@ def _embeds(task: TaskSpec) -> bool:
 
 async def _resolve(model_id: str) -> tuple[ModelSpec, TaskSpec]:
     name, _, task_name = model_id.partition("/")
-    spec = (await registry_cache.get_specs()).get(name)
+    spec = (await lookups.get_specs()).get(name)
     if spec is None:
         raise NotFound(f"no model {model_id!r}; GET /v1/models lists them")
     task = spec.tasks.get(task_name or spec.default_task)
@@ -216,14 +219,14 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
     return response
 
 
-async def _infer(request: HttpRequest, spec: ModelSpec, task: TaskSpec, inputs: list[str]) -> client.InferenceResult:
+async def _infer(request: HttpRequest, spec: ModelSpec, task: TaskSpec, inputs: list[str]) -> handoff.InferenceResult:
     drain_rate = await views._require_serving(spec, task.name)  # the HF route's own check, shared
 
     async def still_served() -> bool:
-        state = (await registry_cache.get_workers()).model_states.get(spec.name)
+        state = (await lookups.get_workers()).model_states.get(spec.name)
         return state is not None and state.get("state") == "ready"
 
-    return await client.infer(
+    return await handoff.infer(
         request_id=request.request_id, model=spec.name, task=task.name, inputs=inputs,
         parameters={k: v for k, v in task.parameters.items() if v is not None}, timeout_s=task.timeout_s,
         max_queue_size=task.policy.max_queue_size, drain_rate=drain_rate, still_served=still_served,
@@ -241,8 +244,8 @@ def _created_at() -> dict[str, int]:
 async def list_models(request: HttpRequest) -> HttpResponse:
     """OpenAI's GET /v1/models: every enabled embedding id this token may use."""
     grant = await auth.authorize(request.headers.get("Authorization"), None)
-    specs = await registry_cache.get_specs()
-    created = await sync_to_async(registry_cache.fresh_connection(_created_at))()
+    specs = await lookups.get_specs()
+    created = await sync_to_async(lookups.fresh_connection(_created_at))()
     data = [
         {"id": model_id, "object": "model", "created": created.get(name, 0), "owned_by": "hosting"}
         for name, spec in specs.items()

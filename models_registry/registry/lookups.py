@@ -15,8 +15,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
-from models_registry import heartbeats
-from models_registry.specs import ModelSpec, read_specs
+from models_registry.registry.specs import ModelSpec, read_specs
+from models_registry.worker import heartbeats
 
 
 @dataclass(frozen=True)

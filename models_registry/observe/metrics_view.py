@@ -10,8 +10,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from django_prometheus.exports import ExportToDjangoView
 
-from models_registry.auth import bearer_token
-from models_registry.errors import Unauthorized, error_response
+from models_registry.api.auth import bearer_token
+from models_registry.api.errors import Unauthorized, error_response
 
 
 @csrf_exempt  # no session or form here: a wrong method is a 405, not a CSRF 403

@@ -1,6 +1,6 @@
 """The human metrics view: a staff page that polls a JSON snapshot every two seconds.
 
-Traffic numbers come from this web process' rolling window (models_registry.recent);
+Traffic numbers come from this web process' rolling window (models_registry.observe.traffic_window);
 queue depths and workers from the workers' heartbeats; limits from the registry.
 """
 
@@ -17,11 +17,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
-from models_registry import recent
-from models_registry.errors import Forbidden, error_response
-from models_registry.heartbeats import live_workers
+from models_registry.api.errors import Forbidden, error_response
 from models_registry.models import WorkerHeartbeat
-from models_registry.specs import read_specs
+from models_registry.observe import traffic_window
+from models_registry.registry.specs import read_specs
+from models_registry.worker.heartbeats import live_workers
 
 SERIES_S = 120  # seconds of history in the charts
 SUMMARY_S = 60  # the "last minute" numbers
@@ -81,9 +81,9 @@ def _model_state(name: str, enabled: bool, workers: list[WorkerHeartbeat]) -> tu
     return best.get("state", "loading"), best.get("error", "")
 
 
-def snapshot(window: recent.RollingWindow | None = None) -> dict[str, Any]:
+def snapshot(window: traffic_window.RollingWindow | None = None) -> dict[str, Any]:
     """Everything the page shows, in one JSON-safe dict (sync ORM)."""
-    window = window or recent.WINDOW
+    window = window or traffic_window.WINDOW
     now = time.time()
     specs = read_specs()
     workers = live_workers()
@@ -99,7 +99,7 @@ def snapshot(window: recent.RollingWindow | None = None) -> dict[str, Any]:
             window.record_depth(spec.name, task.name, depth)
             summary = window.summary(spec.name, task.name, SUMMARY_S)
             batches = window.batch_sizes(spec.name, task.name, BATCH_S)
-            shown = recent.batch_bucket(task.policy.max_batch_size) + 1  # larger batches cannot happen
+            shown = traffic_window.batch_bucket(task.policy.max_batch_size) + 1  # larger batches cannot happen
             summary["batch_sizes"] = {k: v[:shown] for k, v in batches.items()}
             tasks.append({
                 "model": spec.name, "task": task.name, "pipeline": task.task, "enabled": spec.enabled,

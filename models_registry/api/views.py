@@ -15,11 +15,20 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from models_registry import admission, auth, client, metrics, payloads, readiness, registry_cache
-from models_registry.errors import (
-    HostingError, Internal, MethodNotAllowed, NotFound, TooLarge, Unavailable, error_response,
+from models_registry.api import auth, payloads, readiness
+from models_registry.api.errors import (
+    HostingError,
+    Internal,
+    MethodNotAllowed,
+    NotFound,
+    TooLarge,
+    Unavailable,
+    error_response,
 )
-from models_registry.specs import ModelSpec, TaskSpec
+from models_registry.broker import admission, handoff
+from models_registry.observe import metrics
+from models_registry.registry import lookups
+from models_registry.registry.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
 
@@ -58,7 +67,7 @@ def api_view(
 
 
 async def _model_and_task(name: str, task_name: str | None) -> tuple[ModelSpec, TaskSpec]:
-    specs = await registry_cache.get_specs()
+    specs = await lookups.get_specs()
     spec = specs.get(name)
     if spec is None:
         raise NotFound(f"no model named {name!r}; GET /models lists them")
@@ -74,7 +83,7 @@ async def _require_serving(spec: ModelSpec, task_name: str) -> float:
     """503 at once when no live worker can answer; else the task's drain rate (items/s)."""
     if not spec.enabled:
         raise Unavailable(f"model {spec.name!r} is disabled")
-    workers = await registry_cache.get_workers()
+    workers = await lookups.get_workers()
     state = workers.model_states.get(spec.name)
     if state is None:
         raise Unavailable(f"no live worker serves model {spec.name!r}")
@@ -127,10 +136,10 @@ async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, sta
     drain_rate = await _require_serving(spec, task_spec.name)
 
     async def still_served() -> bool:
-        state = (await registry_cache.get_workers()).model_states.get(spec.name)
+        state = (await lookups.get_workers()).model_states.get(spec.name)
         return state is not None and state.get("state") == "ready"
 
-    result = await client.infer(
+    result = await handoff.infer(
         request_id=request.request_id, model=spec.name, task=task_spec.name, inputs=parsed.inputs,
         parameters=parsed.parameters, timeout_s=task_spec.timeout_s,
         max_queue_size=task_spec.policy.max_queue_size, drain_rate=drain_rate, still_served=still_served,
@@ -175,19 +184,19 @@ def _model_summary(spec: ModelSpec, state: dict[str, str] | None) -> dict[str, A
 async def model_list(request: HttpRequest) -> HttpResponse:
     """Every registered model with its tasks and live state."""
     await auth.authorize(request.headers.get("Authorization"), None)
-    specs = await registry_cache.get_specs()
-    states = (await registry_cache.get_workers()).model_states
+    specs = await lookups.get_specs()
+    states = (await lookups.get_workers()).model_states
     return JsonResponse({"models": [_model_summary(s, states.get(n)) for n, s in specs.items()]})
 
 
 async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
     """One model with its tasks' settings and live queue depth."""
     await auth.authorize(request.headers.get("Authorization"), name)
-    specs = await registry_cache.get_specs()
+    specs = await lookups.get_specs()
     spec = specs.get(name)
     if spec is None:
         raise NotFound(f"no model named {name!r}; GET /models lists them")
-    workers = await registry_cache.get_workers()
+    workers = await lookups.get_workers()
     summary = _model_summary(spec, workers.model_states.get(name))
     depths = {t: await _pending_items(name, t) for t in spec.tasks}
     summary["tasks"] = [

@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connection
 
-from models_registry import registry_cache
+from models_registry.registry import lookups
 
 CHECK_TIMEOUT_S = 2.0
 
@@ -30,7 +30,7 @@ async def check() -> dict[str, Any]:
     checks: dict[str, Any] = {}
     missing: list[str] = []
     try:
-        await asyncio.wait_for(sync_to_async(registry_cache.fresh_connection(_database_ok))(), CHECK_TIMEOUT_S)
+        await asyncio.wait_for(sync_to_async(lookups.fresh_connection(_database_ok))(), CHECK_TIMEOUT_S)
         checks["database"] = "ok"
     except Exception as error:
         checks["database"] = f"error: {type(error).__name__}"
@@ -42,8 +42,8 @@ async def check() -> dict[str, Any]:
         checks["broker"] = f"error: {type(error).__name__}"
         missing.append("broker")
     if "database" not in missing:
-        specs = await registry_cache.get_specs()
-        view = await registry_cache.get_workers()
+        specs = await lookups.get_specs()
+        view = await lookups.get_workers()
         enabled = {name for name, spec in specs.items() if spec.enabled}
         serving = sorted(n for n, s in view.model_states.items() if n in enabled and s.get("state") == "ready")
         checks["workers_alive"] = len(view.workers)

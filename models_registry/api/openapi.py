@@ -8,8 +8,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 
-from models_registry.openapi_schemas import INTEGER, NUMBER, STRING, ref, schemas
-from models_registry.views import api_view
+from models_registry.api.openapi_schemas import INTEGER, NUMBER, STRING, ref, schemas
+from models_registry.api.views import api_view
 
 JSON = "application/json"
 DEMO_MODEL = "all-minilm-l6-v2"  # what `make run` registers

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from models_registry import recent
+from models_registry.observe import traffic_window
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -53,7 +53,7 @@ def observe_success(model: str, task: str, duration_s: float, queue_s: float, co
     COMPUTE_DURATION.labels(model, task).observe(compute_s)
     if batch_size:
         BATCH_SIZE.labels(model, task).observe(batch_size)
-    recent.WINDOW.record_success(model, task, duration_s, queue_s, compute_s, batch_size)
+    traffic_window.WINDOW.record_success(model, task, duration_s, queue_s, compute_s, batch_size)
 
 
 def observe_failure(model: str, task: str, status: int, error_type: str, duration_s: float) -> None:
@@ -62,7 +62,7 @@ def observe_failure(model: str, task: str, status: int, error_type: str, duratio
     REQUEST_DURATION.labels(model, task).observe(duration_s)
     if error_type in ("overloaded", "unavailable", "timeout"):
         REJECTED.labels(model, task, error_type).inc()
-    recent.WINDOW.record_failure(model, task, error_type)
+    traffic_window.WINDOW.record_failure(model, task, error_type)
 
 
 class FleetCollector(Collector):
@@ -76,7 +76,7 @@ class FleetCollector(Collector):
         ]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from models_registry.heartbeats import live_workers
+        from models_registry.worker.heartbeats import live_workers
 
         depth = GaugeMetricFamily(
             "hosting_inference_queue_depth", "Items waiting on live workers.", labels=["model", "task"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from channels.consumer import AsyncConsumer
 
-from models_registry import engine_registry
+from models_registry.worker import engine_registry
 
 logger = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from asgiref.sync import sync_to_async
 from channels.worker import Worker
 from django.conf import settings
 
-from models_registry import engine_registry, heartbeats
-from models_registry.engine import InferenceEngine
-from models_registry.messages import INFERENCE_CHANNEL, model_channel
-from models_registry.specs import read_specs
+from models_registry.broker.messages import INFERENCE_CHANNEL, model_channel
+from models_registry.registry.specs import read_specs
+from models_registry.worker import engine_registry, heartbeats
+from models_registry.worker.engine import InferenceEngine
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class InferenceWorker(Worker):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from models_registry.runner import PipelineRunner  # torch loads here, not at import
+        from models_registry.inference.model_runner import PipelineRunner  # torch loads here, not at import
 
         self.runner = PipelineRunner(
             settings.HOSTING_DEVICE, settings.HOSTING_TORCH_THREADS, packing=settings.HOSTING_SEQUENCE_PACKING,

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from models_registry import admission, messages
-from models_registry.batcher import Batch, Batcher, ItemFailure, PendingRequest, QueueFull, UnknownKey
-from models_registry.errors import HostingError, Internal, InvalidInput, Overloaded, Unavailable
-from models_registry.specs import ModelSpec
+from models_registry.api.errors import HostingError, Internal, InvalidInput, Overloaded, Unavailable
+from models_registry.broker import admission, messages
+from models_registry.registry.specs import ModelSpec
+from models_registry.worker.batcher import Batch, Batcher, ItemFailure, PendingRequest, QueueFull, UnknownKey
 
 logger = logging.getLogger(__name__)
 

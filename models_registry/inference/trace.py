@@ -17,9 +17,13 @@ from typing import Any
 
 import torch
 
-from models_registry import packing
-from models_registry.runner import (
-    PACKING_CHECK_TEXTS, eager_encoder, output_tolerance, packed_inputs, relative_error,
+from models_registry.inference import packing
+from models_registry.inference.model_runner import (
+    PACKING_CHECK_TEXTS,
+    eager_encoder,
+    output_tolerance,
+    packed_inputs,
+    relative_error,
 )
 
 logger = logging.getLogger(__name__)

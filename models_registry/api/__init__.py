@@ -1,0 +1,1 @@
+"""The HTTP side: views, OpenAI routes, payloads, auth, the error table, the API's description."""

@@ -1,0 +1,1 @@
+"""The channel layer, admission across workers, the wire messages and the view-side hand-off."""

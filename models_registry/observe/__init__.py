@@ -1,0 +1,1 @@
+"""Metrics, the recent-traffic window and the dashboard."""

@@ -1,0 +1,1 @@
+"""The `runworker inference` process: intake, the engine, the pure batcher, sizing, heartbeats."""
