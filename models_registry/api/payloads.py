@@ -16,6 +16,8 @@ from models_registry.registry import task_inputs
 
 _ALWAYS_ALLOWED = {"inputs", "parameters", "options"}  # HF clients may send options: ignored
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+MAX_JSON_DEPTH = 32  # task inputs nest 3 deep at most; deeper only costs recursion
+_INT_LIMIT = 2**63  # msgpack carries 64-bit integers only
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,17 @@ def parse_body(body: bytes, content_type: str, max_bytes: int) -> Any:
 
 
 def _loads(text: str) -> Any:
-    """json.loads, refusing lone UTF-16 surrogate escapes: msgpack cannot send them to a worker."""
-    value = json.loads(text)
+    """json.loads, refusing what a worker message cannot carry: lone UTF-16 surrogate escapes,
+    nesting deeper than MAX_JSON_DEPTH, integers beyond 64 bits."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise InvalidInput(f"request body nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as error:
+        if isinstance(error, json.JSONDecodeError):
+            raise
+        raise InvalidInput(f"request body has a number with too many digits ({error})"[:200]) from None
+    _check_shape(value)
     if _SURROGATE_ESCAPE.search(text):  # only then pay for the check (paired escapes are fine)
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -66,6 +77,20 @@ def _loads(text: str) -> Any:
             raise InvalidInput("request body has an unpaired UTF-16 surrogate escape (\\ud800-\\udfff); "
                                "send valid Unicode text") from None
     return value
+
+
+def _check_shape(value: Any) -> None:
+    """Refuse nesting deeper than MAX_JSON_DEPTH and integers msgpack cannot carry (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise InvalidInput(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, int)))
+        elif isinstance(item, int) and not -_INT_LIMIT <= item < _INT_LIMIT:
+            raise InvalidInput("request body has an integer beyond 64 bits (too many digits)")
 
 
 def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: int) -> InferenceRequest:
