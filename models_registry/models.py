@@ -14,6 +14,10 @@ from django.utils import timezone
 from models_registry.api.errors import InvalidInput
 from models_registry.registry.task_inputs import SUPPORTED_TASKS, validate_parameters
 
+# Tasks whose answer depends only on the model, the parameters and the input (no sampling).
+CACHEABLE_TASKS = ("feature-extraction", "fill-mask", "text-classification", "token-classification",
+                   "question-answering", "zero-shot-classification", "text-ranking")
+
 
 class RegisteredModel(models.Model):
     """A model the server hosts: where its weights come from and where it runs."""
@@ -82,6 +86,15 @@ class ModelTask(models.Model):
     timeout_s = models.FloatField(
         default=30.0, validators=[MinValueValidator(0.1), MaxValueValidator(600)], help_text="Answer 504 after this."
     )
+    max_batch_queue_size = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Pending items above which batch-priority requests get 503 overloaded (interactive ones are "
+                  "still admitted up to max_queue_size); empty = half of max_queue_size.",
+    )
+    cache_ttl_s = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(30 * 86400)],
+        help_text="Seconds a result stays in the response cache; 0 = no cache. Deterministic tasks only.",
+    )
 
     class Meta:
         ordering = ["model__name", "id"]
@@ -115,6 +128,16 @@ class ModelTask(models.Model):
             errors["max_batch_tokens"] = "Use 0 (no budget) or at least 16 tokens; one input alone exceeds a smaller budget."
         if self.max_batch_delay_ms is not None and self.timeout_s and self.max_batch_delay_ms / 1000 >= self.timeout_s:
             errors["max_batch_delay_ms"] = "The batch delay must be shorter than timeout_s, or every request times out."
+        if self.max_batch_queue_size and self.max_queue_size and self.max_batch_queue_size > self.max_queue_size:
+            errors["max_batch_queue_size"] = (
+                f"max_batch_queue_size ({self.max_batch_queue_size}) is above max_queue_size ({self.max_queue_size}): "
+                "batch traffic must be shed before interactive traffic. Lower it or leave it empty."
+            )
+        if self.cache_ttl_s and self.task not in CACHEABLE_TASKS:
+            errors["cache_ttl_s"] = (
+                f"{self.task} is not deterministic, so its results cannot be cached; set 0. "
+                f"Cacheable tasks: {', '.join(CACHEABLE_TASKS)}."
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -125,7 +148,9 @@ def hash_token(raw: str) -> str:
 
 
 class ApiToken(models.Model):
-    """A bearer token, stored hashed, optionally limited to some models."""
+    """A bearer token, stored hashed, optionally limited to some models, rates and a priority."""
+
+    PRIORITIES = [("interactive", "interactive"), ("batch", "batch")]
 
     name = models.CharField(max_length=100, unique=True)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
@@ -135,6 +160,19 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Empty = no limit."
+    )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Input tokens; empty = no limit."
+    )
+    tokens_per_day = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Input tokens per UTC day; empty = no limit."
+    )
+    priority = models.CharField(
+        max_length=12, choices=PRIORITIES, default="interactive",
+        help_text="batch: queued behind interactive traffic and shed first under overload.",
+    )
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

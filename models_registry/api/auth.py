@@ -15,6 +15,10 @@ from models_registry.models import ApiToken, hash_token
 from models_registry.registry.lookups import fresh_connection
 
 _CACHE_TTL_S = 2.0
+# Every stored token hash, reloaded at most this often and only when an unknown token comes:
+# a flood of random bad tokens costs one query per interval, not one per token. A token
+# created a moment ago may be refused for up to this long.
+_KNOWN_TTL_S = 0.5
 _LAST_USED_EVERY_S = 60.0
 
 
@@ -36,6 +40,12 @@ _last_used_written: dict[int, float] = {}
 # request holding that token waits for the same lookup instead of starting its own (64
 # concurrent clients used to queue 64 lookups on the executor thread every 2 s).
 _lookups: dict[str, asyncio.Task[TokenGrant | None]] = {}
+_known: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
+_known_refresh: asyncio.Task[frozenset[str]] | None = None
+
+
+def _all_hashes() -> frozenset[str]:
+    return frozenset(ApiToken.objects.values_list("token_hash", flat=True))
 
 
 def _lookup(token_hash: str) -> TokenGrant | None:
@@ -77,6 +87,8 @@ async def _grant(digest: str) -> TokenGrant | None:
     cached = _cache.get(digest)
     if cached is not None and time.monotonic() - cached[0] <= _CACHE_TTL_S:
         return cached[1]
+    if not await _maybe_known(digest):
+        return None
     lookup = _lookups.get(digest)
     if lookup is None:
         lookup = asyncio.ensure_future(_look_up_and_cache(digest))
@@ -84,6 +96,20 @@ async def _grant(digest: str) -> TokenGrant | None:
         lookup.add_done_callback(lambda _: _lookups.pop(digest, None))
     # shield: a client that leaves must not cancel the lookup the others wait on.
     return await asyncio.shield(lookup)
+
+
+async def _maybe_known(digest: str) -> bool:
+    """Whether digest is among the stored hashes (reloaded, one load at a time, when stale)."""
+    global _known, _known_refresh
+    loaded_at, hashes = _known
+    if digest in hashes or time.monotonic() - loaded_at < _KNOWN_TTL_S:
+        return digest in hashes
+    if _known_refresh is None or _known_refresh.done():
+        _known_refresh = asyncio.ensure_future(sync_to_async(fresh_connection(_all_hashes))())
+    refresh = _known_refresh
+    hashes = await asyncio.shield(refresh)  # a client that leaves must not cancel the others' load
+    _known = (time.monotonic(), hashes)
+    return digest in hashes
 
 
 async def _look_up_and_cache(digest: str) -> TokenGrant | None:
@@ -96,6 +122,8 @@ async def _look_up_and_cache(digest: str) -> TokenGrant | None:
 
 def reset_cache() -> None:
     """Forget cached token lookups (tests)."""
+    global _known, _known_refresh
     _cache.clear()
     _last_used_written.clear()
     _lookups.clear()
+    _known, _known_refresh = (float("-inf"), frozenset()), None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 from django.test import AsyncClient
 
+from models_registry.api import auth
 from models_registry.models import RegisteredModel
 from tests.django.test_api_views import bearer, db, error_of, post
 
@@ -60,3 +62,31 @@ async def test_deep_or_huge_json_on_the_openai_route_is_a_400(client: AsyncClien
     assert response.status_code == 400, response.content
     assert response.json()["error"]["code"] == "invalid_input"
     assert not [r for r in caplog.records if r.exc_info]
+
+
+# --- a flood of bad tokens ------------------------------------------------------------------
+async def test_a_flood_of_random_bad_tokens_costs_no_database_lookup_each(
+        client: AsyncClient, token: str, make_token: Callable[..., str], monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"token": 0, "all": 0}
+    real_lookup, real_all = auth._lookup, auth._all_hashes
+
+    def counted_lookup(digest: str) -> Any:
+        calls["token"] += 1
+        return real_lookup(digest)
+
+    def counted_all() -> Any:
+        calls["all"] += 1
+        return real_all()
+
+    monkeypatch.setattr(auth, "_lookup", counted_lookup)
+    monkeypatch.setattr(auth, "_all_hashes", counted_all)
+    for i in range(200):
+        response = await client.get("/models", headers=bearer(f"hst_random-{i}"))
+        error_of(response, 401, "unauthorized")
+    assert calls["token"] == 0, "an unknown token must not cost a lookup of its own"
+    assert calls["all"] <= 3, calls  # one load of the known hashes per 0.5 s at most
+    assert (await client.get("/models", headers=bearer(token))).status_code == 200
+    # A token created now is known once the short negative window has passed.
+    raw = await db(make_token, "new")
+    await asyncio.sleep(auth._KNOWN_TTL_S)
+    assert (await client.get("/models", headers=bearer(raw))).status_code == 200
