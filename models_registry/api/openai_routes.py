@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from models_registry.api import auth, payloads, views
+from models_registry.api import auth, dimensions, payloads, views
 from models_registry.api.errors import Forbidden, HostingError, InvalidInput, NotFound, TooLarge
 from models_registry.api.views import AsyncView, api_view
 from models_registry.broker import handoff
@@ -34,7 +34,6 @@ FIELDS = ("model", "input", "encoding_format", "dimensions", "user")
 ENCODINGS = ("float", "base64")
 # Errors the SDK must not retry: a pipeline error repeats, and a timeout retried triples the wait.
 _NO_RETRY = {"internal", "timeout"}
-_native_dims: dict[tuple[Any, ...], int] = {}  # (model, task, load key) -> vector length seen
 
 
 def openai_error_body(error: HostingError) -> dict[str, Any]:
@@ -153,12 +152,6 @@ async def _resolve(model_id: str) -> tuple[ModelSpec, TaskSpec]:
     return spec, task
 
 
-def _check_dimensions(wanted: int | None, native: int | None, model_id: str) -> None:
-    if wanted is not None and native is not None and wanted != native:
-        raise invalid(f"{model_id!r} returns {native}-dimensional embeddings and cannot shorten them: "
-                      f"send dimensions={native} or leave it out", "dimensions")
-
-
 def _embedding(index: int, output: Any, encoding: str) -> dict[str, Any]:
     data, _shape = output
     vector: Any = base64.b64encode(data).decode("ascii") if encoding == "base64" else payloads.decode_vector(output)
@@ -189,12 +182,10 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
     spec, task = await _resolve(wanted.model)
     dims_key = (spec.name, task.name, spec.load_key())
     try:
-        _check_dimensions(wanted.dimensions, _native_dims.get(dims_key), wanted.model)
+        dimensions.check(wanted.dimensions, task, dimensions.known_native(dims_key))
         result = await _infer(request, spec, task, wanted.inputs)
-        native = int(result.outputs[0][1][0]) if result.outputs else None
-        if native is not None:
-            _native_dims[dims_key] = native
-        _check_dimensions(wanted.dimensions, native, wanted.model)
+        normalize = dimensions.effective_normalize(task, task.parameters)
+        outputs = dimensions.shorten(result.outputs, wanted.dimensions, task, dims_key, normalize)
     except HostingError as error:
         elapsed = time.perf_counter() - started
         metrics.observe_failure(spec.name, task.name, error.status, error.error_type, elapsed)
@@ -209,7 +200,7 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
                 result.queue_ms, result.compute_ms, result.batch_size, elapsed * 1000)
     response = payloads.json_response({
         "object": "list",
-        "data": [_embedding(i, output, wanted.encoding_format) for i, output in enumerate(result.outputs)],
+        "data": [_embedding(i, output, wanted.encoding_format) for i, output in enumerate(outputs)],
         "model": wanted.model,
         "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens},
     })
@@ -228,7 +219,8 @@ async def _infer(request: HttpRequest, spec: ModelSpec, task: TaskSpec, inputs: 
 
     return await handoff.infer(
         request_id=request.request_id, model=spec.name, task=task.name, inputs=inputs,
-        parameters={k: v for k, v in task.parameters.items() if v is not None}, timeout_s=task.timeout_s,
+        parameters=dimensions.without_keys({k: v for k, v in task.parameters.items() if v is not None}),
+        timeout_s=task.timeout_s,
         max_queue_size=task.policy.max_queue_size, drain_rate=drain_rate, still_served=still_served,
     )
 

@@ -61,6 +61,8 @@ _PARAMETER_TYPES: dict[str, JsonSchema] = {
     "function_to_apply": {"enum": ["sigmoid", "softmax", "none"]},
     "targets": {"oneOf": [STRING, {"type": "array", "items": STRING, "minItems": 1}]},
     "prompts": {"type": "object", "additionalProperties": STRING},  # not nullable
+    "dimensions": {**INTEGER, "minimum": 1},
+    "truncate_dim": {**INTEGER, "minimum": 1},
 }
 
 
@@ -69,7 +71,8 @@ def _parameters() -> JsonSchema:
     takers: dict[str, list[str]] = {}
     for kind in TASK_KINDS.values():
         for name in kind.parameters:
-            takers.setdefault(name, []).append(kind.name)
+            if name not in kind.defaults_only:  # set at registration; a request carrying it is a 400
+                takers.setdefault(name, []).append(kind.name)
     properties: JsonSchema = {}
     for name, kinds in takers.items():
         taken_by = f"taken by {', '.join(kinds)}"
@@ -175,7 +178,10 @@ def schemas(max_inputs: int) -> dict[str, JsonSchema]:
             "encoding_format": nullable({"enum": ["float", "base64"]},
                                         "base64: little-endian float32, as the openai SDK asks by default; "
                                         "default float"),
-            "dimensions": nullable({**INTEGER, "minimum": 1}, "only the model's own dimension is accepted (400)"),
+            "dimensions": nullable({**INTEGER, "minimum": 1},
+                                   "Matryoshka: the first d components of each embedding, renormalized when the "
+                                   "task normalizes; 1 to the model's size, and one of the task's "
+                                   "matryoshka_dimensions when it declares them (else 400)"),
             "user": nullable(STRING, "accepted and ignored"),
         }, ("model", "input"), closed=True),
         "EmbeddingResponse": obj({

@@ -108,8 +108,8 @@ def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: 
     if "options" in payload and not isinstance(payload["options"], dict):
         raise InvalidInput("'options' must be a JSON object")
     inputs, is_batch = task_inputs.normalize_inputs(task, payload.get("inputs"), max_inputs)
-    parameters = task_inputs.validate_parameters(task, payload.get("parameters"))
-    for key, value in task_inputs.validate_parameters(task, top_level).items():
+    parameters = task_inputs.validate_parameters(task, payload.get("parameters"), from_request=True)
+    for key, value in task_inputs.validate_parameters(task, top_level, from_request=True).items():
         if parameters.get(key) is None:  # a null inside 'parameters' must not hide the top-level value
             parameters[key] = value
     # Drop nulls so they do not mask the task's defaults.

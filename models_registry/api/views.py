@@ -15,7 +15,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from models_registry.api import auth, payloads, readiness
+from models_registry.api import auth, dimensions, payloads, readiness
 from models_registry.api.errors import (
     HostingError,
     Internal,
@@ -133,6 +133,12 @@ async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, sta
         raise TooLarge(f"request body is over the limit of {settings.HOSTING_MAX_BODY_BYTES} bytes") from None
     body = payloads.parse_body(raw, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
     parsed = payloads.read_request(body, task_spec.task, task_spec.parameters, settings.HOSTING_MAX_INPUTS)
+    parameters, wanted_dims = parsed.parameters, None
+    if task_spec.task == "feature-extraction":
+        wanted_dims = dimensions.requested(parameters)
+        dims_key = (spec.name, task_spec.name, spec.load_key())
+        dimensions.check(wanted_dims, task_spec, dimensions.known_native(dims_key))
+        parameters = dimensions.without_keys(parameters)
     drain_rate = await _require_serving(spec, task_spec.name)
 
     async def still_served() -> bool:
@@ -141,10 +147,14 @@ async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, sta
 
     result = await handoff.infer(
         request_id=request.request_id, model=spec.name, task=task_spec.name, inputs=parsed.inputs,
-        parameters=parsed.parameters, timeout_s=task_spec.timeout_s,
+        parameters=parameters, timeout_s=task_spec.timeout_s,
         max_queue_size=task_spec.policy.max_queue_size, drain_rate=drain_rate, still_served=still_served,
     )
-    response = payloads.json_response(payloads.shape_response(task_spec.task, result.outputs, parsed.is_batch))
+    outputs = result.outputs
+    if task_spec.task == "feature-extraction":
+        outputs = dimensions.shorten(outputs, wanted_dims, task_spec, dims_key,
+                                     dimensions.effective_normalize(task_spec, parsed.parameters))
+    response = payloads.json_response(payloads.shape_response(task_spec.task, outputs, parsed.is_batch))
     response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
     response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
     response["X-Batch-Size"] = str(result.batch_size)

@@ -13,7 +13,8 @@ from typing import Any
 from models_registry.api.errors import InvalidInput, TooLarge
 
 # Keys of the HF feature-extraction spec that clients send at the top level.
-FEATURE_TOP_LEVEL_KEYS = ("normalize", "truncate", "truncation_direction", "prompt_name")
+FEATURE_TOP_LEVEL_KEYS = ("normalize", "truncate", "truncation_direction", "prompt_name", "dimensions", "truncate_dim")
+MAX_DIMENSIONS = 65_536  # beyond any model's hidden size; the model's own size is checked on its answer
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -101,6 +102,14 @@ def _template(name: str, value: Any) -> str:
     return value
 
 
+def _sizes(name: str, value: Any) -> list[int]:
+    if (not isinstance(value, list) or not value or len(set(value)) != len(value)
+            or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_DIMENSIONS for v in value)):
+        raise InvalidInput(f"parameter {name!r} must be a list of distinct sizes from 1 to {MAX_DIMENSIONS}, "
+                           "e.g. [768, 512, 256, 128, 64]")
+    return value
+
+
 def _early_stopping(name: str, value: Any) -> bool | str:
     if not isinstance(value, bool) and value != "never":
         raise InvalidInput(f"parameter {name!r} must be true, false or \"never\"")
@@ -151,6 +160,7 @@ class TaskKind:
     required: tuple[str, ...] = ()  # after the task's defaults are merged in
     question_context: bool = False  # inputs are {"question", "context"} objects, not strings
     single_in_list: bool = False  # the answer to one string input is still a list (HF spec)
+    defaults_only: tuple[str, ...] = ()  # parameters the task's defaults may set, a request may not
 
 
 TASK_KINDS: dict[str, TaskKind] = {
@@ -163,7 +173,10 @@ TASK_KINDS: dict[str, TaskKind] = {
             "prompt_name": _optional(_str),
             "prompt": _optional(_str),  # a prefix added to every input (task default)
             "prompts": _prompts,  # named prefixes that prompt_name picks from
-        }),
+            "dimensions": _optional(_int_range(1, MAX_DIMENSIONS)),  # Matryoshka: the first d components
+            "truncate_dim": _optional(_int_range(1, MAX_DIMENSIONS)),  # sentence-transformers' name for it
+            "matryoshka_dimensions": _sizes,  # the sizes a task allows (task default only)
+        }, defaults_only=("matryoshka_dimensions",)),
         TaskKind("fill-mask", {
             "top_k": _optional(_int_range(1, 100)),
             "targets": _optional(_str_or_list),
@@ -226,12 +239,15 @@ def _checked(what: str, parameters: dict[str, Any], validators: dict[str, Callab
     return {name: validators[name](name, value) for name, value in parameters.items()}
 
 
-def validate_parameters(task: str, parameters: Any) -> dict[str, Any]:
-    """Check request parameters against what the task takes; unknown ones are a 400."""
+def validate_parameters(task: str, parameters: Any, *, from_request: bool = False) -> dict[str, Any]:
+    """Check a task's default parameters, or with from_request a request's, against what the task takes."""
     if parameters is None:
         return {}
     if not isinstance(parameters, dict):
         raise InvalidInput("'parameters' must be a JSON object")
+    fixed = sorted(set(parameters) & set(TASK_KINDS[task].defaults_only)) if from_request else []
+    if fixed:
+        raise InvalidInput(f"parameter(s) {', '.join(fixed)} are set by the task's registration, not per request")
     return _checked(task, parameters, TASK_KINDS[task].parameters)
 
 

@@ -16,7 +16,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
-from models_registry.api import openai_routes, views
+from models_registry.api import dimensions, openai_routes, views
 from models_registry.api.errors import Timeout
 from models_registry.broker.handoff import InferenceResult
 from models_registry.models import RegisteredModel
@@ -61,7 +61,7 @@ def worker_answers(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     monkeypatch.setattr(views, "_require_serving", serving)
     monkeypatch.setattr(openai_routes.handoff, "infer", infer)
-    openai_routes._native_dims.clear()
+    dimensions._native.clear()
     return calls
 
 
@@ -117,17 +117,50 @@ async def test_a_named_task_is_model_slash_task(client: AsyncClient, token: str,
     assert worker_answers[0]["task"] == "cls-pool"
 
 
-async def test_dimensions_other_than_native_are_400_before_compute_once_known(
+async def test_dimensions_are_the_first_components_renormalized(
     client: AsyncClient, token: str, worker_answers: list[dict[str, Any]]
 ) -> None:
-    first = await embed(client, {"model": "emb", "input": "a", "dimensions": 2}, token)
-    assert "returns 3-dimensional embeddings" in openai_error(first, 400, "invalid_input")["message"]
+    response = await embed(client, {"model": "emb", "input": ["a", "b"], "dimensions": 2}, token)
+    assert response.status_code == 200, response.content
+    got = np.array([item["embedding"] for item in response.json()["data"]], dtype="<f4")
+    cut = VECTORS[:, :2]
+    want = cut / np.maximum(np.linalg.norm(cut, axis=1, keepdims=True), 1e-12)  # the task normalizes
+    assert got.shape == (2, 2) and np.allclose(got, want, atol=1e-6)
+    assert "dimensions" not in worker_answers[0]["parameters"]  # applied in the web process
+
+
+async def test_dimensions_without_normalize_are_only_cut(client: AsyncClient, token: str,
+                                                         worker_answers: list[dict[str, Any]]) -> None:
+    response = await embed(client, {"model": "emb/cls-pool", "input": "a", "dimensions": 1,
+                                    "encoding_format": "base64"}, token)
+    [item] = response.json()["data"]
+    assert base64.b64decode(item["embedding"]) == VECTORS[0][:1].tobytes()
+
+
+async def test_dimensions_over_the_models_size_are_400_before_compute_once_known(
+    client: AsyncClient, token: str, worker_answers: list[dict[str, Any]]
+) -> None:
+    first = await embed(client, {"model": "emb", "input": "a", "dimensions": 4}, token)
+    assert "more than the model's 3 dimensions" in openai_error(first, 400, "invalid_input")["message"]
     assert len(worker_answers) == 1  # learnt from this answer
-    again = await embed(client, {"model": "emb", "input": "a", "dimensions": 2}, token)
+    again = await embed(client, {"model": "emb", "input": "a", "dimensions": 4}, token)
     assert openai_error(again, 400, "invalid_input")["param"] == "dimensions"
     assert len(worker_answers) == 1  # refused without asking a worker
     native = await embed(client, {"model": "emb", "input": "a", "dimensions": 3}, token)
     assert native.status_code == 200
+
+
+async def test_a_task_may_declare_its_sizes(client: AsyncClient, token: str,
+                                            worker_answers: list[dict[str, Any]]) -> None:
+    await sync_to_async(lambda: RegisteredModel.objects.get(name="emb").tasks.filter(name="cls-pool").update(
+        parameters={"matryoshka_dimensions": [2]}))()
+    views.lookups.reset()
+    refused = await embed(client, {"model": "emb/cls-pool", "input": "a", "dimensions": 1}, token)
+    assert "not one of the sizes this task serves: 2" in openai_error(refused, 400, "invalid_input")["message"]
+    assert not worker_answers
+    allowed = await embed(client, {"model": "emb/cls-pool", "input": "a", "dimensions": 2}, token)
+    assert len(allowed.json()["data"][0]["embedding"]) == 2
+    assert "matryoshka_dimensions" not in worker_answers[0]["parameters"]
 
 
 @pytest.mark.parametrize(("body", "param", "words"), [

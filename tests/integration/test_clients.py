@@ -110,9 +110,19 @@ def test_openai_named_task_and_native_dimensions(oai: openai.OpenAI) -> None:
     assert len(answer.data[0].embedding) == 384
 
 
-def test_openai_other_dimensions_are_a_clear_400(oai: openai.OpenAI) -> None:
+def test_openai_matryoshka_dimensions_match_the_hf_route(stack: Stack, token: str, oai: openai.OpenAI) -> None:
+    answer = oai.embeddings.create(model=MINILM, input=TEXTS, dimensions=64)  # base64 by default
+    got = np.array([d.embedding for d in answer.data], dtype=np.float32)
+    full = hf_route_vectors(stack, token, TEXTS)[:, :64]
+    np.testing.assert_allclose(got, full / np.linalg.norm(full, axis=1, keepdims=True), rtol=0, atol=1e-6)
+    status, _, body = http_json("POST", f"{stack.url}/models/{MINILM}", {"inputs": TEXTS, "truncate_dim": 64},
+                                token=token)
+    assert status == 200 and np.allclose(np.array(body, dtype=np.float32), got, atol=1e-6)
+
+
+def test_openai_dimensions_over_the_models_size_are_a_clear_400(oai: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as raised:
-        oai.embeddings.create(model=MINILM, input="x", dimensions=64)
+        oai.embeddings.create(model=MINILM, input="x", dimensions=385)
     assert "384" in str(raised.value) and raised.value.param == "dimensions"
     assert raised.value.code == "invalid_input"
 
