@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db.models.signals import post_save
 from django.utils import timezone
 
 from models_registry.api.errors import Forbidden, Unauthorized
@@ -46,6 +47,15 @@ _known_refresh: asyncio.Task[frozenset[str]] | None = None
 
 def _all_hashes() -> frozenset[str]:
     return frozenset(ApiToken.objects.values_list("token_hash", flat=True))
+
+
+def _forget_known(**_: object) -> None:
+    """A token saved in this process (the admin) is known at once, not after _KNOWN_TTL_S."""
+    global _known
+    _known = (float("-inf"), frozenset())
+
+
+post_save.connect(_forget_known, sender=ApiToken, dispatch_uid="auth-known-hashes")
 
 
 def _lookup(token_hash: str) -> TokenGrant | None:
