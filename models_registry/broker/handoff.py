@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,13 +65,18 @@ async def infer(
     drain_rate: float = 0.0,
     still_served: Callable[[], Awaitable[bool]] | None = None,
 ) -> InferenceResult:
-    """Run inputs through model/task on some worker; raises a HostingError on failure."""
+    """Run inputs through model/task on some worker; raises a HostingError on failure.
+
+    request_id is the client's (logs and the response header): clients reuse theirs on
+    retries, so admission, the message and its reply are keyed on an id made here.
+    """
     layer = get_channel_layer()
     deadline = time.time() + timeout_s
     count = len(inputs)
+    key = uuid.uuid4().hex
     try:
         admitted, depth = await asyncio.wait_for(
-            admission.admit(layer, model, task, request_id, count, deadline, max_queue_size), BROKER_TIMEOUT_S
+            admission.admit(layer, model, task, key, count, deadline, max_queue_size), BROKER_TIMEOUT_S
         )
     except Exception as error:
         raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
@@ -84,7 +90,7 @@ async def infer(
     receiver = layer.expect_reply(reply_channel)
     try:
         message = messages.request_message(
-            request_id=request_id, reply_channel=reply_channel, model=model, task=task,
+            request_id=key, reply_channel=reply_channel, model=model, task=task,
             inputs=inputs, parameters=parameters, deadline=deadline,
         )
         try:
@@ -99,7 +105,7 @@ async def infer(
         reply = await _await_reply(receiver, deadline, timeout_s, model, still_served)
     finally:
         layer.forget_reply(reply_channel)
-        _in_background(_leave_quietly(layer, model, task, request_id, count))
+        _in_background(_leave_quietly(layer, model, task, key, count))
     if reply.get("error_type"):
         error: HostingError = from_wire(reply["error_type"], reply.get("error") or "inference failed")
         if reply.get("retry_after"):

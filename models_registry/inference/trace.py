@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from models_registry.inference import packing
-from models_registry.inference.model_runner import (
+from models_registry.inference.packed_forward import (
     PACKING_CHECK_TEXTS,
     eager_encoder,
     output_tolerance,

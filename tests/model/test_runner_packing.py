@@ -13,7 +13,8 @@ from models_registry.worker.batcher import BatchPolicy
 from tests import model_factory
 
 torch = pytest.importorskip("torch")
-from models_registry.inference.model_runner import PipelineRunner, packed_position_offset  # noqa: E402
+from models_registry.inference.model_runner import PipelineRunner  # noqa: E402
+from models_registry.inference.packed_forward import packed_position_offset  # noqa: E402
 
 WORDS = "the model server packs short and long sentences into rows so no compute goes to padding".split()
 
@@ -85,7 +86,7 @@ def test_causal_model_keeps_padded_batches(tmp_path: Path) -> None:
 
 
 def test_small_cpu_forwards_run_on_one_thread_and_restore_the_setting() -> None:
-    from models_registry.inference.model_runner import SMALL_FORWARD_TOKENS, cpu_threads_for
+    from models_registry.inference.embeddings import SMALL_FORWARD_TOKENS, cpu_threads_for
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)

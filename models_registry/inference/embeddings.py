@@ -1,0 +1,155 @@
+"""The feature-extraction run: tokenize, forward and pool directly, packed where the model allows.
+
+The pipeline's own per-item postprocess halved throughput; here a batch becomes packed
+rows (or length-sorted padded micro-batches) and pooled vectors as float32 bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from models_registry.api.errors import InvalidInput
+from models_registry.inference import packing
+from models_registry.inference.loading import LoadedModel
+from models_registry.inference.packed_forward import packed_inputs
+from models_registry.registry.specs import TaskSpec
+
+# Forwards of fewer real tokens run on one CPU thread: measured on 2 cores with MiniLM, one
+# to four sentences took 1.2-1.3x longer on two threads (waking the second thread for every
+# small matrix costs more than it saves); from about eight sentences two threads win.
+SMALL_FORWARD_TOKENS = 128
+MICRO_BATCH = 16  # sentences per forward pass inside a worker batch (measured: 8-16 best on CPU)
+
+
+def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], params: dict[str, Any]) -> list[Any]:
+    """One vector (or token vectors) per input as [float32 bytes, shape]; prompts, truncation and normalize applied."""
+    prompts = params.get("prompts") or {}
+    prefix = params.get("prompt") or ""
+    if params.get("prompt_name") is not None:
+        if params["prompt_name"] not in prompts:
+            raise InvalidInput(
+                f"prompt_name {params['prompt_name']!r} is not defined for this task; "
+                f"defined: {', '.join(sorted(prompts)) or 'none'}"
+            )
+        prefix = prompts[params["prompt_name"]]
+    texts = [prefix + t for t in texts] if prefix else texts
+    truncate = params.get("truncate")
+    truncate = True if truncate is None else truncate
+    if not truncate:
+        too_long = [len(loaded.counter.encode(t).ids) > loaded.max_tokens for t in texts] if loaded.counter else []
+        if any(too_long):
+            raise InvalidInput(f"input is longer than the model's {loaded.max_tokens} tokens and truncate is false")
+    normalize = task.normalize if params.get("normalize") is None else params["normalize"]
+    direction = (params.get("truncation_direction") or "right").lower()
+    if loaded.pack_position_offset is not None:
+        return _embed_packed(loaded, pipe, task, texts, direction, normalize)
+    # Sorted by length and run in micro-batches: each forward pads only to its own
+    # longest input (padding was the biggest waste in mixed-length batches).
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    results: list[Any] = [None] * len(texts)
+    for start in range(0, len(order), MICRO_BATCH):
+        chunk = order[start:start + MICRO_BATCH]
+        outputs = _embed_chunk(loaded, pipe, task, [texts[i] for i in chunk], direction, normalize)
+        for position, output in zip(chunk, outputs):
+            results[position] = output
+    return results
+
+
+def _embed_packed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], direction: str,
+                  normalize: bool) -> list[Any]:
+    """Every input in packed rows: compute goes to real tokens only."""
+    encoded = _tokenize(pipe.tokenizer, texts, direction, max_length=loaded.max_tokens)
+    ids = encoded["input_ids"]
+    with cpu_threads_for(sum(len(x) for x in ids), pipe.model.device):
+        return _pack_and_pool(loaded, pipe, task, ids, encoded.get("token_type_ids"), normalize)
+
+
+def _pack_and_pool(loaded: LoadedModel, pipe: Any, task: TaskSpec, ids: list[list[int]],
+                   types: list[list[int]] | None, normalize: bool) -> list[Any]:
+    """Packed forwards over token ids, then pooling per input."""
+    model, tokenizer = pipe.model, pipe.tokenizer
+    pooled = None if task.pooling == "none" else torch.zeros(len(ids), model.config.hidden_size, device=model.device)
+    tokens: list[Any] = [None] * len(ids)
+    for forward in packing.plan_packing([len(x) for x in ids]):
+        inputs, owner = packed_inputs(forward, ids, types, loaded.pack_position_offset or 0,
+                                      tokenizer.pad_token_id or 0, model.device, model.dtype)
+        hidden = loaded.packed_encoder(inputs)
+        if task.pooling == "none":
+            for place in forward.placements():
+                tokens[place.index] = hidden[place.row, place.start:place.start + place.length]
+        elif task.pooling == "cls":
+            for place in forward.placements():
+                pooled[place.index] = hidden[place.row, place.start]
+        else:
+            real = owner >= 0
+            pooled.index_add_(0, owner[real], hidden.reshape(-1, hidden.shape[-1])[real].to(pooled.dtype))
+    if task.pooling == "none":
+        return [_token_vectors(t, normalize) for t in tokens]
+    if task.pooling != "cls":
+        counts = torch.tensor([len(x) for x in ids], dtype=pooled.dtype, device=pooled.device)
+        pooled = pooled / counts.unsqueeze(1)
+    return _pooled_vectors(pooled, normalize)
+
+
+def _embed_chunk(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], direction: str,
+                 normalize: bool) -> list[Any]:
+    encoded = _tokenize(pipe.tokenizer, texts, direction, max_length=loaded.max_tokens, padding=True,
+                        return_tensors="pt")
+    encoded = {k: v.to(pipe.model.device) for k, v in encoded.items()}
+    with cpu_threads_for(int(encoded["attention_mask"].numel()), pipe.model.device):
+        hidden = pipe.model(**encoded).last_hidden_state
+    mask = encoded["attention_mask"]
+    if task.pooling == "none":
+        return [_token_vectors(row[:length], normalize) for row, length in zip(hidden, mask.sum(dim=1).tolist())]
+    if task.pooling == "cls":
+        pooled = hidden[:, 0]
+    else:
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+    return _pooled_vectors(pooled, normalize)
+
+
+def _tokenize(tokenizer: Any, texts: list[str], direction: str, **options: Any) -> Any:
+    """Tokenize with truncation from the requested side (restored afterwards)."""
+    previous_side = tokenizer.truncation_side
+    tokenizer.truncation_side = direction
+    try:
+        return tokenizer(texts, truncation=True, **options)
+    finally:
+        tokenizer.truncation_side = previous_side
+
+
+@contextmanager
+def cpu_threads_for(tokens: int, device: Any) -> Iterator[None]:
+    """One torch thread for a small CPU forward, the configured number otherwise."""
+    threads = torch.get_num_threads()
+    if tokens >= SMALL_FORWARD_TOKENS or threads <= 1 or getattr(device, "type", device) != "cpu":
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _token_vectors(tokens: Any, normalize: bool) -> list[Any]:
+    """One input's token embeddings as [float32 bytes, shape]."""
+    tokens = tokens.float()
+    if normalize:
+        tokens = torch.nn.functional.normalize(tokens, p=2, dim=-1)
+    array = tokens.cpu().numpy().astype("<f4")
+    return [array.tobytes(), list(array.shape)]
+
+
+def _pooled_vectors(pooled: Any, normalize: bool) -> list[Any]:
+    """One [float32 bytes, shape] per row of pooled vectors."""
+    pooled = pooled.float()
+    if normalize:
+        pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+    array = pooled.cpu().numpy().astype("<f4")
+    return [[row.tobytes(), [array.shape[1]]] for row in array]

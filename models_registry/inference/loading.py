@@ -1,0 +1,121 @@
+"""Loading a model: one pipeline (or ModelBundle) per task kind, its token counter, the packing check and the trace.
+
+Every function here blocks; the engine calls them from its loader thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+from transformers import AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+from models_registry.inference import trace
+from models_registry.inference.packed_forward import eager_encoder, packed_position_offset
+from models_registry.inference.task_common import ModelBundle
+from models_registry.registry.specs import ModelSpec
+
+logger = logging.getLogger(__name__)
+
+DTYPES: dict[str, Any] = {"auto": "auto", "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Task kinds transformers 5 has no pipeline for: a model class and its tokenizer instead.
+BUNDLE_CLASSES: dict[str, Any] = {
+    "question-answering": AutoModelForQuestionAnswering,
+    **dict.fromkeys(("summarization", "translation", "text2text-generation"), AutoModelForSeq2SeqLM),
+}
+
+
+@dataclass
+class LoadedModel:
+    """A model's pipelines (one per pipeline task kind; a ModelBundle where there is none) on one device."""
+
+    spec: ModelSpec
+    device: str
+    pipelines: dict[str, Any] = field(default_factory=dict)
+    counter: Tokenizer | None = None  # a private tokenizer copy for cost estimates
+    max_tokens: int = 512
+    # First position id of a packed input; None where packing did not reproduce the model's
+    # own outputs at load (causal models, models that take no position ids...).
+    pack_position_offset: int | None = None
+    packed_encoder: Any = None  # inputs -> last hidden state for packed forwards (eager, or its TorchScript trace)
+
+    def count_tokens(self, item: str | dict[str, str]) -> int:
+        """Tokens an input becomes (capped at the model's length), for batch packing.
+
+        A question-answering input costs the tokens of its question and context together.
+        """
+        if isinstance(item, dict):
+            return min(sum(self.count_tokens(item[key]) for key in ("question", "context")), self.max_tokens)
+        if self.counter is None:
+            return max(1, len(item) // 4 + 2)
+        return min(len(self.counter.encode(item).ids), self.max_tokens)
+
+
+def resolve_device(requested: str) -> str:
+    """The torch device to use; falls back to cpu when the accelerator is absent."""
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        logger.warning("device %s requested but CUDA is not available: using cpu", requested)
+        return "cpu"
+    if requested == "mps" and not torch.backends.mps.is_available():
+        logger.warning("device mps requested but not available: using cpu")
+        return "cpu"
+    return requested
+
+
+def load_pipeline(task: str, source: str, revision: str | None, device: str, dtype: Any) -> Any:
+    """A ready pipeline (or ModelBundle) for one task kind of a model (blocking, may raise)."""
+    if task in BUNDLE_CLASSES:
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
+        if task == "question-answering" and not tokenizer.is_fast:
+            raise ValueError("question-answering needs a fast tokenizer (tokenizer.json) for answer offsets")
+        model = BUNDLE_CLASSES[task].from_pretrained(source, revision=revision, dtype=dtype).to(device).eval()
+        return ModelBundle(model=model, tokenizer=tokenizer)
+    pipe = pipeline(task, model=source, revision=revision, device=device, dtype=dtype)
+    pipe.model.eval()
+    if task == "text-generation" and pipe.tokenizer is not None:
+        # Batched prompts of a decoder-only model must be padded on the left.
+        pipe.tokenizer.padding_side = "left"
+        if pipe.tokenizer.pad_token is None:
+            pipe.tokenizer.pad_token = pipe.tokenizer.eos_token
+    return pipe
+
+
+def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript: bool) -> LoadedModel:
+    """Load every pipeline task kind the model's tasks use, and prepare packed embeddings (blocking, may raise)."""
+    device = resolve_device(spec.device or default_device)
+    loaded = LoadedModel(spec=spec, device=device)
+    for task in sorted({t.task for t in spec.tasks.values()}):
+        loaded.pipelines[task] = load_pipeline(
+            task, spec.source, revision=spec.revision or None, device=device, dtype=DTYPES.get(spec.dtype, "auto"),
+        )
+    first = next(iter(loaded.pipelines.values()), None)
+    tokenizer = getattr(first, "tokenizer", None)
+    if tokenizer is not None and hasattr(tokenizer, "backend_tokenizer"):
+        counter = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        counter.no_truncation()
+        counter.no_padding()
+        loaded.counter = counter
+        limit = tokenizer.model_max_length
+        loaded.max_tokens = limit if isinstance(limit, int) and 0 < limit < 100_000 else 512
+    embedder = loaded.pipelines.get("feature-extraction")
+    if embedder is not None and packing:
+        _prepare_packing(loaded, embedder, torchscript and device == "cpu")
+    return loaded
+
+
+def _prepare_packing(loaded: LoadedModel, embedder: Any, torchscript: bool) -> None:
+    """Packed embeddings where they reproduce the model's own outputs; traced where the trace does too."""
+    name = loaded.spec.name
+    loaded.pack_position_offset = packed_position_offset(embedder.model, embedder.tokenizer)
+    logger.info("model %s: sequence packing %s", name,
+                "on" if loaded.pack_position_offset is not None else "off (outputs differ; padded batches)")
+    if loaded.pack_position_offset is None:
+        return
+    loaded.packed_encoder = eager_encoder(embedder.model)
+    if torchscript:
+        traced_encoder = trace.trace_packed_encoder(embedder.model, embedder.tokenizer, loaded.pack_position_offset)
+        logger.info("model %s: TorchScript packed encoder %s", name, "on" if traced_encoder is not None else "off (eager)")
+        loaded.packed_encoder = traced_encoder or loaded.packed_encoder

@@ -1,0 +1,135 @@
+"""The batch loop: forms batches with the pure Batcher and computes them one at a time in a dedicated thread."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from models_registry.api.errors import Internal, Unavailable
+from models_registry.broker import admission
+from models_registry.worker.batcher import Batch, Batcher, ItemFailure
+from models_registry.worker.engine_stats import EngineStats
+from models_registry.worker.model_slots import ModelSlots
+from models_registry.worker.replies import Replies
+
+logger = logging.getLogger(__name__)
+
+# Only requests that waited this long can have been abandoned: fresh ones skip the round
+# trip to Redis (a client that left within this window costs one small compute).
+ABANDON_CHECK_AFTER_S = 0.05
+
+
+class BatchLoop:
+    """Runs forever: a batch at once when the device is idle, never two at a time."""
+
+    def __init__(self, layer: Any, batcher: Batcher, slots: ModelSlots, runner: Any, replies: Replies,
+                 stats: EngineStats) -> None:
+        self.layer = layer
+        self.batcher = batcher
+        self.slots = slots
+        self.runner = runner
+        self.replies = replies
+        self.stats = stats
+        self.busy = False
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+        self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
+
+    def wake(self) -> None:
+        """Look at the queues again now (new work, or new policies)."""
+        self._wake.set()
+
+    async def wait_for_room(self, timeout_s: float) -> None:
+        """Until a batch has been taken from the queues (or timeout_s)."""
+        self._room.clear()
+        try:
+            await asyncio.wait_for(self._room.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    def shutdown(self) -> None:
+        """Release the compute thread."""
+        self._compute.shutdown(wait=False, cancel_futures=True)
+
+    async def run(self) -> None:
+        """Form and run batches forever."""
+        loop = asyncio.get_running_loop()
+        while True:
+            now = time.time()
+            expired = self.batcher.drop_expired(now)
+            self.stats.expired += len(expired)  # their views answer 504 by themselves
+            for request in expired:
+                self.replies.release(request.context.get("lease"))
+            if expired:
+                logger.info("dropped %d expired request(s) before compute", len(expired))
+            batch = self.batcher.next_batch(now, idle=True)
+            if batch is not None:
+                self._room.set()
+                batch = await self._without_abandoned(batch)
+                if not batch.items:
+                    continue
+            if batch is None:
+                await self._sleep_until_work(now)
+                continue
+            self.busy = True
+            started = time.time()
+            try:
+                outputs = await loop.run_in_executor(self._compute, self._run_batch, batch)
+            except Exception as error:  # the runner isolates per-input errors; this is a bug guard
+                logger.exception("batch on %s failed", batch.key)
+                outputs = [ItemFailure(Internal(f"batch failed: {type(error).__name__}"))] * len(batch)
+            finally:
+                self.busy = False
+            compute_s = time.time() - started
+            self.stats.record_batch(batch.key, len(batch))
+            logger.debug("batch %s size=%d reason=%s compute=%.1fms", batch.key, len(batch), batch.reason, compute_s * 1e3)
+            finished = self.batcher.complete(batch, outputs)
+            if finished:
+                self.replies.batch(finished, started, compute_s)
+
+    async def _sleep_until_work(self, now: float) -> None:
+        wake_at = self.batcher.next_wakeup(now)
+        timeout = None if wake_at is None else max(0.0, wake_at - time.time())
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def _without_abandoned(self, batch: Batch) -> Batch:
+        """Drop items whose client has gone (timed out, disconnected) before computing them."""
+        model, task = batch.key
+        now = time.time()
+        ids = list({item.request.id for item in batch.items if now - item.request.arrival > ABANDON_CHECK_AFTER_S})
+        if not ids:
+            return batch
+        try:
+            wanted = await admission.still_wanted(self.layer, model, task, ids)
+        except Exception:
+            return batch  # broker trouble: compute rather than risk dropping live requests
+        if len(wanted) == len(ids):
+            return batch
+        gone = set(ids) - wanted
+        for item in batch.items:
+            request = item.request
+            if request.id in gone and not request.done:
+                request.done = True
+                self.stats.dropped += 1
+                self.replies.release(request.context.get("lease"))
+        kept = [item for item in batch.items if item.request.id not in gone]
+        logger.info("dropped %d item(s) of %s/%s: client gone before compute", len(batch.items) - len(kept), model, task)
+        batch.items = kept
+        return batch
+
+    def _run_batch(self, batch: Batch) -> list[Any]:
+        model, task_name = batch.key
+        slot = self.slots.get(model)
+        if slot is None or slot.loaded is None or task_name not in slot.spec.tasks:
+            return [ItemFailure(Unavailable(f"model {model!r} was unloaded"))] * len(batch)
+        task = slot.spec.tasks[task_name]
+        texts = [item.payload for item in batch.items]
+        params = [{**task.parameters, **item.request.context["parameters"]} for item in batch.items]
+        return self.runner.run(slot.loaded, task, texts, params)

@@ -1,0 +1,62 @@
+"""The engine's counters and the per-model report its heartbeat carries."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from models_registry.worker.model_slots import ModelSlots
+
+
+@dataclass
+class EngineStats:
+    """Counters the heartbeat reports."""
+
+    batches: int = 0
+    items: int = 0
+    expired: int = 0
+    rejected: int = 0
+    dropped: int = 0  # clients gone before compute
+    started_at: float = field(default_factory=time.time)
+    completed: dict[str, int] = field(default_factory=dict)  # items answered per "model/task"
+
+    def record_batch(self, key: tuple[str, str], items: int) -> None:
+        """Count one computed batch of items for key (model, task)."""
+        self.batches += 1
+        self.items += items
+        name = f"{key[0]}/{key[1]}"
+        self.completed[name] = self.completed.get(name, 0) + items
+
+
+class DrainRates:
+    """Items answered per second per "model/task", over at least half a second."""
+
+    def __init__(self, stats: EngineStats) -> None:
+        self.stats = stats
+        self._rates: dict[str, float] = {}
+        self._sample: tuple[float, dict[str, int]] = (time.time(), {})
+
+    def current(self) -> dict[str, float]:
+        """The rates since the previous sample (re-sampled when half a second has passed)."""
+        now = time.time()
+        then, before = self._sample
+        if now - then >= 0.5:
+            self._rates = {k: (v - before.get(k, 0)) / (now - then) for k, v in self.stats.completed.items()}
+            self._sample = (now, dict(self.stats.completed))
+        return {k: round(v, 2) for k, v in self._rates.items()}
+
+
+def models_report(slots: ModelSlots, stats: EngineStats, rates: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """{model: {state, error, device, tasks, drain_rates, served}} for the heartbeat."""
+    return {
+        name: {
+            "state": slot.state,
+            "error": slot.error,
+            "device": getattr(slot.loaded, "device", ""),
+            "tasks": list(slot.spec.tasks),
+            "drain_rates": {t: rates.get(f"{name}/{t}", 0.0) for t in slot.spec.tasks},
+            "served": {t: stats.completed.get(f"{name}/{t}", 0) for t in slot.spec.tasks},
+        }
+        for name, slot in slots.items()
+    }

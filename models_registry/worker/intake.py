@@ -1,0 +1,51 @@
+"""Intake: one pulled message checked against what this worker serves, before it joins a queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from models_registry.api.errors import InvalidInput, Unavailable
+from models_registry.worker.model_slots import ModelSlot
+
+
+@dataclass(frozen=True)
+class InferenceRequest:
+    """The fields of a request message the worker needs."""
+
+    id: str
+    reply: str
+    model: str
+    task: str
+    inputs: list[Any]
+    parameters: dict[str, Any]
+    deadline: float
+
+    @classmethod
+    def parse(cls, message: dict[str, Any]) -> InferenceRequest | None:
+        """The request in a message; None where the message is malformed (no one to answer)."""
+        try:
+            return cls(
+                id=str(message["id"]), reply=str(message["reply"]), model=str(message["model"]),
+                task=str(message["task"]), inputs=list(message["inputs"]),
+                parameters=dict(message.get("parameters") or {}), deadline=float(message["deadline"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def check_servable(request: InferenceRequest, slot: ModelSlot | None, draining: bool) -> ModelSlot:
+    """The ready slot that will compute request; raises the HostingError to answer instead."""
+    model, task = request.model, request.task
+    if draining:
+        raise Unavailable("this worker is shutting down")
+    if slot is None:
+        raise Unavailable(f"model {model!r} is not served by this worker")
+    if slot.state != "ready":
+        detail = f": {slot.error}" if slot.error else ""
+        raise Unavailable(f"model {model!r} is {slot.state}{detail}")
+    if task not in slot.spec.tasks:
+        raise Unavailable(f"model {model!r} has no task {task!r} on this worker")
+    if not request.inputs or not all(isinstance(i, (str, dict)) for i in request.inputs):
+        raise InvalidInput("inputs must be a non-empty list of strings or question/context objects")
+    return slot
