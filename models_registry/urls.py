@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from models_registry.api import openai_routes, openapi, views
+from models_registry.api import openai_routes, openapi, tei_routes, views
 
 urlpatterns = [
     path("models", views.model_list, name="model-list"),
@@ -10,6 +10,7 @@ urlpatterns = [
     path("models/<slug:name>/<slug:task>", views.model_task_endpoint, name="model-task"),
     path("v1/embeddings", openai_routes.embeddings, name="openai-embeddings"),
     path("v1/models", openai_routes.list_models, name="openai-models"),
+    path("tokenize", tei_routes.tokenize, name="tei-tokenize"),
     path("health", views.health, name="health"),
     path("ready", views.ready, name="ready"),
     path("api/openapi.json", openapi.schema_view, name="openapi-schema"),

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 
+from models_registry.api import openapi_tei
 from models_registry.api.openapi_schemas import INTEGER, NUMBER, STRING, ref, schemas
 from models_registry.api.views import api_view
 
@@ -127,6 +128,7 @@ def build_schema(max_inputs: int) -> dict[str, Any]:
         "/v1/models": {"get": _operation("OpenAI-compatible list of the embedding model ids this token may use.",
                                          _ok("The model ids.", ref("OpenAIModelList")), (401, 405, 500),
                                          openai=True, tags=["openai"])},
+        **openapi_tei.paths(_operation, _ok, INFERENCE_ERRORS),
         "/health": {"get": _operation("Liveness of this web process (never waits on a worker).",
                                       _ok("Alive.", ref("Health")), (405,), public=True, tags=["operations"])},
         "/ready": {"get": ready},
@@ -156,7 +158,7 @@ def build_schema(max_inputs: int) -> dict[str, Any]:
                 "metricsToken": {"type": "http", "scheme": "bearer",
                                  "description": "HOSTING_METRICS_TOKEN, when set (not an API token)."},
             },
-            "schemas": schemas(max_inputs),
+            "schemas": schemas(max_inputs) | openapi_tei.schemas(max_inputs),
             "responses": _response_components(),
             "headers": HEADERS,
         },

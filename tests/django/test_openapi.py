@@ -41,7 +41,7 @@ def test_every_spec_route_is_described(schema: dict[str, Any]) -> None:
         ("/models", "get"), ("/models/{name}", "get"), ("/models/{name}", "post"),
         ("/models/{name}/{task}", "post"), ("/v1/embeddings", "post"), ("/v1/models", "get"),
         ("/health", "get"), ("/ready", "get"), ("/metrics", "get"),
-        ("/api/openapi.json", "get"), ("/api/docs", "get"),
+        ("/api/openapi.json", "get"), ("/api/docs", "get"), ("/tokenize", "post"),
     }
     assert schema["openapi"] == "3.1.0"
 

@@ -1,0 +1,150 @@
+"""Text Embeddings Inference's routes: POST /tokenize (web process) and POST /rerank (workers).
+
+The model is named in the body (`model`: a registered model, or `model/task`), as TEI
+clients send it to a multi-model server; errors use the one JSON shape of every route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
+
+from models_registry.api import auth, payloads, tokenization
+from models_registry.api.errors import Forbidden, HostingError, InvalidInput, NotFound, TooLarge, Unavailable
+from models_registry.api.views import api_view
+from models_registry.observe import metrics
+from models_registry.registry import lookups
+from models_registry.registry.specs import ModelSpec, TaskSpec
+
+logger = logging.getLogger("models_registry.requests")
+
+TOKENIZE_FIELDS = ("model", "inputs", "add_special_tokens")
+TOKENIZE_TASK_LABEL = "tokenize"  # the metrics' task label: no pipeline task runs
+INLINE_CHARS = 20_000  # tokenize larger requests in a thread, not on the event loop
+
+
+@dataclass(frozen=True)
+class TokenizeRequest:
+    """A validated POST /tokenize body."""
+
+    model: str
+    inputs: list[str]
+    add_special_tokens: bool
+
+
+def _fields(payload: Any, fields: tuple[str, ...], example: str) -> dict[str, Any]:
+    if not isinstance(payload, dict):
+        raise InvalidInput(f"request body must be a JSON object like {example}")
+    unknown = sorted(set(payload) - set(fields))
+    if unknown:
+        raise InvalidInput(f"unknown field(s) {', '.join(unknown)}; this route takes {', '.join(fields)}")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidInput("'model' is required: a registered model name, or name/task (GET /models lists them)")
+    return payload
+
+
+def _flag(payload: dict[str, Any], name: str, default: bool) -> bool:
+    value = payload.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidInput(f"'{name}' must be true or false")
+    return value
+
+
+def _texts(value: Any, name: str, max_inputs: int) -> tuple[list[str], bool]:
+    """A string or a non-empty list of strings, and whether it was a list."""
+    if isinstance(value, str):
+        return [value], False
+    if not isinstance(value, list):
+        raise InvalidInput(f"'{name}' must be a string or a list of strings")
+    if not value:
+        raise InvalidInput(f"'{name}' must not be an empty list")
+    if len(value) > max_inputs:
+        raise TooLarge(f"{len(value)} {name} in one request; this server takes at most {max_inputs}")
+    for position, item in enumerate(value):
+        if not isinstance(item, str):
+            raise InvalidInput(f"{name}[{position}] must be a string, not {type(item).__name__}")
+    return value, True
+
+
+def read_tokenize_request(payload: Any, max_inputs: int) -> TokenizeRequest:
+    """Validate a TEI /tokenize body (pure)."""
+    body = _fields(payload, TOKENIZE_FIELDS, '{"model": "...", "inputs": "..."}')
+    inputs, _ = _texts(body.get("inputs"), "inputs", max_inputs)
+    return TokenizeRequest(model=body["model"], inputs=inputs,
+                           add_special_tokens=_flag(body, "add_special_tokens", True))
+
+
+def body_of(request: HttpRequest) -> Any:
+    """The request's JSON body (text/plain has no model name, so it is refused)."""
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise TooLarge(f"request body is over the limit of {settings.HOSTING_MAX_BODY_BYTES} bytes") from None
+    media = (request.content_type or "").split(";")[0].strip().lower()
+    if media == "text/plain":
+        raise InvalidInput('send a JSON body (Content-Type: application/json) like {"model": "...", ...}')
+    return payloads.parse_body(raw, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
+
+
+async def resolve(model_id: str) -> tuple[ModelSpec, TaskSpec | None]:
+    """The model named model_id ("name" or "name/task") and the task it names (None: not named)."""
+    name, _, task_name = model_id.partition("/")
+    spec = (await lookups.get_specs()).get(name)
+    if spec is None:
+        raise NotFound(f"no model named {name!r}; GET /models lists them")
+    if not task_name:
+        return spec, None
+    task = spec.tasks.get(task_name)
+    if task is None:
+        raise NotFound(f"model {name!r} has no task {task_name!r}; its tasks: {', '.join(spec.tasks) or 'none'}")
+    return spec, task
+
+
+def allowed(grant: auth.TokenGrant | None, model: str) -> None:
+    """403 when the request's token may not use model."""
+    if grant is not None and not grant.allows(model):
+        raise Forbidden(f"this API token is not allowed to use model {model!r}")
+
+
+def _log_failure(request: HttpRequest, model: str, task: str, error: HostingError, started: float) -> None:
+    elapsed = time.perf_counter() - started
+    metrics.observe_failure(model, task, error.status, error.error_type, elapsed)
+    logger.info("request id=%s model=%s task=%s status=%d error_type=%s total_ms=%.1f", request.request_id,
+                model, task, error.status, error.error_type, elapsed * 1000)
+
+
+@api_view("POST")
+async def tokenize(request: HttpRequest) -> HttpResponse:
+    """TEI's POST /tokenize: token ids, strings and character offsets, from the web process alone."""
+    started = time.perf_counter()
+    grant = await auth.authorize(request.headers.get("Authorization"), None)
+    wanted = read_tokenize_request(body_of(request), settings.HOSTING_MAX_INPUTS)
+    spec, _ = await resolve(wanted.model)
+    allowed(grant, spec.name)
+    try:
+        if not spec.enabled:
+            raise Unavailable(f"model {spec.name!r} is disabled")
+        tokenizer = await tokenization.get(spec.source, spec.revision)
+        if sum(len(t) for t in wanted.inputs) > INLINE_CHARS:
+            result = await asyncio.to_thread(tokenization.tokenize, tokenizer, wanted.inputs,
+                                             wanted.add_special_tokens)
+        else:
+            result = tokenization.tokenize(tokenizer, wanted.inputs, wanted.add_special_tokens)
+    except HostingError as error:
+        _log_failure(request, spec.name, TOKENIZE_TASK_LABEL, error, started)
+        raise
+    elapsed = time.perf_counter() - started
+    metrics.observe_success(spec.name, TOKENIZE_TASK_LABEL, elapsed, 0.0, 0.0, 0)
+    logger.info("request id=%s model=%s task=%s status=200 inputs=%d total_ms=%.1f", request.request_id,
+                spec.name, TOKENIZE_TASK_LABEL, len(wanted.inputs), elapsed * 1000)
+    return payloads.json_response([[asdict(token) for token in tokens] for tokens in result])

@@ -1,0 +1,110 @@
+"""Tokenizers in the web process, for POST /tokenize: loaded alone (no model, no worker), cached.
+
+A model's `tokenizer.json` is all `/tokenize` needs: the `tokenizers` library reads it in
+tens of milliseconds and encodes in microseconds, without torch or transformers, so the
+web process answers at once instead of queueing behind batches on a worker. Truncation
+follows the rule the worker applies (tokenizer_config's model_max_length when sane, else
+512, from its truncation side).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Encoding, Tokenizer
+
+from models_registry.api.errors import NotFound, Unavailable
+
+CACHE_SIZE = 32  # tokenizers held per web process (MiniLM's: about 1 MiB each)
+DEFAULT_MAX_TOKENS = 512  # as the worker, when the tokenizer names no sane limit
+
+_cache: OrderedDict[tuple[str, str], Tokenizer] = OrderedDict()
+_locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+
+@dataclass(frozen=True)
+class Token:
+    """One token as TEI's /tokenize answers it."""
+
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+def _file(source: str, revision: str, name: str) -> Path | None:
+    """A file of the model, local or from the hub (None when it has none)."""
+    local = Path(source).expanduser()
+    if local.is_dir():
+        path = local / name
+        return path if path.is_file() else None
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(source, name, revision=revision or None))
+    except EntryNotFoundError:
+        return None
+
+
+def load(source: str, revision: str) -> Tokenizer:
+    """The model's fast tokenizer with the worker's truncation and no padding (blocking)."""
+    path = _file(source, revision, "tokenizer.json")
+    if path is None:
+        raise NotFound(f"{source!r} has no tokenizer.json (a fast tokenizer), so it cannot serve /tokenize")
+    tokenizer = Tokenizer.from_file(str(path))
+    config_path = _file(source, revision, "tokenizer_config.json")
+    config: dict[str, Any] = json.loads(config_path.read_text()) if config_path else {}
+    limit = config.get("model_max_length")
+    limit = limit if isinstance(limit, int) and 0 < limit < 100_000 else DEFAULT_MAX_TOKENS
+    side = config.get("truncation_side") if config.get("truncation_side") in ("left", "right") else "right"
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(limit, direction=side)
+    return tokenizer
+
+
+async def get(source: str, revision: str) -> Tokenizer:
+    """The cached tokenizer of source@revision, loaded in a thread on first use."""
+    key = (source, revision)
+    if key in _cache:
+        _cache.move_to_end(key)
+        return _cache[key]
+    lock = _locks.setdefault(key, asyncio.Lock())
+    async with lock:
+        if key not in _cache:
+            try:
+                tokenizer = await asyncio.to_thread(load, source, revision)
+            except NotFound:
+                raise
+            except Exception as error:  # noqa: BLE001 - a hub that does not answer, a file that does not parse
+                raise Unavailable(f"could not load the tokenizer of {source!r}: {type(error).__name__}: "
+                                  f"{error}"[:500]) from None
+            _cache[key] = tokenizer
+            while len(_cache) > CACHE_SIZE:
+                _cache.popitem(last=False)
+    _locks.pop(key, None)
+    return _cache[key]
+
+
+def tokens(encoding: Encoding, text: str) -> list[Token]:
+    """TEI's tokens of one input: special ones carry their token string and no offsets."""
+    result = []
+    for token_id, (start, stop), special, piece in zip(encoding.ids, encoding.offsets,
+                                                      encoding.special_tokens_mask, encoding.tokens):
+        if special:
+            result.append(Token(token_id, piece, True, None, None))
+        else:
+            result.append(Token(token_id, text[start:stop], False, start, stop))
+    return result
+
+
+def tokenize(tokenizer: Tokenizer, texts: list[str], add_special_tokens: bool) -> list[list[Token]]:
+    """Every input's tokens (character offsets into that input)."""
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
+    return [tokens(encoding, text) for encoding, text in zip(encodings, texts)]
