@@ -174,6 +174,25 @@ HOSTING_CONFIG_REFRESH_S = 1.0
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(HOSTING_MAX_BODY_BYTES, 2_621_440)
 
+# --- Batch jobs (Files and Batches API) ------------------------------------------------
+# Files (batch inputs, outputs, error files) live in the default storage: the filesystem
+# under var/ unless STORAGES["default"] names another backend (e.g. S3 via django-storages).
+STORAGES = {
+    "default": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(VAR_DIR / "files")},
+    },
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+HOSTING_BATCH_MAX_FILE_BYTES = int(os.environ.get("HOSTING_BATCH_MAX_FILE_BYTES", 200 * 1024 * 1024))
+HOSTING_BATCH_MAX_LINES = int(os.environ.get("HOSTING_BATCH_MAX_LINES", 1_000_000))
+# Lines a job commits at a time, and lines one job has in flight at once (never the whole job).
+HOSTING_BATCH_CHUNK_LINES = int(os.environ.get("HOSTING_BATCH_CHUNK_LINES", 256))
+HOSTING_BATCH_IN_FLIGHT = int(os.environ.get("HOSTING_BATCH_IN_FLIGHT", 128))
+# A worker's claim on a job; another worker resumes the job this long after the holder died.
+HOSTING_BATCH_LEASE_S = float(os.environ.get("HOSTING_BATCH_LEASE_S", 15))
+HOSTING_BATCH_POLL_S = 1.0
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from models_registry.api import openai_routes, openapi, tei_routes, views
+from models_registry.api import batch_routes, openai_routes, openapi, tei_routes, views
 
 urlpatterns = [
     path("models", views.model_list, name="model-list"),
@@ -10,6 +10,12 @@ urlpatterns = [
     path("models/<slug:name>/<slug:task>", views.model_task_endpoint, name="model-task"),
     path("v1/embeddings", openai_routes.embeddings, name="openai-embeddings"),
     path("v1/models", openai_routes.list_models, name="openai-models"),
+    path("v1/files", batch_routes.file_collection, name="openai-files"),
+    path("v1/files/<str:file_id>", batch_routes.file_detail, name="openai-file"),
+    path("v1/files/<str:file_id>/content", batch_routes.file_content, name="openai-file-content"),
+    path("v1/batches", batch_routes.batch_collection, name="openai-batches"),
+    path("v1/batches/<str:batch_id>", batch_routes.batch_detail, name="openai-batch"),
+    path("v1/batches/<str:batch_id>/cancel", batch_routes.batch_cancel, name="openai-batch-cancel"),
     path("tokenize", tei_routes.tokenize, name="tei-tokenize"),
     path("health", views.health, name="health"),
     path("ready", views.ready, name="ready"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
@@ -77,14 +78,23 @@ def bearer_token(authorization: str) -> str | None:
     return value.strip()
 
 
+# A batch job's lines run through these views inside a worker process, on behalf of the
+# token that created the job. Its raw value is never stored, so the job driver names the
+# token by its stored hash here (in-process only; nothing an HTTP client sends sets it).
+acting_token_hash: ContextVar[str | None] = ContextVar("acting_token_hash", default=None)
+
+
 async def authorize(authorization: str | None, model: str | None) -> TokenGrant | None:
     """Check the request's token (if tokens are required) and that it may use model."""
     if not settings.HOSTING_REQUIRE_API_TOKEN:
         return None
-    raw = bearer_token(authorization or "")
-    if raw is None:
-        raise Unauthorized("missing API token: send 'Authorization: Bearer <token>'")
-    grant = await _grant(hash_token(raw))
+    digest = acting_token_hash.get()
+    if digest is None:
+        raw = bearer_token(authorization or "")
+        if raw is None:
+            raise Unauthorized("missing API token: send 'Authorization: Bearer <token>'")
+        digest = hash_token(raw)
+    grant = await _grant(digest)
     if grant is None:
         raise Unauthorized("invalid, revoked or expired API token")
     if model is not None and not grant.allows(model):

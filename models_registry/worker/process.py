@@ -12,6 +12,7 @@ from channels.worker import Worker
 from django.conf import settings
 
 from models_registry.broker.messages import INFERENCE_CHANNEL, model_channel
+from models_registry.jobs.driver import JobDriver
 from models_registry.registry.specs import read_specs
 from models_registry.worker import engine_registry, heartbeats
 from models_registry.worker.engine import InferenceEngine
@@ -61,6 +62,9 @@ class InferenceWorker(Worker):
             listeners += [asyncio.ensure_future(self.listener(c)) for c in other]
         else:  # a plain channels_redis layer: channels' listener and the consumer
             listeners = [asyncio.ensure_future(self.listener(c)) for c in self.channels]
+        # Batch jobs are driven from the workers: `make run` needs no extra process, and a
+        # job's own CPU (reading lines, writing records) runs at the workers' lower priority.
+        listeners.append(asyncio.ensure_future(JobDriver(engine.worker_id).run()))
         logger.info("worker %s listening on %s", engine.worker_id, ", ".join(self.channels))
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait([stopped, *listeners, *background], return_when=asyncio.FIRST_COMPLETED)

@@ -1,0 +1,187 @@
+"""OpenAI's Files and Batches API over our inference routes (errors in OpenAI's shape).
+
+POST /v1/files takes a JSONL file of requests (purpose `batch`), checked line by line
+before it is stored; POST /v1/batches runs one through the workers (jobs/driver.py).
+A token sees only its own files and batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.multipartparser import MultiPartParserError
+
+from models_registry.api import auth
+from models_registry.api.batch_shapes import list_object
+from models_registry.api.errors import TooLarge
+from models_registry.api.openai_routes import invalid, openai_view
+from models_registry.jobs import files, lines, store
+from models_registry.jobs.targets import route_check
+from models_registry.registry import lookups
+from models_registry.registry.lookups import fresh_connection
+
+BATCH_FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after")
+MAX_METADATA = 16
+
+
+def _db(function: Any) -> Any:
+    return sync_to_async(fresh_connection(function))
+
+
+async def _owner(request: HttpRequest) -> tuple[int | None, auth.TokenGrant | None]:
+    grant = await auth.authorize(request.headers.get("Authorization"), None)
+    return (grant.token_id if grant else None), grant
+
+
+def _page_args(request: HttpRequest) -> tuple[str | None, int]:
+    raw = request.GET.get("limit", "20")
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise invalid(f"'limit' must be an integer from 1 to 100, not {raw!r}", "limit") from None
+    if not 1 <= limit <= 100:
+        raise invalid(f"'limit' must be from 1 to 100, not {limit}", "limit")
+    return request.GET.get("after") or None, limit
+
+
+def _checked_upload(request: HttpRequest, check: lines.RouteCheck) -> tuple[Any, lines.FileSummary]:
+    """Parse the multipart body and check every line (runs in a thread: files can be large)."""
+    try:
+        post, uploads = request.POST, request.FILES
+    except MultiPartParserError as error:
+        raise invalid(f"malformed multipart body: {error}", "file") from None
+    purpose = post.get("purpose")
+    if purpose != "batch":
+        raise invalid(f"'purpose' must be 'batch' (this server keeps batch input files only), not {purpose!r}",
+                      "purpose")
+    upload = uploads.get("file")
+    if upload is None:
+        raise invalid("a 'file' part is required: the JSONL file of requests", "file")
+    limit = settings.HOSTING_BATCH_MAX_FILE_BYTES
+    if upload.size > limit:
+        raise TooLarge(f"the file is {upload.size} bytes; the limit is {limit} (HOSTING_BATCH_MAX_FILE_BYTES)")
+    upload.seek(0)
+    summary = lines.scan(files.read_lines(upload), max_line_bytes=settings.HOSTING_MAX_BODY_BYTES,
+                         max_lines=settings.HOSTING_BATCH_MAX_LINES, check=check)
+    return upload, summary
+
+
+async def _upload(request: HttpRequest) -> HttpResponse:
+    owner_id, grant = await _owner(request)
+    limit = settings.HOSTING_BATCH_MAX_FILE_BYTES
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    if length > limit + 64 * 1024:  # the multipart envelope around the file is small
+        raise TooLarge(f"the upload is {length} bytes; a batch file may be at most {limit} bytes "
+                       "(HOSTING_BATCH_MAX_FILE_BYTES)")
+    if not (request.content_type or "").startswith("multipart/form-data"):
+        raise invalid("send multipart/form-data with a 'file' part and purpose=batch", "file")
+    check = route_check(await lookups.get_specs(), grant)
+    # Not the ORM's thread: checking a big file must not hold up the token lookups.
+    upload, summary = await sync_to_async(_checked_upload, thread_sensitive=False)(request, check)
+    try:
+        saved = await _db(files.save_input)(upload, upload.name or "input.jsonl", owner_id, summary.lines, summary.urls)
+    finally:
+        upload.close()
+    return JsonResponse(await _db(store.file_json)(saved.public_id, owner_id))
+
+
+@openai_view("POST", "GET")
+async def file_collection(request: HttpRequest) -> HttpResponse:
+    """POST: upload a batch input file. GET: the token's files."""
+    if request.method == "POST":
+        return await _upload(request)
+    owner_id, _ = await _owner(request)
+    after, limit = _page_args(request)
+    items, more = await _db(store.list_files)(owner_id, after, limit, request.GET.get("purpose"))
+    return JsonResponse(list_object(items, more))
+
+
+@openai_view("GET")
+async def file_detail(request: HttpRequest, file_id: str) -> HttpResponse:
+    """One file."""
+    owner_id, _ = await _owner(request)
+    return JsonResponse(await _db(store.file_json)(file_id, owner_id))
+
+
+async def _blocks(handle: Any) -> AsyncIterator[bytes]:
+    try:
+        while block := await asyncio.to_thread(handle.read, files.READ_BLOCK):
+            yield block
+    finally:
+        await asyncio.to_thread(handle.close)
+
+
+@openai_view("GET")
+async def file_content(request: HttpRequest, file_id: str) -> HttpResponse:
+    """The bytes of a file: an input, or a batch's output or error file (JSONL)."""
+    owner_id, _ = await _owner(request)
+    batch_file = await _db(store.get_file)(file_id, owner_id)
+    handle = await asyncio.to_thread(files.open_file, batch_file)
+    response = StreamingHttpResponse(_blocks(handle), content_type="application/jsonl")
+    response["Content-Disposition"] = f'attachment; filename="{batch_file.filename}"'
+    return response
+
+
+def _read_batch_request(raw: bytes) -> tuple[str, str, str, dict[str, str] | None]:
+    try:
+        body = orjson.loads(raw or b"null")
+    except orjson.JSONDecodeError as error:
+        raise invalid(f"malformed JSON: {error}", None) from None
+    if not isinstance(body, dict):
+        raise invalid('send a JSON object like {"input_file_id": "file-…", "endpoint": "/v1/embeddings", '
+                      '"completion_window": "24h"}', None)
+    unknown = sorted(set(body) - set(BATCH_FIELDS))
+    if unknown:
+        raise invalid(f"unrecognized argument(s): {', '.join(unknown)}; this server takes {', '.join(BATCH_FIELDS)}",
+                      unknown[0])
+    for name in ("input_file_id", "endpoint"):
+        if not isinstance(body.get(name), str) or not body[name]:
+            raise invalid(f"'{name}' is required (a string)", name)
+    window = body.get("completion_window")
+    if window not in store.WINDOWS:
+        raise invalid(f"'completion_window' must be one of {', '.join(store.WINDOWS)}, not {window!r}",
+                      "completion_window")
+    if not lines.is_served_url(body["endpoint"]):
+        raise invalid(f"endpoint {body['endpoint']!r} is not served; use {lines.EMBEDDINGS_URL}, /models/<name> or "
+                      "/models/<name>/<task>", "endpoint")
+    metadata = body.get("metadata")
+    if metadata is not None and not (
+        isinstance(metadata, dict) and len(metadata) <= MAX_METADATA
+        and all(isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
+                for k, v in metadata.items())
+    ):
+        raise invalid(f"'metadata' must be an object of at most {MAX_METADATA} string pairs (keys up to 64 "
+                      "characters, values up to 512)", "metadata")
+    return body["input_file_id"], body["endpoint"], window, metadata
+
+
+@openai_view("POST", "GET")
+async def batch_collection(request: HttpRequest) -> HttpResponse:
+    """POST: start a batch over an uploaded file. GET: the token's batches, newest first."""
+    owner_id, _ = await _owner(request)
+    if request.method == "GET":
+        after, limit = _page_args(request)
+        items, more = await _db(store.list_jobs)(owner_id, after, limit)
+        return JsonResponse(list_object(items, more))
+    file_id, endpoint, window, metadata = _read_batch_request(request.body)
+    return JsonResponse(await _db(store.create_job)(owner_id, file_id, endpoint, window, metadata))
+
+
+@openai_view("GET")
+async def batch_detail(request: HttpRequest, batch_id: str) -> HttpResponse:
+    """One batch with its status and request_counts."""
+    owner_id, _ = await _owner(request)
+    return JsonResponse(await _db(store.get_job_json)(batch_id, owner_id))
+
+
+@openai_view("POST")
+async def batch_cancel(request: HttpRequest, batch_id: str) -> HttpResponse:
+    """Stop a batch: answered lines stay in the output, the rest go to the error file as cancelled."""
+    owner_id, _ = await _owner(request)
+    return JsonResponse(await _db(store.cancel_job)(batch_id, owner_id))

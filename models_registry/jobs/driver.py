@@ -1,0 +1,236 @@
+"""The job driver: a task in every `runworker` process that claims jobs and runs their lines.
+
+One driver holds a job at a time (a lease in the database, renewed every few seconds);
+a worker that dies stops renewing, and another worker's driver resumes the job from its
+last committed chunk. Lines run through the API views in this process at batch priority
+(so admission, limits and quotas apply to them as to any request), a bounded number at
+a time; each chunk's records are stored as parts and committed with the progress, in
+order. Lines in flight when a driver dies are run again by the next one, and only
+committed chunks reach the output: every line is in the output or the error file once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.utils import timezone
+
+from models_registry.jobs import files, leases
+from models_registry.jobs.chunks import Chunk, ChunkOutcome, ChunkReader, Progress, answer_record, failure_record
+from models_registry.jobs.line_calls import LineAnswer, LineCaller
+from models_registry.jobs.lines import JobLine
+from models_registry.registry.lookups import fresh_connection
+
+logger = logging.getLogger(__name__)
+
+RETRY_STATUSES = {429, 503, 504}
+MAX_TIMEOUTS = 3  # a line that timed out this often goes to the error file
+MAX_BACKOFF_S = 10.0
+STATUS_EVERY_S = 1.0  # how soon a cancel is seen
+
+
+def _db(function: Any) -> Any:
+    return sync_to_async(fresh_connection(function))
+
+
+class LeaseLost(Exception):
+    """Another driver holds the job now: drop everything not committed."""
+
+
+class _Stop(Exception):
+    """The job was cancelled or expired: stop running lines."""
+
+
+def _error_of(answer: LineAnswer) -> dict[str, str]:
+    import orjson
+
+    try:
+        body = orjson.loads(answer.body)
+    except orjson.JSONDecodeError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):  # the OpenAI routes' shape
+        return {"code": str(error.get("code") or body.get("error_type") or "error"), "message": str(error.get("message"))}
+    if isinstance(body, dict):
+        return {"code": str(body.get("error_type") or "error"), "message": str(error)}
+    return {"code": "error", "message": f"HTTP {answer.status}"}
+
+
+class JobDriver:
+    """Claims jobs and runs them, one at a time, until cancelled."""
+
+    def __init__(self, owner: str, caller: Any = None) -> None:
+        self.owner = owner
+        self.caller = caller or LineCaller()
+        self.chunk_lines = settings.HOSTING_BATCH_CHUNK_LINES
+        self.in_flight = asyncio.Semaphore(settings.HOSTING_BATCH_IN_FLIGHT)
+        self.lease_s = settings.HOSTING_BATCH_LEASE_S
+        self.current: leases.ClaimedJob | None = None
+
+    async def run(self) -> None:
+        """Claim and drive jobs forever (errors are logged and retried)."""
+        backoff = 1.0
+        while True:
+            try:
+                job = await _db(leases.claim)(self.owner, self.lease_s)
+                if job is None:
+                    await asyncio.sleep(settings.HOSTING_BATCH_POLL_S)
+                    continue
+                self.current = job
+                await self.drive(job)
+                backoff = 1.0
+            except asyncio.CancelledError:
+                if self.current is not None:  # a clean stop: another worker resumes the job at once
+                    await _db(leases.release)(self.current.pk, self.owner)
+                raise
+            except LeaseLost:
+                logger.warning("lost the lease of a batch job; another worker resumes it")
+            except Exception:
+                logger.exception("batch job driver failed; retrying in %.0f s", backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(30.0, backoff * 2)
+            finally:
+                self.current = None
+
+    async def drive(self, job: leases.ClaimedJob) -> None:
+        """Run job from its committed progress to its end (or until stopped or taken)."""
+        logger.info("driving batch %s from line %d", job.public_id, job.progress.next_line)
+        if job.status == "validating":
+            await _db(leases.set_status)(job.pk, self.owner, ("validating",), "in_progress")
+        watch = _Watch(self, job)
+        watcher = asyncio.ensure_future(watch.run())
+        try:
+            progress = job.progress
+            if watch.status in ("validating", "in_progress"):
+                progress = await self._run_lines(job, progress, watch)
+            if watch.status in ("validating", "in_progress"):  # every line answered
+                if await _db(leases.set_status)(job.pk, self.owner, ("in_progress",), "finalizing"):
+                    watch.status = "finalizing"
+                else:
+                    watch.status = await _db(leases.renew)(job.pk, self.owner, self.lease_s) or "lost"
+            final = {"finalizing": "completed", "cancelling": "cancelled", "expiring": "expired"}.get(watch.status)
+            if final is None:
+                raise LeaseLost()
+            if final != "completed":
+                code = "batch_cancelled" if final == "cancelled" else "batch_expired"
+                await self._close_remaining(job, progress, code)
+            if await _db(leases.finish)(job.pk, self.owner, final):
+                logger.info("batch %s %s", job.public_id, final)
+        finally:
+            watcher.cancel()
+
+    async def _run_lines(self, job: leases.ClaimedJob, progress: Progress, watch: _Watch) -> Progress:
+        """Run lines chunk by chunk, a few chunks ahead, committing in order; the progress reached."""
+        handle = await asyncio.to_thread(files.open_file, job.input_file)
+        try:
+            reader = ChunkReader(handle, progress, self.chunk_lines, settings.HOSTING_MAX_BODY_BYTES)
+            ahead = max(2, -(-settings.HOSTING_BATCH_IN_FLIGHT // self.chunk_lines) + 1)
+            pending: deque[tuple[Chunk, asyncio.Task[ChunkOutcome]]] = deque()
+            exhausted = False
+            try:
+                while True:
+                    while not exhausted and len(pending) < ahead:
+                        chunk = await asyncio.to_thread(reader.next_chunk)
+                        if chunk is None:
+                            exhausted = True
+                            break
+                        pending.append((chunk, asyncio.ensure_future(self._run_chunk(job, chunk, watch))))
+                    if not pending:
+                        return progress
+                    chunk, task = pending[0]
+                    done, _ = await asyncio.wait({task, watch.changed}, return_when=asyncio.FIRST_COMPLETED)
+                    if watch.status not in ("validating", "in_progress"):
+                        return progress  # cancelled, expired or taken: uncommitted lines are redone or closed
+                    if task not in done:
+                        continue
+                    pending.popleft()
+                    progress = await self._commit(job, progress, chunk, task.result())
+            finally:
+                for _, task in pending:
+                    task.cancel()
+                await asyncio.gather(*(t for _, t in pending), return_exceptions=True)
+        finally:
+            await asyncio.to_thread(handle.close)
+
+    async def _run_chunk(self, job: leases.ClaimedJob, chunk: Chunk, watch: _Watch) -> ChunkOutcome:
+        results = await asyncio.gather(*(self._run_line(job, line, watch) for line in chunk.lines))
+        output = [record for ok, record in results if ok]
+        errors = [record for ok, record in results if not ok]
+        errors += [failure_record(None, "invalid_line", f"line {n}: {why}") for n, why in chunk.unreadable]
+        return ChunkOutcome(output=output, errors=errors)
+
+    async def _run_line(self, job: leases.ClaimedJob, line: JobLine, watch: _Watch) -> tuple[bool, bytes]:
+        timeouts, backoff = 0, 0.2
+        while True:
+            async with self.in_flight:
+                answer = await self.caller.call(line, job.token_hash, f"{job.public_id}-{line.number}")
+            if answer.status == 200:
+                return True, answer_record(line.custom_id, 200, answer.body)
+            retry = answer.status in RETRY_STATUSES
+            if answer.status == 504:
+                timeouts += 1
+                retry = timeouts < MAX_TIMEOUTS
+            if not retry:
+                return False, answer_record(line.custom_id, answer.status, answer.body, _error_of(answer))
+            # Overloaded, unavailable (worker or broker restarting), rate limited: wait, then again.
+            wait = answer.retry_after_s if answer.retry_after_s is not None else backoff
+            await asyncio.sleep(min(MAX_BACKOFF_S, wait) * random.uniform(0.8, 1.2))
+            backoff = min(MAX_BACKOFF_S, backoff * 2)
+
+    async def _commit(self, job: leases.ClaimedJob, progress: Progress, chunk: Chunk,
+                      outcome: ChunkOutcome) -> Progress:
+        parts = (
+            await asyncio.to_thread(files.write_part, job.public_id, chunk.index, "output", outcome.output),
+            await asyncio.to_thread(files.write_part, job.public_id, chunk.index, "errors", outcome.errors),
+        )
+        after = await _db(leases.commit_chunk)(job.pk, self.owner, progress, chunk, outcome, parts)
+        if after is None:
+            await asyncio.to_thread(files.delete_quietly, parts)
+            raise LeaseLost()
+        return after
+
+    async def _close_remaining(self, job: leases.ClaimedJob, progress: Progress, code: str) -> None:
+        """Put every line not yet committed in the error file with code (no inference)."""
+        message = "the batch was cancelled before this request ran" if code == "batch_cancelled" else \
+            "the batch expired before this request ran"
+        handle = await asyncio.to_thread(files.open_file, job.input_file)
+        try:
+            reader = ChunkReader(handle, progress, max(self.chunk_lines, 4096), settings.HOSTING_MAX_BODY_BYTES)
+            while (chunk := await asyncio.to_thread(reader.next_chunk)) is not None:
+                errors = [failure_record(line.custom_id, code, message) for line in chunk.lines]
+                errors += [failure_record(None, code, f"line {n}: {why}") for n, why in chunk.unreadable]
+                progress = await self._commit(job, progress, chunk, ChunkOutcome(output=[], errors=errors))
+        finally:
+            await asyncio.to_thread(handle.close)
+
+
+class _Watch:
+    """Renews the lease and follows the job's status (cancel, expiry) while it runs."""
+
+    def __init__(self, driver: JobDriver, job: leases.ClaimedJob) -> None:
+        self.driver = driver
+        self.job = job
+        self.status = "in_progress" if job.status == "validating" else job.status
+        self.changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(STATUS_EVERY_S)
+            try:
+                status = await _db(leases.renew)(self.job.pk, self.driver.owner, self.driver.lease_s)
+            except Exception as error:  # the database is away: keep running, try again
+                logger.warning("could not renew a batch lease: %s", error)
+                continue
+            if status == "in_progress" and self.job.expires_at and timezone.now() > self.job.expires_at:
+                status = "expiring"
+            new = status or "lost"
+            if new != self.status and self.status in ("validating", "in_progress"):
+                self.status = new
+                if not self.changed.done():
+                    self.changed.set_result(None)

@@ -1,0 +1,139 @@
+"""Reading and checking the lines of a batch input file (pure: no database, no I/O).
+
+A line is one JSON object `{"custom_id", "method", "url", "body"}`; blank lines are
+skipped (by the upload check and the job driver alike, so line numbers agree).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from models_registry.api.errors import Forbidden, HostingError, InvalidInput, TooLarge
+
+FIELDS = ("custom_id", "method", "url", "body")
+MAX_CUSTOM_ID_CHARS = 512
+MAX_DISTINCT_URLS = 64  # a file's distinct urls are kept on its row
+EMBEDDINGS_URL = "/v1/embeddings"
+_MODEL_URL = re.compile(r"^/models/([A-Za-z0-9_-]+)(?:/([A-Za-z0-9_-]+))?$")
+
+# What a route check is given: (url, body); it raises a HostingError for a line it refuses.
+RouteCheck = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class JobLine:
+    """One request of a batch file."""
+
+    number: int  # 1-based line number in the file
+    custom_id: str
+    url: str
+    body: dict[str, Any]
+
+
+@dataclass
+class FileSummary:
+    """What a complete scan of an input file found."""
+
+    lines: int = 0
+    urls: list[str] = field(default_factory=list)
+
+
+def model_of(url: str, body: dict[str, Any]) -> tuple[str, str | None] | None:
+    """(model name, task name or None) that url calls, or None for a url we do not serve."""
+    if url == EMBEDDINGS_URL:
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            return None
+        name, _, task = model.partition("/")
+        return name, task or None
+    match = _MODEL_URL.match(url)
+    if match is None:
+        return None
+    return match.group(1), match.group(2)
+
+
+def is_served_url(url: str) -> bool:
+    """Whether url is one of the routes a batch may call."""
+    return url == EMBEDDINGS_URL or _MODEL_URL.match(url) is not None
+
+
+def _line_error(number: int, error: HostingError) -> HostingError:
+    kind = type(error) if isinstance(error, (TooLarge, Forbidden)) else InvalidInput
+    return kind(f"line {number}: {error.message}")
+
+
+def parse_line(raw: bytes, number: int, max_line_bytes: int) -> JobLine | None:
+    """The request on one line (None for a blank line); raises InvalidInput/TooLarge naming the line."""
+    if len(raw) > max_line_bytes:
+        raise TooLarge(f"line {number} is {len(raw)} bytes; one request may be at most {max_line_bytes} bytes")
+    if not raw.strip():
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise InvalidInput(f"line {number} is not valid JSON ({error.msg} at column {error.colno}); the file "
+                           "must be JSONL: one request "
+                           'object per line like {"custom_id": "1", "method": "POST", "url": "/v1/embeddings", '
+                           '"body": {...}}') from None
+    if not isinstance(value, dict):
+        raise InvalidInput(f"line {number} must be a JSON object with {', '.join(FIELDS)}")
+    missing = [f for f in FIELDS if f not in value]
+    unknown = sorted(set(value) - set(FIELDS))
+    if missing or unknown:
+        detail = f"missing {', '.join(missing)}" if missing else f"unknown field(s) {', '.join(unknown)}"
+        raise InvalidInput(f"line {number}: {detail}; each line has exactly {', '.join(FIELDS)}")
+    custom_id, method, url, body = (value[f] for f in FIELDS)
+    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID_CHARS:
+        raise InvalidInput(f"line {number}: custom_id must be a non-empty string of at most "
+                           f"{MAX_CUSTOM_ID_CHARS} characters")
+    if method != "POST":
+        raise InvalidInput(f"line {number}: method must be POST, not {method!r}")
+    if not isinstance(url, str) or not is_served_url(url):
+        raise InvalidInput(f"line {number}: url {url!r} is not served; use {EMBEDDINGS_URL}, /models/<name> or "
+                           "/models/<name>/<task>")
+    if not isinstance(body, dict):
+        raise InvalidInput(f"line {number}: body must be a JSON object (the request body of {url})")
+    return JobLine(number=number, custom_id=custom_id, url=url, body=body)
+
+
+def numbered(raw_lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, raw line) for each line."""
+    return enumerate(raw_lines, start=1)
+
+
+def scan(raw_lines: Iterable[bytes], *, max_line_bytes: int, max_lines: int, check: RouteCheck) -> FileSummary:
+    """Check every line of a file; raise the first problem as a HostingError naming its line.
+
+    Duplicate custom_ids are found with a digest per id (16 bytes each, not the ids).
+    """
+    summary = FileSummary()
+    seen: set[bytes] = set()
+    for number, raw in numbered(raw_lines):
+        line = parse_line(raw, number, max_line_bytes)
+        if line is None:
+            continue
+        summary.lines += 1
+        if summary.lines > max_lines:
+            raise TooLarge(f"the file has more than {max_lines} requests; split it into several batches")
+        digest = hashlib.blake2b(line.custom_id.encode(), digest_size=16).digest()
+        if digest in seen:
+            raise InvalidInput(f"line {number}: custom_id {line.custom_id!r} is used twice; each request needs "
+                               "its own custom_id")
+        seen.add(digest)
+        if line.url not in summary.urls:
+            if len(summary.urls) >= MAX_DISTINCT_URLS:
+                raise InvalidInput(f"line {number}: the file calls more than {MAX_DISTINCT_URLS} different urls")
+            summary.urls.append(line.url)
+        try:
+            check(line.url, line.body)
+        except HostingError as error:
+            raise _line_error(number, error) from None
+    if summary.lines == 0:
+        raise InvalidInput("the file has no requests: send JSONL, one request object per line")
+    return summary
