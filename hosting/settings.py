@@ -131,6 +131,7 @@ WHITENOISE_USE_FINDERS = True  # serve app static files without a collectstatic 
 LOGIN_URL = "/admin/login/"
 
 # --- Broker -----------------------------------------------------------------------------
+from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
 REDIS_URL = os.environ.get("REDIS_URL") or ""
 EMBEDDED_REDIS = not REDIS_URL
 if EMBEDDED_REDIS:
@@ -143,7 +144,10 @@ CHANNEL_LAYERS = {
         "BACKEND": "models_registry.broker.layer.HostingChannelLayer",
         "CONFIG": {
             # socket_timeout None: redis-py's 5 s default races channels_redis' 5 s BZPOPMIN.
-            "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}],
+            # retry_on_error: a pooled connection that a Redis restart closed reconnects and
+            # retries its command once, instead of failing the request that drew it.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000,
+                       "retry_on_error": [RedisConnectionError]}],
             # Admission is ours (max_queue_size per task); the layer's cap must never be
             # the thing that refuses an accepted request.
             "capacity": 100_000,
