@@ -31,7 +31,17 @@ def _done(dest: Path) -> bool:
     return (dest / "config.json").is_file()
 
 
-def _bert(dest: Path, model_cls: type, **config_kwargs: object) -> Path:
+# The shape of all-MiniLM-L6-v2 (and of the ms-marco MiniLM-L6 cross-encoders), for benchmarks.
+MINILM_SHAPE = {
+    "hidden_size": 384,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 12,
+    "intermediate_size": 1536,
+    "max_position_embeddings": 512,
+}
+
+
+def _bert(dest: Path, model_cls: type, shape: dict[str, int] | None = None, **config_kwargs: object) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig
 
@@ -39,10 +49,11 @@ def _bert(dest: Path, model_cls: type, **config_kwargs: object) -> Path:
     if _done(dest):
         return dest
     dest.mkdir(parents=True, exist_ok=True)
+    shape = shape or _BERT_SHAPE
     tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
-    tokenizer.model_max_length = _BERT_SHAPE["max_position_embeddings"]
+    tokenizer.model_max_length = shape["max_position_embeddings"]
     config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                        **_BERT_SHAPE, **config_kwargs)
+                        **shape, **config_kwargs)
     torch.manual_seed(0)
     model = model_cls(config).eval()
     tokenizer.save_pretrained(str(dest))
@@ -64,6 +75,16 @@ def build_sequence_classifier(dest: Path, labels: Sequence[str] = ("negative", "
     id2label = {i: str(label) for i, label in enumerate(labels)}
     return _bert(dest, BertForSequenceClassification, num_labels=len(id2label),
                  id2label=id2label, label2id={v: k for k, v in id2label.items()})
+
+
+def build_cross_encoder(dest: Path, minilm_sized: bool = False) -> Path:
+    """Build a random BertForSequenceClassification with one logit (a text-ranking cross-encoder) in ``dest``.
+
+    Tiny by default; with minilm_sized, shaped like the ms-marco MiniLM-L6 cross-encoders.
+    """
+    from transformers import BertForSequenceClassification
+
+    return _bert(dest, BertForSequenceClassification, shape=MINILM_SHAPE if minilm_sized else None, num_labels=1)
 
 
 def _corpus() -> list[str]:

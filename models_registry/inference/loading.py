@@ -11,9 +11,15 @@ from typing import Any
 
 import torch
 from tokenizers import Tokenizer
-from transformers import AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+from transformers import (
+    AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    pipeline,
+)
 
-from models_registry.inference import trace
+from models_registry.inference import ranking, trace
 from models_registry.inference.packed_forward import eager_encoder, packed_position_offset
 from models_registry.inference.task_common import ModelBundle
 from models_registry.registry.specs import ModelSpec
@@ -24,6 +30,7 @@ DTYPES: dict[str, Any] = {"auto": "auto", "float32": torch.float32, "float16": t
 # Task kinds transformers 5 has no pipeline for: a model class and its tokenizer instead.
 BUNDLE_CLASSES: dict[str, Any] = {
     "question-answering": AutoModelForQuestionAnswering,
+    "text-ranking": AutoModelForSequenceClassification,  # a cross-encoder: one logit per (query, text) pair
     **dict.fromkeys(("summarization", "translation", "text2text-generation"), AutoModelForSeq2SeqLM),
 }
 
@@ -45,10 +52,10 @@ class LoadedModel:
     def count_tokens(self, item: str | dict[str, str]) -> int:
         """Tokens an input becomes (capped at the model's length), for batch packing.
 
-        A question-answering input costs the tokens of its question and context together.
+        A pair (question and context, query and text) costs the tokens of both together.
         """
         if isinstance(item, dict):
-            return min(sum(self.count_tokens(item[key]) for key in ("question", "context")), self.max_tokens)
+            return min(sum(self.count_tokens(text) for text in item.values()), self.max_tokens)
         if self.counter is None:
             return max(1, len(item) // 4 + 2)
         return min(len(self.counter.encode(item).ids), self.max_tokens)
@@ -72,6 +79,8 @@ def load_pipeline(task: str, source: str, revision: str | None, device: str, dty
         if task == "question-answering" and not tokenizer.is_fast:
             raise ValueError("question-answering needs a fast tokenizer (tokenizer.json) for answer offsets")
         model = BUNDLE_CLASSES[task].from_pretrained(source, revision=revision, dtype=dtype).to(device).eval()
+        if task == "text-ranking":
+            ranking.check_cross_encoder(model)
         return ModelBundle(model=model, tokenizer=tokenizer)
     pipe = pipeline(task, model=source, revision=revision, device=device, dtype=dtype)
     pipe.model.eval()

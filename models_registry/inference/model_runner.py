@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from models_registry.api.errors import HostingError, Internal
-from models_registry.inference import encoder_tasks, generation
+from models_registry.inference import encoder_tasks, generation, ranking
 from models_registry.inference.embeddings import embed
 from models_registry.inference.loading import LoadedModel, load_model
 from models_registry.inference.question_answering import question_answering
@@ -31,6 +31,7 @@ RUNNERS: dict[str, Callable[[Any, list[Any], dict[str, Any]], list[Any]]] = {
     "token-classification": encoder_tasks.token_classification,
     "zero-shot-classification": encoder_tasks.zero_shot_classification,
     "question-answering": question_answering,
+    "text-ranking": ranking.text_ranking,
     "text-generation": generation.text_generation,
     **{task: generation.seq2seq(task) for task in generation.SEQ2SEQ_OUTPUT_KEYS},
 }
