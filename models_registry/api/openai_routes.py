@@ -19,19 +19,19 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from pydantic import ValidationError
 
-from models_registry.api import auth, dimensions, payloads, views
+from models_registry.api import auth, dimensions, payloads, request_models, views
 from models_registry.api.errors import Forbidden, HostingError, InvalidInput, NotFound, TooLarge
 from models_registry.api.views import AsyncView, api_view
 from models_registry.broker import handoff
 from models_registry.observe import metrics
 from models_registry.registry import lookups
+from models_registry.registry.shape_errors import keys, phrase
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
 
-FIELDS = ("model", "input", "encoding_format", "dimensions", "user")
-ENCODINGS = ("float", "base64")
 # Errors the SDK must not retry: a pipeline error repeats, and a timeout retried triples the wait.
 _NO_RETRY = {"internal", "timeout"}
 
@@ -83,47 +83,54 @@ class EmbeddingRequest:
     dimensions: int | None
 
 
-def _read_input(value: Any, max_inputs: int) -> list[str]:
+def _explain_input(value: Any, max_inputs: int) -> HostingError:
     if value is None:
-        raise invalid("'input' is required: a string or a list of strings", "input")
+        return invalid("'input' is required: a string or a list of strings", "input")
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list):
-        raise invalid(f"'input' must be a string or a list of strings, not {type(value).__name__}", "input")
+        return invalid(f"'input' must be a string or a list of strings, not {type(value).__name__}", "input")
     if not items:
-        raise invalid("'input' must not be an empty list", "input")
+        return invalid("'input' must not be an empty list", "input")
     if any(isinstance(i, list) for i in items) or all(isinstance(i, int) and not isinstance(i, bool) for i in items):
-        raise invalid("token-id arrays are not supported: send text, a string or a list of strings", "input")
+        return invalid("token-id arrays are not supported: send text, a string or a list of strings", "input")
     if len(items) > max_inputs:
-        raise TooLarge(f"{len(items)} inputs in one request; this server takes at most {max_inputs}")
-    for position, item in enumerate(items):
-        if not isinstance(item, str):
-            raise invalid(f"input[{position}] must be a string, not {type(item).__name__}", "input")
-    return items
+        return TooLarge(f"{len(items)} inputs in one request; this server takes at most {max_inputs}")
+    position, item = next((n, i) for n, i in enumerate(items) if not isinstance(i, str))
+    return invalid(f"input[{position}] must be a string, not {type(item).__name__}", "input")
+
+
+def _explainer(max_inputs: int) -> Callable[[Any, ValidationError], HostingError]:
+    """The one error, naming OpenAI's `param`, for a body that failed request_models.embedding_request."""
+
+    def explain(payload: Any, error: ValidationError) -> HostingError:
+        if not isinstance(payload, dict):
+            return invalid('request body must be a JSON object like {"model": "...", "input": "..."}', None)
+        fields = keys(request_models.embedding_request(max_inputs))
+        unknown = sorted(set(payload) - set(fields))
+        if unknown:
+            return invalid(f"unrecognized request argument(s): {', '.join(unknown)}; this server takes "
+                           f"{', '.join(fields)}", unknown[0])
+        where = [str(e["loc"][0]) for e in error.errors() if e["loc"]]
+        if "model" in where:
+            return invalid("'model' is required: a model id from GET /v1/models", "model")
+        if "input" in where:
+            return _explain_input(payload.get("input"), max_inputs)
+        if "encoding_format" in where:
+            return invalid(f"'encoding_format' must be float or base64, not {payload['encoding_format']!r}",
+                           "encoding_format")
+        shape = request_models.embedding_request(max_inputs)
+        return invalid(f"{where[0]!r} must {phrase(shape, where[0])}", where[0])
+
+    return explain
 
 
 def read_embedding_request(payload: Any, max_inputs: int) -> EmbeddingRequest:
     """Validate an OpenAI embeddings body (pure: no database, no I/O)."""
-    if not isinstance(payload, dict):
-        raise invalid('request body must be a JSON object like {"model": "...", "input": "..."}', None)
-    unknown = sorted(set(payload) - set(FIELDS))
-    if unknown:
-        raise invalid(f"unrecognized request argument(s): {', '.join(unknown)}; this server takes "
-                      f"{', '.join(FIELDS)}", unknown[0])
-    model = payload.get("model")
-    if not isinstance(model, str) or not model:
-        raise invalid("'model' is required: a model id from GET /v1/models", "model")
-    inputs = _read_input(payload.get("input"), max_inputs)
-    encoding = payload.get("encoding_format")
-    encoding = "float" if encoding is None else encoding
-    if encoding not in ENCODINGS:
-        raise invalid(f"'encoding_format' must be float or base64, not {encoding!r}", "encoding_format")
-    dimensions = payload.get("dimensions")
-    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
-        raise invalid("'dimensions' must be a positive integer", "dimensions")
-    user = payload.get("user")
-    if user is not None and not isinstance(user, str):
-        raise invalid("'user' must be a string", "user")
-    return EmbeddingRequest(model=model, inputs=inputs, encoding_format=encoding, dimensions=dimensions)
+    shape = request_models.embedding_request(max_inputs)
+    body = request_models.validate(shape, payload, _explainer(max_inputs))
+    inputs = body["input"]
+    return EmbeddingRequest(model=body["model"], inputs=[inputs] if isinstance(inputs, str) else inputs,
+                            encoding_format=body.get("encoding_format") or "float", dimensions=body.get("dimensions"))
 
 
 def embedding_ids(spec: ModelSpec) -> list[str]:

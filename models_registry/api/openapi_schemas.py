@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from models_registry.api.errors import ERROR_CLASSES
+from models_registry.registry.shape_errors import keys
 from models_registry.registry.task_inputs import FEATURE_TOP_LEVEL_KEYS, TASK_KINDS
 
 JsonSchema = dict[str, Any]
@@ -70,7 +71,7 @@ def _parameters() -> JsonSchema:
     """Every parameter some task takes; a task answers 400 to one it does not take, or to a bad value."""
     takers: dict[str, list[str]] = {}
     for kind in TASK_KINDS.values():
-        for name in kind.parameters:
+        for name in keys(kind.parameters):
             if name not in kind.defaults_only:  # set at registration; a request carrying it is a 400
                 takers.setdefault(name, []).append(kind.name)
     properties: JsonSchema = {}

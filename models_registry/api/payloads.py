@@ -11,10 +11,10 @@ import numpy as np
 import orjson
 from django.http import HttpResponse
 
+from models_registry.api import request_models
 from models_registry.api.errors import InvalidInput, TooLarge
 from models_registry.registry import task_inputs
 
-_ALWAYS_ALLOWED = {"inputs", "parameters", "options"}  # HF clients may send options: ignored
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 MAX_JSON_DEPTH = 32  # task inputs nest 3 deep at most; deeper only costs recursion
 _INT_LIMIT = 2**63  # msgpack carries 64-bit integers only
@@ -95,27 +95,19 @@ def _check_shape(value: Any) -> None:
 
 def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: int) -> InferenceRequest:
     """Validate the HF-shaped payload for task and merge the task's default parameters under it."""
-    if not isinstance(payload, dict):
-        raise InvalidInput("request body must be a JSON object like {\"inputs\": ...}")
-    allowed = set(_ALWAYS_ALLOWED)
-    top_level: dict[str, Any] = {}
+    shape = request_models.inference_request(task, max_inputs)
+    body = request_models.validate(shape, payload, request_models.explain_inference(task, max_inputs))
+    inputs = body["inputs"]
+    is_batch = isinstance(inputs, list)
+    parameters = dict(body.get("parameters") or {})
     if task == "feature-extraction":
-        allowed.update(task_inputs.FEATURE_TOP_LEVEL_KEYS)
-        top_level = {k: payload[k] for k in task_inputs.FEATURE_TOP_LEVEL_KEYS if k in payload}
-    unknown = sorted(set(payload) - allowed)
-    if unknown:
-        raise InvalidInput(f"unknown field(s) {', '.join(unknown)}; send 'inputs' and 'parameters'")
-    if "options" in payload and not isinstance(payload["options"], dict):
-        raise InvalidInput("'options' must be a JSON object")
-    inputs, is_batch = task_inputs.normalize_inputs(task, payload.get("inputs"), max_inputs)
-    parameters = task_inputs.validate_parameters(task, payload.get("parameters"), from_request=True)
-    for key, value in task_inputs.validate_parameters(task, top_level, from_request=True).items():
-        if parameters.get(key) is None:  # a null inside 'parameters' must not hide the top-level value
-            parameters[key] = value
+        for key in task_inputs.FEATURE_TOP_LEVEL_KEYS:
+            if parameters.get(key) is None and key in body:  # a null in 'parameters' must not hide the top level
+                parameters[key] = body[key]
     # Drop nulls so they do not mask the task's defaults.
     merged = {**defaults, **{k: v for k, v in parameters.items() if v is not None}}
     task_inputs.check_required(task, merged)
-    return InferenceRequest(inputs=inputs, is_batch=is_batch, parameters=merged)
+    return InferenceRequest(inputs=inputs if is_batch else [inputs], is_batch=is_batch, parameters=merged)
 
 
 def decode_vector(output: Any) -> np.ndarray:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from models_registry.api.errors import HostingError, Internal, Unavailable
@@ -14,6 +15,8 @@ from models_registry.worker.batcher import PendingRequest
 logger = logging.getLogger(__name__)
 
 Lease = tuple[str, bytes]  # (channel, message as the layer holds it in this worker's in-flight set)
+ERROR_REPLY_WINDOW_S = 10.0  # how long an error answer is retried when the request's deadline is unknown
+RETRY_FIRST_S, RETRY_MAX_S = 0.1, 1.0
 
 
 class Replies:
@@ -34,18 +37,21 @@ class Replies:
         """Answer every request a batch finished."""
         self._spawn(self._reply_all(requests, started, compute_s))
 
-    def error(self, request_id: str, reply: str, error: HostingError, lease: Lease | None = None) -> None:
+    def error(self, request_id: str, reply: str, error: HostingError, lease: Lease | None = None,
+              deadline: float | None = None) -> None:
         """Answer one request with an error (and release its lease once sent)."""
         message = messages.result_message(request_id=request_id, error_type=error.error_type, error=error.message)
         if "Retry-After" in error.headers:
             message["retry_after"] = error.headers["Retry-After"]
-        self._spawn(self._send_then_release(reply, message, lease))
+        until = deadline if deadline is not None else time.time() + ERROR_REPLY_WINDOW_S
+        self._spawn(self._send_then_release(reply, message, lease, until))
 
     def fail(self, requests: list[PendingRequest], why: str) -> None:
         """Answer queued requests that can no longer run (model unloaded, task removed) with 503."""
         for request in requests:
             request.done = True
-            self.error(request.id, request.context["reply"], Unavailable(why), request.context.get("lease"))
+            self.error(request.id, request.context["reply"], Unavailable(why), request.context.get("lease"),
+                       request.deadline)
 
     def release(self, lease: Lease | None) -> None:
         """Forget a leased message soon (answered or dropped); one round trip per burst."""
@@ -63,16 +69,17 @@ class Replies:
     async def _reply_all(self, requests: list[PendingRequest], started: float, compute_s: float) -> None:
         """One round trip when the layer can send many."""
         replies = [(r.context["reply"], self._result_message(r, started, compute_s)) for r in requests]
+        deadline = max(r.deadline for r in requests)
         if hasattr(self.layer, "send_replies"):
-            try:
+            async def send_all() -> None:
                 sent = await self.layer.send_replies(replies)
                 if sent < len(replies):
                     logger.warning("%d of %d replies did not fit their channels", len(replies) - sent, len(replies))
-            except Exception:  # the views time out with 504; the worker must go on
-                logger.exception("could not send %d replies", len(replies))
+
+            await until_sent(send_all, deadline, f"{len(replies)} replies")
         else:
             for channel, message in replies:
-                await self._send(channel, message)
+                await self._send(channel, message, deadline)
         for request in requests:
             self.release(request.context.get("lease"))
 
@@ -91,8 +98,9 @@ class Replies:
             tokens=request.context.get("tokens", 0),
         )
 
-    async def _send_then_release(self, channel: str, message: dict[str, Any], lease: Lease | None) -> None:
-        await self._send(channel, message)
+    async def _send_then_release(self, channel: str, message: dict[str, Any], lease: Lease | None,
+                                 deadline: float) -> None:
+        await self._send(channel, message, deadline)
         self.release(lease)
 
     async def _flush_releases(self) -> None:
@@ -108,8 +116,27 @@ class Replies:
                 except Exception:
                     logger.exception("could not release %d leases (they will be requeued)", len(members))
 
-    async def _send(self, channel: str, message: dict[str, Any]) -> None:
+    async def _send(self, channel: str, message: dict[str, Any], deadline: float) -> None:
+        await until_sent(lambda: self.layer.send(channel, message), deadline, f"the reply for {message.get('id')}")
+
+
+async def until_sent(send: Callable[[], Awaitable[Any]], deadline: float, what: str) -> bool:
+    """Call send until it succeeds or deadline passes (the broker may be restarting); whether it went.
+
+    Nobody waits for an answer after its deadline, so giving up then loses nothing; a
+    reply sent twice (the first went but its acknowledgement did not) is dropped by the view.
+    """
+    delay = RETRY_FIRST_S
+    while True:
         try:
-            await self.layer.send(channel, message)
-        except Exception:  # the view times out with 504; the worker must go on
-            logger.exception("could not send the reply for %s", message.get("id"))
+            await send()
+            return True
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            if time.time() + delay >= deadline:
+                logger.error("gave up sending %s at its deadline: %s: %s", what, type(error).__name__, error)
+                return False
+            logger.warning("could not send %s (%s: %s); retrying in %.1fs", what, type(error).__name__, error, delay)
+            await asyncio.sleep(delay)
+            delay = min(RETRY_MAX_S, delay * 2)

@@ -1,0 +1,109 @@
+"""The request bodies of the API as pydantic shapes: the views validate with them, api.openapi documents them.
+
+One definition per body, so the document cannot drift from what the server accepts.
+Adding a route's body:
+
+1. Declare its shape here: a TypedDict decorated `@with_config(SHAPE_CONFIG)` (strict JSON
+   types, unknown keys refused), bounds in `Field(...)`; a shape whose bound is a setting
+   (HOSTING_MAX_INPUTS) is built by a cached function of that setting.
+2. In the view: `body = validate(shape, payload, explain)`; `explain(payload, error)` turns a
+   failure into the route's one clear error (shape_errors helps with parameters).
+3. In api.openapi: one `Operation(...)` naming the shape (and the response shape of
+   api.response_models); the document, its examples' checks and the drift tests follow.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, NotRequired, Required
+
+from pydantic import Field, ValidationError, with_config
+from typing_extensions import TypedDict
+
+from models_registry.api.errors import HostingError, InvalidInput
+from models_registry.registry import task_inputs
+from models_registry.registry.shape_errors import Shape, adapter, phrase, unknown_keys
+from models_registry.registry.task_parameters import (
+    MAX_DIMENSIONS,
+    SHAPE_CONFIG,
+    FeatureExtractionParameters,
+    Says,
+)
+
+
+def validate(shape: Shape, payload: Any, explain: Callable[[Any, ValidationError], HostingError]) -> Any:
+    """payload checked against shape (a plain dict back); explain(payload, error) is raised when it fails."""
+    try:
+        return adapter(shape).validate_python(payload)
+    except ValidationError as error:
+        raise explain(payload, error) from None
+
+
+def _title(task: str) -> str:
+    return "".join(part.capitalize() for part in task.replace("2", "-2-").split("-"))
+
+
+@functools.cache
+def inference_request(task: str, max_inputs: int) -> Shape:
+    """The Hugging Face Inference API body for a pipeline task ({"inputs", "parameters"}; feature-extraction's
+    spec keys also at the top level; "options" from HF clients accepted and ignored)."""
+    kind = task_inputs.TASK_KINDS[task]
+    fields: dict[str, Any] = {
+        "inputs": Required[task_inputs.inputs_shape(task, max_inputs)],
+        "parameters": NotRequired[kind.parameters | None],
+        "options": NotRequired[dict[str, Any]],
+    }
+    if task == "feature-extraction":
+        top_level = task_inputs.keys(FeatureExtractionParameters)
+        fields.update({key: NotRequired[top_level[key]] for key in task_inputs.FEATURE_TOP_LEVEL_KEYS})
+    shape = TypedDict(f"{_title(task)}Request", fields)  # type: ignore[operator]
+    shape.__doc__ = f"The {task} request (Hugging Face Inference API shape)."
+    return with_config(SHAPE_CONFIG)(shape)
+
+
+def explain_inference(task: str, max_inputs: int) -> Callable[[Any, ValidationError], HostingError]:
+    """The one error for a body that failed inference_request(task, max_inputs), in the order a reader fixes it."""
+
+    def explain(payload: Any, error: ValidationError) -> HostingError:
+        if not isinstance(payload, dict):
+            return InvalidInput("request body must be a JSON object like {\"inputs\": ...}")
+        errors = error.errors()
+        unknown = unknown_keys(errors)
+        if unknown:
+            return InvalidInput(f"unknown field(s) {', '.join(unknown)}; send 'inputs' and 'parameters'")
+        where = [str(e["loc"][0]) for e in errors if e["loc"]]
+        if "options" in where:
+            return InvalidInput("'options' must be a JSON object")
+        if "inputs" in where:
+            return task_inputs.explain_inputs(task, payload.get("inputs"), max_inputs)
+        if "parameters" in where:
+            try:
+                task_inputs.validate_parameters(task, payload["parameters"], from_request=True)
+            except InvalidInput as bad:
+                return bad
+        shape = inference_request(task, max_inputs)
+        return InvalidInput(f"parameter {where[0]!r} must {phrase(shape, where[0])}")
+
+    return explain
+
+
+@functools.cache
+def embedding_request(max_inputs: int) -> Shape:
+    """OpenAI's POST /v1/embeddings body."""
+    inputs = str | Annotated[list[str], Field(min_length=1, max_length=max_inputs)]
+    shape = TypedDict("EmbeddingRequest", {  # type: ignore[operator]
+        "model": Required[Annotated[str, Field(min_length=1, description="a model id from GET /v1/models: a name, "
+                                                                         "or name/task for a named task")]],
+        "input": Required[Annotated[inputs, Field(description=f"Text to embed: a string, or a list of up to "
+                                                              f"{max_inputs} strings answered in the same order "
+                                                              "(token-id arrays are answered 400)")]],
+        "encoding_format": NotRequired[Annotated[Literal["float", "base64"] | None, Field(
+            description="base64: little-endian float32, as the openai SDK asks by default; default float")]],
+        "dimensions": NotRequired[Annotated[Annotated[int, Field(ge=1, le=MAX_DIMENSIONS)] | None, Field(
+            description="Matryoshka: the first d components (1 to the model's size)"),
+            Says(f"be a positive integer (at most {MAX_DIMENSIONS})")]],
+        "user": NotRequired[Annotated[str | None, Field(description="accepted and ignored")]],
+    })
+    shape.__doc__ = "OpenAI's embeddings request."
+    return with_config(SHAPE_CONFIG)(shape)

@@ -1,0 +1,224 @@
+"""The parameters each pipeline task takes, as typed shapes (pydantic TypedDicts, no torch).
+
+These shapes are the one definition of a task's parameters: the web validates requests
+with them (registry.task_inputs), the admin validates a task's defaults with them, and
+the OpenAPI document is generated from them (api.openapi). To add a parameter, add a key
+here with its type and bounds; a bound goes in `Field(...)` so that validation and the
+document agree. `Says` gives the phrase of the 400 message where the type alone cannot
+say it ("parameter 'x' must <phrase>"); simple types get theirs from the schema.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field, with_config
+from typing_extensions import TypedDict
+
+MAX_NEW_TOKENS = 512  # generation bound: one request must not hold the device for minutes
+MAX_CANDIDATE_LABELS = 100  # zero-shot runs one forward pass per (input, label) pair
+MAX_DIMENSIONS = 65_536  # beyond any model's hidden size; the model's own size is checked on its answer
+
+# Strict: JSON types only (no "5" for 5, no true for 1); a key nobody declared is a 400.
+SHAPE_CONFIG = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+# What Python's str.strip() removes, spelled out so that every regex engine (pydantic's,
+# the fuzzer's, a client's) agrees on what a blank string is.
+_SPACE = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_BLANK = f"[^{_SPACE}]"
+
+
+class Says:
+    """The phrase a 400 uses for a value of this shape: "parameter 'x' must <phrase>"."""
+
+    def __init__(self, phrase: str) -> None:
+        self.phrase = phrase
+
+
+def Int(low: int, high: int) -> Any:
+    """An integer from low to high (inclusive), or null."""
+    return Annotated[int, Field(ge=low, le=high)] | None
+
+
+def Number(low: float, high: float) -> Any:
+    """A number above low, up to high (inclusive), or null."""
+    return Annotated[float, Field(gt=low, le=high)] | None
+
+
+Bool = bool | None
+Text = str | None
+NonBlank = Annotated[str, Field(pattern=NOT_BLANK)]
+
+
+def _as_list(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else value
+
+
+def _labels(value: str | list[str]) -> list[str]:
+    # A comma-separated string is what the transformers pipeline (and older HF clients) take.
+    labels = [label.strip() for label in value.split(",") if label.strip()] if isinstance(value, str) else value
+    if not labels or len(labels) > MAX_CANDIDATE_LABELS or len(set(labels)) != len(labels):
+        raise ValueError("labels")
+    return labels
+
+
+def _distinct(values: list[int]) -> list[int]:
+    if len(set(values)) != len(values):
+        raise ValueError("repeated")
+    return values
+
+
+def StrList(max_items: int, min_items: int = 1) -> Any:
+    """A list of non-empty strings, or null."""
+    return Annotated[
+        Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=min_items, max_length=max_items)] | None,
+        Says(f"be a list of at most {max_items} non-empty strings"),
+    ]
+
+
+Targets = Annotated[
+    Annotated[NonBlank | Annotated[list[NonBlank], Field(min_length=1)], AfterValidator(_as_list)] | None,
+    Says("be a non-empty string or list of non-blank strings"),
+]
+Labels = Annotated[
+    Annotated[
+        Annotated[str, Field(pattern=f"[^,{_SPACE}]")]
+        | Annotated[list[Annotated[str, Field(min_length=1)]],
+                    Field(min_length=1, max_length=MAX_CANDIDATE_LABELS, json_schema_extra={"uniqueItems": True})],
+        AfterValidator(_labels),
+    ] | None,
+    Says(f"be a list of at most {MAX_CANDIDATE_LABELS} distinct non-empty strings, or a comma-separated string"),
+]
+Template = Annotated[Annotated[str, Field(pattern=r"\{\}")] | None,
+                     Says("be a string with {} where the label goes, e.g. 'This is {}.'")]
+Prompts = Annotated[dict[str, str], Says("map prompt names to prefix strings")]
+Dimensions = Int(1, MAX_DIMENSIONS)
+Sizes = Annotated[
+    Annotated[list[Annotated[int, Field(ge=1, le=MAX_DIMENSIONS)]], Field(min_length=1),
+              AfterValidator(_distinct),
+              Field(json_schema_extra={"uniqueItems": True})],
+    Says(f"be a list of distinct sizes from 1 to {MAX_DIMENSIONS}, e.g. [768, 512, 256, 128, 64]"),
+]
+
+
+@with_config(SHAPE_CONFIG)
+class FeatureExtractionParameters(TypedDict, total=False):
+    """feature-extraction (pooled vectors, or one per token with pooling none)."""
+
+    normalize: Bool
+    truncate: Bool
+    truncation_direction: Literal["left", "right", "Left", "Right"] | None
+    prompt_name: Text
+    prompt: Text  # a prefix added to every input (usually a task default)
+    prompts: Prompts  # named prefixes that prompt_name picks from (not nullable)
+    dimensions: Dimensions  # Matryoshka: the first d components
+    truncate_dim: Dimensions  # sentence-transformers' name for dimensions
+
+
+@with_config(SHAPE_CONFIG)
+class FeatureExtractionDefaults(FeatureExtractionParameters, total=False):
+    """feature-extraction defaults: also the sizes a Matryoshka model serves."""
+
+    matryoshka_dimensions: Sizes
+
+
+@with_config(SHAPE_CONFIG)
+class FillMaskParameters(TypedDict, total=False):
+    """fill-mask."""
+
+    top_k: Int(1, 100)
+    targets: Targets
+
+
+@with_config(SHAPE_CONFIG)
+class TextClassificationParameters(TypedDict, total=False):
+    """text-classification."""
+
+    top_k: Int(1, 1000)
+    function_to_apply: Literal["sigmoid", "softmax", "none"] | None
+
+
+@with_config(SHAPE_CONFIG)
+class TokenClassificationParameters(TypedDict, total=False):
+    """token-classification."""
+
+    aggregation_strategy: Literal["none", "simple", "first", "average", "max"] | None
+    ignore_labels: StrList(1000, min_items=0)
+    stride: Int(1, 4096)
+
+
+@with_config(SHAPE_CONFIG)
+class QuestionAnsweringParameters(TypedDict, total=False):
+    """question-answering."""
+
+    top_k: Int(1, 100)
+    doc_stride: Int(0, 4096)
+    max_answer_len: Int(1, 4096)
+    max_seq_len: Int(16, 8192)
+    handle_impossible_answer: Bool
+    align_to_words: Bool
+
+
+@with_config(SHAPE_CONFIG)
+class ZeroShotParameters(TypedDict, total=False):
+    """zero-shot-classification (candidate_labels from the request or the task's defaults)."""
+
+    candidate_labels: Labels
+    multi_label: Bool
+    hypothesis_template: Template
+
+
+@with_config(SHAPE_CONFIG)
+class TextGenerationParameters(TypedDict, total=False):
+    """text-generation."""
+
+    do_sample: Bool
+    max_new_tokens: Int(1, MAX_NEW_TOKENS)
+    repetition_penalty: Number(0, 100)
+    return_full_text: Bool
+    seed: Int(0, 2**63 - 1)
+    stop: StrList(16)
+    temperature: Number(0, 100)
+    top_k: Int(1, 10_000)
+    top_p: Number(0, 1)
+    typical_p: Number(0, 1)
+
+
+def _drop_nulls(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in value.items() if v is not None}
+
+
+@with_config(SHAPE_CONFIG)
+class GenerateParameters(TypedDict, total=False):
+    """generate() options of the seq2seq tasks (HF spec: parameters.generate_parameters)."""
+
+    do_sample: Bool
+    early_stopping: Annotated[bool | Literal["never"] | None, Says('be true, false or "never"')]
+    max_length: Int(1, MAX_NEW_TOKENS)
+    max_new_tokens: Int(1, MAX_NEW_TOKENS)
+    min_length: Int(0, MAX_NEW_TOKENS)
+    min_new_tokens: Int(0, MAX_NEW_TOKENS)
+    no_repeat_ngram_size: Int(0, 100)
+    num_beams: Int(1, 16)
+    repetition_penalty: Number(0, 100)
+    temperature: Number(0, 100)
+    top_k: Int(0, 10_000)
+    top_p: Number(0, 1)
+    typical_p: Number(0, 1)
+
+
+@with_config(SHAPE_CONFIG)
+class Seq2SeqParameters(TypedDict, total=False):
+    """summarization and text2text-generation."""
+
+    clean_up_tokenization_spaces: Bool
+    truncation: Literal["do_not_truncate", "longest_first", "only_first", "only_second"] | None
+    generate_parameters: Annotated[Annotated[GenerateParameters, AfterValidator(_drop_nulls)] | None,
+                                   Says("be a JSON object")]
+
+
+@with_config(SHAPE_CONFIG)
+class TranslationParameters(Seq2SeqParameters, total=False):
+    """translation: the seq2seq options and the languages."""
+
+    src_lang: Text
+    tgt_lang: Text
