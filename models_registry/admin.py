@@ -18,6 +18,8 @@ from models_registry.api.errors import HostingError
 from models_registry.broker import handoff
 from models_registry.models import ApiToken, ModelTask, RegisteredModel, WorkerHeartbeat
 from models_registry.observe import traffic_window
+from models_registry.registry.model_state import ModelState, best_report
+from models_registry.registry.task_key import TaskKey
 from models_registry.worker.heartbeats import live_workers
 
 admin.site.site_header = "Model hosting"
@@ -48,7 +50,7 @@ def _live_states() -> dict[str, dict[str, Any]]:
             entry["states"].append(state)
             entry["workers"] += 1
         for key, depth in (worker.queue_depths or {}).items():
-            states.setdefault(key.split("/")[0], {"states": [], "depth": 0, "workers": 0})["depth"] += depth
+            states.setdefault(TaskKey.parse(key).model, {"states": [], "depth": 0, "workers": 0})["depth"] += depth
     return states
 
 
@@ -102,7 +104,7 @@ def run_test_input(task: ModelTask, state: str) -> tuple[bool, str]:
     label = f"{task.model.name}/{task.name}"
     if not task.model.enabled:
         return False, f"{label}: the model is disabled; enable it first."
-    if state != "ready":
+    if state != ModelState.READY:
         return False, f"{label}: no live worker has this model ready (state: {state})."
     text = sample_input(task)
     started = time.perf_counter()
@@ -126,8 +128,8 @@ def run_test_input(task: ModelTask, state: str) -> tuple[bool, str]:
 
 
 def _best_state(entry: dict[str, Any] | None) -> str:
-    states = {s.get("state") for s in (entry or {}).get("states", [])}
-    return next((s for s in ("ready", "loading", "error") if s in states), "no live worker")
+    best = best_report((entry or {}).get("states", []))
+    return best.get("state", "") if best else "no live worker"
 
 
 @admin.register(RegisteredModel)
@@ -154,15 +156,13 @@ class RegisteredModelAdmin(admin.ModelAdmin):
     def live_state(self, obj: RegisteredModel) -> str:
         """loading, ready, error (with its message) or disabled."""
         if not obj.enabled:
-            return "disabled"
+            return ModelState.DISABLED
         entry = getattr(self, "_states", {}).get(obj.name)
         if not entry or not entry["states"]:
             return "loading (no live worker yet)"
-        for wanted in ("ready", "loading", "error"):
-            for state in entry["states"]:
-                if state.get("state") == wanted:
-                    return f"{wanted}: {state['error']}" if state.get("error") else wanted
-        return "unknown"
+        best = best_report(entry["states"]) or {}
+        state = best.get("state") or "unknown"
+        return f"{state}: {best['error']}" if best.get("error") else state
 
     @admin.display(description="queued")
     def queue_depth(self, obj: RegisteredModel) -> int:

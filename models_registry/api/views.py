@@ -28,7 +28,9 @@ from models_registry.api.errors import (
 from models_registry.broker import admission, handoff
 from models_registry.observe import metrics
 from models_registry.registry import lookups
+from models_registry.registry.model_state import ModelState, shown_state
 from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.registry.task_key import TaskKey
 
 logger = logging.getLogger("models_registry.requests")
 
@@ -87,10 +89,10 @@ async def _require_serving(spec: ModelSpec, task_name: str) -> float:
     state = workers.model_states.get(spec.name)
     if state is None:
         raise Unavailable(f"no live worker serves model {spec.name!r}")
-    if state.get("state") != "ready":
+    if state.get("state") != ModelState.READY:
         detail = f": {state['error']}" if state.get("error") else ""
         raise Unavailable(f"model {spec.name!r} is {state.get('state')}{detail}")
-    return workers.drain_rates.get(f"{spec.name}/{task_name}", 0.0)
+    return workers.drain_rates.get(str(TaskKey(spec.name, task_name)), 0.0)
 
 
 @api_view("POST", "GET")
@@ -143,7 +145,7 @@ async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, sta
 
     async def still_served() -> bool:
         state = (await lookups.get_workers()).model_states.get(spec.name)
-        return state is not None and state.get("state") == "ready"
+        return state is not None and state.get("state") == ModelState.READY
 
     result = await handoff.infer(
         request_id=request.request_id, model=spec.name, task=task_spec.name, inputs=parsed.inputs,
@@ -170,12 +172,7 @@ async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, sta
 
 
 def _model_summary(spec: ModelSpec, state: dict[str, str] | None) -> dict[str, Any]:
-    if not spec.enabled:
-        status, error = "disabled", ""
-    elif state is None:
-        status, error = "loading", "no live worker has loaded this model yet"
-    else:
-        status, error = state.get("state", "loading"), state.get("error", "")
+    status, error = shown_state(spec.enabled, state)
     return {
         "name": spec.name,
         "source": spec.source,
@@ -222,7 +219,7 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "max_queue_size": t.policy.max_queue_size,
             "timeout_s": t.timeout_s,
             "queue_depth": depths.get(t.name, -1),  # admitted, not yet answered (-1: broker down)
-            "waiting_on_workers": sum((w.queue_depths or {}).get(f"{name}/{t.name}", 0) for w in workers.workers),
+            "waiting_on_workers": sum((w.queue_depths or {}).get(str(TaskKey(name, t.name)), 0) for w in workers.workers),
         }
         for t in spec.tasks.values()
     ]

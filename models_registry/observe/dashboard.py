@@ -20,14 +20,15 @@ from django.views.decorators.cache import never_cache
 from models_registry.api.errors import Forbidden, error_response
 from models_registry.models import WorkerHeartbeat
 from models_registry.observe import traffic_window
+from models_registry.registry.model_state import best_report, shown_state
 from models_registry.registry.specs import read_specs
+from models_registry.registry.task_key import TaskKey
 from models_registry.worker.heartbeats import live_workers
 
 SERIES_S = 120  # seconds of history in the charts
 SUMMARY_S = 60  # the "last minute" numbers
 BATCH_S = 300  # the batch-size distribution covers the whole window
 POLL_MS = 2000
-_STATE_RANK = {"ready": 3, "loading": 2, "error": 1}
 
 
 @never_cache
@@ -68,17 +69,7 @@ def _worker_row(worker: WorkerHeartbeat, now: float) -> dict[str, Any]:
 
 def _model_state(name: str, enabled: bool, workers: list[WorkerHeartbeat]) -> tuple[str, str]:
     """The best state any live worker reports for the model, as the API shows it."""
-    if not enabled:
-        return "disabled", ""
-    best: dict[str, Any] | None = None
-    for worker in workers:
-        state = (worker.models_state or {}).get(name)
-        if state and (best is None or _STATE_RANK.get(state.get("state", ""), 0)
-                      > _STATE_RANK.get(best.get("state", ""), 0)):
-            best = state
-    if best is None:
-        return "loading", "no live worker has loaded this model yet"
-    return best.get("state", "loading"), best.get("error", "")
+    return shown_state(enabled, best_report((worker.models_state or {}).get(name) for worker in workers))
 
 
 def snapshot(window: traffic_window.RollingWindow | None = None) -> dict[str, Any]:
@@ -95,7 +86,7 @@ def snapshot(window: traffic_window.RollingWindow | None = None) -> dict[str, An
     for spec in specs.values():
         state, error = _model_state(spec.name, spec.enabled, workers)
         for task in spec.tasks.values():
-            depth = depths.get(f"{spec.name}/{task.name}", 0)
+            depth = depths.get(str(TaskKey(spec.name, task.name)), 0)
             window.record_depth(spec.name, task.name, depth)
             summary = window.summary(spec.name, task.name, SUMMARY_S)
             batches = window.batch_sizes(spec.name, task.name, BATCH_S)

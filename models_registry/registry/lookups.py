@@ -15,7 +15,9 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
+from models_registry.registry.model_state import best_report
 from models_registry.registry.specs import ModelSpec, read_specs
+from models_registry.registry.task_key import TaskKey
 from models_registry.worker import heartbeats
 
 
@@ -30,7 +32,6 @@ class WorkerView:
 
 def _read_workers() -> WorkerView:
     workers = heartbeats.live_workers()
-    rank = {"ready": 3, "loading": 2, "error": 1}
     states: dict[str, dict[str, Any]] = {}
     rates: dict[str, float] = {}
     for worker in workers:
@@ -38,10 +39,11 @@ def _read_workers() -> WorkerView:
             continue
         for name, state in (worker.models_state or {}).items():
             for task, rate in (state.get("drain_rates") or {}).items():
-                rates[f"{name}/{task}"] = rates.get(f"{name}/{task}", 0.0) + float(rate)
-            best = states.get(name)
-            if best is None or rank.get(state.get("state", ""), 0) > rank.get(best.get("state", ""), 0):
-                states[name] = state
+                key = str(TaskKey(name, task))
+                rates[key] = rates.get(key, 0.0) + float(rate)
+            best = best_report([states.get(name), state])
+            if best is not None:
+                states[name] = best
     return WorkerView(workers=workers, model_states=states, drain_rates=rates)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from models_registry.api.errors import HostingError, Overloaded, Unavailable
 from models_registry.registry.specs import ModelSpec
+from models_registry.registry.task_key import TaskKey
 from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batcher import Batcher, QueueFull, UnknownKey
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
@@ -58,24 +59,25 @@ class InferenceEngine:
             logger.warning("dropped a malformed inference message: %.200r", message)
             self.replies.release(lease)
             return
+        key = TaskKey(request.model, request.task)
         try:
             slot = check_servable(request, self.models.get(request.model), self.draining)
             costs = [slot.loaded.count_tokens(item) for item in request.inputs]
             self.batcher.submit(
-                (request.model, request.task), request.id, request.inputs, costs, time.time(), request.deadline,
+                key, request.id, request.inputs, costs, time.time(), request.deadline,
                 context={"reply": request.reply, "parameters": request.parameters, "lease": lease,
                          "tokens": sum(costs)},
             )
         except QueueFull as full:
             self.stats.rejected += 1
             self.replies.error(request.id, request.reply, Overloaded(
-                f"queue of {request.model}/{request.task} is full ({full.depth}/{full.limit} items); retry later",
+                f"queue of {key} is full ({full.depth}/{full.limit} items); retry later",
                 headers={"Retry-After": "1"},
             ), lease)
             return
         except UnknownKey:
             self.replies.error(request.id, request.reply,
-                               Unavailable(f"{request.model}/{request.task} is not served by this worker"), lease)
+                               Unavailable(f"{key} is not served by this worker"), lease)
             return
         except HostingError as error:
             self.replies.error(request.id, request.reply, error, lease)
@@ -120,7 +122,7 @@ class InferenceEngine:
 
     def queue_depths(self) -> dict[str, int]:
         """{"model/task": waiting items} for the heartbeat."""
-        return {f"{model}/{task}": depth for (model, task), depth in self.batcher.depths().items()}
+        return {str(TaskKey(*key)): depth for key, depth in self.batcher.depths().items()}
 
     def drain_rates(self) -> dict[str, float]:
         """Items answered per second per "model/task" since the previous call (heartbeat)."""

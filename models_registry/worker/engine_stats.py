@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from models_registry.registry.task_key import TaskKey
 from models_registry.worker.model_slots import ModelSlots
 
 
@@ -25,7 +26,7 @@ class EngineStats:
         """Count one computed batch of items for key (model, task)."""
         self.batches += 1
         self.items += items
-        name = f"{key[0]}/{key[1]}"
+        name = str(TaskKey(*key))
         self.completed[name] = self.completed.get(name, 0) + items
 
 
@@ -51,12 +52,12 @@ def models_report(slots: ModelSlots, stats: EngineStats, rates: dict[str, float]
     """{model: {state, error, device, tasks, drain_rates, served}} for the heartbeat."""
     return {
         name: {
-            "state": slot.state,
+            "state": slot.state.value,
             "error": slot.error,
             "device": getattr(slot.loaded, "device", ""),
             "tasks": list(slot.spec.tasks),
-            "drain_rates": {t: rates.get(f"{name}/{t}", 0.0) for t in slot.spec.tasks},
-            "served": {t: stats.completed.get(f"{name}/{t}", 0) for t in slot.spec.tasks},
+            "drain_rates": {t: rates.get(str(TaskKey(name, t)), 0.0) for t in slot.spec.tasks},
+            "served": {t: stats.completed.get(str(TaskKey(name, t)), 0) for t in slot.spec.tasks},
         }
         for name, slot in slots.items()
     }

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models_registry.api.errors import InvalidInput, Unavailable
+from models_registry.registry.model_state import ModelState
 from models_registry.worker.model_slots import ModelSlot
 
 
@@ -41,7 +42,7 @@ def check_servable(request: InferenceRequest, slot: ModelSlot | None, draining: 
         raise Unavailable("this worker is shutting down")
     if slot is None:
         raise Unavailable(f"model {model!r} is not served by this worker")
-    if slot.state != "ready":
+    if slot.state != ModelState.READY:
         detail = f": {slot.error}" if slot.error else ""
         raise Unavailable(f"model {model!r} is {slot.state}{detail}")
     if task not in slot.spec.tasks:

@@ -10,7 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from models_registry.registry.model_state import ModelState
 from models_registry.registry.specs import ModelSpec
+from models_registry.registry.task_key import TaskKey
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.replies import Replies
 
@@ -22,7 +24,7 @@ class ModelSlot:
     """What this worker holds for one model."""
 
     spec: ModelSpec
-    state: str = "loading"  # loading, ready, error
+    state: ModelState = ModelState.LOADING  # then READY or ERROR
     error: str = ""
     loaded: Any = None  # inference.loading.LoadedModel once ready
 
@@ -50,7 +52,7 @@ class ModelSlots:
 
     def ready(self) -> list[ModelSlot]:
         """The slots whose model can compute now."""
-        return [slot for slot in self.slots.values() if slot.state == "ready"]
+        return [slot for slot in self.slots.values() if slot.state == ModelState.READY]
 
     def wanted(self, spec: ModelSpec) -> bool:
         """Whether this worker should hold the model."""
@@ -85,28 +87,28 @@ class ModelSlots:
             logger.exception("loading model %s from %s failed", name, spec.source)
             slot = self.slots.get(name)
             if slot is not None and slot.spec is spec:
-                slot.state, slot.error = "error", f"loading {spec.source!r} failed: {type(error).__name__}: {error}"[:2000]
+                slot.state, slot.error = ModelState.ERROR, f"loading {spec.source!r} failed: {type(error).__name__}: {error}"[:2000]
             return
         slot = self.slots.get(name)
         if slot is None or slot.spec.load_key() != spec.load_key():
             return  # unloaded or changed while loading; the next reconcile loads anew
-        slot.loaded, slot.state, slot.error = loaded, "ready", ""
+        slot.loaded, slot.state, slot.error = loaded, ModelState.READY, ""
         self._apply_tasks(slot, slot.spec)
         logger.info("model %s ready on %s in %.1fs", name, loaded.device, time.time() - started)
 
     def _apply_tasks(self, slot: ModelSlot, spec: ModelSpec) -> None:
         old_tasks = set(slot.spec.tasks)
         slot.spec = spec
-        if slot.state != "ready":
+        if slot.state != ModelState.READY:
             return
         for task_name in old_tasks - set(spec.tasks):
-            self.replies.fail(self.batcher.remove((spec.name, task_name)), f"task {task_name} was removed")
+            self.replies.fail(self.batcher.remove(TaskKey(spec.name, task_name)), f"task {task_name} was removed")
         for task_name, task in spec.tasks.items():
-            self.batcher.set_policy((spec.name, task_name), task.policy)
+            self.batcher.set_policy(TaskKey(spec.name, task_name), task.policy)
         self.on_change()
 
     def _unload(self, name: str) -> None:
         slot = self.slots.pop(name)
         for task_name in slot.spec.tasks:
-            self.replies.fail(self.batcher.remove((name, task_name)), f"model {name} was disabled or changed")
+            self.replies.fail(self.batcher.remove(TaskKey(name, task_name)), f"model {name} was disabled or changed")
         logger.info("model %s unloaded", name)
