@@ -1,4 +1,8 @@
-"""ASGI entry point: HTTP to Django, the `inference` channel to the inference consumer."""
+"""ASGI entry point: HTTP only (the inference API on a lean handler, the rest on Django's).
+
+Inference messages never reach an ASGI application: workers pull them from Redis
+(models_registry.worker.process), leased, in batches.
+"""
 
 import os
 
@@ -8,12 +12,11 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 site_application = get_asgi_application()  # sets Django up before the imports below
 
-from channels.routing import ChannelNameRouter, ProtocolTypeRouter  # noqa: E402
+from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from hosting.api_handler import ApiASGIHandler  # noqa: E402
-from models_registry.broker.messages import INFERENCE_CHANNEL  # noqa: E402
-from models_registry.worker.consumer import InferenceConsumer  # noqa: E402
+from models_registry.broker.work_layer import work_layer  # noqa: E402
 
 if settings.EMBEDDED_REDIS:
     from hosting import embedded_redis
@@ -21,6 +24,7 @@ if settings.EMBEDDED_REDIS:
     embedded_redis.ensure_running(settings.VAR_DIR)
 
 api_application = ApiASGIHandler()
+work_layer()  # a channel layer without the hosting operations fails the start, not the first request
 
 
 async def http_application(scope, receive, send):  # type: ignore[no-untyped-def]
@@ -30,9 +34,4 @@ async def http_application(scope, receive, send):  # type: ignore[no-untyped-def
     return await site_application(scope, receive, send)
 
 
-application = ProtocolTypeRouter(
-    {
-        "http": http_application,
-        "channel": ChannelNameRouter({INFERENCE_CHANNEL: InferenceConsumer.as_asgi()}),
-    }
-)
+application = ProtocolTypeRouter({"http": http_application})

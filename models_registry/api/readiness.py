@@ -6,10 +6,11 @@ import asyncio
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.db import connection
 
+from models_registry.broker.work_layer import work_layer
 from models_registry.registry import lookups
+from models_registry.registry.model_state import ModelState
 
 CHECK_TIMEOUT_S = 2.0
 
@@ -20,8 +21,7 @@ def _database_ok() -> None:
 
 
 async def _broker_ok() -> None:
-    layer = get_channel_layer()
-    conn = layer.connection(0)  # channels_redis' own pool: the same path requests use
+    conn = work_layer().connection(0)  # channels_redis' own pool: the same path requests use
     await conn.ping()
 
 
@@ -45,7 +45,7 @@ async def check() -> dict[str, Any]:
         specs = await lookups.get_specs()
         view = await lookups.get_workers()
         enabled = {name for name, spec in specs.items() if spec.enabled}
-        serving = sorted(n for n, s in view.model_states.items() if n in enabled and s.get("state") == "ready")
+        serving = sorted(n for n, s in view.model_states.items() if n in enabled and s.get("state") == ModelState.READY)
         checks["workers_alive"] = len(view.workers)
         checks["models_ready"] = serving
         checks["models_not_served"] = sorted(enabled - set(serving))

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from channels.exceptions import ChannelFull
-from channels.layers import get_channel_layer
 
 from models_registry.api.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
 from models_registry.broker import admission, messages
+from models_registry.broker.work_layer import WorkLayer, work_layer
 
 BROKER_TIMEOUT_S = 1.0  # a broker that does not answer within a second is down
 SERVED_CHECK_EVERY_S = 1.0
@@ -46,7 +46,7 @@ def _in_background(coro: Awaitable[Any]) -> None:
     task.add_done_callback(_background.discard)
 
 
-async def _leave_quietly(layer: Any, model: str, task: str, request_id: str, count: int) -> None:
+async def _leave_quietly(layer: WorkLayer, model: str, task: str, request_id: str, count: int) -> None:
     try:
         await asyncio.wait_for(admission.leave(layer, model, task, request_id, count), BROKER_TIMEOUT_S)
     except Exception:
@@ -70,7 +70,7 @@ async def infer(
     request_id is the client's (logs and the response header): clients reuse theirs on
     retries, so admission, the message and its reply are keyed on an id made here.
     """
-    layer = get_channel_layer()
+    layer = work_layer()
     deadline = time.time() + timeout_s
     count = len(inputs)
     key = uuid.uuid4().hex
@@ -94,10 +94,8 @@ async def infer(
             inputs=inputs, parameters=parameters, deadline=deadline,
         )
         try:
-            # Per-model channels with our layer (workers pull what they serve); the plain
-            # `inference` channel otherwise, for channels' own runworker and consumer.
-            channel = messages.model_channel(model) if hasattr(layer, "pull") else messages.INFERENCE_CHANNEL
-            await asyncio.wait_for(layer.send(channel, message), BROKER_TIMEOUT_S)
+            # Per-model channels: a worker pulls only the models it has ready.
+            await asyncio.wait_for(layer.send(messages.model_channel(model), message), BROKER_TIMEOUT_S)
         except ChannelFull:
             raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"}) from None
         except Exception as error:

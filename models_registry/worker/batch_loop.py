@@ -10,6 +10,7 @@ from typing import Any
 
 from models_registry.api.errors import Internal, Unavailable
 from models_registry.broker import admission
+from models_registry.broker.work_layer import WorkLayer
 from models_registry.worker.batcher import Batch, Batcher, ItemFailure
 from models_registry.worker.engine_stats import EngineStats
 from models_registry.worker.model_slots import ModelSlots
@@ -25,7 +26,7 @@ ABANDON_CHECK_AFTER_S = 0.05
 class BatchLoop:
     """Runs forever: a batch at once when the device is idle, never two at a time."""
 
-    def __init__(self, layer: Any, batcher: Batcher, slots: ModelSlots, runner: Any, replies: Replies,
+    def __init__(self, layer: WorkLayer, batcher: Batcher, slots: ModelSlots, runner: Any, replies: Replies,
                  stats: EngineStats) -> None:
         self.layer = layer
         self.batcher = batcher

@@ -1,6 +1,6 @@
 """The worker's inference engine: intake, the batch loop, replies and the models, put together.
 
-One engine per `runworker` process. The consumer hands it messages and returns at once;
+One engine per `runworker` process. The pull loop hands it messages and goes on at once;
 the batch loop forms batches with the pure Batcher, runs them in a dedicated thread (one
 pipeline at a time on the device), and the replies send each request its own answer.
 """
@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 from models_registry.api.errors import HostingError, Overloaded, Unavailable
+from models_registry.broker.work_layer import WorkLayer
 from models_registry.registry.specs import ModelSpec
 from models_registry.registry.task_key import TaskKey
 from models_registry.worker.batch_loop import BatchLoop
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 class InferenceEngine:
     """Owns the batcher, the loaded models and the compute thread of one worker."""
 
-    def __init__(self, channel_layer: Any, runner: Any, serve_models: list[str] | None = None) -> None:
+    def __init__(self, channel_layer: WorkLayer, runner: Any, serve_models: list[str] | None = None) -> None:
         self.layer = channel_layer
         self.runner = runner
         # No quiet time: the pull loop hands over everything waiting in Redis at once, so an

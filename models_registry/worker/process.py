@@ -11,10 +11,11 @@ from asgiref.sync import sync_to_async
 from channels.worker import Worker
 from django.conf import settings
 
-from models_registry.broker.messages import INFERENCE_CHANNEL, model_channel
+from models_registry.broker.messages import model_channel
+from models_registry.broker.work_layer import WorkLayer, require_work_layer
 from models_registry.jobs.driver import JobDriver
 from models_registry.registry.specs import read_specs
-from models_registry.worker import engine_registry, heartbeats
+from models_registry.worker import heartbeats
 from models_registry.worker.engine import InferenceEngine
 
 logger = logging.getLogger(__name__)
@@ -29,39 +30,35 @@ class InferenceWorker(Worker):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Refused here, before any model loads: a layer without leased pulls cannot feed the engine.
+        self.layer: WorkLayer = require_work_layer(self.channel_layer)
         from models_registry.inference.model_runner import PipelineRunner  # torch loads here, not at import
+        from models_registry.inference.onnx_backend import OrtSettings
 
         self.runner = PipelineRunner(
             settings.HOSTING_DEVICE, settings.HOSTING_TORCH_THREADS, packing=settings.HOSTING_SEQUENCE_PACKING,
-            torchscript=settings.HOSTING_TORCHSCRIPT)
+            torchscript=settings.HOSTING_TORCHSCRIPT,
+            ort=OrtSettings(settings.HOSTING_ONNX_CACHE_DIR, settings.HOSTING_INT8_MIN_COSINE))
         self.engine: InferenceEngine | None = None
 
     async def handle(self) -> None:
         """Run until SIGTERM/SIGINT, then stop taking work, drain, give back leases and exit."""
-        engine = InferenceEngine(self.channel_layer, self.runner, settings.HOSTING_WORKER_MODELS)
+        engine = InferenceEngine(self.layer, self.runner, settings.HOSTING_WORKER_MODELS)
         self.engine = engine
-        engine_registry.install(engine)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
 
-        leased = hasattr(self.channel_layer, "pull")
-        if leased:
-            await self._announce(engine)
+        await self._announce(engine)
         await self._refresh_config(engine)  # load models at start, not on first use
         background = [
             asyncio.ensure_future(engine.run_batches()),
             asyncio.ensure_future(self._config_loop(engine)),
             asyncio.ensure_future(self._heartbeat_loop(engine)),
+            asyncio.ensure_future(self._liveness_loop(engine)),
         ]
-        if leased:
-            background.append(asyncio.ensure_future(self._liveness_loop(engine)))
-            other = [c for c in self.channels if c != INFERENCE_CHANNEL]
-            listeners = [asyncio.ensure_future(self._pull_loop(engine))]
-            listeners += [asyncio.ensure_future(self.listener(c)) for c in other]
-        else:  # a plain channels_redis layer: channels' listener and the consumer
-            listeners = [asyncio.ensure_future(self.listener(c)) for c in self.channels]
+        listeners = [asyncio.ensure_future(self._pull_loop(engine))]
         # Batch jobs are driven from the workers: `make run` needs no extra process, and a
         # job's own CPU (reading lines, writing records) runs at the workers' lower priority.
         listeners.append(asyncio.ensure_future(JobDriver(engine.worker_id).run()))
@@ -80,13 +77,12 @@ class InferenceWorker(Worker):
         await engine.drain(DRAIN_TIMEOUT_S)
         for task in background:
             task.cancel()
-        if leased:
-            try:
-                requeued = await self.channel_layer.retire(engine.worker_id)
-                if requeued:
-                    logger.warning("gave %d unanswered messages back to the channel", requeued)
-            except Exception:
-                logger.exception("could not give leases back; they are requeued when the liveness key expires")
+        try:
+            requeued = await self.layer.retire(engine.worker_id)
+            if requeued:
+                logger.warning("gave %d unanswered messages back to the channel", requeued)
+        except Exception:
+            logger.exception("could not give leases back; they are requeued when the liveness key expires")
         await sync_to_async(heartbeats.forget)(engine.worker_id)
         engine.shutdown()
         logger.info("worker %s stopped", engine.worker_id)
@@ -97,7 +93,7 @@ class InferenceWorker(Worker):
         Each model has its own channel, so a worker never takes a request it cannot
         serve; the channels are visited in turn so no model starves the others.
         """
-        layer = self.channel_layer
+        layer = self.layer
         backoff = 0.1
         turn = 0
         while not engine.draining:
@@ -130,7 +126,7 @@ class InferenceWorker(Worker):
 
     async def _announce(self, engine: InferenceEngine) -> None:
         try:
-            await self.channel_layer.announce(engine.worker_id, ALIVE_TTL_S)
+            await self.layer.announce(engine.worker_id, ALIVE_TTL_S)
         except Exception as error:
             logger.warning("could not announce liveness: %s", error)
 
@@ -140,7 +136,7 @@ class InferenceWorker(Worker):
             await asyncio.sleep(ALIVE_TTL_S / 3)
             await self._announce(engine)
             try:
-                moved = await self.channel_layer.recover_dead_workers(engine.worker_id)
+                moved = await self.layer.recover_dead_workers(engine.worker_id)
                 if moved:
                     logger.warning("requeued %d messages of a dead worker", moved)
             except Exception as error:

@@ -10,6 +10,7 @@ from typing import Any
 
 from models_registry.api.errors import HostingError, Internal, Unavailable
 from models_registry.broker import messages
+from models_registry.broker.work_layer import WorkLayer
 from models_registry.worker.batcher import PendingRequest
 
 logger = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.1, 1.0
 class Replies:
     """Sends every answer in a task of its own, so the batch loop never waits on Redis."""
 
-    def __init__(self, layer: Any, worker_id: str) -> None:
+    def __init__(self, layer: WorkLayer, worker_id: str) -> None:
         self.layer = layer
         self.worker_id = worker_id
         self._tasks: set[asyncio.Task[None]] = set()
@@ -55,7 +56,7 @@ class Replies:
 
     def release(self, lease: Lease | None) -> None:
         """Forget a leased message soon (answered or dropped); one round trip per burst."""
-        if lease is None or not hasattr(self.layer, "release"):
+        if lease is None:
             return
         self._to_release.append(lease)
         if self._release_task is None or self._release_task.done():
@@ -67,19 +68,16 @@ class Replies:
         task.add_done_callback(self._tasks.discard)
 
     async def _reply_all(self, requests: list[PendingRequest], started: float, compute_s: float) -> None:
-        """One round trip when the layer can send many."""
+        """All of a batch's replies in one round trip."""
         replies = [(r.context["reply"], self._result_message(r, started, compute_s)) for r in requests]
         deadline = max(r.deadline for r in requests)
-        if hasattr(self.layer, "send_replies"):
-            async def send_all() -> None:
-                sent = await self.layer.send_replies(replies)
-                if sent < len(replies):
-                    logger.warning("%d of %d replies did not fit their channels", len(replies) - sent, len(replies))
 
-            await until_sent(send_all, deadline, f"{len(replies)} replies")
-        else:
-            for channel, message in replies:
-                await self._send(channel, message, deadline)
+        async def send_all() -> None:
+            sent = await self.layer.send_replies(replies)
+            if sent < len(replies):
+                logger.warning("%d of %d replies did not fit their channels", len(replies) - sent, len(replies))
+
+        await until_sent(send_all, deadline, f"{len(replies)} replies")
         for request in requests:
             self.release(request.context.get("lease"))
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from channels.layers import get_channel_layer
 from channels.management.commands.runworker import Command as ChannelsRunworker
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError
 
+from models_registry.broker.messages import INFERENCE_CHANNEL
+from models_registry.broker.work_layer import require_work_layer
 from models_registry.worker.process import InferenceWorker
 
 
@@ -17,7 +22,13 @@ class Command(ChannelsRunworker):
     worker_class = InferenceWorker
 
     def handle(self, *args: Any, **options: Any) -> None:
-        """Start the embedded Redis if this install uses it, then run the worker."""
+        """Check the channel and the layer, start the embedded Redis if this install uses it, run the worker."""
+        if options["channels"] != [INFERENCE_CHANNEL]:
+            raise CommandError(f"runworker serves the {INFERENCE_CHANNEL!r} channel only (got {options['channels']})")
+        try:
+            require_work_layer(get_channel_layer(options["layer"]))
+        except ImproperlyConfigured as error:
+            raise CommandError(str(error)) from None
         # Before torch loads: OpenMP threads that spin while waiting burned 3-4x the CPU
         # per sentence (241 ms vs 20 ms at one client) on cores shared with the web
         # server and Redis. An operator's own setting wins.

@@ -1,0 +1,85 @@
+"""What the hosting code needs from its channel layer, declared once, and the check that the configured one has it.
+
+channels' own layer interface (send, receive, new_channel) is not enough: the views
+admit requests and await their replies on futures, and the workers pull leased batches,
+send a batch's replies at once, release answered leases and requeue a dead worker's.
+HostingChannelLayer (broker/layer.py) implements all of it; a plain channels_redis layer
+does not, and is refused at start rather than serving a second, untested way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any, Protocol, runtime_checkable
+
+from channels.layers import get_channel_layer
+from django.core.exceptions import ImproperlyConfigured
+
+
+@runtime_checkable
+class WorkLayer(Protocol):
+    """The channel layer operations of the hand-off, the workers' pulls and their liveness."""
+
+    prefix: str  # every Redis key of this install starts with it (admission and usage keys too)
+
+    def connection(self, index: int) -> Any:
+        """The Redis client of server index (admission's sorted sets live on server 0)."""
+
+    # --- the web side: send a request, await its own reply ---------------------------------
+    async def new_channel(self, prefix: str = "specific.") -> str:
+        """A process-specific channel name for one request's reply."""
+
+    async def send(self, channel: str, message: dict[str, Any]) -> None:
+        """Send one message (raises ChannelFull at capacity); a work channel also wakes a worker."""
+
+    def expect_reply(self, channel: str) -> asyncio.Future[dict[str, Any]]:
+        """A future resolved with the next message sent to channel."""
+
+    def forget_reply(self, channel: str) -> None:
+        """Stop waiting on channel (answered, timed out or cancelled)."""
+
+    # --- the worker side: leased pulls and batched replies -----------------------------------
+    async def pull(self, channel: str, worker_id: str, max_count: int) -> list[tuple[bytes, dict[str, Any]]]:
+        """Pop up to max_count messages and lease them to worker_id, atomically: [(lease, message)]."""
+
+    async def wait_for_work(self, channels: list[str], timeout_s: float) -> None:
+        """Block until a sender rings one of these channels' doorbells, or timeout_s passes."""
+
+    async def send_replies(self, replies: list[tuple[str, dict[str, Any]]]) -> int:
+        """Send many replies in one round trip per server; how many fit."""
+
+    async def release(self, channel: str, worker_id: str, members: list[bytes]) -> None:
+        """Forget leased messages once they are answered."""
+
+    # --- liveness: a dead worker's leases go back to their channels -------------------------
+    async def announce(self, worker_id: str, ttl_s: float) -> None:
+        """Say this worker is alive for ttl_s more seconds."""
+
+    async def retire(self, worker_id: str) -> int:
+        """A clean exit: give back what this worker still holds; how many messages."""
+
+    async def recover_dead_workers(self, own_id: str) -> int:
+        """Requeue the messages of every worker whose liveness expired; how many."""
+
+
+def require_work_layer(layer: Any) -> WorkLayer:
+    """layer itself, once checked to implement WorkLayer; ImproperlyConfigured saying what to set otherwise."""
+    if not isinstance(layer, WorkLayer):
+        raise ImproperlyConfigured(
+            f"CHANNEL_LAYERS['default'] is {type(layer).__module__}.{type(layer).__qualname__}, which lacks the "
+            "operations of models_registry.broker.work_layer.WorkLayer (leased pulls, batched replies, liveness); "
+            "set its BACKEND to models_registry.broker.layer.HostingChannelLayer"
+        )
+    return layer
+
+
+_checked: weakref.WeakSet[Any] = weakref.WeakSet()  # an isinstance check on a Protocol costs ~35 us
+
+
+def work_layer() -> WorkLayer:
+    """The configured channel layer, checked once per layer instance."""
+    layer = get_channel_layer()
+    if layer not in _checked:
+        _checked.add(require_work_layer(layer))
+    return layer
