@@ -100,7 +100,14 @@ async def infer(
             raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"}) from None
         except Exception as error:
             raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
-        reply = await _await_reply(receiver, deadline, timeout_s, model, still_served)
+        async def still_queued() -> bool:
+            """False once the broker answers without this request's admission entry (restarted empty)."""
+            try:
+                return bool(await asyncio.wait_for(admission.still_wanted(layer, model, task, [key]), BROKER_TIMEOUT_S))
+            except Exception:
+                return True  # broker away: wait for it to return (or for the deadline)
+
+        reply = await _await_reply(receiver, deadline, timeout_s, model, still_served, still_queued)
     finally:
         layer.forget_reply(reply_channel)
         _in_background(_leave_quietly(layer, model, task, key, count))
@@ -120,9 +127,10 @@ async def infer(
 
 async def _await_reply(
     receiver: asyncio.Future[dict[str, Any]], deadline: float, timeout_s: float, model: str,
-    still_served: Callable[[], Awaitable[bool]] | None,
+    still_served: Callable[[], Awaitable[bool]] | None, still_queued: Callable[[], Awaitable[bool]],
 ) -> dict[str, Any]:
-    """The reply, or Timeout at the deadline, or Unavailable once no live worker serves model."""
+    """The reply, or Timeout at the deadline, or Unavailable once no live worker serves model
+    or the broker lost the request (its admission entry vanished: Redis restarted empty)."""
     while True:
         remaining = deadline - time.time()
         if remaining <= 0:
@@ -132,3 +140,6 @@ async def _await_reply(
             return receiver.result()
         if still_served is not None and not await still_served():
             raise Unavailable(f"no live worker serves model {model!r} any more")
+        if not await still_queued() and not receiver.done():
+            raise Unavailable("the message broker lost this request (it restarted); retry",
+                              headers={"Retry-After": "1"})
