@@ -255,3 +255,6 @@ class WorkerHeartbeatAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # workers own these rows; stale ones are pruned by the workers
+
+
+from models_registry.jobs import admin as _jobs_admin  # noqa: E402,F401  (registers the batch job pages)
