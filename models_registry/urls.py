@@ -17,6 +17,7 @@ urlpatterns = [
     path("v1/batches/<str:batch_id>", batch_routes.batch_detail, name="openai-batch"),
     path("v1/batches/<str:batch_id>/cancel", batch_routes.batch_cancel, name="openai-batch-cancel"),
     path("tokenize", tei_routes.tokenize, name="tei-tokenize"),
+    path("rerank", tei_routes.rerank, name="tei-rerank"),
     path("health", views.health, name="health"),
     path("ready", views.ready, name="ready"),
     path("api/openapi.json", openapi.schema_view, name="openapi-schema"),

@@ -55,7 +55,13 @@ def paths(operation: Callable[..., JsonSchema], ok: Callable[..., JsonSchema],
     """The path items of /tokenize and /rerank, built with openapi.py's helpers."""
     tokenize_body = {"application/json": {"schema": ref("TokenizeRequest"),
                                           "example": {"model": "all-minilm-l6-v2", "inputs": "Hello world"}}}
+    rerank_body = {"application/json": {"schema": ref("RerankRequest"), "example": {
+        "model": "my-reranker", "query": "What is Django?", "texts": ["A web framework.", "A guitarist."]}}}
     return {
+        "/rerank": {"post": operation(
+            "Text Embeddings Inference's rerank over a text-ranking task: (query, text) pairs scored in batches.",
+            ok("The texts' ranks, best first.", ref("RerankResponse"), timings=True), errors, body=rerank_body,
+            tags=["tei"])},
         "/tokenize": {"post": operation(
             "Text Embeddings Inference's tokenize: ids, strings and character offsets (no worker involved).",
             ok("The tokens of each input.", ref("TokenizeResponse")), errors, body=tokenize_body, tags=["tei"])},

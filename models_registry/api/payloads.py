@@ -97,8 +97,7 @@ def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: 
     """Validate the HF-shaped payload for task and merge the task's default parameters under it."""
     shape = request_models.inference_request(task, max_inputs)
     body = request_models.validate(shape, payload, request_models.explain_inference(task, max_inputs))
-    inputs = body["inputs"]
-    is_batch = isinstance(inputs, list)
+    inputs, is_batch = task_inputs.as_items(task, body["inputs"])
     parameters = dict(body.get("parameters") or {})
     if task == "feature-extraction":
         for key in task_inputs.FEATURE_TOP_LEVEL_KEYS:
@@ -107,7 +106,7 @@ def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: 
     # Drop nulls so they do not mask the task's defaults.
     merged = {**defaults, **{k: v for k, v in parameters.items() if v is not None}}
     task_inputs.check_required(task, merged)
-    return InferenceRequest(inputs=inputs if is_batch else [inputs], is_batch=is_batch, parameters=merged)
+    return InferenceRequest(inputs=inputs, is_batch=is_batch, parameters=merged)
 
 
 def decode_vector(output: Any) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -16,9 +17,10 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 
-from models_registry.api import auth, payloads, tokenization
-from models_registry.api.errors import Forbidden, HostingError, InvalidInput, NotFound, TooLarge, Unavailable
+from models_registry.api import auth, payloads, tokenization, views
+from models_registry.api.errors import Forbidden, HostingError, Internal, InvalidInput, NotFound, TooLarge, Unavailable
 from models_registry.api.views import api_view
+from models_registry.broker import handoff
 from models_registry.observe import metrics
 from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
@@ -26,8 +28,21 @@ from models_registry.registry.specs import ModelSpec, TaskSpec
 logger = logging.getLogger("models_registry.requests")
 
 TOKENIZE_FIELDS = ("model", "inputs", "add_special_tokens")
+RERANK_FIELDS = ("model", "query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction")
+RANKING_TASK = "text-ranking"
 TOKENIZE_TASK_LABEL = "tokenize"  # the metrics' task label: no pipeline task runs
 INLINE_CHARS = 20_000  # tokenize larger requests in a thread, not on the event loop
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    """A validated POST /rerank body."""
+
+    model: str
+    query: str
+    texts: list[str]
+    return_text: bool
+    parameters: dict[str, Any]  # raw_scores, truncate, truncation_direction: what the worker applies
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,34 @@ def read_tokenize_request(payload: Any, max_inputs: int) -> TokenizeRequest:
                            add_special_tokens=_flag(body, "add_special_tokens", True))
 
 
+def read_rerank_request(payload: Any, max_inputs: int) -> RerankRequest:
+    """Validate a TEI /rerank body (pure)."""
+    body = _fields(payload, RERANK_FIELDS, '{"model": "...", "query": "...", "texts": ["...", "..."]}')
+    query = body.get("query")
+    if not isinstance(query, str):
+        raise InvalidInput("'query' is required: a string")
+    texts, is_list = _texts(body.get("texts"), "texts", max_inputs)
+    if not is_list:
+        raise InvalidInput("'texts' must be a list of strings")
+    direction = body.get("truncation_direction")
+    if direction is not None and direction not in ("left", "right", "Left", "Right"):
+        raise InvalidInput("'truncation_direction' must be left or right")
+    # Only what the request says: the task's default parameters fill in the rest.
+    parameters = {name: _flag(body, name, False) for name in ("raw_scores", "truncate") if body.get(name) is not None}
+    if direction is not None:
+        parameters["truncation_direction"] = direction
+    return RerankRequest(model=body["model"], query=query, texts=texts, return_text=_flag(body, "return_text", False),
+                         parameters=parameters)
+
+
+def ranks(scores: list[float], texts: list[str], return_text: bool) -> list[dict[str, Any]]:
+    """TEI's answer: every text's index and score, best first (ties keep input order)."""
+    if any(math.isnan(score) for score in scores):
+        raise Internal("the model scored a pair as NaN")
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    return [{"index": i, "score": scores[i], **({"text": texts[i]} if return_text else {})} for i in order]
+
+
 def body_of(request: HttpRequest) -> Any:
     """The request's JSON body (text/plain has no model name, so it is refused)."""
     try:
@@ -108,6 +151,22 @@ async def resolve(model_id: str) -> tuple[ModelSpec, TaskSpec | None]:
     if task is None:
         raise NotFound(f"model {name!r} has no task {task_name!r}; its tasks: {', '.join(spec.tasks) or 'none'}")
     return spec, task
+
+
+def ranking_task(spec: ModelSpec, named: TaskSpec | None) -> TaskSpec:
+    """The text-ranking task /rerank runs: the one named, else the default, else the model's first one."""
+    if named is not None:
+        if named.task != RANKING_TASK:
+            raise NotFound(f"{spec.name}/{named.name} is a {named.task} task and cannot serve /rerank; "
+                           "register a cross-encoder with --task text-ranking")
+        return named
+    candidates = [spec.tasks[spec.default_task]] if spec.default_task in spec.tasks else []
+    candidates += list(spec.tasks.values())
+    for task in candidates:
+        if task.task == RANKING_TASK:
+            return task
+    raise NotFound(f"model {spec.name!r} has no text-ranking task, so it cannot serve /rerank; "
+                   "register a cross-encoder with --task text-ranking")
 
 
 def allowed(grant: auth.TokenGrant | None, model: str) -> None:
@@ -148,3 +207,48 @@ async def tokenize(request: HttpRequest) -> HttpResponse:
     logger.info("request id=%s model=%s task=%s status=200 inputs=%d total_ms=%.1f", request.request_id,
                 spec.name, TOKENIZE_TASK_LABEL, len(wanted.inputs), elapsed * 1000)
     return payloads.json_response([[asdict(token) for token in tokens] for tokens in result])
+
+
+@api_view("POST")
+async def rerank(request: HttpRequest) -> HttpResponse:
+    """TEI's POST /rerank: each (query, text) pair is one batch item of the model's text-ranking task."""
+    started = time.perf_counter()
+    grant = await auth.authorize(request.headers.get("Authorization"), None)
+    wanted = read_rerank_request(body_of(request), settings.HOSTING_MAX_INPUTS)
+    spec, named = await resolve(wanted.model)
+    allowed(grant, spec.name)
+    task = ranking_task(spec, named)
+    try:
+        result = await _score(request, spec, task, wanted)
+        answer = ranks([float(score) for score in result.outputs], wanted.texts, wanted.return_text)
+    except HostingError as error:
+        _log_failure(request, spec.name, task.name, error, started)
+        raise
+    elapsed = time.perf_counter() - started
+    metrics.observe_success(spec.name, task.name, elapsed, result.queue_ms / 1000, result.compute_ms / 1000,
+                            result.batch_size)
+    logger.info("request id=%s model=%s task=%s route=rerank status=200 inputs=%d queue_ms=%.1f compute_ms=%.1f "
+                "batch=%d total_ms=%.1f", request.request_id, spec.name, task.name, len(wanted.texts),
+                result.queue_ms, result.compute_ms, result.batch_size, elapsed * 1000)
+    response = payloads.json_response(answer)
+    response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
+    response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
+    response["X-Batch-Size"] = str(result.batch_size)
+    return response
+
+
+async def _score(request: HttpRequest, spec: ModelSpec, task: TaskSpec, wanted: RerankRequest) -> Any:
+    """The pairs through the workers, as any client list: split across batches and reassembled."""
+    drain_rate = await views._require_serving(spec, task.name)
+
+    async def still_served() -> bool:
+        state = (await lookups.get_workers()).model_states.get(spec.name)
+        return state is not None and state.get("state") == "ready"
+
+    pairs = [{"query": wanted.query, "text": text} for text in wanted.texts]
+    return await handoff.infer(
+        request_id=request.request_id, model=spec.name, task=task.name, inputs=pairs,
+        parameters={**{k: v for k, v in task.parameters.items() if v is not None}, **wanted.parameters},
+        timeout_s=task.timeout_s, max_queue_size=task.policy.max_queue_size, drain_rate=drain_rate,
+        still_served=still_served,
+    )

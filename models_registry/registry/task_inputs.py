@@ -22,7 +22,8 @@ from models_registry.registry.shape_errors import Shape, adapter, explain_parame
 from models_registry.registry.task_parameters import MAX_CANDIDATE_LABELS, MAX_DIMENSIONS, MAX_NEW_TOKENS
 
 __all__ = ["FEATURE_TOP_LEVEL_KEYS", "MAX_CANDIDATE_LABELS", "MAX_DIMENSIONS", "MAX_NEW_TOKENS", "SUPPORTED_TASKS",
-           "TASK_KINDS", "TaskKind", "check_required", "inputs_shape", "normalize_inputs", "validate_parameters"]
+           "TASK_KINDS", "TaskKind", "as_items", "check_required", "inputs_shape", "normalize_inputs",
+           "validate_parameters"]
 
 # Keys of the HF feature-extraction spec that clients send at the top level.
 FEATURE_TOP_LEVEL_KEYS = ("normalize", "truncate", "truncation_direction", "prompt_name", "dimensions", "truncate_dim")
@@ -47,6 +48,7 @@ class TaskKind:
     defaults: Shape | None = None  # what the task's registered defaults may hold, when more than a request's
     required: tuple[str, ...] = ()  # after the task's defaults are merged in
     question_context: bool = False  # inputs are {"question", "context"} objects, not strings
+    ranking: bool = False  # inputs are one {"source_sentence", "sentences"} object: its pairs are the items
     single_in_list: bool = False  # the answer to one string input is still a list (HF spec)
 
     @property
@@ -69,6 +71,7 @@ TASK_KINDS: dict[str, TaskKind] = {
         TaskKind("token-classification", p.TokenClassificationParameters),
         TaskKind("question-answering", p.QuestionAnsweringParameters, question_context=True),
         TaskKind("zero-shot-classification", p.ZeroShotParameters, required=("candidate_labels",)),
+        TaskKind("text-ranking", p.TextRankingParameters, ranking=True),
         TaskKind("text-generation", p.TextGenerationParameters),
         TaskKind("summarization", p.Seq2SeqParameters, single_in_list=True),
         TaskKind("translation", p.TranslationParameters, single_in_list=True),
@@ -106,9 +109,21 @@ def check_required(task: str, parameters: dict[str, Any]) -> None:
 
 
 @functools.cache
+def _ranking_inputs(max_inputs: int) -> Any:
+    shape = TypedDict("RankingInputs", {  # type: ignore[operator]
+        "source_sentence": Required[str],
+        "sentences": Required[Annotated[list[str], Field(min_length=1, max_length=max_inputs)]],
+    })
+    shape.__doc__ = "text-ranking: the query and the texts scored against it (sentence-similarity's shape)."
+    return with_config(p.SHAPE_CONFIG)(shape)
+
+
+@functools.cache
 def inputs_shape(task: str, max_inputs: int) -> Any:
     """What 'inputs' takes for task: one input, or a list of 1 to max_inputs answered in order."""
     kind = TASK_KINDS[task]
+    if kind.ranking:
+        return _ranking_inputs(max_inputs)
     one: Any = QuestionContext if kind.question_context else str if task == "feature-extraction" else p.NonBlank
     return one | Annotated[list[one], Field(min_length=1, max_length=max_inputs)]
 
@@ -119,7 +134,14 @@ def normalize_inputs(task: str, inputs: Any, max_inputs: int) -> tuple[list[Any]
         value = adapter(inputs_shape(task, max_inputs)).validate_python(inputs)
     except ValidationError:
         raise explain_inputs(task, inputs, max_inputs) from None
-    return (value, True) if isinstance(value, list) else ([value], False)
+    return as_items(task, value)
+
+
+def as_items(task: str, inputs: Any) -> tuple[list[Any], bool]:
+    """Valid inputs as batch items, and whether the answer is a list (the client sent one, or pairs)."""
+    if TASK_KINDS[task].ranking:  # one item per pair, answered as a list of scores in sentence order
+        return [{"query": inputs["source_sentence"], "text": text} for text in inputs["sentences"]], True
+    return (inputs, True) if isinstance(inputs, list) else ([inputs], False)
 
 
 def explain_inputs(task: str, inputs: Any, max_inputs: int) -> InvalidInput | TooLarge:
@@ -127,6 +149,8 @@ def explain_inputs(task: str, inputs: Any, max_inputs: int) -> InvalidInput | To
     kind = TASK_KINDS[task]
     if inputs is None:
         return InvalidInput("'inputs' is required")
+    if kind.ranking:
+        return _explain_ranking(inputs, max_inputs)
     if isinstance(inputs, list):
         items = inputs
     elif isinstance(inputs, dict if kind.question_context else str):
@@ -159,3 +183,19 @@ def _bad_item(kind: TaskKind, position: int, item: Any) -> InvalidInput:
     if not isinstance(item, str):
         return InvalidInput(f"inputs[{position}] must be a string, not {type(item).__name__}")
     return InvalidInput(f"inputs[{position}] is empty")
+
+
+def _explain_ranking(inputs: Any, max_inputs: int) -> InvalidInput | TooLarge:
+    example = '{"source_sentence": "query", "sentences": ["text", ...]}'
+    if not isinstance(inputs, dict) or set(inputs) != {"source_sentence", "sentences"}:
+        got = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
+        return InvalidInput(f"text-ranking takes 'inputs' as {example}, not {got}")
+    if not isinstance(inputs["source_sentence"], str):
+        return InvalidInput("inputs.source_sentence must be a string")
+    sentences = inputs["sentences"]
+    if not isinstance(sentences, list) or not sentences:
+        return InvalidInput("inputs.sentences must be a non-empty list of strings")
+    if len(sentences) > max_inputs:
+        return TooLarge(f"{len(sentences)} sentences in one request; this server takes at most {max_inputs}")
+    position = next((i for i, s in enumerate(sentences) if not isinstance(s, str)), 0)
+    return InvalidInput(f"inputs.sentences[{position}] must be a string, not {type(sentences[position]).__name__}")

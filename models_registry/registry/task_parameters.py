@@ -168,6 +168,15 @@ class ZeroShotParameters(TypedDict, total=False):
 
 
 @with_config(SHAPE_CONFIG)
+class TextRankingParameters(TypedDict, total=False):
+    """text-ranking: a cross-encoder's score per (query, text) pair."""
+
+    raw_scores: Bool  # the logit itself instead of its sigmoid
+    truncate: Bool  # false: a pair over the model's length is a 400
+    truncation_direction: Literal["left", "right", "Left", "Right"] | None
+
+
+@with_config(SHAPE_CONFIG)
 class TextGenerationParameters(TypedDict, total=False):
     """text-generation."""
 

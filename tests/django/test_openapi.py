@@ -42,6 +42,7 @@ def test_every_spec_route_is_described(schema: dict[str, Any]) -> None:
         ("/models/{name}/{task}", "post"), ("/v1/embeddings", "post"), ("/v1/models", "get"),
         ("/health", "get"), ("/ready", "get"), ("/metrics", "get"),
         ("/api/openapi.json", "get"), ("/api/docs", "get"), ("/tokenize", "post"),
+        ("/rerank", "post"),
     }
     assert schema["openapi"] == "3.1.0"
 

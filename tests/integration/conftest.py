@@ -13,6 +13,7 @@ from tests.stack import Stack
 MINILM = "minilm"
 MLM = "tiny-mlm"
 CLS = "tiny-cls"
+RANKER = "tiny-ranker"
 
 
 @pytest.fixture(scope="session")
@@ -22,12 +23,13 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         MLM: model_factory.build_masked_lm(root / "mlm"),
         CLS: model_factory.build_sequence_classifier(root / "cls"),
+        RANKER: model_factory.build_cross_encoder(root / "ranker"),
     }
 
 
 @pytest.fixture(scope="session")
 def stack(tiny_models: dict[str, Path]) -> Iterator[Stack]:
-    """The product running on loopback with three registered models and two tokens."""
+    """The product running on loopback with four registered models and two tokens."""
     with Stack.started() as running:
         running.manage("register_model", MINILM, "--source", str(model_factory.minilm_path()),
                        "--task", "feature-extraction", "--pooling", "mean", "--normalize",
@@ -36,11 +38,13 @@ def stack(tiny_models: dict[str, Path]) -> Iterator[Stack]:
                        "--max-batch-size", "8", "--timeout", "60")
         running.manage("register_model", CLS, "--source", str(tiny_models[CLS]), "--task", "text-classification",
                        "--max-batch-size", "8", "--timeout", "60")
+        running.manage("register_model", RANKER, "--source", str(tiny_models[RANKER]), "--task", "text-ranking",
+                       "--max-batch-size", "16", "--timeout", "60")
         running.create_token("all")
         running.create_token("cls-only", models=CLS)
         running.start_worker()
         running.start_web()
-        running.wait_ready([MINILM, MLM, CLS])
+        running.wait_ready([MINILM, MLM, CLS, RANKER])
         yield running
 
 
