@@ -172,6 +172,14 @@ HOSTING_METRICS_TOKEN = os.environ.get("HOSTING_METRICS_TOKEN", "")
 HOSTING_MAX_INPUTS = int(os.environ.get("HOSTING_MAX_INPUTS", 256))
 # Which models this worker serves (comma list, empty = all enabled).
 HOSTING_WORKER_MODELS = [m.strip() for m in os.environ.get("HOSTING_WORKER_MODELS", "").split(",") if m.strip()]
+# Per-token usage accounting and rate limits through Redis (off: no limits, no usage counts).
+HOSTING_RATE_LIMITS = _flag("HOSTING_RATE_LIMITS", True)
+# Response cache: results larger than this are not stored (bounds one entry's memory).
+HOSTING_CACHE_MAX_ENTRY_BYTES = int(os.environ.get("HOSTING_CACHE_MAX_ENTRY_BYTES", 256 * 1024))
+# Batch-priority items are served behind interactive ones until they waited this long.
+HOSTING_BATCH_AGING_S = float(os.environ.get("HOSTING_BATCH_AGING_S", "5"))
+# Distinct token names with their own /metrics label; the rest share "other".
+HOSTING_METRICS_MAX_TOKENS = int(os.environ.get("HOSTING_METRICS_MAX_TOKENS", "100"))
 HOSTING_HEARTBEAT_S = 1.0
 HOSTING_WORKER_STALE_S = 10.0
 HOSTING_CONFIG_REFRESH_S = 1.0

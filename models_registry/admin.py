@@ -18,6 +18,8 @@ from models_registry.api.errors import HostingError
 from models_registry.broker import handoff
 from models_registry.models import ApiToken, ModelTask, RegisteredModel, WorkerHeartbeat
 from models_registry.observe import traffic_window
+from models_registry.policy.rate_limits import Usage
+from models_registry.policy.usage import token_usage
 from models_registry.registry.model_state import ModelState, best_report
 from models_registry.registry.task_key import TaskKey
 from models_registry.worker.heartbeats import live_workers
@@ -38,7 +40,8 @@ class ModelTaskInline(admin.StackedInline):
         "parameters",
         ("pooling", "normalize"),
         ("max_batch_size", "max_batch_tokens", "max_batch_delay_ms"),
-        ("max_queue_size", "timeout_s"),
+        ("max_queue_size", "max_batch_queue_size", "timeout_s"),
+        "cache_ttl_s",
     )
 
 
@@ -216,10 +219,55 @@ class RegisteredModelAdmin(admin.ModelAdmin):
 class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens: the raw value is shown once, when created here."""
 
-    list_display = ("name", "prefix", "revoked", "expires_at", "last_used_at", "created_at")
-    readonly_fields = ("prefix", "last_used_at", "created_at")
+    list_display = ("name", "prefix", "priority", "limits", "usage_today", "usage_this_month", "revoked",
+                    "expires_at", "last_used_at")
+    readonly_fields = ("prefix", "last_used_at", "created_at", "usage_today", "usage_this_month")
+    fieldsets = (
+        (None, {"fields": ("name", "prefix", "allowed_models", "revoked", "expires_at")}),
+        ("Limits and priority", {"fields": (("requests_per_minute", "tokens_per_minute", "tokens_per_day"),
+                                            "priority")}),
+        ("Usage (from Redis, every web replica)", {"fields": ("usage_today", "usage_this_month", "last_used_at",
+                                                              "created_at")}),
+    )
     filter_horizontal = ("allowed_models",)
     actions = ["revoke"]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        """Usage of every token in one Redis round trip per page, not two per row."""
+        self._usage = token_usage(list(ApiToken.objects.values_list("pk", flat=True)))
+        return super().changelist_view(request, extra_context)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> Any:
+        """Usage of the token shown."""
+        self._usage = token_usage([int(object_id)]) if object_id.isdigit() else {}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def _usage_of(self, obj: ApiToken) -> tuple[Usage, Usage] | None:
+        return getattr(self, "_usage", {}).get(obj.pk)
+
+    @admin.display(description="limits")
+    def limits(self, obj: ApiToken) -> str:
+        """The token's limits in short."""
+        parts = [f"{value} {unit}" for value, unit in ((obj.requests_per_minute, "req/min"),
+                 (obj.tokens_per_minute, "tok/min"), (obj.tokens_per_day, "tok/day")) if value]
+        return ", ".join(parts) or "none"
+
+    @admin.display(description="usage today (UTC)")
+    def usage_today(self, obj: ApiToken) -> str:
+        """Requests and input tokens since midnight UTC."""
+        if obj.pk is None:
+            return "-"
+        usage = self._usage_of(obj)
+        return "unknown (broker down)" if usage is None else _usage_text(usage[0])
+
+    @admin.display(description="usage this month")
+    def usage_this_month(self, obj: ApiToken) -> str:
+        """Requests and input tokens this calendar month (UTC)."""
+        if obj.pk is None:
+            return "-"
+        usage = self._usage_of(obj)
+        return "unknown (broker down)" if usage is None else _usage_text(usage[1])
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
         """Generate the token on creation and show it once."""
@@ -234,6 +282,10 @@ class ApiTokenAdmin(admin.ModelAdmin):
         """Revoke the selected tokens."""
         count = queryset.update(revoked=True)
         self.message_user(request, f"{count} token(s) revoked.")
+
+
+def _usage_text(usage: Usage) -> str:
+    return f"{usage.requests} requests, {usage.tokens} tokens"
 
 
 @admin.register(WorkerHeartbeat)

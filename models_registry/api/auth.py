@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from models_registry.api.errors import Forbidden, Unauthorized
 from models_registry.models import ApiToken, hash_token
+from models_registry.policy.rate_limits import Limits
 from models_registry.registry.lookups import fresh_connection
 
 _CACHE_TTL_S = 2.0
@@ -30,6 +31,9 @@ class TokenGrant:
 
     token_id: int
     models: frozenset[str]  # empty = every model
+    name: str = ""
+    limits: Limits = field(default_factory=Limits)
+    priority: str = "interactive"
 
     def allows(self, model: str) -> bool:
         """Whether this token may call model."""
@@ -67,7 +71,9 @@ def _lookup(token_hash: str) -> TokenGrant | None:
     if now - _last_used_written.get(token.id, float("-inf")) > _LAST_USED_EVERY_S:
         ApiToken.objects.filter(id=token.id).update(last_used_at=timezone.now())
         _last_used_written[token.id] = now
-    return TokenGrant(token.id, frozenset(m.name for m in token.allowed_models.all()))
+    limits = Limits(token.requests_per_minute, token.tokens_per_minute, token.tokens_per_day)
+    return TokenGrant(token.id, frozenset(m.name for m in token.allowed_models.all()), token.name, limits,
+                      token.priority)
 
 
 def bearer_token(authorization: str) -> str | None:

@@ -53,6 +53,12 @@ class TooLarge(HostingError):
     error_type, status = "too_large", 413
 
 
+class RateLimited(HostingError):
+    """The token's rate limit or quota is spent: with Retry-After and X-RateLimit-* headers."""
+
+    error_type, status = "rate_limited", 429
+
+
 class Overloaded(HostingError):
     """The task's queue is full: answered at once, with Retry-After."""
 
@@ -79,7 +85,7 @@ class Internal(HostingError):
 
 ERROR_CLASSES: dict[str, type[HostingError]] = {
     cls.error_type: cls
-    for cls in (InvalidInput, Unauthorized, Forbidden, NotFound, MethodNotAllowed, TooLarge,
+    for cls in (InvalidInput, Unauthorized, Forbidden, NotFound, MethodNotAllowed, TooLarge, RateLimited,
                 Overloaded, Unavailable, Timeout, Internal)
 }
 

@@ -24,8 +24,8 @@ from pydantic import ValidationError
 from models_registry.api import auth, dimensions, payloads, request_models, views
 from models_registry.api.errors import Forbidden, HostingError, InvalidInput, NotFound, TooLarge
 from models_registry.api.views import AsyncView, api_view
-from models_registry.broker import handoff
 from models_registry.observe import metrics
+from models_registry.policy import gate, priority
 from models_registry.registry import lookups
 from models_registry.registry.shape_errors import keys, phrase
 from models_registry.registry.specs import ModelSpec, TaskSpec
@@ -190,7 +190,8 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
     dims_key = (spec.name, task.name, spec.load_key())
     try:
         dimensions.check(wanted.dimensions, task, dimensions.known_native(dims_key))
-        result = await _infer(request, spec, task, wanted.inputs)
+        served = await _infer(request, grant, spec, task, wanted.inputs)
+        result = served.result
         normalize = dimensions.effective_normalize(task, task.parameters)
         outputs = dimensions.shorten(result.outputs, wanted.dimensions, task, dims_key, normalize)
     except HostingError as error:
@@ -214,21 +215,18 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
     response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
     response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
     response["X-Batch-Size"] = str(result.batch_size)
+    for header, value in served.headers.items():
+        response[header] = value
     return response
 
 
-async def _infer(request: HttpRequest, spec: ModelSpec, task: TaskSpec, inputs: list[str]) -> handoff.InferenceResult:
-    drain_rate = await views._require_serving(spec, task.name)  # the HF route's own check, shared
-
-    async def still_served() -> bool:
-        state = (await lookups.get_workers()).model_states.get(spec.name)
-        return state is not None and state.get("state") == "ready"
-
-    return await handoff.infer(
-        request_id=request.request_id, model=spec.name, task=task.name, inputs=inputs,
-        parameters=dimensions.without_keys({k: v for k, v in task.parameters.items() if v is not None}),
-        timeout_s=task.timeout_s,
-        max_queue_size=task.policy.max_queue_size, drain_rate=drain_rate, still_served=still_served,
+async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec,
+                 inputs: list[str]) -> gate.Served:
+    parameters = dimensions.without_keys({k: v for k, v in task.parameters.items() if v is not None})
+    return await gate.serve(
+        grant=grant, asked_priority=request.headers.get(priority.HEADER), spec=spec, task=task, inputs=inputs,
+        parameters=parameters,
+        send=lambda klass: views.send_to_worker(request, spec, task, inputs, parameters, klass),
     )
 
 

@@ -22,22 +22,29 @@ ERRORS: dict[int, tuple[tuple[str, ...], str]] = {
     404: (("not_found",), "Unknown model or task."),
     405: (("method_not_allowed",), "Another HTTP method on this path; `Allow` lists the ones it takes."),
     413: (("too_large",), "Body over HOSTING_MAX_BODY_BYTES, or more inputs than the server takes."),
+    429: (("rate_limited",), "The token's rate limit or quota is spent (Retry-After and X-RateLimit-* say when)."),
     500: (("internal",), "A pipeline or server error: a message only, details in the server log."),
     503: (("overloaded", "unavailable"), ("`overloaded`: the task's queue is full (with Retry-After); `unavailable`: "
                                           "the model is disabled, loading or failed, or no worker serves it.")),
     504: (("timeout",), "No result within the task's timeout_s."),
 }
-INFERENCE_ERRORS = (400, 401, 403, 404, 405, 413, 500, 503, 504)
+INFERENCE_ERRORS = (400, 401, 403, 404, 405, 413, 429, 500, 503, 504)
 HEADERS: dict[str, Any] = {
     "RequestId": {"description": "The client's X-Request-Id when it sent a sane one, else a new id.",
                   "required": True, "schema": STRING},
     "RetryAfter": {"description": "Seconds to wait before retrying (overloaded).", "schema": INTEGER},
     "Allow": {"description": "The methods this path takes.", "required": True, "schema": STRING},
+    "RateLimitLimit": {"description": "The token's limit closest to being spent (requests or input tokens).",
+                       "schema": INTEGER},
+    "RateLimitRemaining": {"description": "What is left of that limit in its window.", "schema": INTEGER},
+    "RateLimitReset": {"description": "Seconds until that window starts again.", "schema": INTEGER},
     "QueueTime": {"description": "Milliseconds the request waited for a batch.", "required": True, "schema": NUMBER},
     "InferenceTime": {"description": "Milliseconds its batch computed.", "required": True, "schema": NUMBER},
     "BatchSize": {"description": "Items in the batch that computed it.", "required": True, "schema": INTEGER},
 }
 TIMINGS = {"X-Queue-Time-Ms": "QueueTime", "X-Inference-Time-Ms": "InferenceTime", "X-Batch-Size": "BatchSize"}
+RATE_LIMIT = {"X-RateLimit-Limit": "RateLimitLimit", "X-RateLimit-Remaining": "RateLimitRemaining",
+              "X-RateLimit-Reset": "RateLimitReset"}
 
 
 def _headers(**named: str) -> dict[str, Any]:
@@ -50,6 +57,8 @@ def _error_response(status: int, openai: bool) -> dict[str, Any]:
     shape = ref("OpenAIError") if openai else ref("Error")
     narrowed = {"properties": {"error_type": {"enum": list(kinds)}}}
     extra = {"Retry-After": "RetryAfter"} if status == 503 else {"Allow": "Allow"} if status == 405 else {}
+    if status == 429:
+        extra = {"Retry-After": "RetryAfter", **RATE_LIMIT}
     return {"description": when, "headers": _headers(**extra),
             "content": {JSON: {"schema": {"allOf": [shape, narrowed]}}}}
 

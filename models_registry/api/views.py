@@ -27,6 +27,7 @@ from models_registry.api.errors import (
 )
 from models_registry.broker import admission, handoff
 from models_registry.observe import metrics
+from models_registry.policy import gate, priority
 from models_registry.registry import lookups
 from models_registry.registry.model_state import ModelState, shown_state
 from models_registry.registry.specs import ModelSpec, TaskSpec
@@ -113,10 +114,10 @@ async def model_task_endpoint(request: HttpRequest, name: str, task: str) -> Htt
 
 async def _inference(request: HttpRequest, name: str, task: str | None) -> HttpResponse:
     started = time.perf_counter()
-    await auth.authorize(request.headers.get("Authorization"), name)
+    grant = await auth.authorize(request.headers.get("Authorization"), name)
     spec, task_spec = await _model_and_task(name, task)
     try:
-        response = await _infer(request, spec, task_spec, started)
+        response = await _infer(request, grant, spec, task_spec, started)
     except HostingError as error:
         elapsed = time.perf_counter() - started
         metrics.observe_failure(spec.name, task_spec.name, error.status, error.error_type, elapsed)
@@ -128,7 +129,8 @@ async def _inference(request: HttpRequest, name: str, task: str | None) -> HttpR
     return response
 
 
-async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, started: float) -> HttpResponse:
+async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: ModelSpec, task_spec: TaskSpec,
+                 started: float) -> HttpResponse:
     try:
         raw = request.body
     except RequestDataTooBig:
@@ -141,17 +143,12 @@ async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, sta
         dims_key = (spec.name, task_spec.name, spec.load_key())
         dimensions.check(wanted_dims, task_spec, dimensions.known_native(dims_key))
         parameters = dimensions.without_keys(parameters)
-    drain_rate = await _require_serving(spec, task_spec.name)
-
-    async def still_served() -> bool:
-        state = (await lookups.get_workers()).model_states.get(spec.name)
-        return state is not None and state.get("state") == ModelState.READY
-
-    result = await handoff.infer(
-        request_id=request.request_id, model=spec.name, task=task_spec.name, inputs=parsed.inputs,
-        parameters=parameters, timeout_s=task_spec.timeout_s,
-        max_queue_size=task_spec.policy.max_queue_size, drain_rate=drain_rate, still_served=still_served,
+    served = await gate.serve(
+        grant=grant, asked_priority=request.headers.get(priority.HEADER), spec=spec, task=task_spec,
+        inputs=parsed.inputs, parameters=parameters,
+        send=lambda klass: send_to_worker(request, spec, task_spec, parsed.inputs, parameters, klass),
     )
+    result = served.result
     outputs = result.outputs
     if task_spec.task == "feature-extraction":
         outputs = dimensions.shorten(outputs, wanted_dims, task_spec, dims_key,
@@ -160,6 +157,8 @@ async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, sta
     response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
     response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
     response["X-Batch-Size"] = str(result.batch_size)
+    for header, value in served.headers.items():
+        response[header] = value
     elapsed = time.perf_counter() - started
     metrics.observe_success(spec.name, task_spec.name, elapsed, result.queue_ms / 1000, result.compute_ms / 1000,
                             result.batch_size)
@@ -169,6 +168,23 @@ async def _infer(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, sta
         result.compute_ms, result.batch_size, elapsed * 1000,
     )
     return response
+
+
+async def send_to_worker(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, inputs: list[Any],
+                         parameters: dict[str, Any], klass: str) -> handoff.InferenceResult:
+    """Hand the request to a live worker at priority klass (503 at once when none serves it)."""
+    drain_rate = await _require_serving(spec, task_spec.name)
+
+    async def still_served() -> bool:
+        state = (await lookups.get_workers()).model_states.get(spec.name)
+        return state is not None and state.get("state") == ModelState.READY
+
+    return await handoff.infer(
+        request_id=request.request_id, model=spec.name, task=task_spec.name, inputs=inputs,
+        parameters=parameters, timeout_s=task_spec.timeout_s,
+        max_queue_size=priority.queue_limit(klass, task_spec.policy.max_queue_size, task_spec.max_batch_queue_size),
+        drain_rate=drain_rate, still_served=still_served, priority=klass,
+    )
 
 
 def _model_summary(spec: ModelSpec, state: dict[str, str] | None) -> dict[str, Any]:
@@ -218,6 +234,8 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "max_batch_delay_ms": round(t.policy.max_batch_delay_s * 1000),
             "max_queue_size": t.policy.max_queue_size,
             "timeout_s": t.timeout_s,
+            "max_batch_queue_size": t.max_batch_queue_size,
+            "cache_ttl_s": t.cache_ttl_s,
             "queue_depth": depths.get(t.name, -1),  # admitted, not yet answered (-1: broker down)
             "waiting_on_workers": sum((w.queue_depths or {}).get(str(TaskKey(name, t.name)), 0) for w in workers.workers),
         }

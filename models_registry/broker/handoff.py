@@ -64,6 +64,7 @@ async def infer(
     max_queue_size: int,
     drain_rate: float = 0.0,
     still_served: Callable[[], Awaitable[bool]] | None = None,
+    priority: str = "interactive",
 ) -> InferenceResult:
     """Run inputs through model/task on some worker; raises a HostingError on failure.
 
@@ -83,7 +84,8 @@ async def infer(
     if not admitted:
         wait = retry_after_s(depth + count, drain_rate)
         raise Overloaded(
-            f"{model}/{task} has {depth} items queued (limit {max_queue_size}); retry in {wait} s",
+            f"{model}/{task} has {depth} items queued (limit {max_queue_size} for {priority} traffic); "
+            f"retry in {wait} s",
             headers={"Retry-After": str(wait)},
         )
     reply_channel = await layer.new_channel()
@@ -91,7 +93,7 @@ async def infer(
     try:
         message = messages.request_message(
             request_id=key, reply_channel=reply_channel, model=model, task=task,
-            inputs=inputs, parameters=parameters, deadline=deadline,
+            inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
         )
         try:
             # Per-model channels: a worker pulls only the models it has ready.

@@ -28,6 +28,7 @@ def request_message(
     inputs: list[str],
     parameters: dict[str, Any],
     deadline: float,
+    priority: str = "interactive",
 ) -> dict[str, Any]:
     """The message a view sends to the inference channel."""
     return {
@@ -39,6 +40,7 @@ def request_message(
         "inputs": inputs,
         "parameters": parameters,
         "deadline": deadline,
+        "priority": priority,  # interactive or batch (served behind interactive, shed first)
     }
 
 

@@ -42,6 +42,31 @@ BATCH_SIZE = Histogram(
 REJECTED = Counter(
     "hosting_inference_rejected", "Requests refused before compute, by reason.", ["model", "task", "reason"]
 )
+TOKEN_REQUESTS = Counter(
+    "hosting_token_requests", "Inference requests admitted per API token (name).", ["token"]
+)
+TOKEN_INPUT_TOKENS = Counter(
+    "hosting_token_input_tokens", "Input tokens charged per API token (name; worker-counted).", ["token"]
+)
+RATE_LIMITED = Counter(
+    "hosting_rate_limited", "Requests refused by a token's rate limit or quota.", ["token", "limit"]
+)
+CACHE_LOOKUPS = Counter(
+    "hosting_cache_lookups", "Response cache lookups by result (hit, miss).", ["model", "task", "result"]
+)
+_token_labels: set[str] = set()
+
+
+def token_label(name: str) -> str:
+    """The token's name as a label, or "other" past HOSTING_METRICS_MAX_TOKENS names (bounded series)."""
+    from django.conf import settings
+
+    if name in _token_labels:
+        return name
+    if len(_token_labels) >= settings.HOSTING_METRICS_MAX_TOKENS:
+        return "other"
+    _token_labels.add(name)
+    return name
 
 
 def observe_success(model: str, task: str, duration_s: float, queue_s: float, compute_s: float,
@@ -49,9 +74,9 @@ def observe_success(model: str, task: str, duration_s: float, queue_s: float, co
     """Record an answered request and what the worker reported about it."""
     REQUESTS.labels(model, task, "200").inc()
     REQUEST_DURATION.labels(model, task).observe(duration_s)
-    QUEUE_DURATION.labels(model, task).observe(queue_s)
-    COMPUTE_DURATION.labels(model, task).observe(compute_s)
-    if batch_size:
+    if batch_size:  # 0: answered from the response cache, no worker involved
+        QUEUE_DURATION.labels(model, task).observe(queue_s)
+        COMPUTE_DURATION.labels(model, task).observe(compute_s)
         BATCH_SIZE.labels(model, task).observe(batch_size)
     traffic_window.WINDOW.record_success(model, task, duration_s, queue_s, compute_s, batch_size)
 

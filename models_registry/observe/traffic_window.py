@@ -63,6 +63,7 @@ class _Second:
     latency: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in LATENCY_KINDS})
     batches: list[int] = field(default_factory=lambda: [0] * (len(BATCH_BOUNDS) + 1))
     depth: int | None = None
+    cache_hits: int = 0
 
     def add_latency(self, samples: tuple[float, float, float]) -> None:
         """Keep a uniform random subset of at most SAMPLES_PER_SECOND samples (reservoir)."""
@@ -105,6 +106,8 @@ class RollingWindow:
             bucket.add_latency((duration_s * 1000, queue_s * 1000, compute_s * 1000))
             if batch_size:
                 bucket.batches[batch_bucket(batch_size)] += 1
+            else:  # no batch: answered from the response cache
+                bucket.cache_hits += 1
 
     def record_failure(self, model: str, task: str, error_type: str) -> None:
         """A request answered with an error; refusals and timeouts by kind."""
@@ -161,6 +164,7 @@ class RollingWindow:
             "requests": requests,
             "rps": round(requests / seconds, 3),
             "errors": sum(b.errors for b in buckets),
+            "cache_hits": sum(b.cache_hits for b in buckets),
             "rejected": {r: sum(b.rejected.get(r, 0) for b in buckets) for r in REJECTIONS},
             "latency_ms": latency,
         }

@@ -19,6 +19,8 @@ class TaskSpec:
     normalize: bool
     policy: BatchPolicy
     timeout_s: float
+    cache_ttl_s: int = 0  # 0 = no response cache
+    max_batch_queue_size: int | None = None  # None = half of max_queue_size
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ def read_specs() -> dict[str, ModelSpec]:
                     max_queue_size=t.max_queue_size,
                 ),
                 timeout_s=t.timeout_s,
+                cache_ttl_s=t.cache_ttl_s,
+                max_batch_queue_size=t.max_batch_queue_size,
             )
             for t in tasks
         }

@@ -16,7 +16,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
-from models_registry.api import dimensions, openai_routes, views
+from models_registry.api import dimensions, views
 from models_registry.api.errors import Timeout
 from models_registry.broker.handoff import InferenceResult
 from models_registry.models import RegisteredModel
@@ -60,7 +60,7 @@ def worker_answers(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         return InferenceResult(outputs=outputs, queue_ms=1.5, compute_ms=2.5, batch_size=2, tokens=7)
 
     monkeypatch.setattr(views, "_require_serving", serving)
-    monkeypatch.setattr(openai_routes.handoff, "infer", infer)
+    monkeypatch.setattr(views.handoff, "infer", infer)
     dimensions._native.clear()
     return calls
 
@@ -220,7 +220,7 @@ async def test_a_timeout_is_504_the_sdk_must_not_retry(client: AsyncClient, toke
     async def late(**kwargs: Any) -> InferenceResult:
         raise Timeout("no result within 1 s")
 
-    monkeypatch.setattr(openai_routes.handoff, "infer", late)
+    monkeypatch.setattr(views.handoff, "infer", late)
     response = await embed(client, {"model": "emb", "input": "x"}, token)
     openai_error(response, 504, "timeout")
     assert response["X-Should-Retry"] == "false"

@@ -12,7 +12,7 @@ from django.test import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 
-INFERENCE_ERRORS = {"400", "401", "403", "404", "405", "413", "500", "503", "504"}
+INFERENCE_ERRORS = {"400", "401", "403", "404", "405", "413", "429", "500", "503", "504"}
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_error_statuses_name_their_error_types(schema: dict[str, Any]) -> None:
     assert narrowed["properties"]["error_type"]["enum"] == ["overloaded", "unavailable"]
     enum = schema["components"]["schemas"]["Error"]["properties"]["error_type"]["enum"]
     assert {"invalid_input", "unauthorized", "forbidden", "not_found", "too_large", "overloaded", "unavailable",
-            "timeout", "internal", "method_not_allowed"} == set(enum)
+            "timeout", "internal", "method_not_allowed", "rate_limited"} == set(enum)
 
 
 async def test_schema_route_refuses_post_with_allow() -> None:

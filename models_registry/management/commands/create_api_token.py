@@ -1,4 +1,5 @@
-"""`create_api_token NAME [--models a,b]`: prints the new token alone on its last line."""
+"""`create_api_token NAME [--models a,b] [--requests-per-minute N] [--tokens-per-minute N] [--tokens-per-day N]
+[--priority P]`: prints the new token alone on its last line."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from django.utils import timezone
 
 from models_registry.models import ApiToken, RegisteredModel
 
+LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute", "tokens_per_day")
+
 
 class Command(BaseCommand):
     """Create a token (or rotate the one with this name) and print it once."""
@@ -18,6 +21,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         parser.add_argument("--models", default="", help="comma-separated model names (default: every model)")
+        parser.add_argument("--requests-per-minute", type=int, help="requests per minute (default: no limit)")
+        parser.add_argument("--tokens-per-minute", type=int, help="input tokens per minute (default: no limit)")
+        parser.add_argument("--tokens-per-day", type=int, help="input tokens per UTC day (default: no limit)")
+        parser.add_argument("--priority", choices=[p for p, _ in ApiToken.PRIORITIES],
+                            help="interactive (default) or batch: served behind interactive traffic, shed first")
 
     def handle(self, *args: Any, **options: Any) -> None:
         names = [n.strip() for n in options["models"].split(",") if n.strip()]
@@ -29,10 +37,18 @@ class Command(BaseCommand):
         raw = ApiToken.generate()
         token.set_token(raw)
         token.revoked = False
+        for field in LIMIT_FIELDS:
+            value = options[field]
+            if value is not None and value < 1:
+                raise CommandError(f"--{field.replace('_', '-')} must be at least 1 (leave it out for no limit)")
+            setattr(token, field, value)  # left out: no limit (like --models: the command states it all)
+        token.priority = options["priority"] or "interactive"
         if token.expires_at is not None and token.expires_at <= timezone.now():
             token.expires_at = None  # rotating an expired token must not print a dead one
         token.save()
         token.allowed_models.set(models)
         scope = ", ".join(names) if names else "every model"
-        self.stdout.write(f"API token {token.name!r} for {scope}:")
+        limits = ", ".join(f"{f.replace('_', ' ')} {getattr(token, f)}" for f in LIMIT_FIELDS if getattr(token, f))
+        self.stdout.write(f"API token {token.name!r} for {scope}, {token.priority} priority, "
+                          f"{limits or 'no rate limits'}:")
         self.stdout.write(raw)

@@ -29,6 +29,10 @@ class Command(BaseCommand):
         parser.add_argument("--max-batch-delay-ms", type=int)
         parser.add_argument("--max-queue-size", type=int)
         parser.add_argument("--timeout", type=float, dest="timeout_s")
+        parser.add_argument("--max-batch-queue-size", type=int,
+                            help="pending items above which batch-priority requests are refused")
+        parser.add_argument("--cache-ttl", type=int, dest="cache_ttl_s",
+                            help="seconds results stay in the response cache (0 = off; deterministic tasks)")
         parser.add_argument("--device", default=None)
         parser.add_argument("--dtype", default=None, choices=[d for d, _ in RegisteredModel.DTYPES])
         parser.add_argument("--pooling", choices=["mean", "cls", "none"])
@@ -57,7 +61,7 @@ class Command(BaseCommand):
             task = ModelTask.objects.filter(model=model, name=task_name).first() or ModelTask(model=model, name=task_name)
             task.task = options["task"]
             for field in ("max_batch_size", "max_batch_tokens", "max_batch_delay_ms", "max_queue_size",
-                          "timeout_s", "pooling", "normalize"):
+                          "timeout_s", "pooling", "normalize", "max_batch_queue_size", "cache_ttl_s"):
                 if options[field] is not None:
                     setattr(task, field, options[field])
             if options["parameters"] is not None:

@@ -154,6 +154,7 @@
       stat("compute p95", fmtMs(lat.compute.p95) + " ms"),
       stat("queued", task.queue_depth + " / " + task.max_queue_size, "items waiting / max_queue_size"),
       stat("errors", String(s.errors), "last " + s.seconds + " s"),
+      stat("cache hits", String(s.cache_hits || 0), "answered from the response cache, last " + s.seconds + " s"),
       stat("overloaded / unavailable / timeout",
         [s.rejected.overloaded, s.rejected.unavailable, s.rejected.timeout].join(" / "), "last " + s.seconds + " s"),
     );

@@ -1,0 +1,1 @@
+"""Per-token policies: rate limits and quotas, priority classes, the response cache."""

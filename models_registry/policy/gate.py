@@ -1,0 +1,136 @@
+"""The policies around one inference call: the token's limits, its priority, the response cache.
+
+Views call `serve` with a function that reaches a worker; a cache hit never calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from models_registry.api.auth import TokenGrant
+from models_registry.api.errors import HostingError, RateLimited
+from models_registry.broker.handoff import InferenceResult
+from models_registry.observe import metrics
+from models_registry.policy import priority, rate_limits, response_cache
+from models_registry.registry.specs import ModelSpec, TaskSpec
+
+logger = logging.getLogger(__name__)
+
+BROKER_TIMEOUT_S = 1.0
+CACHE_HEADER = "X-Cache"
+
+_background: set[asyncio.Task[Any]] = set()
+
+
+@dataclass
+class Served:
+    """A worker's (or the cache's) result and the headers the policies add to the answer."""
+
+    result: InferenceResult
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _in_background(coro: Awaitable[Any]) -> None:
+    task = asyncio.ensure_future(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+async def _settle_quietly(conn: Any, charge: rate_limits.Charge, tokens: int, token_name: str) -> None:
+    if tokens:
+        metrics.TOKEN_INPUT_TOKENS.labels(metrics.token_label(token_name)).inc(tokens)
+    try:
+        await asyncio.wait_for(rate_limits.settle(conn, charge, tokens), BROKER_TIMEOUT_S)
+    except Exception as error:  # the window keeps the estimate: off by a few tokens at most
+        logger.warning("could not correct a token charge: %s", error)
+
+
+async def _reserve(conn: Any, prefix: str, grant: TokenGrant, inputs: list[Any]) -> rate_limits.Charge | None:
+    """The request's charge; None (not counted) when Redis does not answer.
+
+    Failing open costs nothing: without Redis no request reaches a worker anyway, and the
+    hand-off answers 503 with the reason.
+    """
+    label = metrics.token_label(grant.name)
+    try:
+        charge = await asyncio.wait_for(
+            rate_limits.reserve(conn, prefix, grant.token_id, grant.limits, rate_limits.estimate_tokens(inputs)),
+            BROKER_TIMEOUT_S,
+        )
+    except RateLimited:
+        metrics.RATE_LIMITED.labels(label, "rate").inc()
+        raise
+    except HostingError:
+        metrics.RATE_LIMITED.labels(label, "size").inc()
+        raise
+    except Exception as error:
+        logger.warning("rate limits not checked: the broker did not answer (%s)", type(error).__name__)
+        return None
+    metrics.TOKEN_REQUESTS.labels(label).inc()
+    return charge
+
+
+async def serve(
+    *,
+    grant: TokenGrant | None,
+    asked_priority: str | None,
+    spec: ModelSpec,
+    task: TaskSpec,
+    inputs: list[Any],
+    parameters: dict[str, Any],
+    send: Callable[[str], Awaitable[InferenceResult]],
+) -> Served:
+    """Check the token's limits, answer from the cache or call send(priority); charge what it used."""
+    klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
+    layer = get_channel_layer()
+    conn = layer.connection(0)
+    charge = None
+    if grant is not None and settings.HOSTING_RATE_LIMITS:
+        charge = await _reserve(conn, layer.prefix, grant, inputs)
+    headers = dict(charge.headers) if charge else {}
+    key = response_cache.cache_key(layer.prefix, spec, task, parameters, inputs) if task.cache_ttl_s else None
+    try:
+        if key is not None:
+            hit = await _lookup(conn, key)
+            metrics.CACHE_LOOKUPS.labels(spec.name, task.name, "hit" if hit else "miss").inc()
+            headers[CACHE_HEADER] = "hit" if hit else "miss"
+            if hit is not None:
+                result = InferenceResult(outputs=hit.outputs, queue_ms=0.0, compute_ms=0.0, batch_size=0,
+                                         tokens=hit.tokens)
+                if charge is not None:
+                    _in_background(_settle_quietly(conn, charge, hit.tokens, grant.name))
+                return Served(result, headers)
+        result = await send(klass)
+    except BaseException:
+        if charge is not None:  # refused or failed: it still counts as a request, its tokens do not
+            _in_background(_settle_quietly(conn, charge, 0, grant.name))
+        raise
+    if charge is not None:
+        _in_background(_settle_quietly(conn, charge, result.tokens, grant.name))
+    if key is not None:
+        await _store(conn, key, result, task.cache_ttl_s)
+    return Served(result, headers)
+
+
+async def _lookup(conn: Any, key: str) -> response_cache.CachedResult | None:
+    try:
+        return await asyncio.wait_for(response_cache.lookup(conn, key), BROKER_TIMEOUT_S)
+    except Exception as error:  # a cache that cannot answer is a miss, not a failed request
+        logger.warning("response cache lookup failed: %s", error)
+        return None
+
+
+async def _store(conn: Any, key: str, result: InferenceResult, ttl_s: int) -> None:
+    try:
+        await asyncio.wait_for(response_cache.store(
+            conn, key, result.outputs, result.tokens, ttl_s, settings.HOSTING_CACHE_MAX_ENTRY_BYTES,
+        ), BROKER_TIMEOUT_S)
+    except Exception as error:
+        logger.warning("response cache store failed: %s", error)

@@ -1,0 +1,31 @@
+"""Priority classes: a request runs at its token's class, or lower if it asks (X-Priority)."""
+
+from __future__ import annotations
+
+from models_registry.api.errors import Forbidden, InvalidInput
+
+INTERACTIVE = "interactive"
+BATCH = "batch"
+CLASSES = (INTERACTIVE, BATCH)
+HEADER = "X-Priority"
+
+
+def resolve(token_priority: str, asked: str | None) -> str:
+    """The request's class: the token's, or batch when a request of an interactive token asks for it."""
+    if asked is None or not asked.strip():
+        return token_priority
+    wanted = asked.strip().lower()
+    if wanted not in CLASSES:
+        raise InvalidInput(f"{HEADER} must be {' or '.join(CLASSES)}, not {asked.strip()!r}")
+    if wanted == INTERACTIVE and token_priority == BATCH:
+        raise Forbidden(f"this API token has batch priority; its requests cannot ask for {INTERACTIVE}")
+    return wanted
+
+
+def queue_limit(priority: str, max_queue_size: int, max_batch_queue_size: int | None) -> int:
+    """Pending items past which a request of this class is refused: batch traffic is shed first."""
+    if priority != BATCH:
+        return max_queue_size
+    if max_batch_queue_size is None:
+        return max(1, max_queue_size // 2)
+    return min(max_batch_queue_size, max_queue_size)

@@ -1,0 +1,184 @@
+"""Per-token rate limits and quotas, shared by every web replica through one Lua script.
+
+Fixed windows: the current UTC minute and UTC day. One script reads every window, checks
+every limit and charges the request in the same step, so two replicas can never both
+take the last place. Input tokens are charged as the web's estimate when the request is
+admitted and corrected to the worker's exact count once the answer is in; a request
+that failed is refunded its tokens (it still counts as a request).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from models_registry.api.errors import RateLimited, TooLarge
+from models_registry.broker.layer import LuaScript
+
+MINUTE_S = 60
+DAY_S = 86_400
+MONTH_TTL_S = 62 * DAY_S
+BYTES_PER_TOKEN = 4  # English text: about 4 UTF-8 bytes per subword token
+SPECIAL_TOKENS = 2  # [CLS] and [SEP] (or <s> and </s>) around every input
+
+# KEYS: minute, day, month. ARGV: limits (requests/min, tokens/min, tokens/day; -1 = none),
+# tokens, minute ttl, day ttl, month ttl. Returns {admitted, refused limit (0-3), requests
+# this minute, tokens this minute, tokens today} as seen after charging (or before refusing).
+_RESERVE = """
+local rpm, tpm, tpd, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local minute = redis.call('HMGET', KEYS[1], 'r', 't')
+local mr, mt = tonumber(minute[1] or '0'), tonumber(minute[2] or '0')
+local dt = tonumber(redis.call('HGET', KEYS[2], 't') or '0')
+if rpm >= 0 and mr + 1 > rpm then return {0, 1, mr, mt, dt} end
+if tpm >= 0 and mt + n > tpm then return {0, 2, mr, mt, dt} end
+if tpd >= 0 and dt + n > tpd then return {0, 3, mr, mt, dt} end
+for i = 1, 3 do
+  redis.call('HINCRBY', KEYS[i], 'r', 1)
+  redis.call('HINCRBY', KEYS[i], 't', n)
+  redis.call('EXPIRE', KEYS[i], ARGV[4 + i])
+end
+return {1, 0, mr + 1, mt + n, dt + n}
+"""
+_reserve = LuaScript(_RESERVE)
+
+# Correct the tokens charged to these windows; a window that already expired stays gone.
+_SETTLE = """
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('HINCRBY', KEYS[i], 't', ARGV[1]) end
+end
+return 1
+"""
+_settle = LuaScript(_SETTLE)
+
+_LIMIT_NAMES = {1: "requests_per_minute", 2: "tokens_per_minute", 3: "tokens_per_day"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A token's limits; None = no limit."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    tokens_per_day: int | None = None
+
+
+@dataclass
+class Charge:
+    """What an admitted request was charged, to correct once its answer is in."""
+
+    keys: list[str]
+    tokens: int
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def estimate_tokens(inputs: list[Any]) -> int:
+    """Input tokens as the web can count them without a tokenizer: UTF-8 bytes / 4, plus specials."""
+    total = 0
+    for item in inputs:
+        text = item if isinstance(item, str) else " ".join(str(v) for v in item.values())
+        total += math.ceil(len(text.encode()) / BYTES_PER_TOKEN) + SPECIAL_TOKENS
+    return total
+
+
+def usage_keys(prefix: str, token_id: int, now: float) -> list[str]:
+    """The token's counters for the UTC minute, day and month holding now."""
+    month = time.strftime("%Y%m", time.gmtime(now))
+    return [
+        f"{prefix}usage:{token_id}:minute:{int(now // MINUTE_S)}",
+        f"{prefix}usage:{token_id}:day:{int(now // DAY_S)}",
+        f"{prefix}usage:{token_id}:month:{month}",
+    ]
+
+
+def _header_set(limit: int, used: int, reset_s: float) -> dict[str, str]:
+    return {
+        "X-RateLimit-Limit": str(limit),
+        "X-RateLimit-Remaining": str(max(0, limit - used)),
+        "X-RateLimit-Reset": str(max(1, math.ceil(reset_s))),
+    }
+
+
+def _windows(limits: Limits, used: list[int], now: float) -> dict[int, tuple[int, int, float]]:
+    """{limit index: (limit, used, seconds to its reset)} for the limits that are set."""
+    minute_reset = MINUTE_S - now % MINUTE_S
+    day_reset = DAY_S - now % DAY_S
+    values = {
+        1: (limits.requests_per_minute, used[0], minute_reset),
+        2: (limits.tokens_per_minute, used[1], minute_reset),
+        3: (limits.tokens_per_day, used[2], day_reset),
+    }
+    return {i: (limit, u, r) for i, (limit, u, r) in values.items() if limit is not None}
+
+
+def check_size(limits: Limits, tokens: int) -> None:
+    """413 for a request that no window could ever take, whatever the client waits."""
+    for name, limit in (("tokens_per_minute", limits.tokens_per_minute), ("tokens_per_day", limits.tokens_per_day)):
+        if limit is not None and tokens > limit:
+            raise TooLarge(f"this request counts about {tokens} input tokens, over this API token's "
+                           f"{name} limit of {limit}: send fewer or shorter inputs per request")
+
+
+async def reserve(conn: Any, prefix: str, token_id: int, limits: Limits, tokens: int,
+                  now: float | None = None) -> Charge:
+    """Count one request of tokens input tokens, or raise RateLimited if a limit is spent."""
+    now = time.time() if now is None else now
+    check_size(limits, tokens)
+    keys = usage_keys(prefix, token_id, now)
+    result = await _reserve(conn, keys, [
+        -1 if limits.requests_per_minute is None else limits.requests_per_minute,
+        -1 if limits.tokens_per_minute is None else limits.tokens_per_minute,
+        -1 if limits.tokens_per_day is None else limits.tokens_per_day,
+        tokens, 2 * MINUTE_S, 2 * DAY_S, MONTH_TTL_S,
+    ])
+    admitted, refused, used = int(result[0]), int(result[1]), [int(v) for v in result[2:5]]
+    windows = _windows(limits, used, now)
+    if not admitted:
+        limit, spent, reset_s = windows[refused]
+        headers = _header_set(limit, spent, reset_s)
+        headers["Retry-After"] = headers["X-RateLimit-Reset"]
+        what = "requests" if refused == 1 else "input tokens"
+        raise RateLimited(
+            f"rate limit reached: this API token's {_LIMIT_NAMES[refused]} is {limit} and {spent} {what} are "
+            f"used; retry in {headers['Retry-After']} s",
+            headers=headers,
+        )
+    headers: dict[str, str] = {}
+    if windows:
+        # The limit closest to being spent is the one a client must watch.
+        limit, spent, reset_s = min(windows.values(), key=lambda w: (w[0] - w[1]) / w[0])
+        headers = _header_set(limit, spent, reset_s)
+    return Charge(keys=keys, tokens=tokens, headers=headers)
+
+
+async def settle(conn: Any, charge: Charge, actual_tokens: int) -> None:
+    """Correct the charged tokens to what the worker counted (0 refunds them all)."""
+    delta = actual_tokens - charge.tokens
+    if delta:
+        await _settle(conn, charge.keys, [delta])
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A token's requests and input tokens in one window."""
+
+    requests: int = 0
+    tokens: int = 0
+
+
+def read_usage(client: Any, prefix: str, token_ids: list[int],
+               now: float | None = None) -> dict[int, tuple[Usage, Usage]]:
+    """(today, this month) per token, read with a sync redis client in one round trip (admin)."""
+    now = time.time() if now is None else now
+    pipe = client.pipeline(transaction=False)
+    for token_id in token_ids:
+        _, day, month = usage_keys(prefix, token_id, now)
+        pipe.hmget(day, "r", "t")
+        pipe.hmget(month, "r", "t")
+    values = pipe.execute()
+    usage: dict[int, tuple[Usage, Usage]] = {}
+    for position, token_id in enumerate(token_ids):
+        day, month = values[2 * position], values[2 * position + 1]
+        usage[token_id] = (Usage(int(day[0] or 0), int(day[1] or 0)), Usage(int(month[0] or 0), int(month[1] or 0)))
+    return usage

@@ -1,0 +1,308 @@
+"""Per-token limits, priorities and the response cache in the web process, against a real Redis.
+
+The worker is replaced by a stub hand-off: what is tested is what the web decides (429s
+and their headers, the priority and queue limit a request is sent with, cache hits that
+never reach the hand-off) and the Lua script's atomicity under concurrent callers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.core.management import CommandError, call_command
+from django.test import AsyncClient
+
+from models_registry.api import views
+from models_registry.api.errors import RateLimited, TooLarge
+from models_registry.broker.handoff import InferenceResult
+from models_registry.models import ApiToken, ModelTask, RegisteredModel
+from models_registry.policy import rate_limits
+from models_registry.registry import lookups
+from tests.stack import RedisServer
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
+
+LABELS = [[{"label": "POSITIVE", "score": 0.875}, {"label": "NEGATIVE", "score": 0.125}]]
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private redis-server for this module (the Django tier has no broker of its own)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def broker(redis_server: RedisServer, settings: Any) -> Iterator[str]:
+    """The channel layer and the admin's usage reads pointed at the private Redis, emptied."""
+    redis.Redis.from_url(redis_server.url).flushdb()
+    settings.REDIS_URL = redis_server.url
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "models_registry.broker.layer.HostingChannelLayer",
+        "CONFIG": {"hosts": [{"address": redis_server.url, "socket_timeout": None}]},
+    }}
+    yield redis_server.url
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every hand-off to a (stub) worker, which answers a classification with 7 input tokens."""
+    sent: list[dict[str, Any]] = []
+
+    async def serving(spec: Any, task: str) -> float:
+        return 0.0
+
+    async def infer(**kwargs: Any) -> InferenceResult:
+        sent.append(kwargs)
+        return InferenceResult(outputs=LABELS * len(kwargs["inputs"]), queue_ms=1.0, compute_ms=2.0,
+                               batch_size=1, tokens=7)
+
+    monkeypatch.setattr(views, "_require_serving", serving)
+    monkeypatch.setattr(views.handoff, "infer", infer)
+    return sent
+
+
+@pytest.fixture
+def cls(make_model: Callable[..., RegisteredModel]) -> RegisteredModel:
+    return make_model("cls", task="text-classification", cache_ttl_s=60, max_queue_size=100)
+
+
+async def post(client: AsyncClient, token: str, text: str = "so good", path: str = "/models/cls",
+               **headers: str) -> Any:
+    return await client.post(path, data=json.dumps({"inputs": text}), content_type="application/json",
+                             headers={"Authorization": f"Bearer {token}", **headers})
+
+
+# --- the Lua script ----------------------------------------------------------------------
+
+
+async def test_concurrent_reservations_never_pass_the_limit() -> None:
+    layer = get_channel_layer()
+    limits = rate_limits.Limits(requests_per_minute=5)
+    now = 1_000_020.5  # early in a minute: the window cannot roll over during the test
+
+    async def one() -> bool:
+        try:
+            await rate_limits.reserve(layer.connection(0), layer.prefix, 1, limits, 3, now=now)
+            return True
+        except RateLimited:
+            return False
+
+    admitted = await asyncio.gather(*(one() for _ in range(40)))
+    assert sum(admitted) == 5
+    with pytest.raises(RateLimited) as refused:
+        await rate_limits.reserve(layer.connection(0), layer.prefix, 1, limits, 3, now=now + 10)
+    assert refused.value.headers["X-RateLimit-Limit"] == "5"
+    assert refused.value.headers["X-RateLimit-Remaining"] == "0"
+    assert refused.value.headers["Retry-After"] == refused.value.headers["X-RateLimit-Reset"] == "50"
+    # The next minute is a new window.
+    await rate_limits.reserve(layer.connection(0), layer.prefix, 1, limits, 3, now=now + 60)
+
+
+async def test_tokens_are_charged_as_estimated_then_corrected() -> None:
+    layer = get_channel_layer()
+    conn, now = layer.connection(0), 2_000_000.0
+    limits = rate_limits.Limits(tokens_per_minute=100, tokens_per_day=1000)
+    charge = await rate_limits.reserve(conn, layer.prefix, 2, limits, 60, now=now)
+    assert charge.headers["X-RateLimit-Remaining"] == "40"  # the minute's is the tighter limit
+    with pytest.raises(RateLimited, match="tokens_per_minute is 100"):
+        await rate_limits.reserve(conn, layer.prefix, 2, limits, 60, now=now)
+    await rate_limits.settle(conn, charge, 10)  # the worker counted 10, not 60
+    again = await rate_limits.reserve(conn, layer.prefix, 2, limits, 60, now=now)
+    assert again.headers["X-RateLimit-Remaining"] == "30"
+    with pytest.raises(TooLarge, match="over this API token's tokens_per_minute limit of 100"):
+        await rate_limits.reserve(conn, layer.prefix, 2, limits, 101, now=now)
+
+
+def test_estimate_counts_bytes_and_special_tokens() -> None:
+    assert rate_limits.estimate_tokens(["abcd" * 10]) == 12
+    assert rate_limits.estimate_tokens(["", "é"]) == 2 + 3  # at least the specials; UTF-8 bytes
+    assert rate_limits.estimate_tokens([{"question": "who", "context": "me"}]) == 2 + 2
+
+
+# --- the views -----------------------------------------------------------------------------
+
+
+async def test_requests_over_the_limit_get_429_with_headers(
+    make_token: Callable[..., str], cls: RegisteredModel, calls: list[dict[str, Any]],
+) -> None:
+    token = await sync_to_async(make_token)("tight", requests_per_minute=2)
+    client = AsyncClient()
+    first = await post(client, token, "one")
+    assert first.status_code == 200, first.content
+    assert first["X-RateLimit-Limit"] == "2" and first["X-RateLimit-Remaining"] == "1"
+    assert 1 <= int(first["X-RateLimit-Reset"]) <= 60
+    assert (await post(client, token, "two")).status_code == 200
+    refused = await post(client, token, "three")
+    assert refused.status_code == 429, refused.content
+    assert refused.json()["error_type"] == "rate_limited"
+    assert "requests_per_minute is 2" in refused.json()["error"]
+    assert refused["Retry-After"] == refused["X-RateLimit-Reset"]
+    assert refused["X-RateLimit-Remaining"] == "0"
+    assert len(calls) == 2  # the refused request never reached a worker
+    metrics = (await client.get("/metrics")).content.decode()
+    assert 'hosting_rate_limited_total{limit="rate",token="tight"} 1.0' in metrics
+    assert 'hosting_token_requests_total{token="tight"} 2.0' in metrics
+
+
+async def test_openai_route_shares_the_limit(
+    make_model: Callable[..., RegisteredModel], make_token: Callable[..., str], calls: list[dict[str, Any]],
+) -> None:
+    await sync_to_async(make_model)("emb", task="feature-extraction")
+    token = await sync_to_async(make_token)("one-a-minute", requests_per_minute=1)
+    client = AsyncClient()
+    body = json.dumps({"model": "emb", "input": "hello"})
+    headers = {"Authorization": f"Bearer {token}"}
+    calls_before = len(calls)
+    await client.post("/v1/embeddings", data=body, content_type="application/json", headers=headers)
+    refused = await client.post("/v1/embeddings", data=body, content_type="application/json", headers=headers)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "rate_limited" and refused["Retry-After"]
+    assert len(calls) == calls_before + 1
+
+
+async def test_failed_requests_are_refunded_their_tokens(
+    make_token: Callable[..., str], cls: RegisteredModel, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    token = await sync_to_async(make_token)("tokens", tokens_per_minute=40)
+
+    async def serving(spec: Any, task: str) -> float:
+        return 0.0
+
+    async def overloaded(**kwargs: Any) -> InferenceResult:
+        raise views.Unavailable("no worker")
+
+    monkeypatch.setattr(views, "_require_serving", serving)
+    monkeypatch.setattr(views.handoff, "infer", overloaded)
+    client = AsyncClient()
+    text = "x" * 100  # about 27 tokens: a second one fits only if the first was refunded
+    for _ in range(3):
+        assert (await post(client, token, text)).status_code == 503
+        await asyncio.sleep(0.05)  # the refund runs in the background
+
+
+async def test_priority_header_lowers_but_never_raises(
+    make_token: Callable[..., str], cls: RegisteredModel, calls: list[dict[str, Any]],
+) -> None:
+    interactive = await sync_to_async(make_token)("ui")
+    batch = await sync_to_async(make_token)("bulk", priority="batch")
+    client = AsyncClient()
+    assert (await post(client, interactive, "a")).status_code == 200
+    assert (await post(client, interactive, "b", **{"X-Priority": "batch"})).status_code == 200
+    assert (await post(client, batch, "c")).status_code == 200
+    assert [c["priority"] for c in calls] == ["interactive", "batch", "batch"]
+    # Batch traffic is refused past its own limit: half the queue unless the task sets one.
+    assert [c["max_queue_size"] for c in calls] == [100, 50, 50]
+    forbidden = await post(client, batch, "d", **{"X-Priority": "interactive"})
+    assert forbidden.status_code == 403 and "batch priority" in forbidden.json()["error"]
+    invalid = await post(client, interactive, "e", **{"X-Priority": "urgent"})
+    assert invalid.status_code == 400 and "X-Priority must be interactive or batch" in invalid.json()["error"]
+    assert len(calls) == 3
+
+
+async def test_cache_hits_skip_the_worker_with_identical_bodies(
+    make_token: Callable[..., str], cls: RegisteredModel, calls: list[dict[str, Any]],
+) -> None:
+    token = await sync_to_async(make_token)("reader", tokens_per_day=1000)
+    client = AsyncClient()
+    miss = await post(client, token, "same text")
+    hit = await post(client, token, "same text")
+    other = await post(client, token, "other text")
+    assert (miss["X-Cache"], hit["X-Cache"], other["X-Cache"]) == ("miss", "hit", "miss")
+    assert hit.content == miss.content
+    assert hit["X-Batch-Size"] == "0" and hit["X-Queue-Time-Ms"] == "0.00"
+    assert len(calls) == 2
+    # A hit counts as a request and is charged the tokens the worker counted for the miss;
+    # the headers tell what was left once this request's estimate was reserved.
+    await asyncio.sleep(0.05)
+    third = await post(client, token, "same text")
+    assert int(third["X-RateLimit-Remaining"]) == 1000 - 3 * 7 - rate_limits.estimate_tokens(["same text"])
+    metrics = (await client.get("/metrics")).content.decode()
+    assert 'hosting_cache_lookups_total{model="cls",result="hit",task="text-classification"} 2.0' in metrics
+
+
+async def test_a_reload_or_new_parameters_miss_the_cache(
+    make_token: Callable[..., str], cls: RegisteredModel, calls: list[dict[str, Any]],
+) -> None:
+    token = await sync_to_async(make_token)("reader")
+    client = AsyncClient()
+    assert (await post(client, token, "text"))["X-Cache"] == "miss"
+    assert (await post(client, token, "text"))["X-Cache"] == "hit"
+    await sync_to_async(RegisteredModel.objects.filter(name="cls").update)(load_generation=1)
+    lookups.reset()
+    assert (await post(client, token, "text"))["X-Cache"] == "miss"
+    await sync_to_async(cls.tasks.update)(parameters={"top_k": 1})
+    lookups.reset()
+    assert (await post(client, token, "text"))["X-Cache"] == "miss"
+    assert len(calls) == 3
+
+
+async def test_tasks_without_a_ttl_are_not_cached(
+    make_model: Callable[..., RegisteredModel], make_token: Callable[..., str], calls: list[dict[str, Any]],
+) -> None:
+    await sync_to_async(make_model)("plain", task="text-classification")
+    token = await sync_to_async(make_token)("reader")
+    client = AsyncClient()
+    first = await post(client, token, "text", path="/models/plain")
+    second = await post(client, token, "text", path="/models/plain")
+    assert not first.has_header("X-Cache") and not second.has_header("X-Cache")
+    assert not first.has_header("X-RateLimit-Limit")  # no limits set: no rate headers
+    assert len(calls) == 2
+
+
+# --- the admin -----------------------------------------------------------------------------
+
+
+def test_admin_shows_usage_today_and_this_month(admin_client: Any, make_token: Callable[..., str],
+                                                 broker: str) -> None:
+    make_token("counted")
+    token = ApiToken.objects.get(name="counted")
+    client = redis.Redis.from_url(broker)
+    for key in rate_limits.usage_keys(get_channel_layer().prefix, token.pk, time.time())[1:]:  # day, month
+        client.hset(key, mapping={"r": 3, "t": 120})
+    page = admin_client.get("/admin/models_registry/apitoken/").content.decode()
+    assert page.count("3 requests, 120 tokens") == 2
+    change = admin_client.get(f"/admin/models_registry/apitoken/{token.pk}/change/").content.decode()
+    assert change.count("3 requests, 120 tokens") == 2
+
+
+# --- the commands and validation -------------------------------------------------------------
+
+
+def test_create_api_token_sets_limits_and_priority(transactional_db: None) -> None:
+    out = StringIO()
+    call_command("create_api_token", "svc", "--requests-per-minute", "60", "--tokens-per-day", "5000",
+                 "--priority", "batch", stdout=out)
+    token = ApiToken.objects.get(name="svc")
+    assert (token.requests_per_minute, token.tokens_per_minute, token.tokens_per_day) == (60, None, 5000)
+    assert token.priority == "batch"
+    assert "batch priority, requests per minute 60, tokens per day 5000" in out.getvalue()
+    call_command("create_api_token", "svc", stdout=StringIO())  # the command states it all: defaults again
+    token.refresh_from_db()
+    assert (token.requests_per_minute, token.tokens_per_day, token.priority) == (None, None, "interactive")
+    with pytest.raises(CommandError, match="--tokens-per-minute must be at least 1"):
+        call_command("create_api_token", "svc", "--tokens-per-minute", "0", stdout=StringIO())
+
+
+def test_cache_ttl_only_on_deterministic_tasks(transactional_db: None, tmp_path: Path) -> None:
+    call_command("register_model", "emb", "--source", str(tmp_path), "--task", "feature-extraction",
+                 "--cache-ttl", "300", "--max-batch-queue-size", "100", stdout=StringIO())
+    task = ModelTask.objects.get(model__name="emb")
+    assert (task.cache_ttl_s, task.max_batch_queue_size) == (300, 100)
+    with pytest.raises(CommandError, match="text-generation is not deterministic"):
+        call_command("register_model", "gen", "--source", str(tmp_path), "--task", "text-generation",
+                     "--cache-ttl", "60", stdout=StringIO())
+    with pytest.raises(CommandError, match="max_batch_queue_size .2000. is above max_queue_size .1024."):
+        call_command("register_model", "emb", "--source", str(tmp_path), "--task", "feature-extraction",
+                     "--max-batch-queue-size", "2000", stdout=StringIO())
