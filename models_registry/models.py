@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from pathlib import Path
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -12,6 +11,7 @@ from django.db import models
 from django.utils import timezone
 
 from models_registry.api.errors import InvalidInput
+from models_registry.registry import sources
 from models_registry.registry.task_inputs import SUPPORTED_TASKS, validate_parameters
 
 # Tasks whose answer depends only on the model, the parameters and the input (no sampling).
@@ -47,13 +47,13 @@ class RegisteredModel(models.Model):
         return self.name
 
     def clean(self) -> None:
-        """Reject a device string the workers could not parse, and missing local paths."""
+        """Reject a device string the workers could not parse, missing local paths and malformed hub ids."""
         device = self.device = self.device.strip()  # " cuda" would pass here and fail in the worker
         if device and not (device in {"cpu", "mps", "cuda"} or (device.startswith("cuda:") and device[5:].isdigit())):
             raise ValidationError({"device": "Use cpu, cuda, cuda:N or mps (or leave empty)."})
-        looks_local = self.source.startswith(("/", "./", "~"))
-        if looks_local and not Path(self.source).expanduser().is_dir():
-            raise ValidationError({"source": f"Local directory {self.source!r} does not exist on this machine."})
+        problem = sources.source_problem(self.source)
+        if problem:
+            raise ValidationError({"source": problem})
 
     def default_task(self) -> ModelTask | None:
         """The task served by POST /models/<name>: the first one registered."""

@@ -28,7 +28,7 @@ from models_registry.api.errors import (
 from models_registry.broker import admission, handoff
 from models_registry.observe import metrics
 from models_registry.policy import gate, priority
-from models_registry.registry import lookups
+from models_registry.registry import lookups, sources
 from models_registry.registry.model_state import ModelState, shown_state
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.registry.task_key import TaskKey
@@ -91,7 +91,7 @@ async def _require_serving(spec: ModelSpec, task_name: str) -> float:
     if state is None:
         raise Unavailable(f"no live worker serves model {spec.name!r}")
     if state.get("state") != ModelState.READY:
-        detail = f": {state['error']}" if state.get("error") else ""
+        detail = f": {sources.LOAD_FAILED}" if state.get("state") == ModelState.ERROR else ""
         raise Unavailable(f"model {spec.name!r} is {state.get('state')}{detail}")
     return workers.drain_rates.get(str(TaskKey(spec.name, task_name)), 0.0)
 
@@ -188,10 +188,13 @@ async def send_to_worker(request: HttpRequest, spec: ModelSpec, task_spec: TaskS
 
 
 def _model_summary(spec: ModelSpec, state: dict[str, str] | None) -> dict[str, Any]:
+    """What API clients see of a model: no local path, no raw load error (staff see those in the admin)."""
     status, error = shown_state(spec.enabled, state)
+    if status == ModelState.ERROR:
+        error = sources.LOAD_FAILED
     return {
         "name": spec.name,
-        "source": spec.source,
+        "source": sources.public_source(spec.source),
         "revision": spec.revision,
         "device": spec.device,
         "dtype": spec.dtype,
@@ -205,11 +208,12 @@ def _model_summary(spec: ModelSpec, state: dict[str, str] | None) -> dict[str, A
 
 @api_view("GET")
 async def model_list(request: HttpRequest) -> HttpResponse:
-    """Every registered model with its tasks and live state."""
-    await auth.authorize(request.headers.get("Authorization"), None)
+    """Every registered model this token may use, with its tasks and live state."""
+    grant = await auth.authorize(request.headers.get("Authorization"), None)
     specs = await lookups.get_specs()
     states = (await lookups.get_workers()).model_states
-    return JsonResponse({"models": [_model_summary(s, states.get(n)) for n, s in specs.items()]})
+    return JsonResponse({"models": [_model_summary(s, states.get(n)) for n, s in specs.items()
+                                    if grant is None or grant.allows(n)]})
 
 
 async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
@@ -284,4 +288,3 @@ def api_not_found(request: HttpRequest, exception: Exception | None = None) -> H
 def api_server_error(request: HttpRequest) -> HttpResponse:
     """JSON 500 when Django itself fails (never a stack trace)."""
     return error_response(Internal("internal server error"), getattr(request, "request_id", None))
-

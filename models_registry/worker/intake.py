@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models_registry.api.errors import InvalidInput, Unavailable
+from models_registry.registry import sources
 from models_registry.registry.model_state import ModelState
 from models_registry.worker.model_slots import ModelSlot
 
@@ -43,7 +44,8 @@ def check_servable(request: InferenceRequest, slot: ModelSlot | None, draining: 
     if slot is None:
         raise Unavailable(f"model {model!r} is not served by this worker")
     if slot.state != ModelState.READY:
-        detail = f": {slot.error}" if slot.error else ""
+        # The load error names local paths: it is for the admin (heartbeat), not the client.
+        detail = f": {sources.LOAD_FAILED}" if slot.state == ModelState.ERROR else ""
         raise Unavailable(f"model {model!r} is {slot.state}{detail}")
     if task not in slot.spec.tasks:
         raise Unavailable(f"model {model!r} has no task {task!r} on this worker")

@@ -12,6 +12,7 @@ from django.test import AsyncClient
 
 from models_registry.api import auth
 from models_registry.models import RegisteredModel
+from models_registry.registry import sources
 from tests.django.test_api_views import bearer, db, error_of, post
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
@@ -90,3 +91,38 @@ async def test_a_flood_of_random_bad_tokens_costs_no_database_lookup_each(
     raw = await db(make_token, "new")
     await asyncio.sleep(auth._KNOWN_TTL_S)
     assert (await client.get("/models", headers=bearer(raw))).status_code == 200
+
+
+# --- scoped tokens, and what clients see of sources and load errors ----------------------------
+async def test_a_token_limited_to_one_model_lists_only_that_model(
+        client: AsyncClient, emb: RegisteredModel, make_model: Callable[..., RegisteredModel],
+        make_token: Callable[..., str]) -> None:
+    other = await db(make_model, "other")
+    await db(make_model, "secret")
+    raw = await db(make_token, "other-only", models=[other])
+    listed = (await client.get("/models", headers=bearer(raw))).json()["models"]
+    assert [m["name"] for m in listed] == ["other"]
+    error_of(await client.get("/models/secret", headers=bearer(raw)), 403, "forbidden")
+    everything = await db(make_token, "all")
+    assert [m["name"] for m in (await client.get("/models", headers=bearer(everything))).json()["models"]] == [
+        "emb", "other", "secret"]
+
+
+async def test_local_paths_and_load_errors_stay_out_of_api_answers(
+        client: AsyncClient, token: str, make_model: Callable[..., RegisteredModel],
+        heartbeat: Callable[..., Any]) -> None:
+    model = await db(make_model, "local")
+    model.source = "/etc"
+    await db(model.save)
+    raw_error = "loading '/etc' failed: OSError: /etc does not appear to have a file named config.json"
+    await db(heartbeat, {"local": {"state": "error", "error": raw_error}, "emb": {"state": "ready"}})
+    answers = [await client.get("/models", headers=bearer(token)),
+               await client.get("/models/local", headers=bearer(token)),
+               await post(client, "/models/local", {"inputs": "x"}, token)]
+    for response in answers:
+        assert "/etc" not in response.content.decode(), response.content
+    listed = {m["name"]: m for m in answers[0].json()["models"]}
+    assert listed["local"]["source"] == sources.HIDDEN_SOURCE
+    assert (listed["local"]["state"], listed["local"]["error"]) == ("error", sources.LOAD_FAILED)
+    assert listed["emb"]["source"] == "example/emb"  # hub ids are shown as they are
+    assert sources.LOAD_FAILED in error_of(answers[2], 503, "unavailable")
