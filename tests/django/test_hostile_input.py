@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import AsyncClient
 
 from models_registry.api import auth
@@ -126,3 +128,16 @@ async def test_local_paths_and_load_errors_stay_out_of_api_answers(
     assert (listed["local"]["state"], listed["local"]["error"]) == ("error", sources.LOAD_FAILED)
     assert listed["emb"]["source"] == "example/emb"  # hub ids are shown as they are
     assert sources.LOAD_FAILED in error_of(answers[2], 503, "unavailable")
+
+
+@pytest.mark.parametrize("source", ["../../../etc", "models/../../etc", "foo--bar", "a/b/c", "/no/such/dir"])
+def test_register_model_refuses_a_source_that_is_neither_a_directory_nor_a_hub_id(source: str) -> None:
+    with pytest.raises(CommandError, match="source"):
+        call_command("register_model", "m", "--source", source, "--task", "fill-mask", stdout=io.StringIO())
+    assert not RegisteredModel.objects.filter(name="m").exists()
+
+
+def test_register_model_takes_hub_ids_and_absolute_directories(tmp_path: Any) -> None:
+    for source in ("google-bert/bert-base-uncased", "gpt2", str(tmp_path)):
+        call_command("register_model", "m", "--source", source, "--task", "fill-mask", stdout=io.StringIO())
+        assert RegisteredModel.objects.get(name="m").source == source
