@@ -33,12 +33,10 @@ class InferenceWorker(Worker):
         # Refused here, before any model loads: a layer without leased pulls cannot feed the engine.
         self.layer: WorkLayer = require_work_layer(self.channel_layer)
         from models_registry.inference.model_runner import PipelineRunner  # torch loads here, not at import
-        from models_registry.inference.onnx_backend import OrtSettings
 
         self.runner = PipelineRunner(
             settings.HOSTING_DEVICE, settings.HOSTING_TORCH_THREADS, packing=settings.HOSTING_SEQUENCE_PACKING,
-            torchscript=settings.HOSTING_TORCHSCRIPT,
-            ort=OrtSettings(settings.HOSTING_ONNX_CACHE_DIR, settings.HOSTING_INT8_MIN_COSINE))
+            torchscript=settings.HOSTING_TORCHSCRIPT)
         self.engine: InferenceEngine | None = None
 
     async def handle(self) -> None:
