@@ -7,7 +7,7 @@ PORT ?= 8000
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv run test test-unit bench migrate clean
+.PHONY: venv run test test-fast test-unit bench migrate clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-model.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ run: venv
 ## The whole suite (unit, Django and integration tiers).
 test: venv
 	$(PY) -m pytest
+
+## The edit loop: unit, Django and broker (real Redis) tiers, no model or process starts (~1 min).
+test-fast: venv
+	$(PY) -m pytest tests/unit tests/django tests/broker
 
 test-unit: venv
 	$(PY) -m pytest tests/unit

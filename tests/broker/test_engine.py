@@ -1,0 +1,178 @@
+"""The worker's engine against a real Redis, with a stand-in runner: leased messages in, one answer each out."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from models_registry.broker import admission, messages
+from models_registry.broker.layer import HostingChannelLayer
+from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.worker.batch_loop import ABANDON_CHECK_AFTER_S
+from models_registry.worker.batcher import BatchPolicy
+from models_registry.worker.engine import InferenceEngine
+
+CHANNEL = messages.model_channel("m")
+
+
+class Loaded:
+    """What the runner loads: a device and a token count."""
+
+    device = "cpu"
+
+    def count_tokens(self, item: Any) -> int:
+        return len(str(item).split())
+
+
+class Runner:
+    """Upper-cases its inputs and remembers every batch it ran."""
+
+    default_device = "cpu"
+
+    def __init__(self) -> None:
+        self.batches: list[list[Any]] = []
+
+    def load(self, spec: ModelSpec) -> Loaded:
+        return Loaded()
+
+    def run(self, loaded: Loaded, task: TaskSpec, texts: list[Any], params: list[dict[str, Any]]) -> list[Any]:
+        self.batches.append(list(texts))
+        return [str(t).upper() for t in texts]
+
+
+def spec(enabled: bool = True, max_queue_size: int = 100) -> ModelSpec:
+    task = TaskSpec(name="t", task="text-classification", parameters={}, pooling="mean", normalize=False,
+                    policy=BatchPolicy(max_batch_size=8, max_queue_size=max_queue_size), timeout_s=10.0)
+    return ModelSpec(name="m", source="stand-in", revision="", device="cpu", dtype="float32", enabled=enabled,
+                     tasks={"t": task}, default_task="t")
+
+
+async def until(check: Callable[[], bool], timeout_s: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def no_leases_held(layer: HostingChannelLayer, engine: InferenceEngine, timeout_s: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while await leases_held(layer, engine):
+        assert time.monotonic() < deadline, "leases still held"
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def engine(layer: HostingChannelLayer) -> AsyncIterator[InferenceEngine]:
+    """An engine holding model m (task t, batches of 8, 100 queued items at most), its batch loop not started."""
+    engine = InferenceEngine(layer, Runner())
+    await engine.reconcile({"m": spec()})
+    await until(lambda: engine.ready_models() == ["m"])
+    yield engine
+    engine.shutdown()
+
+
+Send = Callable[..., Awaitable[asyncio.Future[dict[str, Any]]]]
+
+
+@pytest.fixture
+def send(layer: HostingChannelLayer, engine: InferenceEngine) -> Send:
+    """Send a request as a view does (admitted unless told not to), pull it as the worker does: its reply future."""
+
+    async def send_one(request_id: str, inputs: list[Any], model: str = "m", admitted: bool = True
+                       ) -> asyncio.Future[dict[str, Any]]:
+        reply = await layer.new_channel()
+        future = layer.expect_reply(reply)
+        deadline = time.time() + 10
+        if admitted:
+            await admission.admit(layer, model, "t", request_id, len(inputs), deadline, 100)
+        await layer.send(CHANNEL, messages.request_message(
+            request_id=request_id, reply_channel=reply, model=model, task="t", inputs=inputs, parameters={},
+            deadline=deadline))
+        for lease, message in await layer.pull(CHANNEL, engine.worker_id, 10):
+            engine.submit(message, (CHANNEL, lease))
+        return future
+
+    return send_one
+
+
+async def leases_held(layer: HostingChannelLayer, engine: InferenceEngine) -> int:
+    return int(await layer.connection(0).zcard(layer.inflight_key(CHANNEL, engine.worker_id)))
+
+
+async def test_requests_queued_together_run_as_one_batch_and_each_gets_its_answer(
+        layer: HostingChannelLayer, engine: InferenceEngine, send: Send) -> None:
+    futures = [await send("a", ["one", "two"]), await send("b", ["three"])]
+    loop = asyncio.ensure_future(engine.run_batches())
+    try:
+        a, b = await asyncio.wait_for(asyncio.gather(*futures), 3)
+    finally:
+        loop.cancel()
+    assert (a["id"], a["outputs"], a["batch_size"], a["worker"]) == ("a", ["ONE", "TWO"], 3, engine.worker_id)
+    assert (b["id"], b["outputs"], b["error_type"]) == ("b", ["THREE"], None)
+    assert engine.runner.batches == [["one", "two", "three"]]
+
+
+async def test_answered_messages_give_their_leases_back(
+        layer: HostingChannelLayer, engine: InferenceEngine, send: Send) -> None:
+    future = await send("a", ["one"])
+    assert await leases_held(layer, engine) == 1
+    loop = asyncio.ensure_future(engine.run_batches())
+    try:
+        await asyncio.wait_for(future, 3)
+        await no_leases_held(layer, engine)
+    finally:
+        loop.cancel()
+    await engine.drain(1.0)
+    assert engine.pending() == 0
+
+
+async def test_a_full_queue_answers_429_with_retry_after(layer: HostingChannelLayer, engine: InferenceEngine,
+                                                         send: Send) -> None:
+    await engine.reconcile({"m": spec(max_queue_size=2)})
+    first = await send("a", ["one", "two"])
+    refused = await asyncio.wait_for(await send("b", ["three"]), 3)  # the batch loop is not running
+    assert (refused["error_type"], refused["retry_after"]) == ("overloaded", "1")
+    assert "is full (2/2 items)" in refused["error"]
+    assert not first.done()
+    assert engine.stats.rejected == 1
+
+
+async def test_requests_whose_client_left_are_dropped_before_compute(
+        layer: HostingChannelLayer, engine: InferenceEngine, send: Send) -> None:
+    kept = await send("kept", ["one"])
+    await send("gone", ["two"], admitted=False)  # no admission entry: its view has left
+    await asyncio.sleep(ABANDON_CHECK_AFTER_S * 2)  # only requests that waited are checked
+    loop = asyncio.ensure_future(engine.run_batches())
+    try:
+        assert (await asyncio.wait_for(kept, 3))["outputs"] == ["ONE"]
+    finally:
+        loop.cancel()
+    assert engine.runner.batches == [["one"]]
+    assert engine.stats.dropped == 1
+
+
+async def test_a_model_this_worker_does_not_hold_is_answered_503(engine: InferenceEngine, send: Send) -> None:
+    reply = await asyncio.wait_for(await send("a", ["one"], model="other"), 3)
+    assert reply["error_type"] == "unavailable"
+    assert "'other' is not served by this worker" in reply["error"]
+
+
+async def test_disabling_the_model_answers_its_queued_requests_503(engine: InferenceEngine, send: Send) -> None:
+    queued = await send("a", ["one"])
+    await engine.reconcile({"m": spec(enabled=False)})
+    reply = await asyncio.wait_for(queued, 3)
+    assert (reply["error_type"], reply["error"]) == ("unavailable", "model m was disabled or changed")
+    assert engine.ready_models() == []
+
+
+async def test_a_malformed_message_is_dropped_and_its_lease_released(
+        layer: HostingChannelLayer, engine: InferenceEngine) -> None:
+    await layer.send(CHANNEL, {"type": "inference.request", "id": "x"})
+    [(lease, message)] = await layer.pull(CHANNEL, engine.worker_id, 10)
+    assert await leases_held(layer, engine) == 1
+    engine.submit(message, (CHANNEL, lease))
+    await no_leases_held(layer, engine)

@@ -1,0 +1,111 @@
+"""HostingChannelLayer against a real Redis: sends, leased pulls, releases, requeues, replies, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from channels.exceptions import ChannelFull
+
+from models_registry.broker.layer import HostingChannelLayer
+
+WORK = "inference.m"
+
+
+def message(n: int) -> dict[str, object]:
+    return {"type": "inference.request", "id": f"r{n}", "n": n}
+
+
+async def inflight(layer: HostingChannelLayer, channel: str, worker_id: str) -> int:
+    return int(await layer.connection(0).zcard(layer.inflight_key(channel, worker_id)))
+
+
+async def test_pull_leases_messages_in_send_order_and_release_forgets_them(layer: HostingChannelLayer) -> None:
+    for n in range(3):
+        await layer.send(WORK, message(n))
+    pulled = await layer.pull(WORK, "w1", 2)
+    assert [m["n"] for _, m in pulled] == [0, 1]
+    assert await inflight(layer, WORK, "w1") == 2
+    assert [m["n"] for _, m in await layer.pull(WORK, "w2", 5)] == [2]
+    assert await layer.pull(WORK, "w2", 5) == []
+    await layer.release(WORK, "w1", [lease for lease, _ in pulled])
+    assert await inflight(layer, WORK, "w1") == 0
+
+
+async def test_a_full_channel_refuses_the_send(make_layer: Callable[..., HostingChannelLayer]) -> None:
+    layer = make_layer(capacity=2, expiry=60)
+    await layer.send(WORK, message(1))
+    await layer.send(WORK, message(2))
+    with pytest.raises(ChannelFull):
+        await layer.send(WORK, message(3))
+    await layer.pull(WORK, "w1", 1)
+    await layer.send(WORK, message(3))  # a pulled message frees its place
+
+
+async def test_expired_messages_are_never_pulled(make_layer: Callable[..., HostingChannelLayer]) -> None:
+    layer = make_layer(capacity=10, expiry=1)
+    await layer.send(WORK, message(1))
+    await asyncio.sleep(1.1)
+    await layer.send(WORK, message(2))
+    assert [m["n"] for _, m in await layer.pull(WORK, "w1", 10)] == [2]
+
+
+async def test_a_dead_workers_leases_go_back_to_the_channel(layer: HostingChannelLayer) -> None:
+    await layer.announce("dead", 0.2)
+    await layer.announce("alive", 30)
+    for n in range(3):
+        await layer.send(WORK, message(n))
+    await layer.pull(WORK, "dead", 2)
+    await layer.pull(WORK, "alive", 1)
+    assert await layer.recover_dead_workers("other") == 0  # both still alive
+    await asyncio.sleep(0.3)
+    assert await layer.recover_dead_workers("other") == 2
+    assert await inflight(layer, WORK, "dead") == 0
+    assert await inflight(layer, WORK, "alive") == 1
+    assert sorted(m["n"] for _, m in await layer.pull(WORK, "other", 10)) == [0, 1]
+    assert await layer.recover_dead_workers("other") == 0  # forgotten once recovered
+
+
+async def test_retire_gives_back_what_the_worker_still_holds(layer: HostingChannelLayer) -> None:
+    await layer.announce("w1", 30)
+    await layer.send(WORK, message(1))
+    await layer.pull(WORK, "w1", 1)
+    assert await layer.retire("w1") == 1
+    assert [m["n"] for _, m in await layer.pull(WORK, "w2", 1)] == [1]
+
+
+async def test_a_send_rings_the_doorbell_of_an_idle_worker(layer: HostingChannelLayer) -> None:
+    started = time.monotonic()
+    await layer.wait_for_work([WORK], 0.2)  # nothing sent: waits the timeout
+    assert time.monotonic() - started >= 0.15
+    waiting = asyncio.ensure_future(layer.wait_for_work([WORK], 5))
+    await asyncio.sleep(0.05)
+    await layer.send(WORK, message(1))
+    await asyncio.wait_for(waiting, 1)
+
+
+async def test_batched_replies_reach_the_futures_that_await_them(layer: HostingChannelLayer) -> None:
+    channels = [await layer.new_channel() for _ in range(3)]
+    futures = [layer.expect_reply(c) for c in channels]
+    sent = await layer.send_replies([(c, {"type": "inference.result", "id": str(i)}) for i, c in enumerate(channels)])
+    assert sent == 3
+    replies = await asyncio.wait_for(asyncio.gather(*futures), 2)
+    assert [r["id"] for r in replies] == ["0", "1", "2"]
+
+
+async def test_a_reply_nobody_awaits_is_dropped_and_the_next_one_arrives(layer: HostingChannelLayer) -> None:
+    gone, waiting = await layer.new_channel(), await layer.new_channel()
+    layer.expect_reply(gone)
+    layer.forget_reply(gone)  # the view gave up
+    future = layer.expect_reply(waiting)
+    await layer.send_replies([(gone, {"id": "late"}), (waiting, {"id": "wanted"})])
+    assert (await asyncio.wait_for(future, 2))["id"] == "wanted"
+
+
+async def test_replies_over_a_channels_capacity_are_counted_as_not_sent(
+        make_layer: Callable[..., HostingChannelLayer]) -> None:
+    layer = make_layer(capacity=1, expiry=60)
+    channel = await layer.new_channel()
+    assert await layer.send_replies([(channel, {"id": "a"}), (channel, {"id": "b"})]) == 1
