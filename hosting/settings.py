@@ -139,6 +139,9 @@ if EMBEDDED_REDIS:
 
     REDIS_URL = embedded_redis.url(VAR_DIR)
 
+# Batch-priority items are served behind interactive ones until they waited this long.
+HOSTING_BATCH_AGING_S = float(os.environ.get("HOSTING_BATCH_AGING_S", "5"))
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "models_registry.broker.layer.HostingChannelLayer",
@@ -153,6 +156,8 @@ CHANNEL_LAYERS = {
             "capacity": 100_000,
             # Longer than any task's timeout_s, so nothing accepted expires unseen.
             "expiry": 3600,
+            # Batch-priority requests queue behind interactive ones sent up to this much later.
+            "batch_delay_s": HOSTING_BATCH_AGING_S,
         },
     }
 }
@@ -176,8 +181,6 @@ HOSTING_WORKER_MODELS = [m.strip() for m in os.environ.get("HOSTING_WORKER_MODEL
 HOSTING_RATE_LIMITS = _flag("HOSTING_RATE_LIMITS", True)
 # Response cache: results larger than this are not stored (bounds one entry's memory).
 HOSTING_CACHE_MAX_ENTRY_BYTES = int(os.environ.get("HOSTING_CACHE_MAX_ENTRY_BYTES", 256 * 1024))
-# Batch-priority items are served behind interactive ones until they waited this long.
-HOSTING_BATCH_AGING_S = float(os.environ.get("HOSTING_BATCH_AGING_S", "5"))
 # Distinct token names with their own /metrics label; the rest share "other".
 HOSTING_METRICS_MAX_TOKENS = int(os.environ.get("HOSTING_METRICS_MAX_TOKENS", "100"))
 HOSTING_HEARTBEAT_S = 1.0

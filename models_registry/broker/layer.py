@@ -93,9 +93,13 @@ class HostingChannelLayer(RedisChannelLayer):
     _pull_script = LuaScript(_PULL)
     _requeue_script = LuaScript(_REQUEUE)
 
-    def __init__(self, *args: Any, work_prefixes: tuple[str, ...] = ("inference",), **kwargs: Any) -> None:
+    def __init__(self, *args: Any, work_prefixes: tuple[str, ...] = ("inference",), batch_delay_s: float = 0.0,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.work_prefixes = tuple(work_prefixes)
+        # Work channels pop the lowest score first: a batch-priority message is scored this much
+        # later, so it waits behind interactive messages sent up to batch_delay_s after it.
+        self.batch_delay_s = batch_delay_s
         self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._pump: asyncio.Task[None] | None = None
 
@@ -140,11 +144,14 @@ class HostingChannelLayer(RedisChannelLayer):
         if "!" in channel:
             message = {**message, "__asgi_channel__": channel}
         keys = [self._key(channel)]
+        score = time.time()
         if self.is_work_channel(channel):
             keys.append(self.doorbell_key(channel))
+            if message.get("priority") == "batch":
+                score += self.batch_delay_s
         conn = self.connection(self._index(channel))
         sent = await self._send_script(
-            conn, keys, [self.serialize(message), repr(time.time()), int(self.expiry), self.get_capacity(channel)]
+            conn, keys, [self.serialize(message), repr(score), int(self.expiry), self.get_capacity(channel)]
         )
         if not sent:
             raise ChannelFull()

@@ -4,6 +4,8 @@ No asyncio, no Channels, no torch: the caller passes the time in, so every decis
 unit-tested with plain numbers. The engine (worker side) owns one Batcher and calls:
 `submit` when a request arrives, `drop_expired` and `next_batch` when it may start
 work, `next_wakeup` to know how long it may sleep, and `complete` with a batch's results.
+Interactive items go first; a batch-priority item counts as interactive once it has
+waited aging_s, so bulk traffic fills spare room at once and never waits forever.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Key = Hashable  # (model name, task name)
+BATCH = "batch"  # the priority class served behind the others (see policy.priority)
 
 
 class QueueFull(Exception):
@@ -71,6 +74,7 @@ class PendingRequest:
     done: bool = False
     started_at: float | None = None  # when its first item entered a batch
     batch_sizes: list[int] = field(default_factory=list)
+    priority: str = "interactive"
 
 
 @dataclass(eq=False)
@@ -105,10 +109,11 @@ class Batch:
 class Batcher:
     """Per-key FIFO queues closed into batches by size, token budget, delay or idleness."""
 
-    def __init__(self, idle_quiet_s: float = 0.0005) -> None:
+    def __init__(self, idle_quiet_s: float = 0.0005, aging_s: float = 5.0) -> None:
         # An idle device starts at once when nothing arrived for this long: messages of a
         # burst reach the worker one Redis round trip apart, and should share a batch.
         self.idle_quiet_s = idle_quiet_s
+        self.aging_s = aging_s
         self._policies: dict[Key, BatchPolicy] = {}
         self._queues: dict[Key, list[Item]] = {}
         self._last_arrival: dict[Key, float] = {}
@@ -156,6 +161,7 @@ class Batcher:
         now: float,
         deadline: float,
         context: Any = None,
+        priority: str = "interactive",
     ) -> PendingRequest:
         """Queue a request's inputs; raises UnknownKey or QueueFull (nothing queued then)."""
         policy = self.policy(key)
@@ -166,7 +172,7 @@ class Batcher:
             raise QueueFull(key, len(queue), policy.max_queue_size)
         request = PendingRequest(
             id=request_id, key=key, n_items=len(payloads), arrival=now, deadline=deadline,
-            context=context, outputs=[None] * len(payloads), remaining=len(payloads),
+            context=context, outputs=[None] * len(payloads), remaining=len(payloads), priority=priority,
         )
         for index, (payload, cost) in enumerate(zip(payloads, costs)):
             queue.append(Item(request, index, payload, max(1, int(cost)), now, next(self._seq)))
@@ -211,15 +217,16 @@ class Batcher:
     def next_batch(self, now: float, idle: bool = True) -> Batch | None:
         """Close and return the most overdue batch, or None if none is due yet.
 
-        Among due keys the one whose oldest item waited longest goes first, so several
-        models on one worker are served in arrival order and none starves.
+        Among due keys one with interactive (or aged) items goes first, then the one whose
+        oldest such item waited longest, so several models on one worker are served in
+        arrival order and none starves.
         """
-        due = [(q[0].seq, k) for k, q in self._queues.items() if q and self.due_reason(k, now, idle)]
+        due = [(self._rank(q, now), k) for k, q in self._queues.items() if q and self.due_reason(k, now, idle)]
         if not due:
             return None
         _, key = min(due, key=lambda pair: pair[0])
         reason = self.due_reason(key, now, idle) or "idle"
-        items = self._take(key)
+        items = self._take(key, now)
         for item in items:
             if item.request.started_at is None:
                 item.request.started_at = now
@@ -241,19 +248,29 @@ class Batcher:
                 times.append(min(i.request.deadline for i in queue))
         return min(times) if times else None
 
-    def _take(self, key: Key) -> list[Item]:
-        """Pick the items of the next batch: the oldest plus those closest to it in length."""
+    def urgent(self, item: Item, now: float) -> bool:
+        """Interactive, or a batch-priority item that has waited aging_s."""
+        return item.request.priority != BATCH or now - item.arrival >= self.aging_s
+
+    def _rank(self, queue: list[Item], now: float) -> tuple[int, int]:
+        """(0, oldest urgent item's seq) when the queue holds urgent items, else (1, oldest seq)."""
+        first = next((i for i in queue if self.urgent(i, now)), None)
+        return (0, first.seq) if first is not None else (1, queue[0].seq)
+
+    def _take(self, key: Key, now: float) -> list[Item]:
+        """Pick the items of the next batch: the oldest urgent one plus, urgent ones first, those closest in length."""
         queue = self._queues[key]
         policy = self._policies[key]
-        oldest = queue[0]
         if len(queue) <= policy.max_batch_size and (
             not policy.max_batch_tokens or _padded(queue) <= policy.max_batch_tokens
         ):
             self._queues[key] = []
             return list(queue)
-        # Candidates nearest in length to the oldest first: small padding, and the oldest
-        # item always goes, so every item eventually runs.
-        others = sorted(queue[1:], key=lambda i: (abs(i.cost - oldest.cost), i.seq))
+        oldest = next((i for i in queue if self.urgent(i, now)), queue[0])
+        # Urgent candidates first, then those nearest in length to the oldest: small padding,
+        # and the oldest urgent item always goes, so every item eventually runs.
+        others = sorted((i for i in queue if i is not oldest),
+                        key=lambda i: (not self.urgent(i, now), abs(i.cost - oldest.cost), i.seq))
         chosen = [oldest]
         longest = oldest.cost
         for item in others:

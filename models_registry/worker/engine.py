@@ -32,12 +32,13 @@ logger = logging.getLogger(__name__)
 class InferenceEngine:
     """Owns the batcher, the loaded models and the compute thread of one worker."""
 
-    def __init__(self, channel_layer: WorkLayer, runner: Any, serve_models: list[str] | None = None) -> None:
+    def __init__(self, channel_layer: WorkLayer, runner: Any, serve_models: list[str] | None = None,
+                 batch_aging_s: float = 5.0) -> None:
         self.layer = channel_layer
         self.runner = runner
         # No quiet time: the pull loop hands over everything waiting in Redis at once, so an
         # idle device has nothing more to wait for (an idle worker starts at once).
-        self.batcher = Batcher(idle_quiet_s=0.0)
+        self.batcher = Batcher(idle_quiet_s=0.0, aging_s=batch_aging_s)
         self.stats = EngineStats()
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.draining = False
@@ -68,6 +69,7 @@ class InferenceEngine:
                 key, request.id, request.inputs, costs, time.time(), request.deadline,
                 context={"reply": request.reply, "parameters": request.parameters, "lease": lease,
                          "tokens": sum(costs)},
+                priority=request.priority,
             )
         except QueueFull as full:
             self.stats.rejected += 1

@@ -22,6 +22,7 @@ class InferenceRequest:
     inputs: list[Any]
     parameters: dict[str, Any]
     deadline: float
+    priority: str = "interactive"  # or "batch": served behind interactive items (batcher)
 
     @classmethod
     def parse(cls, message: dict[str, Any]) -> InferenceRequest | None:
@@ -31,6 +32,7 @@ class InferenceRequest:
                 id=str(message["id"]), reply=str(message["reply"]), model=str(message["model"]),
                 task=str(message["task"]), inputs=list(message["inputs"]),
                 parameters=dict(message.get("parameters") or {}), deadline=float(message["deadline"]),
+                priority=str(message.get("priority") or "interactive"),
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -33,15 +33,17 @@ class InferenceWorker(Worker):
         # Refused here, before any model loads: a layer without leased pulls cannot feed the engine.
         self.layer: WorkLayer = require_work_layer(self.channel_layer)
         from models_registry.inference.model_runner import PipelineRunner  # torch loads here, not at import
+        from models_registry.inference.onnx_backend import OrtSettings
 
         self.runner = PipelineRunner(
             settings.HOSTING_DEVICE, settings.HOSTING_TORCH_THREADS, packing=settings.HOSTING_SEQUENCE_PACKING,
-            torchscript=settings.HOSTING_TORCHSCRIPT)
+            torchscript=settings.HOSTING_TORCHSCRIPT,
+            ort=OrtSettings(settings.HOSTING_ONNX_CACHE_DIR, settings.HOSTING_INT8_MIN_COSINE))
         self.engine: InferenceEngine | None = None
 
     async def handle(self) -> None:
         """Run until SIGTERM/SIGINT, then stop taking work, drain, give back leases and exit."""
-        engine = InferenceEngine(self.layer, self.runner, settings.HOSTING_WORKER_MODELS)
+        engine = InferenceEngine(self.layer, self.runner, settings.HOSTING_WORKER_MODELS, settings.HOSTING_BATCH_AGING_S)
         self.engine = engine
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

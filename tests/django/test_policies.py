@@ -50,7 +50,7 @@ def broker(redis_server: RedisServer, settings: Any) -> Iterator[str]:
     settings.REDIS_URL = redis_server.url
     settings.CHANNEL_LAYERS = {"default": {
         "BACKEND": "models_registry.broker.layer.HostingChannelLayer",
-        "CONFIG": {"hosts": [{"address": redis_server.url, "socket_timeout": None}]},
+        "CONFIG": {"hosts": [{"address": redis_server.url, "socket_timeout": None}], "batch_delay_s": 5.0},
     }}
     yield redis_server.url
 
@@ -129,6 +129,15 @@ def test_estimate_counts_bytes_and_special_tokens() -> None:
     assert rate_limits.estimate_tokens(["abcd" * 10]) == 12
     assert rate_limits.estimate_tokens(["", "é"]) == 2 + 3  # at least the specials; UTF-8 bytes
     assert rate_limits.estimate_tokens([{"question": "who", "context": "me"}]) == 2 + 2
+
+
+async def test_batch_messages_queue_behind_interactive_ones_sent_later() -> None:
+    layer = get_channel_layer()
+    await layer.send("inference.m", {"type": "inference.request", "id": "bulk", "priority": "batch"})
+    await layer.send("inference.m", {"type": "inference.request", "id": "ui", "priority": "interactive"})
+    await layer.send("inference.m", {"type": "inference.request", "id": "bulk2", "priority": "batch"})
+    pulled = await layer.pull("inference.m", "w1", 3)
+    assert [message["id"] for _, message in pulled] == ["ui", "bulk", "bulk2"]
 
 
 # --- the views -----------------------------------------------------------------------------
