@@ -12,10 +12,13 @@ keeps Django's request/response machinery and URL routing but:
   by the cached loaders that are this path's only database users) and closes the
   response inline;
 - does not hand every 4xx/5xx to django.request's logger in a thread: a 503 under
-  overload is an answer, not a server error, and every request is logged by the view.
+  overload is an answer, not a server error, and every request is logged by the view;
+- refuses a body over the route's limit on its Content-Length header, before reading it,
+  and stops reading a chunked body at the limit (Django would spool all of it first).
 """
 
 import asyncio
+import tempfile
 
 from django.conf import settings
 from django.core.exceptions import RequestAborted
@@ -23,6 +26,33 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import response_for_exception
 from django.test.utils import override_settings
 from django.urls import set_script_prefix, set_urlconf
+
+from models_registry.api.errors import TooLarge, error_response
+from models_registry.api.middleware import request_id_from
+
+MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and headers around an uploaded file
+
+
+class BodyTooLarge(Exception):
+    """The body grew past the route's limit while it was read."""
+
+
+def body_limit(path: str) -> int:
+    """Bytes a request body may have on path: batch input files are larger than inference bodies."""
+    if path.startswith("/v1/files"):
+        return settings.HOSTING_BATCH_MAX_FILE_BYTES + MULTIPART_OVERHEAD
+    return settings.HOSTING_MAX_BODY_BYTES
+
+
+def declared_length(scope: dict) -> int | None:  # type: ignore[type-arg]
+    """The request's Content-Length, if it sent a well-formed one."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
 
 
 class ApiASGIHandler(ASGIHandler):
@@ -48,9 +78,17 @@ class ApiASGIHandler(ASGIHandler):
 
     async def handle(self, scope, receive, send):  # type: ignore[no-untyped-def]
         """Django's handle(), minus the request_started hop, with an inline close."""
+        limit = body_limit(scope["path"])
+        declared = declared_length(scope)
+        if declared is not None and declared > limit:
+            await self._too_large(scope, send, f"request body is {declared} bytes; the limit is {limit}")
+            return
         try:
-            body_file = await self.read_body(receive)
+            body_file = await self.read_limited_body(receive, limit)
         except RequestAborted:
+            return
+        except BodyTooLarge:
+            await self._too_large(scope, send, f"request body is over the limit of {limit} bytes")
             return
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
@@ -93,3 +131,37 @@ class ApiASGIHandler(ASGIHandler):
         if not tasks[1].cancelled() and tasks[1].exception() is None:
             tasks[1].result().close()
         body_file.close()
+
+    async def read_limited_body(self, receive, limit: int):  # type: ignore[no-untyped-def]
+        """Django's read_body, raising BodyTooLarge as soon as more than limit bytes came."""
+        body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                body_file.close()
+                raise RequestAborted()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                body_file.close()
+                raise BodyTooLarge()
+            body_file.write(chunk)
+            if not message.get("more_body", False):
+                break
+        body_file.seek(0)
+        return body_file
+
+    async def _too_large(self, scope, send, message: str) -> None:  # type: ignore[no-untyped-def]
+        """413 without reading (more of) the body; the server closes the connection after it."""
+        headers = dict(scope.get("headers", ()))
+        request_id = request_id_from(headers.get(b"x-request-id", b"").decode("latin-1") or None)
+        if scope["path"].startswith("/v1/"):
+            from models_registry.api.openai_routes import openai_error_response
+
+            response = openai_error_response(TooLarge(message), request_id)
+        else:
+            response = error_response(TooLarge(message), request_id)
+        response["Connection"] = "close"
+        await self.send_response(response, send)
+        response.close()
