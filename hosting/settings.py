@@ -73,6 +73,7 @@ MIDDLEWARE = [
 # each sync MiddlewareMixin costs a thread hop per request on an async view.
 API_MIDDLEWARE = [
     "models_registry.api.middleware.RequestIdMiddleware",
+    "models_registry.api.middleware.ApiGuardMiddleware",
 ]
 API_PATH_PREFIXES = ("/models", "/v1/", "/health", "/ready")
 

@@ -1,4 +1,4 @@
-"""Request ids on every response (async-native: no thread hop on the inference path)."""
+"""The API's middleware: request ids, and the guards every API answer gets (async-native: no thread hop)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.core.exceptions import DisallowedHost
+
+from models_registry.api.errors import InvalidInput, error_response
 
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
@@ -44,4 +47,3 @@ class RequestIdMiddleware:
         response: Any = await self.get_response(request)
         response["X-Request-Id"] = request.request_id
         return response
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -50,3 +51,39 @@ async def test_a_chunked_body_is_cut_off_at_the_limit(settings: Any) -> None:
     status, body, read = await serve("/models/any", [(b"transfer-encoding", b"chunked")], chunks=1 << 14)
     assert status == 413 and body["error_type"] == "too_large"
     assert read <= 1024 * 1024 // CHUNK + 1, f"read {read} chunks of a body over the limit"
+
+
+async def get(path: str, host: bytes) -> tuple[int, dict[bytes, bytes]]:
+    """(status, headers) of a GET through the API handler."""
+    sent: list[dict[str, Any]] = []
+    calls = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            await asyncio.Event().wait()  # the client stays connected until the handler is done
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    request = {**scope(path, [(b"host", host)]), "method": "GET"}
+    await ApiASGIHandler()(request, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    return start["status"], {name.lower(): value for name, value in start["headers"]}
+
+
+@pytest.mark.parametrize("path", ["/models", "/v1/models", "/models/any"])
+async def test_api_paths_refuse_a_host_not_in_allowed_hosts(path: str, settings: Any) -> None:
+    settings.ALLOWED_HOSTS = ["api.example"]
+    status, headers = await get(path, b"evil.example")
+    assert status == 400 and headers[b"x-content-type-options"] == b"nosniff"
+    assert (await get(path, b"api.example"))[0] == 401  # past the host check: no token sent
+
+
+async def test_probes_answer_any_host_and_every_answer_has_nosniff(settings: Any) -> None:
+    settings.ALLOWED_HOSTS = ["api.example"]
+    status, headers = await get("/health", b"10.1.2.3:8000")  # a kubelet probe uses the pod's IP
+    assert status == 200
+    assert headers[b"x-content-type-options"] == b"nosniff" and b"x-request-id" in headers
