@@ -47,3 +47,32 @@ class RequestIdMiddleware:
         response: Any = await self.get_response(request)
         response["X-Request-Id"] = request.request_id
         return response
+
+
+
+# Probes reach a pod by its IP, which no ALLOWED_HOSTS lists; they answer nothing private.
+PROBE_PATHS = ("/health", "/ready")
+
+
+class ApiGuardMiddleware:
+    """ALLOWED_HOSTS on the API paths (Django checks it only in CommonMiddleware) and nosniff on every answer."""
+
+    async_capable = True
+    sync_capable = False
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        self.get_response = get_response
+        markcoroutinefunction(self)
+
+    async def __call__(self, request: Any) -> Any:
+        if not request.path.startswith(PROBE_PATHS):
+            try:
+                request.get_host()
+            except DisallowedHost:
+                response: Any = error_response(InvalidInput("this server does not answer for that Host header"),
+                                               getattr(request, "request_id", None))
+                response["X-Content-Type-Options"] = "nosniff"
+                return response
+        response = await self.get_response(request)
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
