@@ -172,6 +172,10 @@ HOSTING_TORCH_THREADS = int(os.environ["HOSTING_TORCH_THREADS"]) if os.environ.g
 HOSTING_SEQUENCE_PACKING = _flag("HOSTING_SEQUENCE_PACKING", True)
 # On CPU, packed forwards run through a TorchScript trace where it reproduces the eager outputs.
 HOSTING_TORCHSCRIPT = _flag("HOSTING_TORCHSCRIPT", True)
+# Exported ONNX encoders (and their int8 copies), shared by every worker on the machine and kept across restarts.
+HOSTING_ONNX_CACHE_DIR = Path(os.environ.get("HOSTING_ONNX_CACHE_DIR", VAR_DIR / "onnx"))
+# dtype int8 is refused at load when a sample's minimum cosine to the fp32 vectors falls under this.
+HOSTING_INT8_MIN_COSINE = float(os.environ.get("HOSTING_INT8_MIN_COSINE", "0.99"))
 # Scheduling niceness the worker adds to itself (0 = none): web processes on the same cores go first.
 HOSTING_WORKER_NICE = int(os.environ.get("HOSTING_WORKER_NICE", "5"))
 HOSTING_METRICS_TOKEN = os.environ.get("HOSTING_METRICS_TOKEN", "")

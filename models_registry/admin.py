@@ -141,7 +141,8 @@ class RegisteredModelAdmin(admin.ModelAdmin):
 
     inlines = [ModelTaskInline]
     list_display = ("name", "short_source", "enabled", "live_state", "queue_depth", "throughput", "task_names",
-                    "device", "dtype")
+                    "device", "dtype", "live_backend")
+    readonly_fields = ("live_backend",)
     list_filter = ("enabled",)
     search_fields = ("name", "source")
     actions = ["enable", "disable", "load_now", "run_test_input"]
@@ -154,6 +155,22 @@ class RegisteredModelAdmin(admin.ModelAdmin):
         """Read the heartbeats once per page, not once per row."""
         self._states = _live_states()
         return super().changelist_view(request, extra_context)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> Any:
+        """Read the heartbeats for the backend the workers chose."""
+        self._states = _live_states()
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    @admin.display(description="backend in use")
+    def live_backend(self, obj: RegisteredModel) -> str:
+        """The embedding backend the workers' load check chose (configured: obj.backend), why, and int8's cosine."""
+        best = best_report(getattr(self, "_states", {}).get(obj.name, {}).get("states", [])) or {}
+        if not best.get("backend"):
+            return f"{obj.backend} (not loaded yet)"
+        shown = best["backend"] + (f" ({best['backend_reason']})" if best.get("backend_reason") else "")
+        cosine = best.get("int8_cosine")
+        return shown + (f", cosine to fp32 min {cosine['min']:.4f} / median {cosine['median']:.4f}" if cosine else "")
 
     @admin.display(description="state")
     def live_state(self, obj: RegisteredModel) -> str:

@@ -22,7 +22,8 @@ CACHEABLE_TASKS = ("feature-extraction", "fill-mask", "text-classification", "to
 class RegisteredModel(models.Model):
     """A model the server hosts: where its weights come from and where it runs."""
 
-    DTYPES = [(d, d) for d in ("auto", "float32", "float16", "bfloat16")]
+    DTYPES = [(d, d) for d in ("auto", "float32", "float16", "bfloat16", "int8")]
+    BACKENDS = [(b, b) for b in ("auto", "torch", "onnxruntime")]
 
     name = models.SlugField(max_length=100, unique=True, help_text="Used in URLs: /models/<name>.")
     source = models.CharField(
@@ -32,7 +33,14 @@ class RegisteredModel(models.Model):
     device = models.CharField(
         max_length=20, blank=True, help_text="cpu, cuda, cuda:1, mps; empty = the worker's HOSTING_DEVICE."
     )
-    dtype = models.CharField(max_length=10, choices=DTYPES, default="auto")
+    dtype = models.CharField(
+        max_length=10, choices=DTYPES, default="auto",
+        help_text="int8: dynamic quantization on ONNX Runtime (CPU), refused at load if its vectors stray from fp32.",
+    )
+    backend = models.CharField(
+        max_length=20, choices=BACKENDS, default="auto",
+        help_text="Embedding forwards: auto = ONNX Runtime on CPU when its outputs match torch's at load, else torch.",
+    )
     enabled = models.BooleanField(default=True)
     load_generation = models.PositiveIntegerField(
         default=0, editable=False, help_text="Bumped by the admin's 'Load now': workers reload the model."
@@ -51,6 +59,10 @@ class RegisteredModel(models.Model):
         device = self.device = self.device.strip()  # " cuda" would pass here and fail in the worker
         if device and not (device in {"cpu", "mps", "cuda"} or (device.startswith("cuda:") and device[5:].isdigit())):
             raise ValidationError({"device": "Use cpu, cuda, cuda:N or mps (or leave empty)."})
+        if self.dtype == "int8" and self.backend == "torch":
+            raise ValidationError({"dtype": "int8 runs on ONNX Runtime: set backend to auto or onnxruntime."})
+        if self.dtype == "int8" and device not in {"", "cpu"}:
+            raise ValidationError({"dtype": "int8 runs on the CPU only: set device to cpu (or leave it empty)."})
         problem = sources.source_problem(self.source)
         if problem:
             raise ValidationError({"source": problem})

@@ -198,12 +198,23 @@ def _model_summary(spec: ModelSpec, state: dict[str, str] | None) -> dict[str, A
         "revision": spec.revision,
         "device": spec.device,
         "dtype": spec.dtype,
+        "backend": spec.backend,
+        **_active_backend(state),
         "enabled": spec.enabled,
         "state": status,
         "error": error,
         "default_task": spec.default_task,
         "tasks": list(spec.tasks),
     }
+
+
+def _active_backend(state: dict[str, Any] | None) -> dict[str, Any]:
+    """What a worker's load check chose for the embedding forwards, and int8's cosine to fp32 (the reason: admin)."""
+    state = state or {}
+    shown = {"active_backend": state.get("backend", "")}
+    if "int8_cosine" in state:
+        shown["int8_cosine"] = state["int8_cosine"]
+    return shown
 
 
 @api_view("GET")
@@ -250,6 +261,7 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "worker": f"{w.host}:{w.pid}",
             "device": (w.models_state or {})[name].get("device", ""),
             "state": (w.models_state or {})[name].get("state", ""),
+            "backend": (w.models_state or {})[name].get("backend", ""),
             "served_items": (w.models_state or {})[name].get("served", {}),
             "last_seen": w.last_seen.isoformat(),
         }

@@ -74,7 +74,7 @@ def _pack_and_pool(loaded: LoadedModel, pipe: Any, task: TaskSpec, ids: list[lis
     model, tokenizer = pipe.model, pipe.tokenizer
     pooled = None if task.pooling == "none" else torch.zeros(len(ids), model.config.hidden_size, device=model.device)
     tokens: list[Any] = [None] * len(ids)
-    for forward in packing.plan_packing([len(x) for x in ids]):
+    for forward in packing.plan_packing([len(x) for x in ids], row_tokens=loaded.pack_row_tokens):
         inputs, owner = packed_inputs(forward, ids, types, loaded.pack_position_offset or 0,
                                       tokenizer.pad_token_id or 0, model.device, model.dtype)
         hidden = loaded.packed_encoder(inputs)

@@ -19,14 +19,17 @@ from transformers import (
     pipeline,
 )
 
-from models_registry.inference import ranking, trace
+from models_registry.inference import onnx_backend, ranking, trace
 from models_registry.inference.packed_forward import eager_encoder, packed_position_offset
+from models_registry.inference.packing import DEFAULT_ROW_TOKENS
 from models_registry.inference.task_common import ModelBundle
 from models_registry.registry.specs import ModelSpec
 
 logger = logging.getLogger(__name__)
 
-DTYPES: dict[str, Any] = {"auto": "auto", "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# int8 is an ONNX Runtime copy of the float32 model: torch loads float32 for it.
+DTYPES: dict[str, Any] = {"auto": "auto", "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                          "int8": torch.float32}
 # Task kinds transformers 5 has no pipeline for: a model class and its tokenizer instead.
 BUNDLE_CLASSES: dict[str, Any] = {
     "question-answering": AutoModelForQuestionAnswering,
@@ -47,7 +50,9 @@ class LoadedModel:
     # First position id of a packed input; None where packing did not reproduce the model's
     # own outputs at load (causal models, models that take no position ids...).
     pack_position_offset: int | None = None
-    packed_encoder: Any = None  # inputs -> last hidden state for packed forwards (eager, or its TorchScript trace)
+    packed_encoder: Any = None  # inputs -> last hidden state for packed forwards (eager, its trace, or ONNX Runtime)
+    pack_row_tokens: int = DEFAULT_ROW_TOKENS  # row width the packed encoder is fastest at
+    backend: dict[str, Any] = field(default_factory=lambda: {"backend": "torch"})  # what the heartbeat reports
 
     def count_tokens(self, item: str | dict[str, str]) -> int:
         """Tokens an input becomes (capped at the model's length), for batch packing.
@@ -92,7 +97,8 @@ def load_pipeline(task: str, source: str, revision: str | None, device: str, dty
     return pipe
 
 
-def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript: bool) -> LoadedModel:
+def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript: bool,
+               ort: onnx_backend.OrtSettings | None = None) -> LoadedModel:
     """Load every pipeline task kind the model's tasks use, and prepare packed embeddings (blocking, may raise)."""
     device = resolve_device(spec.device or default_device)
     loaded = LoadedModel(spec=spec, device=device)
@@ -111,16 +117,25 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
         loaded.max_tokens = limit if isinstance(limit, int) and 0 < limit < 100_000 else 512
     embedder = loaded.pipelines.get("feature-extraction")
     if embedder is not None and packing:
-        _prepare_packing(loaded, embedder, torchscript and device == "cpu")
+        _prepare_packing(loaded, embedder, torchscript and device == "cpu", ort)
+    elif spec.dtype == "int8":
+        raise ValueError("dtype int8 serves packed embeddings only: it needs a feature-extraction task "
+                         "and sequence packing on (HOSTING_SEQUENCE_PACKING)")
     return loaded
 
 
-def _prepare_packing(loaded: LoadedModel, embedder: Any, torchscript: bool) -> None:
-    """Packed embeddings where they reproduce the model's own outputs; traced where the trace does too."""
+def _prepare_packing(loaded: LoadedModel, embedder: Any, torchscript: bool, ort: onnx_backend.OrtSettings | None) -> None:
+    """Packed embeddings where they reproduce the model's own outputs: on ONNX Runtime, else traced, else eager."""
     name = loaded.spec.name
     loaded.pack_position_offset = packed_position_offset(embedder.model, embedder.tokenizer)
     logger.info("model %s: sequence packing %s", name,
                 "on" if loaded.pack_position_offset is not None else "off (outputs differ; padded batches)")
+    encoder, report = onnx_backend.choose_encoder(loaded.spec, loaded.device, embedder, loaded.pack_position_offset, ort)
+    loaded.backend = report.as_state()
+    logger.info("model %s: packed embeddings on %s%s", name, report.backend, f" ({report.reason})" if report.reason else "")
+    if encoder is not None:
+        loaded.packed_encoder, loaded.pack_row_tokens = encoder, encoder.row_tokens
+        return
     if loaded.pack_position_offset is None:
         return
     loaded.packed_encoder = eager_encoder(embedder.model)

@@ -18,6 +18,7 @@ from models_registry.api.errors import HostingError, Internal
 from models_registry.inference import encoder_tasks, generation, ranking
 from models_registry.inference.embeddings import embed
 from models_registry.inference.loading import LoadedModel, load_model
+from models_registry.inference.onnx_backend import OrtSettings
 from models_registry.inference.question_answering import question_answering
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.worker.batcher import ItemFailure
@@ -41,16 +42,17 @@ class PipelineRunner:
     """Builds transformers pipelines and runs batches of inputs through them."""
 
     def __init__(self, default_device: str = "cpu", torch_threads: int | None = None, packing: bool = True,
-                 torchscript: bool = True) -> None:
+                 torchscript: bool = True, ort: OrtSettings | None = None) -> None:
         self.default_device = default_device
         self.packing = packing
         self.torchscript = torchscript
+        self.ort = ort  # None: packed embeddings stay on torch
         if torch_threads:
             torch.set_num_threads(torch_threads)
 
     def load(self, spec: ModelSpec) -> LoadedModel:
         """Load every pipeline task kind the model's tasks use, then warm up (blocking, may raise)."""
-        loaded = load_model(spec, self.default_device, packing=self.packing, torchscript=self.torchscript)
+        loaded = load_model(spec, self.default_device, packing=self.packing, torchscript=self.torchscript, ort=self.ort)
         self._warm_up(loaded)
         return loaded
 

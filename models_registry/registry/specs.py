@@ -36,10 +36,11 @@ class ModelSpec:
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
     default_task: str = ""
     load_generation: int = 0
+    backend: str = "auto"  # auto, torch, onnxruntime: what runs the embedding forwards
 
-    def load_key(self) -> tuple[str, str, str, str, int]:
+    def load_key(self) -> tuple[str, str, str, str, int, str]:
         """What forces a reload when it changes."""
-        return (self.source, self.revision, self.device, self.dtype, self.load_generation)
+        return (self.source, self.revision, self.device, self.dtype, self.load_generation, self.backend)
 
 
 def read_specs() -> dict[str, ModelSpec]:
@@ -72,6 +73,6 @@ def read_specs() -> dict[str, ModelSpec]:
             name=model.name, source=model.source, revision=model.revision, device=model.device,
             dtype=model.dtype, enabled=model.enabled, tasks=task_specs,
             default_task=tasks[0].name if tasks else "",
-            load_generation=model.load_generation,
+            load_generation=model.load_generation, backend=model.backend,
         )
     return specs

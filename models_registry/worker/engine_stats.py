@@ -55,6 +55,7 @@ def models_report(slots: ModelSlots, stats: EngineStats, rates: dict[str, float]
             "state": slot.state.value,
             "error": slot.error,
             "device": getattr(slot.loaded, "device", ""),
+            **(slot.loaded.backend if slot.loaded is not None else {}),
             "tasks": list(slot.spec.tasks),
             "drain_rates": {t: rates.get(str(TaskKey(name, t)), 0.0) for t in slot.spec.tasks},
             "served": {t: stats.completed.get(str(TaskKey(name, t)), 0) for t in slot.spec.tasks},

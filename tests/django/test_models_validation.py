@@ -87,7 +87,16 @@ def test_name_must_be_a_slug() -> None:
 
 
 def test_dtype_must_be_one_of_the_choices() -> None:
-    assert "dtype" in errors_of(RegisteredModel(name="m", source="org/m", dtype="int8"))
+    assert "dtype" in errors_of(RegisteredModel(name="m", source="org/m", dtype="int4"))
+    assert "backend" in errors_of(RegisteredModel(name="m", source="org/m", backend="tensorrt"))
+
+
+def test_int8_needs_onnxruntime_on_the_cpu() -> None:
+    assert errors_of(RegisteredModel(name="m", source="org/m", dtype="int8")) == {}
+    assert errors_of(RegisteredModel(name="m", source="org/m", dtype="int8", backend="onnxruntime", device="cpu")) == {}
+    torch_only = errors_of(RegisteredModel(name="m", source="org/m", dtype="int8", backend="torch"))
+    assert torch_only == {"dtype": ["int8 runs on ONNX Runtime: set backend to auto or onnxruntime."]}
+    assert "CPU only" in errors_of(RegisteredModel(name="m", source="org/m", dtype="int8", device="cuda"))["dtype"][0]
 
 
 def test_names_are_unique(model: RegisteredModel) -> None:

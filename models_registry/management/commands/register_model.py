@@ -35,6 +35,8 @@ class Command(BaseCommand):
                             help="seconds results stay in the response cache (0 = off; deterministic tasks)")
         parser.add_argument("--device", default=None)
         parser.add_argument("--dtype", default=None, choices=[d for d, _ in RegisteredModel.DTYPES])
+        parser.add_argument("--backend", default=None, choices=[b for b, _ in RegisteredModel.BACKENDS],
+                            help="embedding forwards: auto (ONNX Runtime on CPU when it matches torch), torch, onnxruntime")
         parser.add_argument("--pooling", choices=["mean", "cls", "none"])
         parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                             help="L2-normalize feature-extraction vectors (--no-normalize turns it off)")
@@ -49,7 +51,7 @@ class Command(BaseCommand):
         with transaction.atomic():
             model = RegisteredModel.objects.filter(name=options["name"]).first() or RegisteredModel(name=options["name"])
             model.source = options["source"]
-            for field in ("revision", "device", "dtype"):
+            for field in ("revision", "device", "dtype", "backend"):
                 if options[field] is not None:
                     setattr(model, field, options[field])
             if options["disabled"]:

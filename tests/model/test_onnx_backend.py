@@ -1,0 +1,133 @@
+"""The ONNX Runtime backend: exported once into the cache, equal to torch's vectors, int8 refused under its floor."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.worker.batcher import BatchPolicy
+from tests import model_factory
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+from models_registry.inference import onnx_backend, onnx_export  # noqa: E402
+from models_registry.inference.model_runner import PipelineRunner  # noqa: E402
+from models_registry.inference.onnx_backend import OrtEncoder, OrtSettings  # noqa: E402
+
+WORDS = "the model server exports its encoder once and every worker reads the same file".split()
+
+
+def _spec(source: Path, backend: str = "onnxruntime", dtype: str = "float32", pooling: str = "mean") -> ModelSpec:
+    task = TaskSpec(name="embed", task="feature-extraction", parameters={}, pooling=pooling, normalize=True,
+                    policy=BatchPolicy(max_batch_size=64), timeout_s=30.0)
+    return ModelSpec(name="m", source=str(source), revision="", device="cpu", dtype=dtype, enabled=True,
+                     tasks={"embed": task}, default_task="embed", backend=backend)
+
+
+def _sentences() -> list[str]:
+    rng = random.Random(5)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 40))) for _ in range(30)]
+    texts.append(" ".join(WORDS * 50))  # truncated at the model's length
+    return texts
+
+
+def _arrays(outputs: list) -> list[np.ndarray]:
+    return [np.frombuffer(raw, dtype="<f4").reshape(shape) for raw, shape in outputs]
+
+
+@pytest.fixture(scope="module")
+def minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("onnx-cache")  # one MiniLM export for the whole module
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return model_factory.build_masked_lm(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls", "none"])
+def test_onnx_vectors_equal_torch_on_minilm(minilm_cache: Path, pooling: str) -> None:
+    spec = _spec(model_factory.minilm_path(), pooling=pooling)
+    ort = PipelineRunner(ort=OrtSettings(minilm_cache)).load(spec)
+    eager = PipelineRunner(torchscript=False).load(replace(spec, backend="torch"))
+    assert isinstance(ort.packed_encoder, OrtEncoder) and ort.backend == {"backend": "onnxruntime"}
+    assert not isinstance(eager.packed_encoder, OrtEncoder)
+    texts, task = _sentences(), spec.tasks["embed"]
+    got = _arrays(PipelineRunner().run(ort, task, texts, [{}] * len(texts)))
+    want = _arrays(PipelineRunner().run(eager, task, texts, [{}] * len(texts)))
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, atol=2e-5)
+
+
+def test_export_is_cached_and_reused(tmp_path: Path, tiny_bert: Path) -> None:
+    runner = PipelineRunner(ort=OrtSettings(tmp_path))
+    first = runner.load(_spec(tiny_bert))
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    exported = folder / "model.onnx"
+    stamp = exported.stat().st_mtime_ns
+    second = runner.load(_spec(tiny_bert))
+    assert exported.stat().st_mtime_ns == stamp  # read back, not exported again
+    assert not list(folder.glob("*.tmp"))
+    texts, task = _sentences()[:8], _spec(tiny_bert).tasks["embed"]
+    np.testing.assert_allclose(np.array(_arrays(runner.run(first, task, texts, [{}] * 8))),
+                               np.array(_arrays(runner.run(second, task, texts, [{}] * 8))), atol=1e-6)
+
+
+def test_cache_key_follows_the_model_files(tmp_path: Path, tiny_bert: Path) -> None:
+    from transformers import AutoConfig
+
+    class _Model:
+        config = AutoConfig.from_pretrained(str(tiny_bert))
+
+    before = onnx_export.cache_key(str(tiny_bert), "", _Model())
+    assert before == onnx_export.cache_key(str(tiny_bert), "", _Model())
+    assert before != onnx_export.cache_key(str(tiny_bert), "v2", _Model())
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for file in tiny_bert.iterdir():
+        (copy / file.name).write_bytes(file.read_bytes())
+    (copy / "config.json").write_text((tiny_bert / "config.json").read_text() + "\n")
+    assert onnx_export.cache_key(str(copy), "", _Model()) != before
+
+
+def test_a_broken_export_falls_back_to_torch_with_the_reason(tmp_path: Path, tiny_bert: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    def differs(*args: object) -> None:
+        raise ValueError("ONNX outputs differ from torch's by 0.5 (relative)")
+
+    monkeypatch.setattr(onnx_backend, "check_encoder", differs)
+    loaded = PipelineRunner(ort=OrtSettings(tmp_path)).load(_spec(tiny_bert, backend="auto"))
+    assert not isinstance(loaded.packed_encoder, OrtEncoder)
+    assert loaded.backend == {"backend": "torch", "backend_reason": "ValueError: ONNX outputs differ from torch's by 0.5 (relative)"}
+
+
+def test_backend_torch_and_no_packing_keep_torch(tmp_path: Path, tiny_bert: Path) -> None:
+    loaded = PipelineRunner(ort=OrtSettings(tmp_path)).load(_spec(tiny_bert, backend="torch"))
+    assert loaded.backend["backend"] == "torch" and not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match="int8 serves packed embeddings only"):
+        PipelineRunner(packing=False, ort=OrtSettings(tmp_path)).load(_spec(tiny_bert, dtype="int8"))
+
+
+def test_int8_reports_its_cosines(tmp_path: Path, tiny_bert: Path) -> None:
+    loaded = PipelineRunner(ort=OrtSettings(tmp_path, int8_min_cosine=0.5)).load(_spec(tiny_bert, dtype="int8"))
+    cosine = loaded.backend["int8_cosine"]
+    assert loaded.backend["backend"] == "onnxruntime" and 0.5 <= cosine["min"] <= cosine["median"] <= 1.0
+    assert loaded.backend["backend_reason"] == "int8: every matrix product"
+    assert (next(p for p in tmp_path.iterdir() if p.is_dir()) / "model-int8.onnx").is_file()
+    texts = _sentences()[:6]
+    vectors = _arrays(PipelineRunner().run(loaded, loaded.spec.tasks["embed"], texts, [{}] * 6))
+    assert all(v.shape == (32,) and abs(float(np.linalg.norm(v)) - 1) < 1e-4 for v in vectors)
+
+
+def test_int8_is_refused_under_the_floor(minilm_cache: Path) -> None:
+    runner = PipelineRunner(ort=OrtSettings(minilm_cache, int8_min_cosine=0.9999))
+    with pytest.raises(onnx_backend.Int8Refused, match="under the floor of 0.9999") as refused:
+        runner.load(_spec(model_factory.minilm_path(), dtype="int8"))
+    # Both copies were tried: every product in int8, then the cautious one.
+    assert "every matrix product: minimum 0.9" in str(refused.value) and "first layer in float: minimum" in str(refused.value)
