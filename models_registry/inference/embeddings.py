@@ -1,13 +1,12 @@
 """The feature-extraction run: tokenize, forward and pool directly, packed where the model allows.
 
-The pipeline's own per-item postprocess halved throughput; here a batch becomes packed
-rows (or length-sorted padded micro-batches) and pooled vectors as float32 bytes.
+The pipeline's own postprocess runs per item, which costs as much as the forward on small
+inputs; here a batch becomes packed rows (or length-sorted padded micro-batches) and
+pooled vectors as float32 bytes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -16,13 +15,12 @@ from models_registry.api.errors import InvalidInput
 from models_registry.inference import packing
 from models_registry.inference.loading import LoadedModel
 from models_registry.inference.packed_forward import packed_inputs
+from models_registry.inference.task_common import cpu_threads_for
 from models_registry.registry.specs import TaskSpec
 
-# Forwards of fewer real tokens run on one CPU thread: measured on 2 cores with MiniLM, one
-# to four sentences took 1.2-1.3x longer on two threads (waking the second thread for every
-# small matrix costs more than it saves); from about eight sentences two threads win.
-SMALL_FORWARD_TOKENS = 128
-MICRO_BATCH = 16  # sentences per forward pass inside a worker batch (measured: 8-16 best on CPU)
+# Sentences per padded forward inside a worker batch: larger micro-batches pad more, smaller
+# ones pay the per-forward cost more often (8-16 is the best range on CPU in bench runs).
+MICRO_BATCH = 16
 
 
 def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], params: dict[str, Any]) -> list[Any]:
@@ -48,7 +46,7 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
     if loaded.pack_position_offset is not None:
         return _embed_packed(loaded, pipe, task, texts, direction, normalize)
     # Sorted by length and run in micro-batches: each forward pads only to its own
-    # longest input (padding was the biggest waste in mixed-length batches).
+    # longest input, where one padded forward would pad every input to the batch's longest.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     results: list[Any] = [None] * len(texts)
     for start in range(0, len(order), MICRO_BATCH):
@@ -121,20 +119,6 @@ def _tokenize(tokenizer: Any, texts: list[str], direction: str, **options: Any) 
         return tokenizer(texts, truncation=True, **options)
     finally:
         tokenizer.truncation_side = previous_side
-
-
-@contextmanager
-def cpu_threads_for(tokens: int, device: Any) -> Iterator[None]:
-    """One torch thread for a small CPU forward, the configured number otherwise."""
-    threads = torch.get_num_threads()
-    if tokens >= SMALL_FORWARD_TOKENS or threads <= 1 or getattr(device, "type", device) != "cpu":
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _token_vectors(tokens: Any, normalize: bool) -> list[Any]:

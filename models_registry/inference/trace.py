@@ -1,12 +1,9 @@
 """A TorchScript trace of an encoder's packed forward, for CPU workers.
 
-Measured with MiniLM on one CPU thread, packed batches of 1 / 12 / 20 sentences, through
-the runner: 16.4 / 85.6 / 147.1 ms traced against 18.0 / 99.6 / 154.3 ms eager (while
-the test suite also ran; interleaved rounds). The gain is the per-forward Python cost of
-the model's modules, which small batches (and one client alone) pay in full. The trace
-shares the model's weights: +26 MiB for MiniLM, where freezing it (torch.jit.freeze:
-15.2 / 86.4 / 163.1 ms, no faster overall) copied them (+74 MiB). A trace that does not
-reproduce the eager outputs on inputs of another shape is thrown away at load.
+The trace saves the per-forward Python cost of the model's modules, which small batches
+(and one client alone) pay in full. It shares the model's weights; freezing it
+(torch.jit.freeze) would copy them for no overall gain. A trace that does not reproduce
+the eager outputs on inputs of another shape is thrown away at load.
 """
 
 from __future__ import annotations

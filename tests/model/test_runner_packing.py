@@ -86,7 +86,7 @@ def test_causal_model_keeps_padded_batches(tmp_path: Path) -> None:
 
 
 def test_small_cpu_forwards_run_on_one_thread_and_restore_the_setting() -> None:
-    from models_registry.inference.embeddings import SMALL_FORWARD_TOKENS, cpu_threads_for
+    from models_registry.inference.task_common import SMALL_FORWARD_TOKENS, cpu_threads_for
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)
