@@ -22,9 +22,11 @@ case "$role" in
         shift
         # All interfaces: inside a container that is the only way to be reachable;
         # what the host exposes is decided by the port mapping.
-        # keep-alive longer than load balancers keep idle connections (60 s is common)
+        # keep-alive longer than load balancers keep idle connections (60 s is common);
+        # the guarded protocol closes slow clients (HOSTING_HEADER_TIMEOUT_S,
+        # HOSTING_BODY_TIMEOUT_S, HOSTING_MAX_CONNECTIONS; see hosting/http_protocol.py)
         exec uvicorn hosting.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" \
-            --timeout-keep-alive 75 "$@"
+            --timeout-keep-alive 75 --http hosting.http_protocol:GuardedHttpToolsProtocol "$@"
         ;;
     worker)
         shift

