@@ -214,6 +214,8 @@ class Stack:
             "REDIS_URL": redis_url,
             "SECRET_KEY": "integration-tests-" + uuid.uuid4().hex,
             "HOSTING_VAR_DIR": str(workdir / "var"),
+            # Every stack reuses one export per model (keyed on the model's files): MiniLM's takes seconds.
+            "HOSTING_ONNX_CACHE_DIR": str(ROOT / "test-artifacts" / "onnx-cache"),
             "HF_HUB_OFFLINE": "1",
             "HF_HUB_DISABLE_PROGRESS_BARS": "1",
             "TOKENIZERS_PARALLELISM": "false",

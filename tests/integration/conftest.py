@@ -14,6 +14,7 @@ MINILM = "minilm"
 MLM = "tiny-mlm"
 CLS = "tiny-cls"
 RANKER = "tiny-ranker"
+MINILM_ORT = "minilm-ort"  # MiniLM with backend onnxruntime named explicitly
 
 
 @pytest.fixture(scope="session")
@@ -40,11 +41,14 @@ def stack(tiny_models: dict[str, Path]) -> Iterator[Stack]:
                        "--max-batch-size", "8", "--timeout", "60")
         running.manage("register_model", RANKER, "--source", str(tiny_models[RANKER]), "--task", "text-ranking",
                        "--max-batch-size", "16", "--timeout", "60")
+        running.manage("register_model", MINILM_ORT, "--source", str(model_factory.minilm_path()),
+                       "--task", "feature-extraction", "--pooling", "mean", "--normalize", "--backend", "onnxruntime",
+                       "--max-batch-size", "32", "--timeout", "60")
         running.create_token("all")
         running.create_token("cls-only", models=CLS)
         running.start_worker()
         running.start_web()
-        running.wait_ready([MINILM, MLM, CLS, RANKER])
+        running.wait_ready([MINILM, MLM, CLS, RANKER, MINILM_ORT])
         yield running
 
 
