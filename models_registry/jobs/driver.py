@@ -19,7 +19,6 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.utils import timezone
 
 from models_registry.jobs import files, leases
 from models_registry.jobs.chunks import Chunk, ChunkOutcome, ChunkReader, Progress, answer_record, failure_record
@@ -227,8 +226,6 @@ class _Watch:
             except Exception as error:  # the database is away: keep running, try again
                 logger.warning("could not renew a batch lease: %s", error)
                 continue
-            if status == "in_progress" and self.job.expires_at and timezone.now() > self.job.expires_at:
-                status = "expiring"
             new = status or "lost"
             if new != self.status and self.status in ("validating", "in_progress"):
                 self.status = new

@@ -28,7 +28,6 @@ class ClaimedJob:
     progress: Progress
     token_hash: str | None
     input_file: BatchFile
-    expires_at: object
 
 
 def _claimable(owner: str) -> Q:
@@ -47,18 +46,20 @@ def claim(owner: str, lease_s: float) -> ClaimedJob | None:
                 pk=job.pk, public_id=job.public_id, status=job.status,
                 progress=Progress(job.next_chunk, job.next_line, job.next_offset, job.completed, job.failed),
                 token_hash=job.owner.token_hash if job.owner else None, input_file=job.input_file,
-                expires_at=job.expires_at,
             )
     return None
 
 
 def renew(pk: int, owner: str, lease_s: float) -> str | None:
-    """Extend the lease; the job's status now, or None when the lease was lost."""
-    held = BatchJob.objects.filter(pk=pk, lease_owner=owner).update(
-        lease_expires_at=timezone.now() + timedelta(seconds=lease_s))
+    """Extend the lease; the job's status now ("expiring" once its window is over), or None when lost."""
+    now = timezone.now()
+    held = BatchJob.objects.filter(pk=pk, lease_owner=owner).update(lease_expires_at=now + timedelta(seconds=lease_s))
     if not held:
         return None
-    return BatchJob.objects.filter(pk=pk).values_list("status", flat=True).first()
+    status, expires_at = BatchJob.objects.filter(pk=pk).values_list("status", "expires_at").get()
+    if status == "in_progress" and expires_at is not None and expires_at <= now:
+        return "expiring"
+    return status
 
 
 def release(pk: int, owner: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import AsyncClient
+from django.utils import timezone
 
 from models_registry.jobs.driver import JobDriver
 from models_registry.jobs.line_calls import LineAnswer
@@ -235,3 +236,34 @@ async def test_cancel_stops_the_job_and_closes_every_line(token: str, settings: 
     again = await client.post(f"/v1/batches/{batch_id}/cancel", headers=_auth(token))
     assert again.status_code == 400
 
+
+
+async def test_an_expired_job_closes_its_remaining_lines(token: str, settings: Any) -> None:
+    settings.HOSTING_BATCH_CHUNK_LINES, settings.HOSTING_BATCH_IN_FLIGHT = 4, 4
+    client = AsyncClient()
+    file_id = (await _upload(client, token, _jsonl(400))).json()["id"]
+    batch_id = (await _batch(client, token, file_id)).json()["id"]
+    task = asyncio.ensure_future(JobDriver("w1", FakeCaller(delay_s=0.03)).run())
+    try:
+        while await BatchChunk.objects.filter(job__public_id=batch_id).acount() < 1:
+            await asyncio.sleep(0.02)
+        await BatchJob.objects.filter(public_id=batch_id).aupdate(expires_at=timezone.now())
+        job = await _wait_status(batch_id, "expired")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    batch = (await client.get(f"/v1/batches/{batch_id}", headers=_auth(token))).json()
+    assert batch["status"] == "expired" and batch["expired_at"] and job.output_file_id
+    output = await _records(client, token, batch["output_file_id"])
+    errors = await _records(client, token, batch["error_file_id"])
+    assert output and {r["error"]["code"] for r in errors} <= {"batch_expired", "invalid_input"}
+    assert sorted(r["custom_id"] for r in output + errors) == sorted(f"r{i}" for i in range(400))
+
+
+async def _wait_status(batch_id: str, status: str) -> BatchJob:
+    for _ in range(400):
+        job = await BatchJob.objects.aget(public_id=batch_id)
+        if job.status == status:
+            return job
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"batch stayed {job.status}")
