@@ -177,7 +177,7 @@ def aggregate(per_level: dict[int, list[dict[str, Any]]], ceiling_rate: float) -
 
 
 def evaluate_targets(rows: list[dict[str, Any]], ceil: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets, each with its measured value and PASS/FAIL."""
+    """The service targets, each with its measured value and PASS/FAIL."""
     by_level = {r["concurrency"]: r for r in rows}
     targets = []
     for level in (32, 64):

@@ -2,8 +2,8 @@
 
 Django's ASGIHandler serves the admin well, but on the inference path it costs, per
 request, a new ThreadSensitiveContext (a fresh executor thread), a hop to it for the
-request_started receivers and another for response.close(): together they starved the
-event loop under load (503 answers took 0.5 s at 150 concurrent clients). This handler
+request_started receivers and another for response.close(): together they starve the
+event loop under load, so that even a 503 waits behind them. This handler
 keeps Django's request/response machinery and URL routing but:
 
 - builds its middleware chain from settings.API_MIDDLEWARE (async-only, no sessions,

@@ -1,4 +1,4 @@
-"""Django settings: the ONLY place the environment is read (see SPEC "Configuration")."""
+"""Django settings: the ONLY place the environment is read (README "Configuration" lists them)."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ CHANNEL_LAYERS = {
     }
 }
 
-# --- Product settings (SPEC "Configuration") -------------------------------------------
+# --- Product settings (README "Configuration") -----------------------------------------
 HOSTING_REQUIRE_API_TOKEN = _flag("HOSTING_REQUIRE_API_TOKEN", True)
 HOSTING_MAX_BODY_BYTES = int(os.environ.get("HOSTING_MAX_BODY_BYTES", 1024 * 1024))
 HOSTING_DEVICE = os.environ.get("HOSTING_DEVICE", "cpu")

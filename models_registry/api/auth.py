@@ -43,8 +43,8 @@ class TokenGrant:
 _cache: dict[str, tuple[float, TokenGrant | None]] = {}
 _last_used_written: dict[int, float] = {}
 # One database lookup per token at a time: when a cached grant expires under load, every
-# request holding that token waits for the same lookup instead of starting its own (64
-# concurrent clients used to queue 64 lookups on the executor thread every 2 s).
+# request holding that token waits for the same lookup instead of starting its own (N
+# concurrent clients would otherwise queue N lookups on the executor thread).
 _lookups: dict[str, asyncio.Task[TokenGrant | None]] = {}
 _known: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
 _known_refresh: asyncio.Task[frozenset[str]] | None = None

@@ -96,7 +96,7 @@ def from_wire(error_type: str, message: str) -> HostingError:
 
 
 def error_response(error: HostingError, request_id: str | None = None) -> JsonResponse:
-    """The JSON error shape of SPEC, with the right status and headers."""
+    """The API's JSON error shape ({"error", "error_type"}), with the right status and headers."""
     response = JsonResponse({"error": error.message, "error_type": error.error_type}, status=error.status)
     for name, value in error.headers.items():
         response[name] = value

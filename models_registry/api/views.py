@@ -46,7 +46,7 @@ def api_view(
     """Allow only methods, and turn every error into a JSON answer (never a trace).
 
     allowed: what a 405's Allow header lists, when the view itself refuses some of methods.
-    render: the error shape (SPEC's by default; the OpenAI routes pass their own).
+    render: the error shape (api.errors' by default; the OpenAI routes pass their own).
     """
 
     def decorate(view: AsyncView) -> AsyncView:

@@ -2,7 +2,7 @@
 
 channels_redis spends four Redis round trips on a send and four on a receive, and its
 receive of a shared channel can hand one message to two workers (its backup queue is
-shared; channels_redis issue 163). For the `inference` channel this layer instead lets a
+shared by every receiver). For the `inference` channel this layer instead lets a
 worker pop up to N messages and record them in its own in-flight set in ONE atomic
 script: a worker killed with SIGKILL leaves its messages there, and any live worker
 puts them back on the channel once the dead one's liveness key has expired. Nothing is

@@ -1,4 +1,4 @@
-"""Every inference metric of SPEC, registered in one place.
+"""Every inference metric, registered in one place.
 
 The worker's facts (queue time, compute time, batch size) travel back in each reply
 message and are observed here, in the web process that answered the request: no

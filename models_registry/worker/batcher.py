@@ -33,7 +33,7 @@ class UnknownKey(Exception):
 
 @dataclass(frozen=True)
 class BatchPolicy:
-    """Queue settings of one task (SPEC "Registry")."""
+    """Queue settings of one task (the ModelTask fields of the same names)."""
 
     max_batch_size: int = 32
     max_batch_tokens: int = 0  # 0 = no token budget

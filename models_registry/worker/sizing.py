@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-# Measured on 2 CPU cores with MiniLM (`python -m bench --quick --levels 32,64 --workers 2
-# --torch-threads 1` against `--workers 1`, twice each, side by side): two single-threaded
-# workers served 5-20% more requests/s at 32 and 64 clients than one worker on two threads, and one
-# sentence alone is faster on one thread. Threads of one worker wait for each other at
+# One single-threaded worker per core serves more than one worker with a thread per core
+# (compare `python -m bench --quick --workers 2 --torch-threads 1` with `--workers 1`), and
+# one sentence alone is faster on one thread: threads of one worker wait for each other at
 # every operation, and a web or Redis process taking a core stalls them all; separate
 # processes do not. Capped because every worker holds its own copy of every model.
 MAX_AUTO_WORKERS = 4

@@ -29,9 +29,9 @@ class Command(ChannelsRunworker):
             require_work_layer(get_channel_layer(options["layer"]))
         except ImproperlyConfigured as error:
             raise CommandError(str(error)) from None
-        # Before torch loads: OpenMP threads that spin while waiting burned 3-4x the CPU
-        # per sentence (241 ms vs 20 ms at one client) on cores shared with the web
-        # server and Redis. An operator's own setting wins.
+        # Before torch loads: OpenMP threads that spin while they wait take the cores the
+        # web server and Redis share with this worker, several times the CPU a sentence
+        # needs. An operator's own setting wins.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         if settings.HOSTING_WORKER_NICE:
             # Where web servers share the cores, they answer first: /health and the
