@@ -118,8 +118,9 @@ def decode_vector(output: Any) -> np.ndarray:
 def dump_json(data: Any) -> bytes:
     """JSON bytes; float32 arrays as their shortest round-tripping numbers.
 
-    Measured: one 384-float vector took 355 us through json.dumps of a float list and
-    14 us here, and half the bytes (float32 values need 9 digits, not float64's 17).
+    orjson writes a numpy float32 array directly, an order of magnitude faster than
+    json.dumps of a float list, and in half the bytes (float32 values need 9 digits, not
+    float64's 17).
     """
     return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY)
 
