@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from hosting import secret_key, var_dir
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("HOSTING_VAR_DIR", BASE_DIR / "var"))
@@ -19,25 +21,11 @@ def _flag(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _secret_key() -> str:
-    """SECRET_KEY from the environment, else one generated once and kept under var/."""
-    if os.environ.get("SECRET_KEY"):
-        return os.environ["SECRET_KEY"]
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
-    key_file = VAR_DIR / "secret_key"
-    if not key_file.exists():
-        # O_EXCL: two processes starting at once must agree on one key.
-        try:
-            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_urlsafe(50))
-        except FileExistsError:
-            pass
-    return key_file.read_text().strip()
-
-
-SECRET_KEY = _secret_key()
+var_dir.prepare(VAR_DIR)  # 0700: the key, the SQLite file, the Redis socket, batch files
+SECRET_KEY = secret_key.load(VAR_DIR, os.environ.get("SECRET_KEY", ""))
 DEBUG = _flag("DEBUG", False)
+if not DEBUG and (_weak := secret_key.refusal(SECRET_KEY)):
+    raise ImproperlyConfigured(_weak)
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h.strip()]
 
 INSTALLED_APPS = [
@@ -102,6 +90,9 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    _db_file = Path(DATABASES["default"]["NAME"])
+    if _db_file.name not in ("", ":memory:") and _db_file.parent.is_dir():
+        var_dir.private_file(_db_file)  # 0600: it holds sessions and token hashes
     # Web and workers write to one file at once: WAL and a busy timeout avoid "locked".
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
