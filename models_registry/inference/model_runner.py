@@ -21,7 +21,7 @@ from models_registry.inference.loading import LoadedModel, load_model
 from models_registry.inference.onnx_backend import OrtSettings
 from models_registry.inference.question_answering import question_answering
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.worker.batcher import ItemFailure
+from models_registry.worker.batch_types import ItemFailure
 
 logger = logging.getLogger(__name__)
 

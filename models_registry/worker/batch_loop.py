@@ -11,7 +11,8 @@ from typing import Any
 from models_registry.api.errors import Internal, Unavailable
 from models_registry.broker import admission
 from models_registry.broker.work_layer import WorkLayer
-from models_registry.worker.batcher import Batch, Batcher, ItemFailure
+from models_registry.worker.batch_types import Batch, ItemFailure
+from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import EngineStats
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.replies import Replies

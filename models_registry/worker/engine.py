@@ -20,7 +20,8 @@ from models_registry.broker.work_layer import WorkLayer
 from models_registry.registry.specs import ModelSpec
 from models_registry.registry.task_key import TaskKey
 from models_registry.worker.batch_loop import BatchLoop
-from models_registry.worker.batcher import Batcher, QueueFull, UnknownKey
+from models_registry.worker.batch_types import QueueFull, UnknownKey
+from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
 from models_registry.worker.intake import InferenceRequest, check_servable
 from models_registry.worker.model_slots import ModelSlots

@@ -11,7 +11,7 @@ from typing import Any
 from models_registry.api.errors import HostingError, Internal, Unavailable
 from models_registry.broker import messages
 from models_registry.broker.work_layer import WorkLayer
-from models_registry.worker.batcher import PendingRequest
+from models_registry.worker.batch_types import PendingRequest
 
 logger = logging.getLogger(__name__)
 

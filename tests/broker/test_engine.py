@@ -13,7 +13,7 @@ from models_registry.broker import admission, messages
 from models_registry.broker.layer import HostingChannelLayer
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.worker.batch_loop import ABANDON_CHECK_AFTER_S
-from models_registry.worker.batcher import BatchPolicy
+from models_registry.worker.batch_types import BatchPolicy
 from models_registry.worker.engine import InferenceEngine
 
 CHANNEL = messages.model_channel("m")

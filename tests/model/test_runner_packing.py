@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.worker.batcher import BatchPolicy
+from models_registry.worker.batch_types import BatchPolicy
 from tests import model_factory
 
 torch = pytest.importorskip("torch")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from models_registry.worker.batcher import Batcher, BatchPolicy, ItemFailure, QueueFull, UnknownKey
+from models_registry.worker.batch_types import BatchPolicy, ItemFailure, QueueFull, UnknownKey
+from models_registry.worker.batcher import Batcher
 
 A = ("model-a", "task")
 B = ("model-b", "task")

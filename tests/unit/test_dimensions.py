@@ -9,7 +9,7 @@ from models_registry.api import dimensions
 from models_registry.api.errors import InvalidInput
 from models_registry.registry.specs import TaskSpec
 from models_registry.registry.task_inputs import validate_parameters
-from models_registry.worker.batcher import BatchPolicy
+from models_registry.worker.batch_types import BatchPolicy
 
 FE = "feature-extraction"
 
