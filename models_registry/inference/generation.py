@@ -1,4 +1,5 @@
-"""Task runs that generate text: text-generation (decoder pipelines) and seq2seq (summarization, translation, text2text)."""
+"""Task runs that generate text: text-generation (decoder pipelines) and seq2seq (summarization,
+translation, text2text-generation)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from models_registry.api.errors import InvalidInput
 from models_registry.inference.task_common import ModelBundle, max_positions, per_input, to_plain
-from models_registry.registry.task_inputs import MAX_NEW_TOKENS
+from models_registry.registry.task_parameters import MAX_NEW_TOKENS
 
 DEFAULT_MAX_NEW_TOKENS = 100  # when neither the request nor the model's generation config sets a length (TGI's)
 SEQ2SEQ_OUTPUT_KEYS = {"summarization": "summary_text", "translation": "translation_text",

@@ -87,7 +87,8 @@ class ModelSlots:
             logger.exception("loading model %s from %s failed", name, spec.source)
             slot = self.slots.get(name)
             if slot is not None and slot.spec is spec:
-                slot.state, slot.error = ModelState.ERROR, f"loading {spec.source!r} failed: {type(error).__name__}: {error}"[:2000]
+                slot.state = ModelState.ERROR
+                slot.error = f"loading {spec.source!r} failed: {type(error).__name__}: {error}"[:2000]
             return
         slot = self.slots.get(name)
         if slot is None or slot.spec.load_key() != spec.load_key():
