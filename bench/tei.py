@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import corpus, loadgen
+from bench.http_client import build_request
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS_PER_REQUEST = 100
@@ -42,7 +43,7 @@ def rerank_requests(url: str, model: str, token: str, sentences: list[str], coun
     for k in range(count):
         texts = [sentences[(k * TEXTS_PER_REQUEST + i) % len(sentences)] for i in range(TEXTS_PER_REQUEST)]
         body = json.dumps({"model": model, "query": QUERY, "texts": texts}).encode()
-        bodies.append(loadgen.build_request("POST", url, "/rerank", body, token))
+        bodies.append(build_request("POST", url, "/rerank", body, token))
     return bodies
 
 
@@ -103,7 +104,7 @@ def rerank_ceiling(path: Path, sentences: list[str], max_batch_size: int) -> flo
 
 def bench_tokenize(url: str, token: str, model: str, sentences: list[str], seconds: float) -> dict[str, Any]:
     """Closed-loop /tokenize of one sentence, one client: latency through HTTP."""
-    bodies = [loadgen.build_request("POST", url, "/tokenize", json.dumps({"model": model, "inputs": s}).encode(), token)
+    bodies = [build_request("POST", url, "/tokenize", json.dumps({"model": model, "inputs": s}).encode(), token)
               for s in sentences[:200]]
     result, answers = asyncio.run(loadgen.run_level([url], {url: bodies}, 1, 1.0, seconds, 10**9))
     lat = result.latencies_ms
