@@ -130,8 +130,11 @@ _registered = False
 
 
 def register_collectors() -> None:
-    """Add the fleet collector to the default registry once per process."""
+    """Add the fleet and batch job collectors to the default registry once per process."""
     global _registered
     if not _registered:
         REGISTRY.register(FleetCollector())
+        from models_registry.observe.job_metrics import JobsCollector  # reads the job rows: Django must be set up
+
+        REGISTRY.register(JobsCollector())
         _registered = True

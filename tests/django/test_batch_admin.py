@@ -58,3 +58,12 @@ def test_rows_are_read_only_and_cancel_is_an_action(admin_client: Client, job: B
 def test_downloads_need_staff(client: Client, job: BatchJob) -> None:
     response = client.get(f"/admin/models_registry/batchfile/{job.output_file.pk}/download/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_metrics_report_jobs_and_lines(client: Client, settings: Any, job: BatchJob) -> None:
+    settings.HOSTING_METRICS_TOKEN = ""
+    text = client.get("/metrics").content.decode()
+    assert 'hosting_batch_jobs{status="in_progress"} 1.0' in text
+    assert 'hosting_batch_lines_total{state="completed"} 2.0' in text
+    assert 'hosting_batch_lines_total{state="failed"} 1.0' in text
+    assert "hosting_batch_lines_pending 1.0" in text
