@@ -1,38 +1,41 @@
-"""The OpenAPI 3.1 document of the HTTP API (GET /api/openapi.json) and its docs page (GET /api/docs)."""
+"""The OpenAPI 3.1 document (GET /api/openapi.json), generated from the shapes the views validate with.
+
+Every body and answer is a pydantic shape (api.request_models, api.response_models,
+registry.task_parameters); this module only says which route takes and answers which
+(`operations`). Adding a route: its shapes in those modules, one `Operation` in
+`operations()`; its error statuses come from api.errors. Called with an API token, the
+document also describes each model the token may use at its own path
+(api.openapi_models), with that task's exact parameters: what the document allows there
+is what the server accepts.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from dataclasses import dataclass
+from typing import Annotated, Any, Union
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
+from pydantic import Field, TypeAdapter
+from pydantic.json_schema import GenerateJsonSchema
 
-from models_registry.api import openapi_tei
-from models_registry.api.openapi_schemas import INTEGER, NUMBER, STRING, ref, schemas
+from models_registry.api import auth, openapi_models, request_models, response_models
+from models_registry.api.errors import ERROR_CLASSES, HostingError
 from models_registry.api.views import api_view
+from models_registry.registry import lookups
+from models_registry.registry.shape_errors import adapter
+from models_registry.registry.task_inputs import SUPPORTED_TASKS
 
 JSON = "application/json"
+REF = "#/components/schemas/{model}"
 DEMO_MODEL = "all-minilm-l6-v2"  # what `make run` registers
-# status -> (error_type values, when) for the errors of SPEC's table.
-ERRORS: dict[int, tuple[tuple[str, ...], str]] = {
-    400: (("invalid_input",), "Malformed JSON, wrong types, or parameters the task does not take."),
-    401: (("unauthorized",), "No API token, or an unknown, revoked or expired one."),
-    403: (("forbidden",), "The token is not allowed to use this model."),
-    404: (("not_found",), "Unknown model or task."),
-    405: (("method_not_allowed",), "Another HTTP method on this path; `Allow` lists the ones it takes."),
-    413: (("too_large",), "Body over HOSTING_MAX_BODY_BYTES, or more inputs than the server takes."),
-    429: (("rate_limited",), "The token's rate limit or quota is spent (Retry-After and X-RateLimit-* say when)."),
-    500: (("internal",), "A pipeline or server error: a message only, details in the server log."),
-    503: (("overloaded", "unavailable"), ("`overloaded`: the task's queue is full (with Retry-After); `unavailable`: "
-                                          "the model is disabled, loading or failed, or no worker serves it.")),
-    504: (("timeout",), "No result within the task's timeout_s."),
-}
-INFERENCE_ERRORS = (400, 401, 403, 404, 405, 413, 429, 500, 503, 504)
+STRING, INTEGER, NUMBER = ({"type": t} for t in ("string", "integer", "number"))
 HEADERS: dict[str, Any] = {
     "RequestId": {"description": "The client's X-Request-Id when it sent a sane one, else a new id.",
                   "required": True, "schema": STRING},
-    "RetryAfter": {"description": "Seconds to wait before retrying (overloaded).", "schema": INTEGER},
+    "RetryAfter": {"description": "Seconds to wait before retrying.", "schema": INTEGER},
     "Allow": {"description": "The methods this path takes.", "required": True, "schema": STRING},
     "RateLimitLimit": {"description": "The token's limit closest to being spent (requests or input tokens).",
                        "schema": INTEGER},
@@ -43,120 +46,189 @@ HEADERS: dict[str, Any] = {
     "BatchSize": {"description": "Items in the batch that computed it.", "required": True, "schema": INTEGER},
 }
 TIMINGS = {"X-Queue-Time-Ms": "QueueTime", "X-Inference-Time-Ms": "InferenceTime", "X-Batch-Size": "BatchSize"}
-RATE_LIMIT = {"X-RateLimit-Limit": "RateLimitLimit", "X-RateLimit-Remaining": "RateLimitRemaining",
-              "X-RateLimit-Reset": "RateLimitReset"}
+ERROR_HEADERS = {
+    405: {"Allow": "Allow"},
+    429: {"Retry-After": "RetryAfter", "X-RateLimit-Limit": "RateLimitLimit",
+          "X-RateLimit-Remaining": "RateLimitRemaining", "X-RateLimit-Reset": "RateLimitReset"},
+    503: {"Retry-After": "RetryAfter"},
+}
 
 
-def _headers(**named: str) -> dict[str, Any]:
-    refs = {"X-Request-Id": "RequestId", **named}
-    return {header: {"$ref": f"#/components/headers/{component}"} for header, component in refs.items()}
+def errors_by_status() -> dict[int, tuple[tuple[str, ...], str]]:
+    """status -> (error_type values, when), from the one error hierarchy of api.errors."""
+    table: dict[int, list[type[HostingError]]] = {}
+    for cls in ERROR_CLASSES.values():
+        table.setdefault(cls.status, []).append(cls)
+    return {status: (tuple(c.error_type for c in classes),
+                     " ".join(f"`{c.error_type}`: {c.__doc__}" if len(classes) > 1 else str(c.__doc__)
+                              for c in classes))
+            for status, classes in sorted(table.items())}
 
 
-def _error_response(status: int, openai: bool) -> dict[str, Any]:
-    kinds, when = ERRORS[status]
-    shape = ref("OpenAIError") if openai else ref("Error")
-    narrowed = {"properties": {"error_type": {"enum": list(kinds)}}}
-    extra = {"Retry-After": "RetryAfter"} if status == 503 else {"Allow": "Allow"} if status == 405 else {}
-    if status == 429:
-        extra = {"Retry-After": "RetryAfter", **RATE_LIMIT}
-    return {"description": when, "headers": _headers(**extra),
-            "content": {JSON: {"schema": {"allOf": [shape, narrowed]}}}}
+def inference_errors() -> tuple[int, ...]:
+    """The statuses an inference route may answer besides 200."""
+    return tuple(status for status in errors_by_status() if status >= 400)
 
 
-def _response_components() -> dict[str, Any]:
-    plain = {f"Error{status}": _error_response(status, False) for status in ERRORS}
-    return plain | {f"OpenAIError{status}": _error_response(status, True) for status in ERRORS}
+@dataclass(frozen=True)
+class Operation:
+    """One documented route: the shape it takes, the shape it answers, and its error statuses."""
+
+    path: str
+    method: str
+    summary: str
+    answer: Any  # a response shape, or a plain JSON schema for non-JSON media
+    errors: tuple[int, ...] = ()
+    body: Any = None  # a request shape
+    tags: tuple[str, ...] = ()
+    public: bool = False  # no token needed
+    openai: bool = False  # errors in OpenAI's shape
+    text_body: bool = False  # also takes a text/plain body: one string input
+    timings: bool = False  # the 200 carries X-Queue-Time-Ms, X-Inference-Time-Ms, X-Batch-Size
+    media: str = JSON
+    parameters: tuple[dict[str, Any], ...] = ()
+    description: str = ""
+    example: Any = None
+    extra: tuple[tuple[str, Any], ...] = ()  # more keys of the operation object
 
 
-def _operation(summary: str, ok: dict[str, Any], errors: tuple[int, ...], *, openai: bool = False,
-               public: bool = False, body: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    prefix = "OpenAIError" if openai else "Error"
-    responses = {"200": ok, **{str(s): {"$ref": f"#/components/responses/{prefix}{s}"} for s in errors}}
-    operation: dict[str, Any] = {"summary": summary, "responses": responses, **extra}
-    if public:
-        operation["security"] = []
+def path_name(example: str = DEMO_MODEL) -> dict[str, Any]:
+    """The {name} path parameter: a registered model."""
+    return {"name": "name", "in": "path", "required": True, "description": "a registered model (GET /models)",
+            "schema": {"type": "string", "pattern": "^[-a-zA-Z0-9_]+$"}, "example": example}
+
+
+PATH_TASK = {"name": "task", "in": "path", "required": True, "description": "one of the model's tasks",
+             "schema": {"type": "string", "pattern": "^[-a-zA-Z0-9_]+$"}, "example": "feature-extraction"}
+
+
+def any_task_request(max_inputs: int) -> Any:
+    """The body of the generic inference paths: what some task takes (the model's task decides)."""
+    shapes = tuple(request_models.inference_request(task, max_inputs) for task in SUPPORTED_TASKS)
+    union = Union[shapes]  # noqa: UP007 - a union of a runtime tuple of types
+    return Annotated[union, Field(description="The Hugging Face Inference API request of the model's task; "
+                                            "GET /api/openapi.json with a token describes each model.")]
+
+
+def operations(max_inputs: int) -> list[Operation]:
+    """Every route of the API, as the document shows it."""
+    r, errors = response_models, inference_errors()
+    listing = tuple(s for s in (401, 405, 500) if s in errors_by_status())
+    inference = {"answer": r.InferenceResponse, "errors": errors, "body": any_task_request(max_inputs),
+                 "tags": ("inference",), "text_body": True, "timings": True,
+                 "description": "A `text/plain` body (or curl -d text) is one string input."}
+    return [
+        Operation("/models", "get", "Registered models with their tasks and live state.", r.ModelList, listing,
+                  tags=("models",)),
+        Operation("/models/{name}", "get", "One model with its tasks' settings and live queue depth.", r.ModelDetail,
+                  (401, 403, 404, 405, 500), tags=("models",), parameters=(path_name(),)),
+        Operation("/models/{name}", "post", "Inference on the model's default task.", parameters=(path_name(),),
+                  **inference),
+        Operation("/models/{name}/{task}", "post", "Inference on a named task of the model.",
+                  parameters=(path_name(), PATH_TASK), **inference),
+        Operation("/v1/embeddings", "post", "OpenAI-compatible embeddings (feature-extraction tasks).",
+                  r.EmbeddingResponse, errors, request_models.embedding_request(max_inputs), ("openai",),
+                  openai=True, timings=True, example={"model": DEMO_MODEL, "input": "hello"}),
+        Operation("/v1/models", "get", "OpenAI-compatible list of the embedding model ids this token may use.",
+                  r.OpenAIModelList, listing, tags=("openai",), openai=True),
+        Operation("/tokenize", "post",
+                  "Text Embeddings Inference's tokenize: ids, strings and character offsets (no worker involved).",
+                  r.TokenizeResponse, errors, request_models.tokenize_request(max_inputs), ("tei",),
+                  example={"model": DEMO_MODEL, "inputs": "Hello world"}),
+        Operation("/rerank", "post", "Text Embeddings Inference's rerank over a text-ranking task: (query, text) "
+                  "pairs scored in batches.", r.RerankResponse, errors, request_models.rerank_request(max_inputs),
+                  ("tei",), timings=True, example={"model": "my-reranker", "query": "What is Django?",
+                                                    "texts": ["A web framework.", "A guitarist."]}),
+        Operation("/health", "get", "Liveness of this web process (never waits on a worker).", r.Health, (405,),
+                  tags=("operations",), public=True),
+        Operation("/ready", "get", "Readiness: database, broker, and a live worker serving an enabled model.",
+                  r.Readiness, (405, 500), tags=("operations",), public=True),
+        Operation("/metrics", "get", "Prometheus metrics: open, or behind HOSTING_METRICS_TOKEN when the operator "
+                  "sets one.", STRING, (401,), tags=("operations",), media="text/plain",
+                  extra=(("security", [{}, {"metricsToken": []}]),)),
+        Operation("/api/openapi.json", "get", "This document; with an API token, also each model the token may "
+                  "use at its own path.", {"type": "object"}, (405,), tags=("operations",), public=True),
+        Operation("/api/docs", "get", "Browsable docs of this document (served offline).", STRING, (405,),
+                  tags=("operations",), public=True, media="text/html"),
+    ]
+
+
+class _Untitled(GenerateJsonSchema):
+    """JSON schemas without a title on every property (the key says it)."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
+def schemas_of(shapes: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(key -> schema or $ref, named schemas) for the shapes, named schemas under components/schemas."""
+    keyed = [(key, "validation", adapter(shape)) for key, shape in shapes.items()]
+    mapping, defs = TypeAdapter.json_schemas(keyed, ref_template=REF, schema_generator=_Untitled)
+    return {key: mapping[(key, "validation")] for key in shapes}, defs.get("$defs", {})
+
+
+def _headers(named: dict[str, str]) -> dict[str, Any]:
+    return {h: {"$ref": f"#/components/headers/{c}"} for h, c in {"X-Request-Id": "RequestId", **named}.items()}
+
+
+def error_responses() -> dict[str, Any]:
+    """components/responses: each error status in SPEC's shape (ErrorNNN) and OpenAI's (OpenAIErrorNNN)."""
+    out: dict[str, Any] = {}
+    for status, (kinds, when) in errors_by_status().items():
+        for prefix in ("Error", "OpenAIError"):
+            narrowed = {"properties": {"error_type": {"enum": list(kinds)}}}
+            out[f"{prefix}{status}"] = {
+                "description": when, "headers": _headers(ERROR_HEADERS.get(status, {})),
+                "content": {JSON: {"schema": {"allOf": [{"$ref": REF.format(model=prefix)}, narrowed]}}}}
+    return out
+
+
+def operation_object(op: Operation, answer: Any, body: Any) -> dict[str, Any]:
+    """The OpenAPI operation for op, its answer and body schemas already generated."""
+    prefix = "OpenAIError" if op.openai else "Error"
+    ok = {"description": op.summary, "headers": _headers(TIMINGS if op.timings else {}),
+          "content": {op.media: {"schema": answer}}}
+    responses = {"200": ok, **{str(s): {"$ref": f"#/components/responses/{prefix}{s}"} for s in op.errors}}
+    if op.path == "/ready":  # not ready is a 503 with the same report, not an error
+        responses["503"] = {"description": "Not ready: `missing` says what.", "headers": _headers({}),
+                            "content": {JSON: {"schema": answer}}}
+    out: dict[str, Any] = {"summary": op.summary, "tags": list(op.tags), "responses": responses, **dict(op.extra)}
+    if op.description:
+        out["description"] = op.description
+    if op.public:
+        out["security"] = []
+    if op.parameters:
+        out["parameters"] = [dict(p) for p in op.parameters]
     if body is not None:
-        operation["requestBody"] = {"required": True, "content": body}
-    return operation
+        content: dict[str, Any] = {JSON: {"schema": body}}
+        if op.example is not None:
+            content[JSON]["example"] = op.example
+        if op.text_body:
+            content["text/plain"] = {"schema": STRING, "example": "Paris is the [MASK] of France."}
+        out["requestBody"] = {"required": True, "content": content}
+    return out
 
 
-def _ok(description: str, schema: dict[str, Any], media: str = JSON, timings: bool = False) -> dict[str, Any]:
-    headers = _headers(**TIMINGS) if timings else _headers()
-    return {"description": description, "headers": headers, "content": {media: {"schema": schema}}}
-
-
-def _path_params(with_task: bool) -> list[dict[str, Any]]:
-    slug = {"type": "string", "pattern": "^[-a-zA-Z0-9_]+$"}
-    params = [{"name": "name", "in": "path", "required": True, "description": "a registered model (GET /models)",
-               "schema": slug, "example": DEMO_MODEL}]
-    if with_task:
-        params.append({"name": "task", "in": "path", "required": True, "description": "one of the model's tasks",
-                       "schema": slug, "example": "feature-extraction"})
-    return params
-
-
-def _inference(summary: str, with_task: bool) -> dict[str, Any]:
-    body = {
-        JSON: {"schema": ref("InferenceRequest"), "examples": {
-            "one": {"value": {"inputs": "Paris is the [MASK] of France."}},
-            "batch": {"value": {"inputs": ["I love it", "I hate it"], "parameters": {"top_k": 2}}},
-        }},
-        "text/plain": {"schema": STRING, "example": "Paris is the [MASK] of France."},
-    }
-    ok = _ok("The task's output (Hugging Face Inference API shape).", ref("InferenceResponse"), timings=True)
-    return _operation(summary, ok, INFERENCE_ERRORS, body=body, tags=["inference"],
-                      parameters=_path_params(with_task),
-                      description="A `text/plain` body (or curl -d text) is one string input.")
-
-
+@functools.cache
 def build_schema(max_inputs: int) -> dict[str, Any]:
-    """The OpenAPI document (the same for every caller: it names no registered model)."""
-    detail = _operation("One model with its tasks' settings and live queue depth.",
-                        _ok("The model.", ref("ModelDetail")), (401, 403, 404, 405, 500), tags=["models"],
-                        parameters=_path_params(False))
-    ready = _operation("Readiness: database, broker, and a live worker serving an enabled model.",
-                       _ok("Ready.", ref("Readiness")), (405, 500), public=True, tags=["operations"])
-    ready["responses"]["503"] = {"description": "Not ready: `missing` says what.", "headers": _headers(),
-                                 "content": {JSON: {"schema": ref("Readiness")}}}
-    embeddings_body = {JSON: {"schema": ref("EmbeddingRequest"),
-                              "example": {"model": DEMO_MODEL, "input": "hello"}}}
-    paths = {
-        "/models": {"get": _operation("Registered models with their tasks and live state.",
-                                      _ok("The models.", ref("ModelList")), (401, 405, 500), tags=["models"])},
-        "/models/{name}": {
-            "get": detail,
-            "post": _inference("Inference on the model's default task.", False),
-        },
-        "/models/{name}/{task}": {
-            "post": _inference("Inference on a named task of the model.", True),
-        },
-        "/v1/embeddings": {"post": _operation(
-            "OpenAI-compatible embeddings (feature-extraction tasks).",
-            _ok("The embeddings, in input order.", ref("EmbeddingResponse"), timings=True),
-            INFERENCE_ERRORS, openai=True, body=embeddings_body, tags=["openai"])},
-        "/v1/models": {"get": _operation("OpenAI-compatible list of the embedding model ids this token may use.",
-                                         _ok("The model ids.", ref("OpenAIModelList")), (401, 405, 500),
-                                         openai=True, tags=["openai"])},
-        **openapi_tei.paths(_operation, _ok, INFERENCE_ERRORS),
-        "/health": {"get": _operation("Liveness of this web process (never waits on a worker).",
-                                      _ok("Alive.", ref("Health")), (405,), public=True, tags=["operations"])},
-        "/ready": {"get": ready},
-        "/metrics": {"get": _operation(
-            "Prometheus metrics: open, or behind HOSTING_METRICS_TOKEN when the operator sets one.",
-            _ok("Prometheus text format.", STRING, media="text/plain"), (401,), tags=["operations"],
-            security=[{}, {"metricsToken": []}])},
-        "/api/openapi.json": {"get": _operation("This document.", _ok("OpenAPI 3.1.", {"type": "object"}), (405,),
-                                                public=True, tags=["operations"])},
-        "/api/docs": {"get": _operation("Browsable docs of this document (served offline).",
-                                        _ok("An HTML page.", STRING, media="text/html"), (405,), public=True,
-                                        tags=["operations"])},
-    }
+    """The document every caller gets (it names no registered model)."""
+    ops = operations(max_inputs)
+    shapes = {f"{op.method} {op.path} answer": op.answer for op in ops if not isinstance(op.answer, dict)}
+    shapes |= {f"{op.method} {op.path} body": op.body for op in ops if op.body is not None}
+    shapes |= {"Error": response_models.Error, "OpenAIError": response_models.OpenAIError}
+    generated, named = schemas_of(shapes)
+    paths: dict[str, Any] = {}
+    for op in ops:
+        answer = generated.get(f"{op.method} {op.path} answer", op.answer)
+        body = generated.get(f"{op.method} {op.path} body")
+        paths.setdefault(op.path, {})[op.method] = operation_object(op, answer, body)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Model hosting API", "version": "1",
                  "description": "Hugging Face Inference API and OpenAI-compatible inference on registered models. "
                                 "Errors: {\"error\": message, \"error_type\": kind}; on /v1 OpenAI's "
-                                "{\"error\": {\"message\", \"type\", \"param\", \"code\"}}."},
+                                "{\"error\": {\"message\", \"type\", \"param\", \"code\"}}. With an API token this "
+                                "document also describes each model the token may use at its own path."},
         "servers": [{"url": "/"}],
         "security": [{"bearerAuth": []}],
         "paths": paths,
@@ -167,8 +239,8 @@ def build_schema(max_inputs: int) -> dict[str, Any]:
                 "metricsToken": {"type": "http", "scheme": "bearer",
                                  "description": "HOSTING_METRICS_TOKEN, when set (not an API token)."},
             },
-            "schemas": schemas(max_inputs) | openapi_tei.schemas(max_inputs),
-            "responses": _response_components(),
+            "schemas": named,
+            "responses": error_responses(),
             "headers": HEADERS,
         },
     }
@@ -176,8 +248,18 @@ def build_schema(max_inputs: int) -> dict[str, Any]:
 
 @api_view("GET")
 async def schema_view(request: HttpRequest) -> HttpResponse:
-    """GET /api/openapi.json: the document (public, like /health: it names no model)."""
-    return JsonResponse(build_schema(settings.HOSTING_MAX_INPUTS))
+    """GET /api/openapi.json: public; with a valid token, also the models that token may use."""
+    document = build_schema(settings.HOSTING_MAX_INPUTS)
+    header = request.headers.get("Authorization")
+    if header or not settings.HOSTING_REQUIRE_API_TOKEN:
+        try:
+            grant = await auth.authorize(header, None)
+        except HostingError:
+            return JsonResponse(document)  # a bad token still gets the public document
+        specs = await lookups.get_specs()
+        visible = {name: spec for name, spec in specs.items() if grant is None or grant.allows(name)}
+        document = openapi_models.with_models(document, visible, settings.HOSTING_MAX_INPUTS)
+    return JsonResponse(document)
 
 
 @api_view("GET")

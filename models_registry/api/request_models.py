@@ -29,6 +29,7 @@ from models_registry.registry.task_parameters import (
     SHAPE_CONFIG,
     FeatureExtractionParameters,
     Says,
+    integer,
 )
 
 
@@ -100,10 +101,54 @@ def embedding_request(max_inputs: int) -> Shape:
                                                               "(token-id arrays are answered 400)")]],
         "encoding_format": NotRequired[Annotated[Literal["float", "base64"] | None, Field(
             description="base64: little-endian float32, as the openai SDK asks by default; default float")]],
-        "dimensions": NotRequired[Annotated[Annotated[int, Field(ge=1, le=MAX_DIMENSIONS)] | None, Field(
+        "dimensions": NotRequired[Annotated[integer(1, MAX_DIMENSIONS) | None, Field(
             description="Matryoshka: the first d components (1 to the model's size)"),
             Says(f"be a positive integer (at most {MAX_DIMENSIONS})")]],
         "user": NotRequired[Annotated[str | None, Field(description="accepted and ignored")]],
     })
     shape.__doc__ = "OpenAI's embeddings request."
+    return with_config(SHAPE_CONFIG)(shape)
+
+
+MODEL_FIELD = Annotated[str, Field(min_length=1, description="a registered model name, or name/task to pick one of "
+                                                             "its tasks (GET /models)")]
+
+
+def texts(max_inputs: int, what: str) -> Any:
+    """One string, or a list of 1 to max_inputs strings answered in the same order."""
+    return Annotated[str | Annotated[list[str], Field(min_length=1, max_length=max_inputs)],
+                     Field(description=f"{what}: one string, or a list of up to {max_inputs} (answered in order)")]
+
+
+@functools.cache
+def tokenize_request(max_inputs: int) -> Shape:
+    """Text Embeddings Inference's POST /tokenize body."""
+    shape = TypedDict("TokenizeRequest", {  # type: ignore[operator]
+        "model": Required[MODEL_FIELD],
+        "inputs": Required[texts(max_inputs, "Text to tokenize")],
+        "add_special_tokens": NotRequired[Annotated[bool | None, Field(
+            description="add the model's special tokens ([CLS], [SEP]...); default true")]],
+    })
+    shape.__doc__ = "TEI's tokenize request."
+    return with_config(SHAPE_CONFIG)(shape)
+
+
+@functools.cache
+def rerank_request(max_inputs: int) -> Shape:
+    """Text Embeddings Inference's POST /rerank body."""
+    shape = TypedDict("RerankRequest", {  # type: ignore[operator]
+        "model": Required[Annotated[str, Field(min_length=1, description="a model with a text-ranking task, or "
+                                                                         "name/task")]],
+        "query": Required[str],
+        "texts": Required[Annotated[list[str], Field(min_length=1, max_length=max_inputs)]],
+        "raw_scores": NotRequired[Annotated[bool | None, Field(description="the model's logit instead of its "
+                                                                           "sigmoid; default false")]],
+        "return_text": NotRequired[Annotated[bool | None, Field(description="echo each text in its rank; default "
+                                                                            "false")]],
+        "truncate": NotRequired[Annotated[bool | None, Field(description="cut pairs longer than the model takes "
+                                                                         "(false: 400); default true")]],
+        "truncation_direction": NotRequired[Annotated[Literal["left", "right", "Left", "Right"] | None, Field(
+            description="the side cut when truncating; default right")]],
+    })
+    shape.__doc__ = "TEI's rerank request."
     return with_config(SHAPE_CONFIG)(shape)

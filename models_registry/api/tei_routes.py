@@ -10,14 +10,16 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
+from pydantic import ValidationError
 
-from models_registry.api import auth, payloads, tokenization, views
+from models_registry.api import auth, payloads, request_models, tokenization, views
 from models_registry.api.errors import Forbidden, HostingError, Internal, InvalidInput, NotFound, TooLarge, Unavailable
 from models_registry.api.views import api_view
 from models_registry.broker import handoff
@@ -91,16 +93,41 @@ def _texts(value: Any, name: str, max_inputs: int) -> tuple[list[str], bool]:
     return value, True
 
 
+def _explained(check: Callable[[Any, int], Any], max_inputs: int) -> Callable[[Any, ValidationError], HostingError]:
+    """check's own words for a body its shape refused: the shape decides, check only says why."""
+
+    def explain(payload: Any, error: ValidationError) -> HostingError:
+        try:
+            check(payload, max_inputs)
+        except HostingError as bad:
+            return bad
+        return InvalidInput(f"invalid request body: {error.errors()[0]['msg']}")
+
+    return explain
+
+
 def read_tokenize_request(payload: Any, max_inputs: int) -> TokenizeRequest:
-    """Validate a TEI /tokenize body (pure)."""
+    """Validate a TEI /tokenize body (pure) with request_models.tokenize_request."""
+    shape = request_models.tokenize_request(max_inputs)
+    request_models.validate(shape, payload, _explained(_read_tokenize, max_inputs))
+    return _read_tokenize(payload, max_inputs)
+
+
+def read_rerank_request(payload: Any, max_inputs: int) -> RerankRequest:
+    """Validate a TEI /rerank body (pure) with request_models.rerank_request."""
+    shape = request_models.rerank_request(max_inputs)
+    request_models.validate(shape, payload, _explained(_read_rerank, max_inputs))
+    return _read_rerank(payload, max_inputs)
+
+
+def _read_tokenize(payload: Any, max_inputs: int) -> TokenizeRequest:
     body = _fields(payload, TOKENIZE_FIELDS, '{"model": "...", "inputs": "..."}')
     inputs, _ = _texts(body.get("inputs"), "inputs", max_inputs)
     return TokenizeRequest(model=body["model"], inputs=inputs,
                            add_special_tokens=_flag(body, "add_special_tokens", True))
 
 
-def read_rerank_request(payload: Any, max_inputs: int) -> RerankRequest:
-    """Validate a TEI /rerank body (pure)."""
+def _read_rerank(payload: Any, max_inputs: int) -> RerankRequest:
     body = _fields(payload, RERANK_FIELDS, '{"model": "...", "query": "...", "texts": ["...", "..."]}')
     query = body.get("query")
     if not isinstance(query, str):

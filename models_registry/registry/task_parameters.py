@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, with_config
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 MAX_NEW_TOKENS = 512  # generation bound: one request must not hold the device for minutes
@@ -34,9 +34,19 @@ class Says:
         self.phrase = phrase
 
 
+def _integral(value: Any) -> Any:
+    # JSON has one number type: 2.0 is the integer 2 (JSON Schema agrees), 2.5 is not an integer.
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**64 else value
+
+
+def integer(low: int, high: int) -> Any:
+    """An integer from low to high (inclusive); the bounds before the float check, so the schema shows them."""
+    return Annotated[int, Field(ge=low, le=high), BeforeValidator(_integral)]
+
+
 def Int(low: int, high: int) -> Any:
     """An integer from low to high (inclusive), or null."""
-    return Annotated[int, Field(ge=low, le=high)] | None
+    return integer(low, high) | None
 
 
 def Number(low: float, high: float) -> Any:
@@ -93,7 +103,7 @@ Template = Annotated[Annotated[str, Field(pattern=r"\{\}")] | None,
 Prompts = Annotated[dict[str, str], Says("map prompt names to prefix strings")]
 Dimensions = Int(1, MAX_DIMENSIONS)
 Sizes = Annotated[
-    Annotated[list[Annotated[int, Field(ge=1, le=MAX_DIMENSIONS)]], Field(min_length=1),
+    Annotated[list[integer(1, MAX_DIMENSIONS)], Field(min_length=1),
               AfterValidator(_distinct),
               Field(json_schema_extra={"uniqueItems": True})],
     Says(f"be a list of distinct sizes from 1 to {MAX_DIMENSIONS}, e.g. [768, 512, 256, 128, 64]"),
