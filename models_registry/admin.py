@@ -41,7 +41,7 @@ class ModelTaskInline(admin.StackedInline):
         ("pooling", "normalize"),
         ("max_batch_size", "max_batch_tokens", "max_batch_delay_ms"),
         ("max_queue_size", "max_batch_queue_size", "timeout_s"),
-        "cache_ttl_s",
+        ("max_request_tokens", "cache_ttl_s"),
     )
 
 

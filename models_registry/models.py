@@ -72,6 +72,10 @@ class RegisteredModel(models.Model):
         return self.tasks.order_by("id").first()
 
 
+# 32 inputs at a 512-token model's limit: a few seconds of a CPU worker, not its whole timeout.
+DEFAULT_MAX_REQUEST_TOKENS = 16384
+
+
 class ModelTask(models.Model):
     """One pipeline task of a model, with its own defaults and queue settings."""
 
@@ -106,6 +110,11 @@ class ModelTask(models.Model):
     cache_ttl_s = models.PositiveIntegerField(
         default=0, validators=[MaxValueValidator(30 * 86400)],
         help_text="Seconds a result stays in the response cache; 0 = no cache. Deterministic tasks only.",
+    )
+    max_request_tokens = models.PositiveIntegerField(
+        default=DEFAULT_MAX_REQUEST_TOKENS,
+        help_text="Input tokens one request may bring (all its inputs, after truncation); more is 413 "
+                  "too_large. 0 = no limit. Bounds how long one request can hold a worker.",
     )
 
     class Meta:

@@ -21,6 +21,7 @@ class TaskSpec:
     timeout_s: float
     cache_ttl_s: int = 0  # 0 = no response cache
     max_batch_queue_size: int | None = None  # None = half of max_queue_size
+    max_request_tokens: int = 0  # input tokens one request may bring; 0 = no limit
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ def read_specs() -> dict[str, ModelSpec]:
                 timeout_s=t.timeout_s,
                 cache_ttl_s=t.cache_ttl_s,
                 max_batch_queue_size=t.max_batch_queue_size,
+                max_request_tokens=t.max_request_tokens,
             )
             for t in tasks
         }

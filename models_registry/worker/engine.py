@@ -23,7 +23,7 @@ from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batch_types import QueueFull, UnknownKey
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
-from models_registry.worker.intake import InferenceRequest, check_servable
+from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.replies import Lease, Replies
 
@@ -66,6 +66,7 @@ class InferenceEngine:
         try:
             slot = check_servable(request, self.models.get(request.model), self.draining)
             costs = [slot.loaded.count_tokens(item) for item in request.inputs]
+            check_token_budget(sum(costs), slot.spec.tasks[request.task].max_request_tokens)
             self.batcher.submit(
                 key, request.id, request.inputs, costs, time.time(), request.deadline,
                 context={"reply": request.reply, "parameters": request.parameters, "lease": lease,

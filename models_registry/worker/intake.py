@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models_registry.api.errors import InvalidInput, Unavailable
+from models_registry.api.errors import InvalidInput, TooLarge, Unavailable
 from models_registry.registry import sources
 from models_registry.registry.model_state import ModelState
 from models_registry.worker.model_slots import ModelSlot
@@ -54,3 +54,10 @@ def check_servable(request: InferenceRequest, slot: ModelSlot | None, draining: 
     if not request.inputs or not all(isinstance(i, (str, dict)) for i in request.inputs):
         raise InvalidInput("inputs must be a non-empty list of strings or question/context objects")
     return slot
+
+
+def check_token_budget(tokens: int, limit: int) -> None:
+    """413 for a request bringing more input tokens than its task takes (limit 0: no limit)."""
+    if limit and tokens > limit:
+        raise TooLarge(f"this request has {tokens} input tokens; the task takes at most {limit} per request "
+                       "(max_request_tokens): send fewer or shorter inputs")

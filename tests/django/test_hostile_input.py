@@ -151,3 +151,13 @@ def test_make_run_and_the_image_serve_with_the_slow_client_guards() -> None:
     guarded = "hosting.http_protocol:GuardedHttpToolsProtocol"
     assert guarded in Command()._web_command("uvicorn", "127.0.0.1", 8000)
     assert guarded in (Path(__file__).resolve().parents[2] / "docker" / "entrypoint.sh").read_text()
+
+
+def test_register_model_sets_the_per_request_token_budget() -> None:
+    from models_registry.models import DEFAULT_MAX_REQUEST_TOKENS, ModelTask
+
+    call_command("register_model", "m", "--source", "org/m", "--task", "fill-mask", stdout=io.StringIO())
+    assert ModelTask.objects.get(model__name="m").max_request_tokens == DEFAULT_MAX_REQUEST_TOKENS == 16384
+    call_command("register_model", "m", "--source", "org/m", "--task", "fill-mask", "--max-request-tokens", "0",
+                 stdout=io.StringIO())
+    assert ModelTask.objects.get(model__name="m").max_request_tokens == 0

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.integration
 
 EMB = "emb"
 QUEUE = 16
+BUDGET = 2000  # input tokens per request on the "budget" task
 LONG = " ".join(["restart"] * 120)
 SLOW_CLIENT_LIMITS = {"HOSTING_HEADER_TIMEOUT_S": "2", "HOSTING_BODY_TIMEOUT_S": "3", "HOSTING_MAX_CONNECTIONS": "200"}
 
@@ -33,6 +34,9 @@ def restartable() -> Iterator[Stack]:
         stack.manage("register_model", EMB, "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--pooling", "mean", "--normalize", "--max-batch-size", "8",
                      "--max-queue-size", str(QUEUE), "--timeout", "30")
+        stack.manage("register_model", EMB, "--source", str(model_factory.minilm_path()), "--task",
+                     "feature-extraction", "--task-name", "budget", "--max-request-tokens", str(BUDGET),
+                     "--max-queue-size", "256")
         stack.create_token("all")
         stack.start_worker()
         stack.start_web()
@@ -217,3 +221,19 @@ def test_connections_over_the_cap_are_closed_at_once(restartable: Stack) -> None
         for sock in socks:
             sock.close()
     assert http_json("GET", f"{restartable.url}/health")[0] == 200
+
+
+def test_a_request_over_the_task_token_budget_is_413_at_once(restartable: Stack) -> None:
+    _wait_serving(restartable)
+    started = time.monotonic()
+    # 64 inputs of 3,900 characters: each is cut to the model's 512 tokens, 32,768 in all.
+    huge = {"inputs": [f"{i} " + "tokens " * 557 for i in range(64)]}
+    status, _, body = http_json("POST", f"{restartable.url}/models/{EMB}/budget", huge,
+                                token=restartable.tokens["all"], timeout=40)
+    assert status == 413 and body["error_type"] == "too_large", body
+    assert "32768 input tokens" in body["error"] and f"at most {BUDGET}" in body["error"], body
+    assert "max_request_tokens" in body["error"]
+    assert time.monotonic() - started < 10, "refused before compute, not after the worker's whole timeout"
+    status, _, _ = http_json("POST", f"{restartable.url}/models/{EMB}/budget", {"inputs": ["short"] * 64},
+                             token=restartable.tokens["all"], timeout=40)
+    assert status == 200

@@ -29,6 +29,8 @@ class Command(BaseCommand):
         parser.add_argument("--max-batch-delay-ms", type=int)
         parser.add_argument("--max-queue-size", type=int)
         parser.add_argument("--timeout", type=float, dest="timeout_s")
+        parser.add_argument("--max-request-tokens", type=int,
+                            help="input tokens one request may bring (0 = no limit; default 16384)")
         parser.add_argument("--max-batch-queue-size", type=int,
                             help="pending items above which batch-priority requests are refused")
         parser.add_argument("--cache-ttl", type=int, dest="cache_ttl_s",
@@ -63,7 +65,8 @@ class Command(BaseCommand):
             task = ModelTask.objects.filter(model=model, name=task_name).first() or ModelTask(model=model, name=task_name)
             task.task = options["task"]
             for field in ("max_batch_size", "max_batch_tokens", "max_batch_delay_ms", "max_queue_size",
-                          "timeout_s", "pooling", "normalize", "max_batch_queue_size", "cache_ttl_s"):
+                          "timeout_s", "pooling", "normalize", "max_batch_queue_size", "cache_ttl_s",
+                          "max_request_tokens"):
                 if options[field] is not None:
                     setattr(task, field, options[field])
             if options["parameters"] is not None:
