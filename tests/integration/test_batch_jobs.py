@@ -35,6 +35,14 @@ def _wait(client: OpenAI, batch_id: str, statuses: tuple[str, ...], timeout_s: f
         time.sleep(0.2)
 
 
+def _requests_today(stack: Stack, token_name: str) -> int:
+    """Requests the token made today, from the usage counters its rate limits keep in Redis."""
+    code = ("from channels.layers import get_channel_layer; from models_registry.models import ApiToken; "
+            "from models_registry.policy.usage import token_usage; "
+            f"t = ApiToken.objects.get(name={token_name!r}); print(token_usage([t.id])[t.id][0].requests)")
+    return int(stack.manage("shell", "-c", code).strip().splitlines()[-1])
+
+
 def _records(client: OpenAI, file_id: str | None) -> list[dict[str, Any]]:
     if file_id is None:
         return []
@@ -47,6 +55,7 @@ def test_the_openai_sdk_runs_an_embeddings_batch(stack: Stack, token: str) -> No
              "body": {"model": MINILM, "input": text, "encoding_format": "float"}} for i, text in enumerate(texts)]
     rows.append({"custom_id": "bad", "method": "POST", "url": "/v1/embeddings", "body": {"model": MINILM, "input": []}})
     client = _client(stack, token)
+    requests_before = _requests_today(stack, "all")
     uploaded = client.files.create(file=("corpus.jsonl", io.BytesIO(_jsonl(rows))), purpose="batch")
     assert uploaded.purpose == "batch" and uploaded.bytes == len(_jsonl(rows))
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h",
@@ -69,6 +78,8 @@ def test_the_openai_sdk_runs_an_embeddings_batch(stack: Stack, token: str) -> No
         assert batched["usage"] == alone.usage.model_dump()
         np.testing.assert_allclose(batched["data"][0]["embedding"], alone.data[0].embedding, atol=1e-5)
     assert batch.id in [b.id for b in client.batches.list(limit=100)]
+    # The token's usage (what its quotas are checked against) counts every job line.
+    assert _requests_today(stack, "all") - requests_before >= len(rows)
 
 
 def test_cancel_stops_a_batch_within_seconds(stack: Stack, token: str) -> None:
