@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from models_registry.broker.layer import LuaScript
+from models_registry.broker.lua import LuaScript
 
 _ADMIT = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models_registry.api.errors import RateLimited, TooLarge
-from models_registry.broker.layer import LuaScript
+from models_registry.broker.lua import LuaScript
 
 MINUTE_S = 60
 DAY_S = 86_400

@@ -1,0 +1,128 @@
+"""Leased pulls of shared work channels and worker liveness: the worker side of HostingChannelLayer.
+
+A worker pops up to N messages and records them in its own in-flight set in ONE atomic
+script; it releases them once answered. A worker killed with SIGKILL leaves its messages
+there, and any live worker puts them back on the channel once the dead one's liveness
+key has expired: nothing is lost, and no message is handed to two live workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from models_registry.broker.lua import LuaScript
+
+_PULL = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, tonumber(ARGV[2]) - tonumber(ARGV[3]))
+local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
+if #popped > 0 then
+  for i = 1, #popped, 2 do redis.call('ZADD', KEYS[2], popped[i + 1], popped[i]) end
+  redis.call('SADD', KEYS[3], ARGV[4])
+end
+return popped
+"""
+
+_REQUEUE = """
+if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
+local items = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #items, 2 do redis.call('ZADD', KEYS[2], items[i + 1], items[i]) end
+redis.call('DEL', KEYS[1])
+if #items > 0 then redis.call('LPUSH', KEYS[4], 1) end
+return #items / 2
+"""
+
+
+class LeasedPulls:
+    """The leased-pull and liveness operations of HostingChannelLayer (a mixin).
+
+    Uses the layer's prefix, expiry, connection(), deserialize(), _key(), _index() and doorbell_key().
+    """
+
+    _pull_script = LuaScript(_PULL)
+    _requeue_script = LuaScript(_REQUEUE)
+
+    def inflight_key(self, channel: str, worker_id: str) -> str:
+        """The messages a worker holds (popped but not yet answered)."""
+        return f"{self.prefix}{channel}:inflight:{worker_id}"
+
+    def alive_key(self, worker_id: str) -> str:
+        """Exists while the worker lives (refreshed by it, expires after its death)."""
+        return f"{self.prefix}worker:alive:{worker_id}"
+
+    @property
+    def workers_key(self) -> str:
+        """Set of worker ids that may hold in-flight messages."""
+        return f"{self.prefix}workers"
+
+    def worker_channels_key(self, worker_id: str) -> str:
+        """Set of work channels a worker has pulled from."""
+        return f"{self.prefix}worker:channels:{worker_id}"
+
+    async def pull(self, channel: str, worker_id: str, max_count: int) -> list[tuple[bytes, dict[str, Any]]]:
+        """Pop up to max_count messages and lease them to worker_id, atomically."""
+        conn = self.connection(self._index(channel))
+        popped = await self._pull_script(
+            conn, [self._key(channel), self.inflight_key(channel, worker_id), self.worker_channels_key(worker_id)],
+            [max_count, repr(time.time()), int(self.expiry), channel],
+        )
+        return [(popped[i], self.deserialize(popped[i])) for i in range(0, len(popped), 2)]
+
+    async def wait_for_work(self, channels: list[str], timeout_s: float) -> None:
+        """Block until a sender rings one of these channels' doorbells, or timeout_s passes."""
+        if not channels:
+            await asyncio.sleep(timeout_s)
+            return
+        conn = self.connection(self._index(channels[0]))
+        await conn.blpop([self.doorbell_key(c) for c in channels], timeout=timeout_s)
+
+    async def release(self, channel: str, worker_id: str, members: list[bytes]) -> None:
+        """Forget leased messages once they are answered."""
+        if members:
+            conn = self.connection(self._index(channel))
+            await conn.zrem(self.inflight_key(channel, worker_id), *members)
+
+    async def announce(self, worker_id: str, ttl_s: float) -> None:
+        """Say this worker is alive for ttl_s more seconds."""
+        conn = self.connection(0)
+        async with conn.pipeline(transaction=False) as pipe:
+            pipe.sadd(self.workers_key, worker_id)
+            pipe.set(self.alive_key(worker_id), "1", px=int(ttl_s * 1000))
+            await pipe.execute()
+
+    async def retire(self, worker_id: str) -> int:
+        """A clean exit: give back what this worker still holds, then forget it."""
+        await self.connection(0).delete(self.alive_key(worker_id))
+        return max(await self.requeue_if_dead(worker_id), 0)
+
+    async def requeue_if_dead(self, worker_id: str) -> int:
+        """Put a dead worker's leased messages back on their channels; -1 if it is alive."""
+        conn = self.connection(0)
+        moved = 0
+        for raw in await conn.smembers(self.worker_channels_key(worker_id)):
+            channel = raw.decode() if isinstance(raw, bytes) else str(raw)
+            count = int(await self._requeue_script(
+                self.connection(self._index(channel)),
+                [self.inflight_key(channel, worker_id), self._key(channel), self.alive_key(worker_id),
+                 self.doorbell_key(channel)],
+                [],
+            ))
+            if count < 0:
+                return -1
+            moved += count
+        if await conn.exists(self.alive_key(worker_id)):
+            return -1
+        await conn.delete(self.worker_channels_key(worker_id))
+        await conn.srem(self.workers_key, worker_id)
+        return moved
+
+    async def recover_dead_workers(self, own_id: str) -> int:
+        """Requeue the messages of every registered worker whose liveness key expired."""
+        conn = self.connection(0)
+        moved = 0
+        for raw in await conn.smembers(self.workers_key):
+            worker_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            if worker_id != own_id:
+                moved += max(0, await self.requeue_if_dead(worker_id))
+        return moved
