@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
-from pathlib import Path
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.contrib import admin, messages
 from django.db.models import F
 from django.http import HttpRequest
 
-from models_registry.api import payloads
-from models_registry.api.errors import HostingError
-from models_registry.broker import handoff
 from models_registry.models import ApiToken, ModelTask, RegisteredModel, WorkerHeartbeat
 from models_registry.observe import traffic_window
+from models_registry.observe.sample_request import run_test_input
 from models_registry.policy.rate_limits import Usage
 from models_registry.policy.usage import token_usage
 from models_registry.registry.model_state import ModelState, best_report
@@ -55,79 +48,6 @@ def _live_states() -> dict[str, dict[str, Any]]:
         for key, depth in (worker.queue_depths or {}).items():
             states.setdefault(TaskKey.parse(key).model, {"states": [], "depth": 0, "workers": 0})["depth"] += depth
     return states
-
-
-SAMPLE_SENTENCE = "The quick brown fox jumps over the lazy dog."
-SAMPLE_INPUTS = {"text-classification": "I really enjoyed this film, it was wonderful."}
-TEST_TIMEOUT_S = 30.0
-SHOWN_CHARS = 300
-
-
-def _mask_token(source: str) -> str:
-    """The mask token of a local model directory's tokenizer, else BERT's [MASK]."""
-    try:
-        token = json.loads((Path(source).expanduser() / "tokenizer_config.json").read_text()).get("mask_token")
-    except (OSError, ValueError, AttributeError):
-        return "[MASK]"
-    if isinstance(token, dict):
-        token = token.get("content")
-    return token if isinstance(token, str) and token else "[MASK]"
-
-
-def sample_input(task: ModelTask) -> str:
-    """A sentence the task's pipeline accepts (fill-mask gets one with the mask token)."""
-    if task.task == "fill-mask":
-        return f"Paris is the {_mask_token(task.model.source)} of France."
-    return SAMPLE_INPUTS.get(task.task, SAMPLE_SENTENCE)
-
-
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 4)
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    return value
-
-
-def _preview(output: Any) -> str:
-    """The output as short JSON: floats to 4 places, a vector introduced by its length."""
-    output = json.loads(payloads.dump_json(output))  # vectors arrive as float32 arrays
-    text = json.dumps(_rounded(output))
-    if isinstance(output, list) and output and all(isinstance(v, float) for v in output):
-        text = f"{len(output)} floats {text}"
-    if len(text) > SHOWN_CHARS:
-        text = text[:SHOWN_CHARS] + f"… ({len(text)} characters)"
-    return text
-
-
-def run_test_input(task: ModelTask, state: str) -> tuple[bool, str]:
-    """Send the task a sample input through the channel layer and a live worker: (ok, message)."""
-    label = f"{task.model.name}/{task.name}"
-    if not task.model.enabled:
-        return False, f"{label}: the model is disabled; enable it first."
-    if state != ModelState.READY:
-        return False, f"{label}: no live worker has this model ready (state: {state})."
-    text = sample_input(task)
-    started = time.perf_counter()
-    try:
-        parsed = payloads.read_request({"inputs": text}, task.task, dict(task.parameters or {}), 1)
-        result = async_to_sync(handoff.infer)(
-            request_id=f"admin-test-{uuid.uuid4().hex[:12]}", model=task.model.name, task=task.name,
-            inputs=parsed.inputs, parameters=parsed.parameters, timeout_s=min(task.timeout_s, TEST_TIMEOUT_S),
-            max_queue_size=task.max_queue_size,
-        )
-        output = _preview(payloads.shape_response(task.task, result.outputs, parsed.is_batch))
-    except HostingError as error:
-        return False, f"{label}: {error.error_type}: {error.message}"
-    except Exception as error:  # the operator sees what broke; the trace is not theirs to read
-        return False, f"{label}: {type(error).__name__}: {error}"
-    total_ms = (time.perf_counter() - started) * 1000
-    return True, (
-        f"{label} answered {text!r} in {total_ms:.1f} ms (queue {result.queue_ms:.1f} ms, compute "
-        f"{result.compute_ms:.1f} ms, batch of {result.batch_size}): {output}"
-    )
 
 
 def _best_state(entry: dict[str, Any] | None) -> str:
