@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -28,12 +28,15 @@ class WorkerView:
     workers: list[Any]
     model_states: dict[str, dict[str, Any]]  # best state of each model over live workers
     drain_rates: dict[str, float]  # items/s per "model/task", summed over live workers
+    # items/s per "model/task" the live workers can drain, from their measured cost per token
+    capacities: dict[str, float] = field(default_factory=dict)
 
 
 def _read_workers() -> WorkerView:
     workers = heartbeats.live_workers()
     states: dict[str, dict[str, Any]] = {}
     rates: dict[str, float] = {}
+    capacities: dict[str, float] = {}
     for worker in workers:
         if worker.draining:
             continue
@@ -41,10 +44,16 @@ def _read_workers() -> WorkerView:
             for task, rate in (state.get("drain_rates") or {}).items():
                 key = str(TaskKey(name, task))
                 rates[key] = rates.get(key, 0.0) + float(rate)
+            if state.get("state") != "ready":
+                continue
+            for task, (s_per_token, tokens_per_item) in (state.get("costs") or {}).items():
+                if s_per_token > 0 and tokens_per_item > 0:  # workers compute in parallel: capacities add up
+                    key = str(TaskKey(name, task))
+                    capacities[key] = capacities.get(key, 0.0) + 1.0 / (s_per_token * tokens_per_item)
             best = best_report([states.get(name), state])
             if best is not None:
                 states[name] = best
-    return WorkerView(workers=workers, model_states=states, drain_rates=rates)
+    return WorkerView(workers=workers, model_states=states, drain_rates=rates, capacities=capacities)
 
 
 def fresh_connection(loader: Any) -> Any:

@@ -10,6 +10,9 @@ from models_registry.registry.task_key import TaskKey
 from models_registry.worker.model_slots import ModelSlots
 
 
+COST_SMOOTHING = 0.3  # weight of the newest batch in the cost estimate
+
+
 @dataclass
 class EngineStats:
     """Counters the heartbeat reports."""
@@ -21,13 +24,21 @@ class EngineStats:
     dropped: int = 0  # clients gone before compute
     started_at: float = field(default_factory=time.time)
     completed: dict[str, int] = field(default_factory=dict)  # items answered per "model/task"
+    # "model/task" -> [seconds of compute per input token, tokens per item], smoothed over batches:
+    # what a queue of N items will take to drain, known also while the queue is idle.
+    costs: dict[str, list[float]] = field(default_factory=dict)
 
-    def record_batch(self, key: tuple[str, str], items: int) -> None:
-        """Count one computed batch of items for key (model, task)."""
+    def record_batch(self, key: tuple[str, str], items: int, tokens: int = 0, compute_s: float = 0.0) -> None:
+        """Count one computed batch of items (tokens input tokens, compute_s seconds) for key (model, task)."""
         self.batches += 1
         self.items += items
         name = str(TaskKey(*key))
         self.completed[name] = self.completed.get(name, 0) + items
+        if items and tokens and compute_s > 0:
+            sample = [compute_s / tokens, tokens / items]
+            old = self.costs.get(name)
+            self.costs[name] = sample if old is None else [
+                round(o + COST_SMOOTHING * (s - o), 9) for o, s in zip(old, sample)]
 
 
 class DrainRates:
@@ -59,6 +70,8 @@ def models_report(slots: ModelSlots, stats: EngineStats, rates: dict[str, float]
             "tasks": list(slot.spec.tasks),
             "drain_rates": {t: rates.get(str(TaskKey(name, t)), 0.0) for t in slot.spec.tasks},
             "served": {t: stats.completed.get(str(TaskKey(name, t)), 0) for t in slot.spec.tasks},
+            "costs": {t: stats.costs[str(TaskKey(name, t))] for t in slot.spec.tasks
+                      if str(TaskKey(name, t)) in stats.costs},
         }
         for name, slot in slots.items()
     }

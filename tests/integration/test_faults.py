@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 EMB = "emb"
 QUEUE = 16
 BUDGET = 2000  # input tokens per request on the "budget" task
+DRAIN_QUEUE = 64  # the "drain" task's queue limit
 LONG = " ".join(["restart"] * 120)
 SLOW_CLIENT_LIMITS = {"HOSTING_HEADER_TIMEOUT_S": "2", "HOSTING_BODY_TIMEOUT_S": "3", "HOSTING_MAX_CONNECTIONS": "200"}
 
@@ -37,6 +38,9 @@ def restartable() -> Iterator[Stack]:
         stack.manage("register_model", EMB, "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--task-name", "budget", "--max-request-tokens", str(BUDGET),
                      "--max-queue-size", "256")
+        stack.manage("register_model", EMB, "--source", str(model_factory.minilm_path()), "--task",
+                     "feature-extraction", "--task-name", "drain", "--max-queue-size", str(DRAIN_QUEUE),
+                     "--max-batch-size", "8")
         stack.create_token("all")
         stack.start_worker()
         stack.start_web()
@@ -237,3 +241,31 @@ def test_a_request_over_the_task_token_budget_is_413_at_once(restartable: Stack)
     status, _, _ = http_json("POST", f"{restartable.url}/models/{EMB}/budget", {"inputs": ["short"] * 64},
                              token=restartable.tokens["all"], timeout=40)
     assert status == 200
+
+
+def test_retry_after_is_within_2x_of_the_time_the_queue_takes_to_drain(restartable: Stack) -> None:
+    _wait_serving(restartable)
+    url = f"{restartable.url}/models/{EMB}/drain"
+    headers = {"Authorization": f"Bearer {restartable.tokens['all']}"}
+    text = " ".join(["drain"] * 200)
+
+    async def burst(count: int) -> list[tuple[int, Any, dict, float, float]]:
+        started = time.monotonic()
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=count)) as client:
+            async def one(i: int) -> tuple[int, Any, dict, float, float]:
+                status, body, head, _ = await _post(client, url, {"inputs": f"{i} {text}"}, headers)
+                return status, body, head, time.monotonic() - started, started
+
+            return await asyncio.gather(*(one(i) for i in range(count)))
+
+    asyncio.run(burst(32))  # the worker measures its cost per token on real batches
+    time.sleep(2.5)  # and its heartbeat reports it
+    answers = asyncio.run(burst(DRAIN_QUEUE + 40))
+    refused = sorted((a for a in answers if a[0] == 503), key=lambda a: a[3])
+    served = [a for a in answers if a[0] == 200]
+    assert refused and len(served) >= DRAIN_QUEUE // 2, [(a[0], a[1]) for a in answers if a[0] not in (200, 503)]
+    first = refused[0]
+    retry_after = int(first[2]["retry-after"])
+    drained = max(a[3] for a in served) - first[3]  # the queue it met, drained
+    print(f"Retry-After {retry_after} s, queue drained in {drained:.2f} s")
+    assert drained / 2 <= retry_after <= max(2 * drained, 1.0), (retry_after, drained)
