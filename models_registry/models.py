@@ -13,6 +13,7 @@ from django.utils import timezone
 from models_registry.api.errors import InvalidInput
 from models_registry.registry import sources
 from models_registry.registry.task_inputs import SUPPORTED_TASKS, validate_parameters
+from models_registry.registry.task_key import TaskKey
 
 # Tasks whose answer depends only on the model, the parameters and the input (no sampling).
 CACHEABLE_TASKS = ("feature-extraction", "fill-mask", "text-classification", "token-classification",
@@ -127,7 +128,7 @@ class ModelTask(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.model.name}/{self.name}"
+        return str(TaskKey(self.model.name, self.name))
 
     def clean(self) -> None:
         """Reject settings that can never work together, with what to change."""

@@ -29,6 +29,7 @@ from models_registry.policy import gate, priority
 from models_registry.registry import lookups
 from models_registry.registry.shape_errors import keys, phrase
 from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.registry.task_key import TaskKey
 
 logger = logging.getLogger("models_registry.requests")
 
@@ -135,7 +136,7 @@ def read_embedding_request(payload: Any, max_inputs: int) -> EmbeddingRequest:
 
 def embedding_ids(spec: ModelSpec) -> list[str]:
     """The /v1 model ids of spec: its name for an embedding default task, name/task for the others."""
-    return [spec.name if t.name == spec.default_task else f"{spec.name}/{t.name}"
+    return [spec.name if t.name == spec.default_task else str(TaskKey(spec.name, t.name))
             for t in spec.tasks.values() if _embeds(t)]
 
 
@@ -144,7 +145,7 @@ def _embeds(task: TaskSpec) -> bool:
 
 
 async def _resolve(model_id: str) -> tuple[ModelSpec, TaskSpec]:
-    name, _, task_name = model_id.partition("/")
+    name, task_name = TaskKey.parse(model_id)
     spec = (await lookups.get_specs()).get(name)
     if spec is None:
         raise NotFound(f"no model {model_id!r}; GET /v1/models lists them")
@@ -183,7 +184,7 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
     started = time.perf_counter()
     grant = await auth.authorize(request.headers.get("Authorization"), None)
     wanted = read_embedding_request(_body(request), settings.HOSTING_MAX_INPUTS)
-    name = wanted.model.partition("/")[0]
+    name = TaskKey.parse(wanted.model).model
     if grant is not None and not grant.allows(name):
         raise Forbidden(f"this API token is not allowed to use model {name!r}")
     spec, task = await _resolve(wanted.model)

@@ -21,6 +21,7 @@ from typing import Any
 from models_registry.api import dimensions, request_models
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.registry.task_inputs import TASK_KINDS
+from models_registry.registry.task_key import TaskKey
 from models_registry.registry.task_parameters import NOT_BLANK
 
 REF = "#/components/schemas/{}"
@@ -128,7 +129,7 @@ def _embedding_ids(document: dict[str, Any], specs: dict[str, ModelSpec]) -> dic
     choices = []
     for spec in specs.values():
         for model_id in embedding_ids(spec):
-            task = spec.tasks[model_id.partition("/")[2] or spec.default_task]
+            task = spec.tasks[TaskKey.parse(model_id).task or spec.default_task]
             sizes = _sizes(task, native_size(spec, task))
             choice: dict[str, Any] = {"properties": {"model": {"const": model_id}}}
             if sizes is not None:

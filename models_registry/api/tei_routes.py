@@ -25,7 +25,9 @@ from models_registry.api.views import api_view
 from models_registry.broker import handoff
 from models_registry.observe import metrics
 from models_registry.registry import lookups
+from models_registry.registry.model_state import ModelState
 from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.registry.task_key import TaskKey
 
 logger = logging.getLogger("models_registry.requests")
 
@@ -168,7 +170,7 @@ def body_of(request: HttpRequest) -> Any:
 
 async def resolve(model_id: str) -> tuple[ModelSpec, TaskSpec | None]:
     """The model named model_id ("name" or "name/task") and the task it names (None: not named)."""
-    name, _, task_name = model_id.partition("/")
+    name, task_name = TaskKey.parse(model_id)
     spec = (await lookups.get_specs()).get(name)
     if spec is None:
         raise NotFound(f"no model named {name!r}; GET /models lists them")
@@ -270,7 +272,7 @@ async def _score(request: HttpRequest, spec: ModelSpec, task: TaskSpec, wanted: 
 
     async def still_served() -> bool:
         state = (await lookups.get_workers()).model_states.get(spec.name)
-        return state is not None and state.get("state") == "ready"
+        return state is not None and state.get("state") == ModelState.READY
 
     pairs = [{"query": wanted.query, "text": text} for text in wanted.texts]
     return await handoff.infer(

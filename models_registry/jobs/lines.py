@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from models_registry.api.errors import Forbidden, HostingError, InvalidInput, TooLarge
+from models_registry.registry.task_key import TaskKey
 
 FIELDS = ("custom_id", "method", "url", "body")
 MAX_CUSTOM_ID_CHARS = 512
@@ -50,7 +51,7 @@ def model_of(url: str, body: dict[str, Any]) -> tuple[str, str | None] | None:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             return None
-        name, _, task = model.partition("/")
+        name, task = TaskKey.parse(model)
         return name, task or None
     match = _MODEL_URL.match(url)
     if match is None:

@@ -16,6 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from models_registry.observe import traffic_window
+from models_registry.registry.task_key import TaskKey
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -114,7 +115,7 @@ class FleetCollector(Collector):
         totals: dict[tuple[str, str], int] = {}
         for worker in workers:
             for key, value in (worker.queue_depths or {}).items():
-                model, _, task = key.partition("/")
+                model, task = TaskKey.parse(key)
                 totals[(model, task)] = totals.get((model, task), 0) + int(value)
             for model, state in (worker.models_state or {}).items():
                 for task in state.get("tasks", []):

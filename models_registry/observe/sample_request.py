@@ -16,6 +16,7 @@ from models_registry.api.errors import HostingError
 from models_registry.broker import handoff
 from models_registry.models import ModelTask
 from models_registry.registry.model_state import ModelState
+from models_registry.registry.task_key import TaskKey
 
 SAMPLE_SENTENCE = "The quick brown fox jumps over the lazy dog."
 SAMPLE_INPUTS = {"text-classification": "I really enjoyed this film, it was wonderful."}
@@ -64,7 +65,7 @@ def _preview(output: Any) -> str:
 
 def run_test_input(task: ModelTask, state: str) -> tuple[bool, str]:
     """Send the task a sample input through the channel layer and a live worker: (ok, message)."""
-    label = f"{task.model.name}/{task.name}"
+    label = str(TaskKey(task.model.name, task.name))
     if not task.model.enabled:
         return False, f"{label}: the model is disabled; enable it first."
     if state != ModelState.READY:
