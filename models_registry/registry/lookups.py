@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
-from models_registry.registry.model_state import best_report
+from models_registry.registry.model_state import ModelState, best_report
 from models_registry.registry.specs import ModelSpec, read_specs
 from models_registry.registry.task_key import TaskKey
 from models_registry.worker import heartbeats
@@ -44,15 +44,15 @@ def _read_workers() -> WorkerView:
             for task, rate in (state.get("drain_rates") or {}).items():
                 key = str(TaskKey(name, task))
                 rates[key] = rates.get(key, 0.0) + float(rate)
-            if state.get("state") != "ready":
-                continue
+            best = best_report([states.get(name), state])
+            if best is not None:
+                states[name] = best
+            if state.get("state") != ModelState.READY:
+                continue  # only a ready worker drains: the others add no capacity
             for task, (s_per_token, tokens_per_item) in (state.get("costs") or {}).items():
                 if s_per_token > 0 and tokens_per_item > 0:  # workers compute in parallel: capacities add up
                     key = str(TaskKey(name, task))
                     capacities[key] = capacities.get(key, 0.0) + 1.0 / (s_per_token * tokens_per_item)
-            best = best_report([states.get(name), state])
-            if best is not None:
-                states[name] = best
     return WorkerView(workers=workers, model_states=states, drain_rates=rates, capacities=capacities)
 
 
