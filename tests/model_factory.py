@@ -98,8 +98,11 @@ def _corpus() -> list[str]:
     return [f"{s} {v} {o}" for s, v, o in itertools.product(subjects, verbs, objects)]
 
 
-def build_tiny_gpt2(dest: Path) -> Path:
-    """Build a tiny random GPT2LMHeadModel with a locally trained byte-level BPE tokenizer."""
+def build_tiny_gpt2(dest: Path, positions: int = 128) -> Path:
+    """Build a tiny random GPT2LMHeadModel with a locally trained byte-level BPE tokenizer.
+
+    positions: its context length (streaming tests want generations long enough to interrupt).
+    """
     import torch
     from tokenizers import processors
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
@@ -111,9 +114,9 @@ def build_tiny_gpt2(dest: Path) -> Path:
     bpe = _byte_level_bpe([EOS])
     bpe.post_processor = processors.ByteLevel(trim_offsets=False)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=EOS, eos_token=EOS,
-                                        unk_token=EOS, pad_token=EOS, model_max_length=128)
+                                        unk_token=EOS, pad_token=EOS, model_max_length=positions)
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
-    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=128,
+    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=positions,
                         bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id)
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).eval()

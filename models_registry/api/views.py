@@ -15,7 +15,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from models_registry.api import auth, dimensions, payloads, readiness
+from models_registry.api import auth, dimensions, payloads, readiness, tgi_stream
 from models_registry.api.errors import (
     HostingError,
     Internal,
@@ -83,7 +83,7 @@ async def _model_and_task(name: str, task_name: str | None) -> tuple[ModelSpec, 
 
 
 async def _require_serving(spec: ModelSpec, task_name: str) -> float:
-    """503 at once when no live worker can answer; else the items/s the task's queue drains at."""
+    """503 at once when no live worker can answer; else the task's drain rate (items/s)."""
     if not spec.enabled:
         raise Unavailable(f"model {spec.name!r} is disabled")
     workers = await lookups.get_workers()
@@ -93,9 +93,7 @@ async def _require_serving(spec: ModelSpec, task_name: str) -> float:
     if state.get("state") != ModelState.READY:
         detail = f": {sources.LOAD_FAILED}" if state.get("state") == ModelState.ERROR else ""
         raise Unavailable(f"model {spec.name!r} is {state.get('state')}{detail}")
-    key = str(TaskKey(spec.name, task_name))
-    # Measured cost per token: right also for a burst on an idle queue, whose drain rate reads 0.
-    return workers.capacities.get(key) or workers.drain_rates.get(key, 0.0)
+    return workers.drain_rates.get(str(TaskKey(spec.name, task_name)), 0.0)
 
 
 @api_view("POST", "GET")
@@ -138,8 +136,12 @@ async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: Mode
     except RequestDataTooBig:
         raise TooLarge(f"request body is over the limit of {settings.HOSTING_MAX_BODY_BYTES} bytes") from None
     body = payloads.parse_body(raw, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
+    body, stream, tgi_options = tgi_stream.split(body, task_spec.task)
     parsed = payloads.read_request(body, task_spec.task, task_spec.parameters, settings.HOSTING_MAX_INPUTS)
-    parameters, wanted_dims = parsed.parameters, None
+    if stream:
+        drain_rate = await _require_serving(spec, task_spec.name)
+        return await tgi_stream.respond(request, spec, task_spec, parsed, tgi_options, drain_rate, started)
+    parameters, wanted_dims = {**parsed.parameters, **tgi_options}, None
     if task_spec.task == "feature-extraction":
         wanted_dims = dimensions.requested(parameters)
         dims_key = (spec.name, task_spec.name, spec.load_key())

@@ -51,6 +51,11 @@ async def leave(layer: Any, model: str, task: str, request_id: str, count: int) 
     await layer.connection(0).zrem(pending_key(layer, model, task), *members(request_id, count))
 
 
+async def extend(layer: Any, model: str, task: str, request_id: str, deadline: float) -> None:
+    """Move a one-input request's deadline (a live stream outlasts the task's timeout)."""
+    await layer.connection(0).zadd(pending_key(layer, model, task), {members(request_id, 1)[0]: deadline}, xx=True)
+
+
 async def still_wanted(layer: Any, model: str, task: str, request_ids: list[str]) -> set[str]:
     """Which of these requests still have a client waiting."""
     if not request_ids:

@@ -53,6 +53,39 @@ async def _leave_quietly(layer: WorkLayer, model: str, task: str, request_id: st
         pass  # the entry expires at its deadline anyway
 
 
+async def admit(layer: WorkLayer, model: str, task: str, key: str, count: int, deadline: float, max_queue_size: int,
+                drain_rate: float, priority: str) -> None:
+    """Reserve count places in the task's queue; Overloaded (with Retry-After) or Unavailable when not."""
+    try:
+        admitted, depth = await asyncio.wait_for(
+            admission.admit(layer, model, task, key, count, deadline, max_queue_size), BROKER_TIMEOUT_S
+        )
+    except Exception as error:
+        raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
+    if not admitted:
+        wait = retry_after_s(depth + count, drain_rate)
+        raise Overloaded(
+            f"{model}/{task} has {depth} items queued (limit {max_queue_size} for {priority} traffic); "
+            f"retry in {wait} s",
+            headers={"Retry-After": str(wait)},
+        )
+
+
+async def send_request(layer: WorkLayer, model: str, message: dict[str, Any]) -> None:
+    """Send a request message to the model's work channel (a worker pulls only the models it has ready)."""
+    try:
+        await asyncio.wait_for(layer.send(messages.model_channel(model), message), BROKER_TIMEOUT_S)
+    except ChannelFull:
+        raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"}) from None
+    except Exception as error:
+        raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
+
+
+def leave_later(layer: WorkLayer, model: str, task: str, key: str, count: int) -> None:
+    """Give the request's places back, without waiting for the broker."""
+    _in_background(_leave_quietly(layer, model, task, key, count))
+
+
 async def infer(
     *,
     request_id: str,
@@ -75,19 +108,7 @@ async def infer(
     deadline = time.time() + timeout_s
     count = len(inputs)
     key = uuid.uuid4().hex
-    try:
-        admitted, depth = await asyncio.wait_for(
-            admission.admit(layer, model, task, key, count, deadline, max_queue_size), BROKER_TIMEOUT_S
-        )
-    except Exception as error:
-        raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
-    if not admitted:
-        wait = retry_after_s(depth + count, drain_rate)
-        raise Overloaded(
-            f"{model}/{task} has {depth} items queued (limit {max_queue_size} for {priority} traffic); "
-            f"retry in {wait} s",
-            headers={"Retry-After": str(wait)},
-        )
+    await admit(layer, model, task, key, count, deadline, max_queue_size, drain_rate, priority)
     reply_channel = await layer.new_channel()
     receiver = layer.expect_reply(reply_channel)
     try:
@@ -95,13 +116,8 @@ async def infer(
             request_id=key, reply_channel=reply_channel, model=model, task=task,
             inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
         )
-        try:
-            # Per-model channels: a worker pulls only the models it has ready.
-            await asyncio.wait_for(layer.send(messages.model_channel(model), message), BROKER_TIMEOUT_S)
-        except ChannelFull:
-            raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"}) from None
-        except Exception as error:
-            raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
+        await send_request(layer, model, message)
+
         async def still_queued() -> bool:
             """False once the broker answers without this request's admission entry (restarted empty)."""
             try:

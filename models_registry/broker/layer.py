@@ -65,7 +65,7 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         # Work channels pop the lowest score first: a batch-priority message is scored this much
         # later, so it waits behind interactive messages sent up to batch_delay_s after it.
         self.batch_delay_s = batch_delay_s
-        self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._replies: dict[str, asyncio.Future[dict[str, Any]] | asyncio.Queue[dict[str, Any]]] = {}
         self._pump: asyncio.Task[None] | None = None
 
     def is_work_channel(self, channel: str) -> bool:
@@ -156,6 +156,14 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
             self._pump = asyncio.ensure_future(self._pump_replies())
         return future
 
+    def expect_stream(self, channel: str) -> asyncio.Queue[dict[str, Any]]:
+        """A queue receiving every message sent to channel, in arrival order, until forget_reply."""
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._replies[channel] = queue
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.ensure_future(self._pump_replies())
+        return queue
+
     def forget_reply(self, channel: str) -> None:
         """Stop waiting on channel (answered, timed out or cancelled)."""
         self._replies.pop(channel, None)
@@ -185,6 +193,11 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
             except Exception:
                 logger.exception("dropped an undecodable reply")
                 continue
-            future = self._replies.pop(message.pop("__asgi_channel__", ""), None)
+            channel = message.pop("__asgi_channel__", "")
+            waiter = self._replies.get(channel)
+            if isinstance(waiter, asyncio.Queue):  # a stream: every message, until forgotten
+                waiter.put_nowait(message)
+                continue
+            future = self._replies.pop(channel, None)
             if future is not None and not future.done():
                 future.set_result(message)

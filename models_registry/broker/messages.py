@@ -17,6 +17,7 @@ def model_channel(model: str) -> str:
 
 REQUEST_TYPE = "inference.request"
 RESULT_TYPE = "inference.result"
+TOKENS_TYPE = "inference.tokens"
 
 
 def request_message(
@@ -69,3 +70,8 @@ def result_message(
         "worker": worker,
         "tokens": tokens,  # input tokens (after truncation), for usage reports
     }
+
+
+def tokens_message(*, request_id: str, seq: int, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Streamed generation events a worker sends as they are produced (seq orders them: 0, 1, ...)."""
+    return {"type": TOKENS_TYPE, "id": request_id, "seq": seq, "events": events}

@@ -36,6 +36,9 @@ class WorkLayer(Protocol):
     def expect_reply(self, channel: str) -> asyncio.Future[dict[str, Any]]:
         """A future resolved with the next message sent to channel."""
 
+    def expect_stream(self, channel: str) -> asyncio.Queue[dict[str, Any]]:
+        """A queue receiving every message sent to channel until forget_reply (streamed tokens)."""
+
     def forget_reply(self, channel: str) -> None:
         """Stop waiting on channel (answered, timed out or cancelled)."""
 

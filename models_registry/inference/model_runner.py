@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from models_registry.api.errors import HostingError, Internal
-from models_registry.inference import encoder_tasks, generation, ranking
+from models_registry.inference import encoder_tasks, generation, ranking, streaming
 from models_registry.inference.embeddings import embed
 from models_registry.inference.loading import LoadedModel, load_model
 from models_registry.inference.onnx_backend import OrtSettings
@@ -66,12 +66,14 @@ class PipelineRunner:
                     logger.warning("warm-up of %s/%s failed", loaded.spec.name, task.name)
 
     def run(
-        self, loaded: LoadedModel, task: TaskSpec, texts: Sequence[Any], parameters: Sequence[dict[str, Any]]
+        self, loaded: LoadedModel, task: TaskSpec, texts: Sequence[Any], parameters: Sequence[dict[str, Any]],
+        sinks: Sequence[Any] | None = None,
     ) -> list[Any]:
         """Outputs for each input (a string, or a question/context object) or ItemFailure, in input order.
 
         Inputs with equal parameters run together; if a group fails, its inputs are
-        retried one by one so a bad input fails only its own request.
+        retried one by one so a bad input fails only its own request. sinks: where each
+        streamed generation input sends its tokens as they come (None: not streamed).
         """
         outputs: list[Any] = [None] * len(texts)
         groups: dict[str, list[int]] = {}
@@ -80,9 +82,28 @@ class PipelineRunner:
         for positions in groups.values():
             params = parameters[positions[0]]
             batch = [texts[p] for p in positions]
-            for position, output in zip(positions, self._run_group(loaded, task, batch, params)):
+            if task.task in streaming.TASKS and (params.get("stream") or params.get("details")):
+                group_sinks = [sinks[p] if sinks else None for p in positions]
+                results = self._run_streamed(loaded, task, batch, params, group_sinks)
+            else:
+                results = self._run_group(loaded, task, batch, params)
+            for position, output in zip(positions, results):
                 outputs[position] = output
         return outputs
+
+    def _run_streamed(self, loaded: LoadedModel, task: TaskSpec, texts: list[Any], params: dict[str, Any],
+                      sinks: list[Any]) -> list[Any]:
+        """Token-by-token generation (TGI's stream and details); no retry: tokens may be out already."""
+        try:
+            with torch.inference_mode():
+                answers = streaming.generate(task.task, loaded.pipelines[task.task], texts, params, sinks)
+        except HostingError as error:
+            return [ItemFailure(error)] * len(texts)
+        except Exception as error:
+            logger.exception("streamed generation on %s/%s failed", loaded.spec.name, task.name)
+            return [ItemFailure(Internal(f"generation failed: {type(error).__name__}: {error}"))] * len(texts)
+        # The HF shape of each task's answer: a list for text-generation, an object for text2text.
+        return [[answer] if task.task == "text-generation" else answer for answer in answers]
 
     def _run_group(self, loaded: LoadedModel, task: TaskSpec, texts: list[Any], params: dict[str, Any]) -> list[Any]:
         try:

@@ -16,6 +16,7 @@ from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import EngineStats
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.replies import Replies
+from models_registry.worker.token_streams import TokenStreams
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class BatchLoop:
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
+        self.streams = TokenStreams(layer)
 
     def wake(self) -> None:
         """Look at the queues again now (new work, or new policies)."""
@@ -78,15 +80,17 @@ class BatchLoop:
                 continue
             self.busy = True
             started = time.time()
+            sinks = self.streams.open(batch)
             try:
-                outputs = await loop.run_in_executor(self._compute, self._run_batch, batch)
+                outputs = await loop.run_in_executor(self._compute, self._run_batch, batch, sinks)
             except Exception as error:  # the runner isolates per-input errors; this is a bug guard
                 logger.exception("batch on %s failed", batch.key)
                 outputs = [ItemFailure(Internal(f"batch failed: {type(error).__name__}"))] * len(batch)
             finally:
                 self.busy = False
+                self.streams.close(sinks)
             compute_s = time.time() - started
-            self.stats.record_batch(batch.key, len(batch), sum(item.cost for item in batch.items), compute_s)
+            self.stats.record_batch(batch.key, len(batch))
             logger.debug("batch %s size=%d reason=%s compute=%.1fms", batch.key, len(batch), batch.reason, compute_s * 1e3)
             finished = self.batcher.complete(batch, outputs)
             if finished:
@@ -126,7 +130,7 @@ class BatchLoop:
         batch.items = kept
         return batch
 
-    def _run_batch(self, batch: Batch) -> list[Any]:
+    def _run_batch(self, batch: Batch, sinks: list[Any]) -> list[Any]:
         model, task_name = batch.key
         slot = self.slots.get(model)
         if slot is None or slot.loaded is None or task_name not in slot.spec.tasks:
@@ -134,4 +138,6 @@ class BatchLoop:
         task = slot.spec.tasks[task_name]
         texts = [item.payload for item in batch.items]
         params = [{**task.parameters, **item.request.context["parameters"]} for item in batch.items]
+        if any(sinks):  # streamed generation: each such item's tokens go to its client as they come
+            return self.runner.run(slot.loaded, task, texts, params, sinks=sinks)
         return self.runner.run(slot.loaded, task, texts, params)

@@ -1,0 +1,124 @@
+"""The view side of a streamed generation: admit, send, then the worker's token events in order.
+
+`open_stream` returns only once the first events (or an error) came back, so every
+usual error is an ordinary JSON answer before the first byte; afterwards `events()`
+yields the rest as they arrive. Token messages carry a sequence number (the broker may
+deliver two of one round trip in either order); the request's final result message
+may overtake the last tokens, so the stream ends on the event that carries the text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from models_registry.api.errors import HostingError, Timeout, Unavailable, from_wire
+from models_registry.broker import admission, handoff, messages
+from models_registry.broker.work_layer import WorkLayer, work_layer
+
+LATE_TOKENS_S = 2.0  # after the result, how long tokens still on their way are awaited
+EXTEND_EVERY_S = 1.0  # how often a live stream pushes its admission deadline forward
+
+
+class Stream:
+    """One streamed request: its reply queue, and the events in order."""
+
+    def __init__(self, layer: WorkLayer, model: str, task: str, key: str, reply: str, timeout_s: float) -> None:
+        self.layer = layer
+        self.model, self.task, self.key, self.reply = model, task, key, reply
+        self.timeout_s = timeout_s
+        self.queue = layer.expect_stream(reply)
+        self.next_seq = 0
+        self.waiting: dict[int, list[dict[str, Any]]] = {}
+        self.result: dict[str, Any] | None = None
+        self.finished = False
+        self.first: list[dict[str, Any]] = []
+        self.extended_at = time.time()
+        self.closed = False
+
+    async def next_events(self) -> list[dict[str, Any]] | None:
+        """The next events in order; None at the end. Raises the worker's error, or Timeout when it goes quiet."""
+        quiet_until = time.time() + self.timeout_s
+        late_until: float | None = None
+        while True:
+            if self.next_seq in self.waiting:
+                events = self.waiting.pop(self.next_seq)
+                self.next_seq += 1
+                self.finished = self.finished or any(e.get("generated_text") is not None for e in events)
+                return events
+            if self.result is not None and self.result.get("error_type"):
+                raise from_wire(self.result["error_type"], self.result.get("error") or "generation failed")
+            if self.finished or (late_until is not None and time.time() >= late_until):
+                return None
+            if self.result is not None and late_until is None:
+                late_until = time.time() + LATE_TOKENS_S
+            until = late_until if late_until is not None else quiet_until
+            try:
+                message = await asyncio.wait_for(self.queue.get(), max(0.0, until - time.time()))
+            except TimeoutError:
+                if late_until is not None:
+                    return None
+                raise Timeout(f"no token within {self.timeout_s:g} s") from None
+            self._keep_admitted()
+            if message.get("type") == messages.TOKENS_TYPE:
+                self.waiting[int(message.get("seq", 0))] = list(message.get("events") or [])
+            else:
+                self.result = message
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """Every event: the first ones, then the rest as they come."""
+        for event in self.first:
+            yield event
+        while (events := await self.next_events()) is not None:
+            for event in events:
+                yield event
+
+    def _keep_admitted(self) -> None:
+        """Push the admission entry's deadline forward: the worker cancels a stream whose entry is gone."""
+        now = time.time()
+        if now - self.extended_at >= EXTEND_EVERY_S:
+            self.extended_at = now
+            handoff._in_background(_extend(self.layer, self.model, self.task, self.key, now + self.timeout_s))
+
+    def close(self) -> None:
+        """Stop listening and give the place back: the worker stops generating at its next token."""
+        if self.closed:
+            return
+        self.closed = True
+        self.layer.forget_reply(self.reply)
+        handoff.leave_later(self.layer, self.model, self.task, self.key, 1)
+
+
+async def _extend(layer: WorkLayer, model: str, task: str, key: str, deadline: float) -> None:
+    try:
+        await asyncio.wait_for(admission.extend(layer, model, task, key, deadline), handoff.BROKER_TIMEOUT_S)
+    except Exception:  # noqa: BLE001, S110 - the next event tries again
+        pass
+
+
+async def open_stream(*, model: str, task: str, text: str, parameters: dict[str, Any], timeout_s: float,
+                      max_queue_size: int, drain_rate: float = 0.0, priority: str = "interactive") -> Stream:
+    """Admit and send one prompt for streamed generation; return once its first events are in."""
+    layer = work_layer()
+    deadline = time.time() + timeout_s
+    key = uuid.uuid4().hex
+    await handoff.admit(layer, model, task, key, 1, deadline, max_queue_size, drain_rate, priority)
+    reply = await layer.new_channel()
+    stream = Stream(layer, model, task, key, reply, timeout_s)
+    try:
+        message = messages.request_message(
+            request_id=key, reply_channel=reply, model=model, task=task, inputs=[text],
+            parameters={**parameters, "stream": True}, deadline=deadline, priority=priority,
+        )
+        await handoff.send_request(layer, model, message)
+        first = await stream.next_events()
+        if first is None:
+            raise Unavailable("the worker answered without generating anything")
+        stream.first = first
+    except (HostingError, asyncio.CancelledError):
+        stream.close()
+        raise
+    return stream

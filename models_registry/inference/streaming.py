@@ -1,0 +1,196 @@
+"""Token-by-token generation: TGI's stream events (and details) for a batch of prompts decoding together.
+
+The batch runs through the model's own generate(), so several sequences share each
+forward pass; three hooks watch it: a last logits processor keeps the log-probabilities
+each token is drawn from, a streamer sees every step's tokens (decoded incrementally and
+handed to the request's sink at once), and a stopping criterion ends a sequence whose
+client went away, or that produced a stop sequence, at the next token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from models_registry.api.errors import InvalidInput
+from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS, _task_settings
+from models_registry.inference.task_common import ModelBundle, max_positions
+from models_registry.registry.task_inputs import MAX_NEW_TOKENS
+
+SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "repetition_penalty")
+TASKS = ("text-generation", "text2text-generation")
+
+
+class TokenSink(Protocol):
+    """Where one request's events go as they are produced (the worker sends them to its client)."""
+
+    def put(self, event: dict[str, Any]) -> None:
+        """One TGI stream event (called from the compute thread)."""
+
+    def cancelled(self) -> bool:
+        """True once the client has gone: stop generating for it."""
+
+
+@dataclass
+class _Sequence:
+    """What one prompt has generated so far."""
+
+    sink: TokenSink | None
+    prompt_tokens: int
+    ids: list[int] = field(default_factory=list)
+    tokens: list[dict[str, Any]] = field(default_factory=list)
+    text: str = ""  # decoded so far (special tokens left out)
+    emitted: int = 0  # characters of text already handed out in token events
+    finish_reason: str | None = None
+
+
+class _LogProbs(LogitsProcessor):
+    """The last processor: keeps the log-probabilities of the distribution each token is drawn from."""
+
+    def __init__(self) -> None:
+        self.last: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self.last = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+
+class _Decoder(BaseStreamer, StoppingCriteria):
+    """Sees each step's tokens, builds the events, and tells generate() which sequences are done."""
+
+    def __init__(self, tokenizer: Any, sequences: list[_Sequence], logprobs: _LogProbs, max_new_tokens: int,
+                 stop: list[str], eos_ids: set[int], seed: int | None) -> None:
+        self.tokenizer = tokenizer
+        self.sequences = sequences
+        self.logprobs = logprobs
+        self.max_new_tokens = max_new_tokens
+        self.stop = stop
+        self.eos_ids = eos_ids
+        self.seed = seed
+        self.special_ids = set(tokenizer.all_special_ids)
+        self.prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        """generate() hands the prompt first, then one token per sequence per step."""
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        chosen = value.reshape(-1).tolist()
+        for row, (sequence, token_id) in enumerate(zip(self.sequences, chosen)):
+            if sequence.finish_reason is None:
+                self._step(row, sequence, int(token_id))
+
+    def end(self) -> None:
+        """generate() has finished: every sequence still open ran out of length."""
+        for sequence in self.sequences:
+            if sequence.finish_reason is None:
+                sequence.finish_reason = "length"
+                if sequence.tokens and sequence.sink is not None:  # its last event must carry the summary
+                    sequence.sink.put(self._event(sequence, sequence.tokens[-1], final=True))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        done = [s.finish_reason is not None or (s.sink is not None and s.sink.cancelled()) for s in self.sequences]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+    def _step(self, row: int, sequence: _Sequence, token_id: int) -> None:
+        logprob = float(self.logprobs.last[row, token_id]) if self.logprobs.last is not None else 0.0
+        special = token_id in self.special_ids
+        sequence.ids.append(token_id)
+        if not special:
+            sequence.text = self.tokenizer.decode([i for i in sequence.ids if i not in self.special_ids],
+                                                  skip_special_tokens=True)
+        if token_id in self.eos_ids:
+            sequence.finish_reason = "eos_token"
+        elif any(stop in sequence.text for stop in self.stop):
+            sequence.finish_reason = "stop_sequence"
+        elif len(sequence.ids) >= self.max_new_tokens:
+            sequence.finish_reason = "length"
+        if special:
+            piece = self.tokenizer.convert_ids_to_tokens(token_id)
+        else:
+            # Hold back a partly decoded character (byte-level BPE): it comes with a later token.
+            partial = sequence.finish_reason is None and sequence.text.endswith("\ufffd")
+            ready = len(sequence.text) - (1 if partial else 0)
+            piece, sequence.emitted = sequence.text[sequence.emitted:ready], max(sequence.emitted, ready)
+        token = {"id": token_id, "text": piece, "logprob": logprob, "special": special}
+        sequence.tokens.append(token)
+        if sequence.sink is not None:
+            if sequence.sink.cancelled():
+                sequence.finish_reason = sequence.finish_reason or "cancelled"
+                return
+            sequence.sink.put(self._event(sequence, token, final=sequence.finish_reason is not None))
+
+    def _event(self, sequence: _Sequence, token: dict[str, Any], final: bool) -> dict[str, Any]:
+        """TGI's stream event: the token, and on the last one the whole text and the summary."""
+        event: dict[str, Any] = {"index": len(sequence.tokens), "token": token, "generated_text": None,
+                                 "details": None}
+        if final:
+            event["generated_text"] = sequence.text
+            event["details"] = self.summary(sequence)
+        return event
+
+    def summary(self, sequence: _Sequence) -> dict[str, Any]:
+        """TGI's stream details."""
+        return {"finish_reason": sequence.finish_reason or "length", "generated_tokens": len(sequence.ids),
+                "seed": self.seed, "input_length": sequence.prompt_tokens}
+
+
+def _sampling(model: Any, params: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    kwargs = {k: options[k] for k in SAMPLING if options.get(k) is not None}
+    do_sample = options.get("do_sample")
+    kwargs["do_sample"] = bool(model.generation_config.do_sample) if do_sample is None else do_sample
+    if params.get("seed") is not None:
+        torch.manual_seed(params["seed"])
+    return kwargs
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def generate(task: str, loaded: Any, texts: list[str], params: dict[str, Any],
+             sinks: list[TokenSink | None]) -> list[dict[str, Any]]:
+    """Generate for every prompt in one batch; stream each to its sink; TGI's answer (with details) per prompt.
+
+    task is text-generation (loaded: a pipeline) or text2text-generation (a ModelBundle).
+    """
+    model, tokenizer = loaded.model, loaded.tokenizer
+    seq2seq = task != "text-generation"
+    options = dict(params.get("generate_parameters") or {}) if seq2seq else dict(params)
+    prefix = ""
+    if seq2seq:
+        prefix, defaults, _ = _task_settings(task, ModelBundle(model=model, tokenizer=tokenizer), params)
+        options = {**defaults, **options}
+    limit = max_positions(model, tokenizer)
+    encoded = tokenizer([prefix + t for t in texts], padding=True, return_token_type_ids=False, return_tensors="pt",
+                        truncation=seq2seq and limit is not None, max_length=limit if seq2seq else None)
+    prompt_tokens = encoded["attention_mask"].sum(dim=1).tolist()
+    asked = options.get("max_new_tokens")
+    max_new_tokens = min(asked or model.generation_config.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, MAX_NEW_TOKENS)
+    if limit is not None and not seq2seq:
+        room = limit - max(prompt_tokens)
+        if room < 1 or (asked and asked > room):
+            raise InvalidInput(f"the prompt has {max(prompt_tokens)} tokens; with max_new_tokens {max_new_tokens} "
+                               f"it exceeds the model's {limit} positions: shorten it or lower max_new_tokens")
+        max_new_tokens = min(max_new_tokens, room)
+    sequences = [_Sequence(sink=sink, prompt_tokens=int(n)) for sink, n in zip(sinks, prompt_tokens)]
+    logprobs = _LogProbs()
+    decoder = _Decoder(tokenizer, sequences, logprobs, max_new_tokens, list(params.get("stop") or []),
+                       _eos_ids(model, tokenizer), params.get("seed"))
+    inputs = {k: v.to(model.device) for k, v in encoded.items()}
+    with torch.inference_mode():
+        model.generate(**inputs, max_new_tokens=max_new_tokens, streamer=decoder,
+                       logits_processor=LogitsProcessorList([logprobs]),
+                       stopping_criteria=StoppingCriteriaList([decoder]), **_sampling(model, params, options))
+    full = not seq2seq and params.get("return_full_text") is True
+    return [{"generated_text": (text if full else "") + s.text,
+             "details": {**decoder.summary(s), "prefill": [], "tokens": s.tokens}}
+            for text, s in zip(texts, sequences)]

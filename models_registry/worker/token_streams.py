@@ -1,0 +1,137 @@
+"""Streamed generation on the worker: tokens go to their views as the compute thread produces them.
+
+The compute thread hands each event to the request's sink; the event loop gathers what
+arrived since its last turn into one message per request (numbered, so the view can
+order them) and sends them in one round trip. While streams are open it also asks the
+broker, at most every CHECK_EVERY_S, which clients are still there: a sink whose client
+left is cancelled, and generation stops for it at the next token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+from models_registry.broker import admission, messages
+from models_registry.broker.work_layer import WorkLayer
+from models_registry.worker.batcher import Batch
+
+logger = logging.getLogger(__name__)
+
+CHECK_EVERY_S = 0.05  # a Redis lookup per 50 ms per worker while streams are open
+
+
+class StreamSink:
+    """Where one streamed request's events go (put from the compute thread)."""
+
+    def __init__(self, streams: TokenStreams, request_id: str, reply: str, model: str, task: str) -> None:
+        self.streams = streams
+        self.request_id = request_id
+        self.reply = reply
+        self.model = model
+        self.task = task
+        self.seq = 0
+        self._cancelled = threading.Event()
+
+    def put(self, event: dict[str, Any]) -> None:
+        """One event for the client (thread-safe)."""
+        self.streams.push(self, event)
+
+    def cancelled(self) -> bool:
+        """True once the client has gone."""
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """Stop generating for this request (its client left)."""
+        self._cancelled.set()
+
+
+class TokenStreams:
+    """The open streams of one worker and the task that sends their tokens."""
+
+    def __init__(self, layer: WorkLayer) -> None:
+        self.layer = layer
+        self._lock = threading.Lock()
+        self._pending: list[tuple[StreamSink, dict[str, Any]]] = []
+        self._scheduled = False
+        self._open: dict[str, StreamSink] = {}
+        self._outbox: asyncio.Queue[list[tuple[str, dict[str, Any]]]] | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._checked_at = 0.0
+
+    def open(self, batch: Batch) -> list[StreamSink | None]:
+        """A sink for each item of batch that streams (None for the others); call on the event loop."""
+        self._loop = asyncio.get_running_loop()
+        model, task = batch.key
+        sinks: list[StreamSink | None] = []
+        for item in batch.items:
+            request = item.request
+            if request.context["parameters"].get("stream"):
+                sink = StreamSink(self, request.id, request.context["reply"], model, task)
+                self._open[request.id] = sink
+                sinks.append(sink)
+            else:
+                sinks.append(None)
+        return sinks
+
+    def close(self, sinks: list[StreamSink | None]) -> None:
+        """The batch is done: its streams need no more client checks."""
+        for sink in sinks:
+            if sink is not None:
+                self._open.pop(sink.request_id, None)
+
+    def push(self, sink: StreamSink, event: dict[str, Any]) -> None:
+        """Queue an event from the compute thread; the event loop sends it on its next turn."""
+        with self._lock:
+            self._pending.append((sink, event))
+            if self._scheduled or self._loop is None:
+                return
+            self._scheduled = True
+        self._loop.call_soon_threadsafe(self._flush)
+
+    def _flush(self) -> None:
+        with self._lock:
+            pending, self._pending, self._scheduled = self._pending, [], False
+        by_sink: dict[StreamSink, list[dict[str, Any]]] = {}
+        for sink, event in pending:
+            by_sink.setdefault(sink, []).append(event)
+        replies = []
+        for sink, events in by_sink.items():
+            replies.append((sink.reply, messages.tokens_message(request_id=sink.request_id, seq=sink.seq, events=events)))
+            sink.seq += 1
+        if self._outbox is None:
+            self._outbox = asyncio.Queue()
+        self._outbox.put_nowait(replies)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.ensure_future(self._send_forever())
+
+    async def _send_forever(self) -> None:
+        """Send token messages in order, one round trip per turn, and notice clients that left."""
+        assert self._outbox is not None
+        while True:
+            replies = await self._outbox.get()
+            try:
+                await self.layer.send_replies(replies)
+            except Exception:  # the view times out or ends its stream; the worker must go on
+                logger.exception("could not send %d token message(s)", len(replies))
+            if self._open and time.monotonic() - self._checked_at >= CHECK_EVERY_S:
+                self._checked_at = time.monotonic()
+                await self._cancel_abandoned()
+
+    async def _cancel_abandoned(self) -> None:
+        by_task: dict[tuple[str, str], list[StreamSink]] = {}
+        for sink in list(self._open.values()):
+            by_task.setdefault((sink.model, sink.task), []).append(sink)
+        for (model, task), sinks in by_task.items():
+            try:
+                wanted = await admission.still_wanted(self.layer, model, task, [s.request_id for s in sinks])
+            except Exception:  # noqa: BLE001, S112 - broker trouble: keep generating rather than cut clients off
+                continue
+            for sink in sinks:
+                if sink.request_id not in wanted:
+                    logger.info("stream %s: client gone, generation stops at the next token", sink.request_id)
+                    sink.cancel()
