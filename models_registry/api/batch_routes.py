@@ -28,6 +28,7 @@ from models_registry.registry.lookups import fresh_connection
 
 BATCH_FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after")
 MAX_METADATA = 16
+OUTPUT_TTL_RANGE = (3600, 2_592_000)  # accepted as OpenAI does; outputs are kept 30 days
 
 
 def _db(function: Any) -> Any:
@@ -144,7 +145,7 @@ def _read_batch_request(raw: bytes) -> tuple[str, str, str, dict[str, str] | Non
         if not isinstance(body.get(name), str) or not body[name]:
             raise invalid(f"'{name}' is required (a string)", name)
     window = body.get("completion_window")
-    if window not in store.WINDOWS:
+    if not isinstance(window, str) or window not in store.WINDOWS:
         raise invalid(f"'completion_window' must be one of {', '.join(store.WINDOWS)}, not {window!r}",
                       "completion_window")
     if not lines.is_served_url(body["endpoint"]):
@@ -158,6 +159,14 @@ def _read_batch_request(raw: bytes) -> tuple[str, str, str, dict[str, str] | Non
     ):
         raise invalid(f"'metadata' must be an object of at most {MAX_METADATA} string pairs (keys up to 64 "
                       "characters, values up to 512)", "metadata")
+    expires = body.get("output_expires_after")
+    if expires is not None and not (
+        isinstance(expires, dict) and set(expires) == {"anchor", "seconds"} and expires["anchor"] == "created_at"
+        and isinstance(expires["seconds"], int) and not isinstance(expires["seconds"], bool)
+        and OUTPUT_TTL_RANGE[0] <= expires["seconds"] <= OUTPUT_TTL_RANGE[1]
+    ):
+        raise invalid("'output_expires_after' must be {\"anchor\": \"created_at\", \"seconds\": 3600 to 2592000}",
+                      "output_expires_after")
     return body["input_file_id"], body["endpoint"], window, metadata
 
 

@@ -21,7 +21,7 @@ from django.template.loader import render_to_string
 from pydantic import Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
-from models_registry.api import auth, openapi_models, request_models, response_models
+from models_registry.api import auth, batch_models, openapi_models, request_models, response_models
 from models_registry.api.errors import ERROR_CLASSES, HostingError
 from models_registry.api.views import api_view
 from models_registry.registry import lookups
@@ -150,6 +150,7 @@ def operations(max_inputs: int) -> list[Operation]:
                   "use at its own path.", {"type": "object"}, (405,), tags=("operations",), public=True),
         Operation("/api/docs", "get", "Browsable docs of this document (served offline).", STRING, (405,),
                   tags=("operations",), public=True, media="text/html"),
+        *batch_models.operations(Operation),
     ]
 
 

@@ -10,10 +10,12 @@ from typing import Any
 import orjson
 import pytest
 from asgiref.sync import sync_to_async
+from pydantic import TypeAdapter
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import AsyncClient
 from django.utils import timezone
 
+from models_registry.api import batch_models
 from models_registry.jobs.driver import JobDriver
 from models_registry.jobs.line_calls import LineAnswer
 from models_registry.jobs.lines import JobLine
@@ -76,6 +78,11 @@ async def test_upload_then_batch_in_openai_shapes(token: str) -> None:
     assert batch["input_file_id"] == file_object["id"] and batch["expires_at"] - batch["created_at"] == 86400
     listed = (await client.get("/v1/batches?limit=1", headers=_auth(token))).json()
     assert [b["id"] for b in listed["data"]] == [batch["id"]] and listed["has_more"] is False
+    files_page = (await client.get("/v1/files", headers=_auth(token))).json()
+    # The answers have the shapes the OpenAPI document states.
+    for shape, answer in ((batch_models.FileObject, file_object), (batch_models.Batch, batch),
+                          (batch_models.BatchList, listed), (batch_models.FileList, files_page)):
+        TypeAdapter(shape).validate_python(answer, strict=True)
     content = await client.get(f"/v1/files/{file_object['id']}/content", headers=_auth(token))
     assert b"".join([chunk async for chunk in content.streaming_content]) == _jsonl(5)
 
@@ -267,3 +274,19 @@ async def _wait_status(batch_id: str, status: str) -> BatchJob:
             return job
         await asyncio.sleep(0.05)
     raise AssertionError(f"batch stayed {job.status}")
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"input_file_id": "file-x", "endpoint": "/v1/embeddings", "completion_window": {}}, "completion_window"),
+    ({"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "24h"}, "endpoint"),
+    ({"input_file_id": "file-x", "endpoint": "/v1/embeddings", "completion_window": "24h", "metadata": {"k": 1}},
+     "metadata"),
+    ({"input_file_id": "file-x", "endpoint": "/v1/embeddings", "completion_window": "24h",
+      "output_expires_after": {"anchor": "created_at", "seconds": 60}}, "output_expires_after"),
+    ({"input_file_id": "file-x", "endpoint": "/v1/embeddings", "completion_window": "24h", "model": "m"}, "model"),
+    ({"endpoint": "/v1/embeddings", "completion_window": "24h"}, "input_file_id"),
+])
+async def test_bad_batch_requests_name_their_field(token: str, body: dict[str, Any], param: str) -> None:
+    response = await AsyncClient().post("/v1/batches", json.dumps(body), content_type="application/json",
+                                        headers=_auth(token))
+    assert response.status_code == 400 and response.json()["error"]["param"] == param

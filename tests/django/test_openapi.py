@@ -42,7 +42,9 @@ def test_every_spec_route_is_described(schema: dict[str, Any]) -> None:
         ("/models/{name}/{task}", "post"), ("/v1/embeddings", "post"), ("/v1/models", "get"),
         ("/health", "get"), ("/ready", "get"), ("/metrics", "get"),
         ("/api/openapi.json", "get"), ("/api/docs", "get"), ("/tokenize", "post"),
-        ("/rerank", "post"),
+        ("/rerank", "post"), ("/v1/files", "post"), ("/v1/files", "get"), ("/v1/files/{file_id}", "get"),
+        ("/v1/files/{file_id}/content", "get"), ("/v1/batches", "post"), ("/v1/batches", "get"),
+        ("/v1/batches/{batch_id}", "get"), ("/v1/batches/{batch_id}/cancel", "post"),
     }
     assert schema["openapi"] == "3.1.0"
 
