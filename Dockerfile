@@ -80,8 +80,9 @@ USER 10001:10001
 EXPOSE 8000
 # Liveness of the web process only (/health never waits on a worker). Worker and
 # one-shot containers should disable it (compose does; docker run --no-healthcheck).
-# Django checks the Host header: 127.0.0.1 must be in ALLOWED_HOSTS unless /health is
-# answered before host validation.
+# /health and /ready answer any Host header (probes come by IP); the other API paths
+# and the admin check it against ALLOWED_HOSTS. The entrypoint's uvicorn closes slow
+# clients (HOSTING_HEADER_TIMEOUT_S, HOSTING_BODY_TIMEOUT_S, HOSTING_MAX_CONNECTIONS).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('PORT', '8000'), timeout=4)"]
 # The entrypoint execs the server, so it is PID 1 and gets SIGTERM itself (uvicorn shuts
