@@ -4,8 +4,11 @@ No asyncio, no Channels, no torch: the caller passes the time in, so every decis
 unit-tested with plain numbers. The engine (worker side) owns one Batcher and calls:
 `submit` when a request arrives, `drop_expired` and `next_batch` when it may start
 work, `next_wakeup` to know how long it may sleep, and `complete` with a batch's results.
-Interactive items go first; a batch-priority item counts as interactive once it has
-waited aging_s, so bulk traffic fills spare room at once and never waits forever.
+Interactive items go first and run in batches of their own; a batch-priority item
+counts as interactive once it has waited aging_s, so none waits forever. While
+interactive traffic is about, batch-only batches are kept small (a quarter of
+max_batch_size): a computing batch cannot be interrupted, and an interactive request
+arriving behind a small one waits less. Without interactive traffic they are full size.
 """
 
 from __future__ import annotations
@@ -26,16 +29,19 @@ from models_registry.worker.batch_types import (
 )
 
 BATCH = "batch"  # the priority class served behind the others (see policy.priority)
+BULK_SHARE = 4  # batch-only batches hold max_batch_size // BULK_SHARE items while interactive traffic is about
 
 
 class Batcher:
     """Per-key FIFO queues closed into batches by size, token budget, delay or idleness."""
 
-    def __init__(self, idle_quiet_s: float = 0.0005, aging_s: float = 5.0) -> None:
+    def __init__(self, idle_quiet_s: float = 0.0005, aging_s: float = 5.0, recent_s: float = 1.0) -> None:
         # An idle device starts at once when nothing arrived for this long: messages of a
         # burst reach the worker one Redis round trip apart, and should share a batch.
         self.idle_quiet_s = idle_quiet_s
         self.aging_s = aging_s
+        self.recent_s = recent_s  # interactive traffic "is about" this long after its last arrival
+        self._last_interactive: dict[Key, float] = {}
         self._policies: dict[Key, BatchPolicy] = {}
         self._queues: dict[Key, list[Item]] = {}
         self._last_arrival: dict[Key, float] = {}
@@ -51,6 +57,7 @@ class Batcher:
         """Stop serving key; returns the unfinished requests that were queued on it."""
         self._policies.pop(key, None)
         self._last_arrival.pop(key, None)
+        self._last_interactive.pop(key, None)
         items = self._queues.pop(key, [])
         return _unique_requests(i.request for i in items if not i.request.done)
 
@@ -99,6 +106,8 @@ class Batcher:
         for index, (payload, cost) in enumerate(zip(payloads, costs)):
             queue.append(Item(request, index, payload, max(1, int(cost)), now, next(self._seq)))
         self._last_arrival[key] = now
+        if priority != BATCH:
+            self._last_interactive[key] = now
         return request
 
     # --- scheduling --------------------------------------------------------------------
@@ -180,29 +189,34 @@ class Batcher:
         return (0, first.seq) if first is not None else (1, queue[0].seq)
 
     def _take(self, key: Key, now: float) -> list[Item]:
-        """Pick the items of the next batch: the oldest urgent one plus, urgent ones first, those closest in length."""
+        """Pick the next batch: urgent items alone when there are any, else batch items.
+
+        Within the class, the oldest item plus those closest to it in length: small
+        padding, and the oldest always goes, so every item eventually runs.
+        """
         queue = self._queues[key]
         policy = self._policies[key]
-        if len(queue) <= policy.max_batch_size and (
-            not policy.max_batch_tokens or _padded(queue) <= policy.max_batch_tokens
-        ):
-            self._queues[key] = []
-            return list(queue)
-        oldest = next((i for i in queue if self.urgent(i, now)), queue[0])
-        # Urgent candidates first, then those nearest in length to the oldest: small padding,
-        # and the oldest urgent item always goes, so every item eventually runs.
-        others = sorted((i for i in queue if i is not oldest),
-                        key=lambda i: (not self.urgent(i, now), abs(i.cost - oldest.cost), i.seq))
-        chosen = [oldest]
-        longest = oldest.cost
-        for item in others:
-            if len(chosen) >= policy.max_batch_size:
-                break
-            new_longest = max(longest, item.cost)
-            if policy.max_batch_tokens and new_longest * (len(chosen) + 1) > policy.max_batch_tokens:
-                continue
-            chosen.append(item)
-            longest = new_longest
+        pool = [i for i in queue if self.urgent(i, now)]
+        size = policy.max_batch_size
+        if not pool:
+            pool = queue
+            if now - self._last_interactive.get(key, float("-inf")) < self.recent_s:
+                size = max(1, size // BULK_SHARE)
+        if len(pool) <= size and (not policy.max_batch_tokens or _padded(pool) <= policy.max_batch_tokens):
+            chosen = list(pool)
+        else:
+            oldest = pool[0]
+            others = sorted(pool[1:], key=lambda i: (abs(i.cost - oldest.cost), i.seq))
+            chosen = [oldest]
+            longest = oldest.cost
+            for item in others:
+                if len(chosen) >= size:
+                    break
+                new_longest = max(longest, item.cost)
+                if policy.max_batch_tokens and new_longest * (len(chosen) + 1) > policy.max_batch_tokens:
+                    continue
+                chosen.append(item)
+                longest = new_longest
         taken = {id(i) for i in chosen}
         self._queues[key] = [i for i in queue if id(i) not in taken]
         return chosen

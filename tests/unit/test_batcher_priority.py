@@ -28,23 +28,26 @@ def ids(batcher: Batcher, now: float) -> list[str]:
     return sorted({i.request.id for i in batch.items})
 
 
-def test_interactive_items_fill_a_batch_before_older_batch_items() -> None:
+def test_interactive_items_run_alone_before_older_batch_items() -> None:
     batcher = make()
     submit(batcher, A, "bulk", now=0.00, priority="batch", n=6)
     submit(batcher, A, "ui1", now=0.01)
-    submit(batcher, A, "ui2", now=0.02, cost=50)  # far in length: priority still beats padding
-    first = batcher.next_batch(0.03, idle=True)
-    assert first is not None and len(first) == 4
-    taken = [i.request.id for i in first.items]
-    assert taken.count("ui1") == 1 and taken.count("ui2") == 1 and taken.count("bulk") == 2
-    assert ids(batcher, 0.04) == ["bulk"]  # the rest of the bulk request follows at once
+    submit(batcher, A, "ui2", now=0.02, cost=50)  # far in length: the class still beats padding
+    assert ids(batcher, 0.03) == ["ui1", "ui2"]
+    # Interactive traffic was just here: batch-only batches are a quarter of max_batch_size.
+    sizes = []
+    while (batch := batcher.next_batch(0.04, idle=True)) is not None:
+        sizes.append(len(batch))
+    assert sizes == [1] * 6
 
 
-def test_spare_room_goes_to_batch_items_at_once() -> None:
+def test_without_interactive_traffic_batch_items_fill_whole_batches() -> None:
     batcher = make()
-    submit(batcher, A, "bulk", now=0.0, priority="batch", n=2)
     submit(batcher, A, "ui", now=0.0)
-    assert ids(batcher, 0.0) == ["bulk", "ui"]  # no waiting: a batch with room takes them
+    assert ids(batcher, 0.0) == ["ui"]
+    submit(batcher, A, "bulk", now=2.0, priority="batch", n=6)
+    first = batcher.next_batch(2.0, idle=True)  # the last interactive arrival is 2 s old
+    assert first is not None and len(first) == 4
 
 
 def test_a_key_with_interactive_items_goes_before_an_older_batch_only_key() -> None:
