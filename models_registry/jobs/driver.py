@@ -119,8 +119,13 @@ class JobDriver:
             if final != "completed":
                 code = "batch_cancelled" if final == "cancelled" else "batch_expired"
                 await self._close_remaining(job, progress, code)
-            if await _db(leases.finish)(job.pk, self.owner, final):
+            # Assembling a big output takes a while: not on the thread the heartbeats' queries use.
+            if await sync_to_async(fresh_connection(leases.finish), thread_sensitive=False)(job.pk, self.owner, final):
                 logger.info("batch %s %s", job.public_id, final)
+        except FileNotFoundError as error:
+            logger.error("batch %s: input file missing from storage (%s)", job.public_id, error)
+            await _db(leases.fail)(job.pk, self.owner, "input_file_missing",
+                                   f"the input file {job.input_file.public_id} is no longer in the file storage")
         finally:
             watcher.cancel()
 

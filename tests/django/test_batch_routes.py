@@ -16,6 +16,7 @@ from django.test import AsyncClient
 from django.utils import timezone
 
 from models_registry.api import batch_models
+from models_registry.jobs import files
 from models_registry.jobs.driver import JobDriver
 from models_registry.jobs.line_calls import LineAnswer
 from models_registry.jobs.lines import JobLine
@@ -290,3 +291,15 @@ async def test_bad_batch_requests_name_their_field(token: str, body: dict[str, A
     response = await AsyncClient().post("/v1/batches", json.dumps(body), content_type="application/json",
                                         headers=_auth(token))
     assert response.status_code == 400 and response.json()["error"]["param"] == param
+
+
+async def test_a_job_whose_input_vanished_fails_clearly(token: str) -> None:
+    client = AsyncClient()
+    file_id = (await _upload(client, token, _jsonl(3))).json()["id"]
+    batch_id = (await _batch(client, token, file_id)).json()["id"]
+    stored = await BatchJob.objects.select_related("input_file").aget(public_id=batch_id)
+    await sync_to_async(files.delete_quietly)([stored.input_file.storage_name])
+    await _run_until(JobDriver("w1", FakeCaller()), batch_id, ("failed",))
+    batch = (await client.get(f"/v1/batches/{batch_id}", headers=_auth(token))).json()
+    assert batch["status"] == "failed" and batch["failed_at"]
+    assert batch["errors"]["data"][0]["code"] == "input_file_missing"
