@@ -24,7 +24,7 @@ from tests import model_factory
 from tests.integration.common import sentences
 from tests.stack import Stack, http_json
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MODEL = "tiny-cls-jobs"
 LINES = 20_000
