@@ -158,6 +158,8 @@ async def _await_reply(
             return receiver.result()
         if still_served is not None and not await still_served():
             raise Unavailable(f"no live worker serves model {model!r} any more")
-        if not await still_queued() and not receiver.done():
+        # An entry also leaves the set at its deadline (any admit prunes expired ones): near
+        # it, a missing entry means time is up, not that the broker lost the request.
+        if not await still_queued() and not receiver.done() and time.time() < deadline - SERVED_CHECK_EVERY_S:
             raise Unavailable("the message broker lost this request (it restarted); retry",
                               headers={"Retry-After": "1"})
