@@ -1,4 +1,4 @@
-"""`python -m bench.tei`: /rerank throughput (pairs/s), /tokenize latency and streamed generation speed.
+"""`python -m bench.tei`: /rerank throughput (pairs/s), /tokenize latency, streamed generation speed.
 
 Starts the product on loopback (`make run`'s worker layout), registers random-weight
 cross-encoders (tiny, and shaped like ms-marco-MiniLM-L6) and the bundled MiniLM, and
@@ -33,6 +33,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--max-batch-size", type=int, default=32, help="of the text-ranking tasks")
     parser.add_argument("--models", default="tiny,minilm", help="cross-encoders: tiny, minilm (MiniLM-L6-sized)")
+    parser.add_argument("--stream-levels", default="1,4", help="concurrent streamed generations")
+    parser.add_argument("--stream-rounds", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=200, help="tokens per streamed generation")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
     return parser.parse_args(argv)
 
@@ -113,6 +116,69 @@ def bench_tokenize(url: str, token: str, model: str, sentences: list[str], secon
             "errors": result.errors + sum(1 for _, status, _, _ in answers if status != 200)}
 
 
+async def _stream_once(client: Any, url: str, token: str, model: str, new_tokens: int) -> tuple[float, float, int]:
+    """One streamed generation: (seconds to the first token, seconds from it to the last, tokens)."""
+    started = time.perf_counter()
+    first = last = 0.0
+    count = 0
+    body = {"inputs": QUERY, "stream": True, "parameters": {"max_new_tokens": new_tokens}}
+    async with client.stream("POST", f"{url}/models/{model}", json=body,
+                             headers={"Authorization": f"Bearer {token}"}) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                last = time.perf_counter()
+                first = first or last
+                count += 1
+    return first - started, last - first, count
+
+
+def bench_stream(url: str, token: str, model: str, levels: list[int], rounds: int, new_tokens: int
+                 ) -> list[dict[str, Any]]:
+    """Streamed generation at each concurrency: time to first token and tokens/s per stream and in all."""
+    import httpx
+
+    async def level(clients: int) -> list[tuple[float, float, int]]:
+        async with httpx.AsyncClient(timeout=120) as client:
+            await _stream_once(client, url, token, model, 4)  # warm
+            results = []
+            for _ in range(rounds):
+                started = time.perf_counter()
+                batch = await asyncio.gather(*(_stream_once(client, url, token, model, new_tokens)
+                                               for _ in range(clients)))
+                results.append((time.perf_counter() - started, batch))
+            return results
+
+    rows = []
+    for clients in levels:
+        runs = asyncio.run(level(clients))
+        ttft = [b[0] * 1000 for _, batch in runs for b in batch]
+        per_stream = [(b[2] - 1) / b[1] for _, batch in runs for b in batch if b[1] > 0]
+        total = [sum(b[2] for b in batch) / wall for wall, batch in runs]
+        rows.append({"clients": clients, "new_tokens": new_tokens,
+                     "ttft_p50_ms": round(loadgen.percentile(ttft, 50), 1),
+                     "ttft_max_ms": round(max(ttft), 1),
+                     "tokens_s_per_stream": round(sorted(per_stream)[len(per_stream) // 2], 1),
+                     "tokens_s_all_streams": round(sorted(total)[len(total) // 2], 1)})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def generate_ceiling(path: Path, new_tokens: int) -> float:
+    """Tokens/s of the model's own generate() in process, one prompt, one thread (greedy)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(1)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path)).eval()
+    inputs = tokenizer(QUERY, return_tensors="pt")
+    with torch.inference_mode():
+        model.generate(**inputs, max_new_tokens=4, do_sample=False)
+        started = time.perf_counter()
+        out = model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+    return (out.shape[1] - inputs["input_ids"].shape[1]) / (time.perf_counter() - started)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """A markdown table of rows (same keys)."""
     if not rows:
@@ -137,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     layout = sizing.default_layout(sizing.available_cores())
     root = Path(tempfile.mkdtemp(prefix="bench-tei-"))
     paths = {name: model_factory.build_cross_encoder(root / name, minilm_sized=name == "minilm") for name in wanted}
+    gpt2 = model_factory.build_tiny_gpt2(root / "gpt2", positions=1024)
     stack = Stack.create({"HOSTING_TORCH_THREADS": str(layout.threads)})
     report: dict[str, Any] = {"layout": {"workers": layout.workers, "threads": layout.threads}}
     try:
@@ -145,11 +212,15 @@ def main(argv: list[str] | None = None) -> int:
                          "--max-batch-size", str(args.max_batch_size), "--timeout", "120")
         stack.manage("register_model", "minilm", "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--pooling", "mean", "--normalize")
+        stack.manage("register_model", "tiny-gpt2", "--source", str(gpt2), "--task", "text-generation",
+                     "--max-batch-size", "8", "--timeout", "120")
         token = stack.create_token("all")
         for _ in range(layout.workers):
             stack.start_worker()
         url = stack.start_web()
-        stack.wait_ready([f"ranker-{name}" for name in paths] + ["minilm"])
+        stack.wait_ready([f"ranker-{name}" for name in paths] + ["minilm", "tiny-gpt2"])
+        report["stream"] = bench_stream(url, token, "tiny-gpt2", [int(v) for v in args.stream_levels.split(",")],
+                                        args.stream_rounds, args.new_tokens)
         report["rerank"] = [row for name in paths
                             for row in bench_rerank(url, token, f"ranker-{name}", levels, args, sentences)]
         report["tokenize"] = [bench_tokenize(url, token, "minilm", sentences, args.seconds)]
@@ -159,12 +230,16 @@ def main(argv: list[str] | None = None) -> int:
     report["rerank_ceiling"] = [{"model": f"ranker-{name}", "batch": args.max_batch_size,
                                  "pairs_s_one_thread": round(rerank_ceiling(path, sentences, args.max_batch_size), 1)}
                                 for name, path in paths.items()]
+    report["generate_ceiling"] = [{"model": "tiny-gpt2", "new_tokens": args.new_tokens,
+                                   "tokens_s_one_thread": round(generate_ceiling(gpt2, args.new_tokens), 1)}]
     text = "\n\n".join([
         (f"Worker layout: {layout.workers} worker(s) x {layout.threads} torch thread(s); "
          f"{TEXTS_PER_REQUEST} texts per /rerank request, max_batch_size {args.max_batch_size}."),
         "### /rerank\n\n" + table(report["rerank"]),
         "### Cross-encoder in process (the worker's runner, one thread)\n\n" + table(report["rerank_ceiling"]),
         "### /tokenize (one sentence)\n\n" + table(report["tokenize"]),
+        "### Streamed generation (tiny GPT-2, greedy; the prompt is one sentence)\n\n" + table(report["stream"]),
+        "### generate() in process (one prompt, one thread)\n\n" + table(report["generate_ceiling"]),
     ])
     print(text)
     out = Path(args.out)

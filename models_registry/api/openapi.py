@@ -70,6 +70,13 @@ def inference_errors() -> tuple[int, ...]:
     return tuple(status for status in errors_by_status() if status >= 400)
 
 
+EVENT_STREAM = "text/event-stream"
+STREAM_EVENTS = ('With "stream": true (text-generation, text2text-generation): one `data: {"index", "token": '
+                 '{"id", "text", "logprob", "special"}, "generated_text", "details"}` event per token; the last '
+                 'carries generated_text (and details when asked); an error after the first byte is a last '
+                 '`data: {"error", "error_type"}` event.')
+
+
 @dataclass(frozen=True)
 class Operation:
     """One documented route: the shape it takes, the shape it answers, and its error statuses."""
@@ -85,6 +92,7 @@ class Operation:
     openai: bool = False  # errors in OpenAI's shape
     text_body: bool = False  # also takes a text/plain body: one string input
     timings: bool = False  # the 200 carries X-Queue-Time-Ms, X-Inference-Time-Ms, X-Batch-Size
+    streams: bool = False  # generation tasks may answer text/event-stream ("stream": true)
     media: str = JSON
     parameters: tuple[dict[str, Any], ...] = ()
     description: str = ""
@@ -115,7 +123,7 @@ def operations(max_inputs: int) -> list[Operation]:
     r, errors = response_models, inference_errors()
     listing = tuple(s for s in (401, 405, 500) if s in errors_by_status())
     inference = {"answer": r.InferenceResponse, "errors": errors, "body": any_task_request(max_inputs),
-                 "tags": ("inference",), "text_body": True, "timings": True,
+                 "tags": ("inference",), "text_body": True, "timings": True, "streams": True,
                  "description": "A `text/plain` body (or curl -d text) is one string input."}
     return [
         Operation("/models", "get", "Registered models with their tasks and live state.", r.ModelList, listing,
@@ -189,6 +197,8 @@ def operation_object(op: Operation, answer: Any, body: Any) -> dict[str, Any]:
     prefix = "OpenAIError" if op.openai else "Error"
     ok = {"description": op.summary, "headers": _headers(TIMINGS if op.timings else {}),
           "content": {op.media: {"schema": answer}}}
+    if op.streams:
+        ok["content"][EVENT_STREAM] = {"schema": {**STRING, "description": STREAM_EVENTS}}
     responses = {"200": ok, **{str(s): {"$ref": f"#/components/responses/{prefix}{s}"} for s in op.errors}}
     if op.path == "/ready":  # not ready is a 503 with the same report, not an error
         responses["503"] = {"description": "Not ready: `missing` says what.", "headers": _headers({}),

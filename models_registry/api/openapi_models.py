@@ -110,6 +110,8 @@ def _inference(generic: dict[str, Any], spec: ModelSpec, task: TaskSpec, max_inp
     operation["summary"] = f"{task.task} on {spec.name} (task {task.name!r})."
     operation["requestBody"]["content"]["application/json"] = {
         "schema": {"allOf": [{"$ref": REF.format(shape.__name__)}, narrowing(spec, task)]}}
+    if task.task not in request_models.STREAM_TASKS:
+        operation["responses"]["200"]["content"].pop("text/event-stream", None)
     kind = TASK_KINDS[task.task]
     if kind.question_context or getattr(kind, "ranking", False):  # objects only: a text body is one string
         operation["requestBody"]["content"].pop("text/plain", None)

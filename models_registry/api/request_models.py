@@ -41,6 +41,11 @@ def validate(shape: Shape, payload: Any, explain: Callable[[Any, ValidationError
         raise explain(payload, error) from None
 
 
+STREAM_TASKS = ("text-generation", "text2text-generation")  # "stream": true answers TGI's events
+STREAM_DESCRIPTION = ("true: answer text/event-stream, Text Generation Inference's events token by token (one "
+                      "string input); text-generation also takes TGI's parameters.details")
+
+
 def _title(task: str) -> str:
     return "".join(part.capitalize() for part in task.replace("2", "-2-").split("-"))
 
@@ -58,6 +63,8 @@ def inference_request(task: str, max_inputs: int) -> Shape:
     if task == "feature-extraction":
         top_level = task_inputs.keys(FeatureExtractionParameters)
         fields.update({key: NotRequired[top_level[key]] for key in task_inputs.FEATURE_TOP_LEVEL_KEYS})
+    if task in STREAM_TASKS:
+        fields["stream"] = NotRequired[Annotated[bool | None, Field(description=STREAM_DESCRIPTION)]]
     shape = TypedDict(f"{_title(task)}Request", fields)  # type: ignore[operator]
     shape.__doc__ = f"The {task} request (Hugging Face Inference API shape)."
     return with_config(SHAPE_CONFIG)(shape)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -58,10 +58,15 @@ def _sse(data: dict[str, Any]) -> bytes:
 
 
 async def respond(request: HttpRequest, spec: ModelSpec, task: TaskSpec, parsed: InferenceRequest,
-                  options: dict[str, bool], drain_rate: float, started: float) -> StreamingHttpResponse:
-    """Open the stream (errors raise here, before any byte) and answer its events as they come."""
+                  options: dict[str, bool], serving: Callable[[ModelSpec, str], Awaitable[float]],
+                  started: float) -> StreamingHttpResponse:
+    """Open the stream (errors raise here, before any byte) and answer its events as they come.
+
+    serving(spec, task name): the view's check that a live worker serves the model (its drain rate).
+    """
     if parsed.is_batch:
         raise InvalidInput("a streamed request takes one prompt: send 'inputs' as a string, not a list")
+    drain_rate = await serving(spec, task.name)
     stream = await stream_handoff.open_stream(
         model=spec.name, task=task.name, text=parsed.inputs[0], parameters={**parsed.parameters, **options},
         timeout_s=task.timeout_s, max_queue_size=task.policy.max_queue_size, drain_rate=drain_rate,

@@ -14,8 +14,6 @@ MINILM = "minilm"
 MLM = "tiny-mlm"
 CLS = "tiny-cls"
 RANKER = "tiny-ranker"
-GPT2 = "tiny-gpt2"
-BART = "tiny-bart"
 MINILM_ORT = "minilm-ort"  # MiniLM with backend onnxruntime named explicitly
 
 
@@ -27,8 +25,6 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         MLM: model_factory.build_masked_lm(root / "mlm"),
         CLS: model_factory.build_sequence_classifier(root / "cls"),
         RANKER: model_factory.build_cross_encoder(root / "ranker"),
-        GPT2: model_factory.build_tiny_gpt2(root / "gpt2", positions=1024),
-        BART: model_factory.build_tiny_seq2seq(root / "bart"),
     }
 
 
@@ -48,15 +44,11 @@ def stack(tiny_models: dict[str, Path]) -> Iterator[Stack]:
         running.manage("register_model", MINILM_ORT, "--source", str(model_factory.minilm_path()),
                        "--task", "feature-extraction", "--pooling", "mean", "--normalize", "--backend", "onnxruntime",
                        "--max-batch-size", "32", "--timeout", "60")
-        running.manage("register_model", GPT2, "--source", str(tiny_models[GPT2]), "--task", "text-generation",
-                       "--max-batch-size", "8", "--timeout", "60")
-        running.manage("register_model", BART, "--source", str(tiny_models[BART]), "--task", "text2text-generation",
-                       "--timeout", "60")
         running.create_token("all")
         running.create_token("cls-only", models=CLS)
         running.start_worker()
         running.start_web()
-        running.wait_ready([MINILM, MLM, CLS, RANKER, MINILM_ORT, GPT2, BART])
+        running.wait_ready([MINILM, MLM, CLS, RANKER, MINILM_ORT])
         yield running
 
 

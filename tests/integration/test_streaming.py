@@ -12,12 +12,44 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import BART, CLS, GPT2
+from tests import model_factory
 from tests.stack import Stack, http_json, wait_until
 
 pytestmark = pytest.mark.integration
 
+GPT2, BART, CLS = "long-gpt2", "tiny-bart", "tiny-cls"
 PROMPT = "The cat sees"
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny GPT-2 with 1,024 positions (generations long enough to interrupt), BART, a classifier."""
+    root = tmp_path_factory.mktemp("stream-models")
+    return {GPT2: model_factory.build_tiny_gpt2(root / "gpt2", positions=1024),
+            BART: model_factory.build_tiny_seq2seq(root / "bart"),
+            CLS: model_factory.build_sequence_classifier(root / "cls")}
+
+
+@pytest.fixture(scope="module")
+def stack(tiny_models: dict[str, Path]) -> Iterator[Stack]:
+    """Generation models on a stack of their own: the session stack's schema fuzzing stays off them."""
+    with Stack.started() as running:
+        running.manage("register_model", GPT2, "--source", str(tiny_models[GPT2]), "--task", "text-generation",
+                       "--max-batch-size", "8", "--timeout", "60")
+        running.manage("register_model", BART, "--source", str(tiny_models[BART]), "--task",
+                       "text2text-generation", "--timeout", "60")
+        running.manage("register_model", CLS, "--source", str(tiny_models[CLS]), "--task", "text-classification")
+        running.create_token("all")
+        running.start_worker()
+        running.start_web()
+        running.wait_ready([GPT2, BART, CLS])
+        yield running
+
+
+@pytest.fixture(scope="module")
+def token(stack: Stack) -> str:
+    """A token for every model of this stack."""
+    return stack.tokens["all"]
 
 
 @pytest.fixture
