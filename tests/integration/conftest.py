@@ -17,6 +17,16 @@ RANKER = "tiny-ranker"
 MINILM_ORT = "minilm-ort"  # MiniLM with backend onnxruntime named explicitly
 
 
+@pytest.fixture
+def hub_online(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """InferenceClient refuses every call, even to 127.0.0.1, while HF_HUB_OFFLINE is on."""
+    import huggingface_hub.constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # read once, at import
+    yield
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny random-weight models built on disk for this run."""

@@ -331,7 +331,7 @@ def test_a_parameter_the_task_does_not_take_is_a_400_listing_the_ones_it_does(po
 # --- the Hugging Face client reads every answer ------------------------------------------
 
 
-def test_huggingface_hub_inference_client_parses_each_task(stack: Stack) -> None:
+def test_huggingface_hub_inference_client_parses_each_task(stack: Stack, hub_online: None) -> None:
     from huggingface_hub import InferenceClient
 
     def client(path: str) -> InferenceClient:
