@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from bench import ceiling, corpus, loadgen
+from bench import ceiling, comparison, corpus, loadgen, ort_ceiling
 from bench.report import aggregate, evaluate_targets, render
 from bench.procstat import CpuMeter, wait_quiet
 from models_registry.worker import sizing
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "all-minilm-l6-v2"
+ONNX_CACHE = ROOT / "test-artifacts" / "onnx-cache"  # the stack's HOSTING_ONNX_CACHE_DIR: one export for both
 GROUPS = ("web", "worker", "redis", "client", "prober")
 
 
@@ -49,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="before the ceiling and each round, wait up to this long for other processes to go quiet")
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--no-peers", action="store_true", help="skip Infinity (installed on first use otherwise)")
     args = parser.parse_args(argv)
     quick = args.quick
     defaults = (("seconds", 8.0, 3.0), ("warmup", 1.5, 0.5), ("rounds", 3, 1), ("corpus_size", 1000, 300))
@@ -159,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
                                    repeats=1 if args.quick else 2, latency_calls=20 if args.quick else 50)
     reference = ceil.pop("reference")
     print(f"ceiling: {ceil}", flush=True)
+    print("measuring the in-process ONNX Runtime ceiling ...", flush=True)
+    ort = ort_ceiling.measure_ort_ceiling(source, ONNX_CACHE, sentences, threads=args.threads,
+                                          latency_threads=args.torch_threads, repeats=1 if args.quick else 2,
+                                          latency_calls=20 if args.quick else 50)
+    ort["min_cosine_to_torch"] = round(float(np.min(np.sum(ort.pop("vectors") * reference, axis=1))), 6)
+    print(f"ONNX Runtime ceiling: {ort}", flush=True)
     print(f"starting the stack ({args.server} x{args.webs}, {args.workers} worker(s)) ...", flush=True)
     stack, urls, token = start_stack(args, source)
     per_level: dict[int, list[dict[str, Any]]] = {level: [] for level in args.levels}
@@ -186,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.5)
     finally:
         stack.stop()
+    measured = {"skipped": "--no-peers"} if args.no_peers else comparison.measure_peers(args, source, sentences, reference)
     rows = aggregate(per_level, ceil["sentences_per_s"])
     report = {
         "config": {k: v for k, v in vars(args).items() if k != "out"},
@@ -193,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": per_level, "duration_s": round(time.time() - started, 1),
     }
     report["targets"] = evaluate_targets(rows, ceil)
-    markdown = render(report)
+    report.update(ort_ceiling=ort, peers=measured, targets_issue13=comparison.targets(rows, measured, ort))
+    markdown = render(report) + "\n" + comparison.render(rows, measured, ort, ceil["sentences_per_s"],
+                                                         report["targets_issue13"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "latest.json").write_text(json.dumps(report, indent=2, default=str))

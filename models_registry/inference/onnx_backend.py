@@ -94,6 +94,7 @@ class OrtEncoder:
         if threads > 1:
             # Spinning threads steal the core the web process needs on a shared machine.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.path = path
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.names = {i.name for i in self.session.get_inputs()}
         self.row_tokens = ROW_TOKENS
@@ -214,7 +215,7 @@ def choose_encoder(spec: Any, device: str, embedder: Any, offset: int | None,
                                     threads=torch.get_num_threads())
         except Int8Refused:
             raise
-        except Exception as error:  # an export or check that fails keeps torch, with the reason logged
+        except Exception as error:  # noqa: BLE001 - an export or check that fails keeps torch, with the reason logged
             why_not = f"{type(error).__name__}: {error}"
     if int8:
         raise ValueError(f"dtype int8 needs ONNX Runtime, which this model cannot use: {why_not}")

@@ -122,7 +122,7 @@ def quantize_int8(fp32: Path, path: Path, keep_float: tuple[str, ...] = ()) -> P
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         previous = logging.root.manager.disable
-        logging.disable(logging.INFO)  # the quantizer logs a line per tensor on the root logger
+        logging.disable(logging.WARNING)  # the quantizer logs a line per tensor (and advice) on the root logger
         try:
             quantize_dynamic(str(fp32), str(temporary), per_channel=True, weight_type=QuantType.QInt8,
                              nodes_to_exclude=list(keep_float))

@@ -15,11 +15,11 @@ from tests import model_factory
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
-from models_registry.inference import onnx_backend, onnx_export  # noqa: E402
-from models_registry.inference.model_runner import PipelineRunner  # noqa: E402
-from models_registry.inference.onnx_backend import OrtEncoder, OrtSettings  # noqa: E402
+from models_registry.inference import onnx_backend, onnx_export
+from models_registry.inference.model_runner import PipelineRunner
+from models_registry.inference.onnx_backend import OrtEncoder, OrtSettings
 
-WORDS = "the model server exports its encoder once and every worker reads the same file".split()
+WORDS = ["the", "model", "server", "exports", "its", "encoder", "once", "and", "every", "worker", "reads", "the", "file"]
 
 
 def _spec(source: Path, backend: str = "onnxruntime", dtype: str = "float32", pooling: str = "mean") -> ModelSpec:
