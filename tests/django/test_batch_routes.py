@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 import pytest
 from asgiref.sync import sync_to_async
-from pydantic import TypeAdapter
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import AsyncClient
 from django.utils import timezone
+from pydantic import TypeAdapter
 
 from models_registry.api import batch_models
 from models_registry.jobs import files
