@@ -70,6 +70,9 @@ def _start(var_dir: Path, timeout_s: float) -> bool:
             "--dbfilename", "redis.rdb",
             "--save", "",
             "--appendonly", "no",
+            # Under a maxmemory an operator sets, evict only keys with a TTL, least recently
+            # used first: idle response-cache entries, long before the queues in constant use.
+            "--maxmemory-policy", "volatile-lru",
             "--daemonize", "yes",
             "--pidfile", str(var_dir / "redis.pid"),
             "--logfile", str(var_dir / "redis.log"),

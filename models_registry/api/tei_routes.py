@@ -22,10 +22,9 @@ from pydantic import ValidationError
 from models_registry.api import auth, payloads, request_models, tokenization, views
 from models_registry.api.errors import Forbidden, HostingError, Internal, InvalidInput, NotFound, TooLarge, Unavailable
 from models_registry.api.views import api_view
-from models_registry.broker import handoff
 from models_registry.observe import metrics
+from models_registry.policy import gate, priority
 from models_registry.registry import lookups
-from models_registry.registry.model_state import ModelState
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.registry.task_key import TaskKey
 
@@ -248,7 +247,8 @@ async def rerank(request: HttpRequest) -> HttpResponse:
     allowed(grant, spec.name)
     task = ranking_task(spec, named)
     try:
-        result = await _score(request, spec, task, wanted)
+        served = await _score(request, grant, spec, task, wanted)
+        result = served.result
         answer = ranks([float(score) for score in result.outputs], wanted.texts, wanted.return_text)
     except HostingError as error:
         _log_failure(request, spec.name, task.name, error, started)
@@ -263,21 +263,18 @@ async def rerank(request: HttpRequest) -> HttpResponse:
     response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
     response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
     response["X-Batch-Size"] = str(result.batch_size)
+    for header, value in served.headers.items():
+        response[header] = value
     return response
 
 
-async def _score(request: HttpRequest, spec: ModelSpec, task: TaskSpec, wanted: RerankRequest) -> Any:
-    """The pairs through the workers, as any client list: split across batches and reassembled."""
-    drain_rate = await views._require_serving(spec, task.name)
-
-    async def still_served() -> bool:
-        state = (await lookups.get_workers()).model_states.get(spec.name)
-        return state is not None and state.get("state") == ModelState.READY
-
+async def _score(request: HttpRequest, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec,
+                 wanted: RerankRequest) -> gate.Served:
+    """The pairs through the token's policies and the workers, as any client list: split across batches."""
     pairs = [{"query": wanted.query, "text": text} for text in wanted.texts]
-    return await handoff.infer(
-        request_id=request.request_id, model=spec.name, task=task.name, inputs=pairs,
-        parameters={**{k: v for k, v in task.parameters.items() if v is not None}, **wanted.parameters},
-        timeout_s=task.timeout_s, max_queue_size=task.policy.max_queue_size, drain_rate=drain_rate,
-        still_served=still_served,
+    parameters = {**{k: v for k, v in task.parameters.items() if v is not None}, **wanted.parameters}
+    return await gate.serve(
+        grant=grant, asked_priority=request.headers.get(priority.HEADER), spec=spec, task=task, inputs=pairs,
+        parameters=parameters,
+        send=lambda klass: views.send_to_worker(request, spec, task, pairs, parameters, klass),
     )

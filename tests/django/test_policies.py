@@ -315,3 +315,26 @@ def test_cache_ttl_only_on_deterministic_tasks(transactional_db: None, tmp_path:
     with pytest.raises(CommandError, match="max_batch_queue_size .2000. is above max_queue_size .1024."):
         call_command("register_model", "emb", "--source", str(tmp_path), "--task", "feature-extraction",
                      "--max-batch-queue-size", "2000", stdout=StringIO())
+
+
+async def test_rerank_counts_against_the_same_limit(
+    make_model: Callable[..., RegisteredModel], make_token: Callable[..., str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await sync_to_async(make_model)("ranker", task="text-ranking")
+    token = await sync_to_async(make_token)("ranking", requests_per_minute=1)
+
+    async def serving(spec: Any, task: str) -> float:
+        return 0.0
+
+    async def infer(**kwargs: Any) -> InferenceResult:
+        return InferenceResult(outputs=[0.5] * len(kwargs["inputs"]), queue_ms=1.0, compute_ms=1.0, batch_size=2)
+
+    monkeypatch.setattr(views, "_require_serving", serving)
+    monkeypatch.setattr(views.handoff, "infer", infer)
+    client = AsyncClient()
+    body = json.dumps({"model": "ranker", "query": "q", "texts": ["a", "b"]})
+    headers = {"Authorization": f"Bearer {token}"}
+    first = await client.post("/rerank", data=body, content_type="application/json", headers=headers)
+    assert first.status_code == 200 and first["X-RateLimit-Remaining"] == "0"
+    second = await client.post("/rerank", data=body, content_type="application/json", headers=headers)
+    assert second.status_code == 429 and second.json()["error_type"] == "rate_limited"

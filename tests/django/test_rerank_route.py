@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import AsyncClient
 
-from models_registry.api import tei_routes, views
+from models_registry.api import views
 from models_registry.api.errors import Timeout
 from models_registry.broker.handoff import InferenceResult
 from models_registry.models import RegisteredModel
@@ -41,7 +41,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
                                compute_ms=3.0, batch_size=4)
 
     monkeypatch.setattr(views, "_require_serving", serving)
-    monkeypatch.setattr(tei_routes.handoff, "infer", infer)
+    monkeypatch.setattr(views.handoff, "infer", infer)
     return seen
 
 
@@ -123,7 +123,7 @@ async def test_worker_errors_pass_through(token: str, monkeypatch: pytest.Monkey
         raise Timeout("no result within 30 s")
 
     monkeypatch.setattr(views, "_require_serving", serving)
-    monkeypatch.setattr(tei_routes.handoff, "infer", late)
+    monkeypatch.setattr(views.handoff, "infer", late)
     response = await rerank({"model": "ranker", "query": "q", "texts": ["a"]}, token)
     assert response.status_code == 504 and response.json() == {"error": "no result within 30 s",
                                                                "error_type": "timeout"}

@@ -6,6 +6,8 @@ import threading
 import time
 from pathlib import Path
 
+import redis
+
 from hosting import embedded_redis
 
 
@@ -21,6 +23,9 @@ def test_concurrent_starts_start_one_server_and_stop_ends_it(tmp_path: Path) -> 
         assert sorted(results) == [False, False, False, True]
         assert embedded_redis.is_running(tmp_path)
         assert embedded_redis.url(tmp_path) == f"unix://{tmp_path / 'redis.sock'}"
+        client = redis.Redis.from_url(embedded_redis.url(tmp_path))
+        assert client.config_get("maxmemory-policy") == {"maxmemory-policy": "volatile-lru"}
+        client.close()
     finally:
         embedded_redis.stop(tmp_path)
     deadline = time.monotonic() + 5
