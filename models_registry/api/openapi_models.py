@@ -100,6 +100,9 @@ def narrowing(spec: ModelSpec, task: TaskSpec) -> dict[str, Any]:
         narrowed |= _one_size_name()
     if parameters["properties"] or missing:
         properties["parameters"] = parameters
+    if task.task in request_models.STREAM_TASKS:  # a stream answers one prompt
+        streamed = {"required": ["stream"], "properties": {"stream": {"const": True}}}
+        narrowed.setdefault("allOf", []).append({"if": streamed, "then": {"properties": {"inputs": {"type": "string"}}}})
     return narrowed
 
 

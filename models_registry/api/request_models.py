@@ -29,6 +29,7 @@ from models_registry.registry.task_parameters import (
     SHAPE_CONFIG,
     FeatureExtractionParameters,
     Says,
+    TextGenerationParameters,
     integer,
 )
 
@@ -46,6 +47,14 @@ STREAM_DESCRIPTION = ("true: answer text/event-stream, Text Generation Inference
                       "string input); text-generation also takes TGI's parameters.details")
 
 
+@with_config(SHAPE_CONFIG)
+class TgiParameters(TextGenerationParameters, total=False):
+    """text-generation's parameters at the HTTP route: also TGI's, answered by the token-level path."""
+
+    details: Annotated[bool | None, Field(description="TGI's details: each token with its id and logprob")]
+    decoder_input_details: Annotated[bool | None, Field(description="TGI's details of the prompt's tokens")]
+
+
 def _title(task: str) -> str:
     return "".join(part.capitalize() for part in task.replace("2", "-2-").split("-"))
 
@@ -57,7 +66,7 @@ def inference_request(task: str, max_inputs: int) -> Shape:
     kind = task_inputs.TASK_KINDS[task]
     fields: dict[str, Any] = {
         "inputs": Required[task_inputs.inputs_shape(task, max_inputs)],
-        "parameters": NotRequired[kind.parameters | None],
+        "parameters": NotRequired[(TgiParameters if task == "text-generation" else kind.parameters) | None],
         "options": NotRequired[dict[str, Any]],
     }
     if task == "feature-extraction":
@@ -65,6 +74,9 @@ def inference_request(task: str, max_inputs: int) -> Shape:
         fields.update({key: NotRequired[top_level[key]] for key in task_inputs.FEATURE_TOP_LEVEL_KEYS})
     if task in STREAM_TASKS:
         fields["stream"] = NotRequired[Annotated[bool | None, Field(description=STREAM_DESCRIPTION)]]
+    else:  # the route reads "stream" before the task's shape: false or null mean "no stream" everywhere
+        fields["stream"] = NotRequired[Annotated[Literal[False] | None, Field(
+            description=f"only {' and '.join(STREAM_TASKS)} stream")]]
     shape = TypedDict(f"{_title(task)}Request", fields)  # type: ignore[operator]
     shape.__doc__ = f"The {task} request (Hugging Face Inference API shape)."
     return with_config(SHAPE_CONFIG)(shape)

@@ -15,7 +15,7 @@ from django.test import AsyncClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models_registry.api import dimensions, openapi
+from models_registry.api import dimensions, openapi, tgi_stream
 from models_registry.api.errors import InvalidInput, TooLarge
 from models_registry.api.openai_routes import read_embedding_request
 from models_registry.api.payloads import read_request
@@ -44,6 +44,7 @@ def request_schema(task: str) -> dict[str, Any]:
 
 def server_accepts(task: str, body: Any) -> bool:
     try:
+        body, _, _ = tgi_stream.split(body, task)  # as the view: TGI's keys first, then the task's shape
         read_request(body, task, DEFAULTS.get(task, {}), MAX_INPUTS)
     except (InvalidInput, TooLarge):
         return False
@@ -83,6 +84,10 @@ EDGES: list[tuple[str, Any]] = [
     ("question-answering", {"inputs": [{"question": "q", "context": "c"}]}),
     ("zero-shot-classification", {"inputs": "x", "parameters": {"candidate_labels": ["a", "a"]}}),
     ("zero-shot-classification", {"inputs": "x", "parameters": {"hypothesis_template": "no placeholder"}}),
+    ("fill-mask", {"inputs": "a [MASK]", "stream": False}),
+    ("fill-mask", {"inputs": "a [MASK]", "stream": True}),
+    ("text-generation", {"inputs": "x", "stream": True, "parameters": {"details": True}}),
+    ("text-generation", {"inputs": "x", "parameters": {"details": 1}}),
 ]
 
 
@@ -96,7 +101,8 @@ def test_the_document_names_each_tasks_own_parameters() -> None:
     for task, kind in TASK_KINDS.items():
         name = f"{openapi.request_models._title(task)}Request"
         parameters = schemas[name]["properties"]["parameters"]["anyOf"][0]["$ref"].rsplit("/", 1)[1]
-        assert set(schemas[parameters]["properties"]) == set(keys(kind.parameters)), task
+        tgi = {"details", "decoder_input_details"} if task == "text-generation" else set()  # read by the route
+        assert set(schemas[parameters]["properties"]) == set(keys(kind.parameters)) | tgi, task
     fe = schemas["FeatureExtractionParameters"]["properties"]
     assert "top_k" not in fe and "matryoshka_dimensions" not in fe
     assert fe["dimensions"]["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": MAX_DIMENSIONS}
@@ -130,7 +136,8 @@ VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
 BODIES = st.fixed_dictionaries(
     {"inputs": st.one_of(st.text(max_size=3), st.lists(st.text(max_size=3), max_size=MAX_INPUTS + 1), VALUES)},
     optional={"parameters": st.one_of(st.none(), st.dictionaries(st.sampled_from(ALL_KEYS), VALUES, max_size=3)),
-              **{k: VALUES for k in ("normalize", "truncate", "dimensions", "prompt_name", "options", "top_k")}})
+              **{k: VALUES for k in ("normalize", "truncate", "dimensions", "prompt_name", "options", "top_k",
+                                     "stream")}})
 
 
 @pytest.mark.parametrize("task", [t for t in SUPPORTED_TASKS if t != "zero-shot-classification"])
@@ -244,3 +251,17 @@ async def test_answers_have_their_documented_shapes(per_model: Any) -> None:
         adapter(shape).validate_python(response.json())  # raises on an undocumented shape
     # A token limited to some models is refused any other name (403) before it could learn which exist.
     assert [response.status_code for _, response in answers] == [200, 200, 200, 200, 403, 401, 400]
+
+
+@pytest.fixture
+def generation_token(make_model: Any, make_token: Any, require_tokens: None) -> str:
+    make_model("gen", task="text-generation")
+    return make_token("all")
+
+
+async def test_a_stream_is_one_prompt_in_the_models_document(generation_token: str) -> None:
+    doc = await get_document(generation_token)
+    body = body_validator(doc, "/models/gen")
+    assert body.is_valid({"inputs": "x", "stream": True}) and body.is_valid({"inputs": ["x", "y"], "stream": False})
+    assert not body.is_valid({"inputs": ["x"], "stream": True})
+    assert "text/event-stream" in doc["paths"]["/models/gen"]["post"]["responses"]["200"]["content"]
