@@ -17,10 +17,12 @@ from typing import Any
 import orjson
 from django.http import HttpRequest, StreamingHttpResponse
 
+from models_registry.api.auth import TokenGrant
 from models_registry.api.errors import HostingError, InvalidInput
 from models_registry.api.payloads import InferenceRequest
 from models_registry.broker import stream_handoff
 from models_registry.observe import metrics
+from models_registry.policy import gate, priority
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
@@ -57,27 +59,36 @@ def _sse(data: dict[str, Any]) -> bytes:
     return b"data:" + orjson.dumps(data) + b"\n\n"
 
 
-async def respond(request: HttpRequest, spec: ModelSpec, task: TaskSpec, parsed: InferenceRequest,
-                  options: dict[str, bool], serving: Callable[[ModelSpec, str], Awaitable[float]],
-                  started: float) -> StreamingHttpResponse:
+async def respond(request: HttpRequest, grant: TokenGrant | None, spec: ModelSpec, task: TaskSpec,
+                  parsed: InferenceRequest, options: dict[str, bool],
+                  serving: Callable[[ModelSpec, str], Awaitable[float]], started: float) -> StreamingHttpResponse:
     """Open the stream (errors raise here, before any byte) and answer its events as they come.
 
     serving(spec, task name): the view's check that a live worker serves the model (its drain rate).
+    The token's rate limits and priority apply as on every inference route (no response cache).
     """
     if parsed.is_batch:
         raise InvalidInput("a streamed request takes one prompt: send 'inputs' as a string, not a list")
     drain_rate = await serving(spec, task.name)
-    stream = await stream_handoff.open_stream(
-        model=spec.name, task=task.name, text=parsed.inputs[0], parameters={**parsed.parameters, **options},
-        timeout_s=task.timeout_s, max_queue_size=task.policy.max_queue_size, drain_rate=drain_rate,
-    )
+    admitted = await gate.admit_stream(grant=grant, asked_priority=request.headers.get(priority.HEADER),
+                                       inputs=parsed.inputs)
+    try:
+        stream = await stream_handoff.open_stream(
+            model=spec.name, task=task.name, text=parsed.inputs[0], parameters={**parsed.parameters, **options},
+            timeout_s=task.timeout_s, drain_rate=drain_rate, priority=admitted.klass,
+            max_queue_size=priority.queue_limit(admitted.klass, task.policy.max_queue_size, task.max_batch_queue_size),
+        )
+    except BaseException:
+        admitted.settle(0)
+        raise
     first_token_s = time.perf_counter() - started
 
     async def events() -> AsyncIterator[bytes]:
-        count, failure, gone = 0, None, False
+        count, failure, gone, input_tokens = 0, None, False, 0
         try:
             async for event in stream.events():
                 count += 1
+                input_tokens = (event.get("details") or {}).get("input_length") or input_tokens
                 if not options.get("details"):
                     event = {**event, "details": None}
                 yield _sse(event)
@@ -89,6 +100,7 @@ async def respond(request: HttpRequest, spec: ModelSpec, task: TaskSpec, parsed:
             raise
         finally:
             stream.close()
+            admitted.settle(input_tokens)
             elapsed = time.perf_counter() - started
             if failure is not None:
                 metrics.observe_failure(spec.name, task.name, failure.status, failure.error_type, elapsed)
@@ -102,4 +114,6 @@ async def respond(request: HttpRequest, spec: ModelSpec, task: TaskSpec, parsed:
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # proxies must pass events on at once
     response["X-Time-To-First-Token-Ms"] = f"{first_token_s * 1000:.2f}"
+    for header, value in admitted.headers.items():
+        response[header] = value
     return response

@@ -139,7 +139,7 @@ async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: Mode
     body, stream, tgi_options = tgi_stream.split(body, task_spec.task)
     parsed = payloads.read_request(body, task_spec.task, task_spec.parameters, settings.HOSTING_MAX_INPUTS)
     if stream:
-        return await tgi_stream.respond(request, spec, task_spec, parsed, tgi_options, _require_serving, started)
+        return await tgi_stream.respond(request, grant, spec, task_spec, parsed, tgi_options, _require_serving, started)
     parameters, wanted_dims = {**parsed.parameters, **tgi_options}, None
     if task_spec.task == "feature-extraction":
         wanted_dims = dimensions.requested(parameters)

@@ -77,6 +77,31 @@ async def _reserve(conn: Any, prefix: str, grant: TokenGrant, inputs: list[Any])
     return charge
 
 
+@dataclass
+class StreamPass:
+    """A streamed request let through: its priority class, the limit headers, and its charge to settle."""
+
+    klass: str
+    headers: dict[str, str]
+    settle: Callable[[int], None]  # the input tokens it really used (0 when refused or failed)
+
+
+async def admit_stream(*, grant: TokenGrant | None, asked_priority: str | None, inputs: list[Any]) -> StreamPass:
+    """The token's limits for a streamed request (no cache: a stream is generated for its client)."""
+    klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
+    layer = get_channel_layer()
+    conn = layer.connection(0)
+    charge = None
+    if grant is not None and settings.HOSTING_RATE_LIMITS:
+        charge = await _reserve(conn, layer.prefix, grant, inputs)
+
+    def settle(tokens: int) -> None:
+        if charge is not None and grant is not None:
+            _in_background(_settle_quietly(conn, charge, tokens, grant.name))
+
+    return StreamPass(klass, dict(charge.headers) if charge else {}, settle)
+
+
 async def serve(
     *,
     grant: TokenGrant | None,

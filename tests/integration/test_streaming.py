@@ -40,6 +40,8 @@ def stack(tiny_models: dict[str, Path]) -> Iterator[Stack]:
                        "text2text-generation", "--timeout", "60")
         running.manage("register_model", CLS, "--source", str(tiny_models[CLS]), "--task", "text-classification")
         running.create_token("all")
+        limited = running.manage("create_api_token", "two-a-minute", "--requests-per-minute", "2")
+        running.tokens["two-a-minute"] = limited.strip().splitlines()[-1]
         running.start_worker()
         running.start_web()
         running.wait_ready([GPT2, BART, CLS])
@@ -147,3 +149,12 @@ def test_text2text_streams(stack: Stack, token: str) -> None:
                                   path=BART)
     assert response.status_code == 200 and events
     assert events[-1][1]["generated_text"] == whole[0]["generated_text"]
+
+
+def test_the_tokens_rate_limit_applies_before_the_first_byte(stack: Stack) -> None:
+    limited = stack.tokens["two-a-minute"]
+    body = {"inputs": PROMPT, "stream": True, "parameters": {"max_new_tokens": 3}}
+    statuses = [sse_events(stack, limited, body)[0] for _ in range(3)]
+    assert [r.status_code for r in statuses] == [200, 200, 429]
+    assert statuses[0].headers.get("x-ratelimit-limit") == "2"
+    assert statuses[2].json()["error_type"] == "rate_limited" and "retry-after" in statuses[2].headers
