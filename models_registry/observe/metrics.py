@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from django.conf import settings
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -60,8 +61,6 @@ _token_labels: set[str] = set()
 
 def token_label(name: str) -> str:
     """The token's name as a label, or "other" past HOSTING_METRICS_MAX_TOKENS names (bounded series)."""
-    from django.conf import settings
-
     if name in _token_labels:
         return name
     if len(_token_labels) >= settings.HOSTING_METRICS_MAX_TOKENS:
