@@ -72,6 +72,10 @@ def result_message(
     }
 
 
-def tokens_message(*, request_id: str, seq: int, events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Streamed generation events a worker sends as they are produced (seq orders them: 0, 1, ...)."""
-    return {"type": TOKENS_TYPE, "id": request_id, "seq": seq, "events": events}
+def tokens_message(*, request_id: str, seq: int, events: list[dict[str, Any]], source: str) -> dict[str, Any]:
+    """Streamed generation events a worker sends as they are produced (seq orders them: 0, 1, ...).
+
+    source names the generating worker: a request requeued after its worker died starts over
+    elsewhere, and its view must not splice two generations together.
+    """
+    return {"type": TOKENS_TYPE, "id": request_id, "seq": seq, "events": events, "source": source}

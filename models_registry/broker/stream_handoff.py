@@ -38,6 +38,7 @@ class Stream:
         self.first: list[dict[str, Any]] = []
         self.extended_at = time.time()
         self.closed = False
+        self.source: str | None = None  # the worker generating it (its first token message says)
 
     async def next_events(self) -> list[dict[str, Any]] | None:
         """The next events in order; None at the end. Raises the worker's error, or Timeout when it goes quiet."""
@@ -64,6 +65,10 @@ class Stream:
                 raise Timeout(f"no token within {self.timeout_s:g} s") from None
             self._keep_admitted()
             if message.get("type") == messages.TOKENS_TYPE:
+                self.source = self.source or message.get("source")
+                if message.get("source") != self.source:  # requeued after its worker died: it starts over
+                    raise Unavailable("the worker generating this stream went away; send the request again",
+                                      headers={"Retry-After": "1"})
                 self.waiting[int(message.get("seq", 0))] = list(message.get("events") or [])
             else:
                 self.result = message

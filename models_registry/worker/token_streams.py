@@ -13,6 +13,7 @@ import asyncio
 import logging
 import threading
 import time
+import uuid
 from typing import Any
 
 from models_registry.broker import admission, messages
@@ -62,6 +63,7 @@ class TokenStreams:
         self._sender: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._checked_at = 0.0
+        self.source = uuid.uuid4().hex[:12]  # this worker, in every token message
 
     def open(self, batch: Batch) -> list[StreamSink | None]:
         """A sink for each item of batch that streams (None for the others); call on the event loop."""
@@ -101,7 +103,8 @@ class TokenStreams:
             by_sink.setdefault(sink, []).append(event)
         replies = []
         for sink, events in by_sink.items():
-            replies.append((sink.reply, messages.tokens_message(request_id=sink.request_id, seq=sink.seq, events=events)))
+            replies.append((sink.reply, messages.tokens_message(request_id=sink.request_id, seq=sink.seq, events=events,
+                                                                source=self.source)))
             sink.seq += 1
         if self._outbox is None:
             self._outbox = asyncio.Queue()

@@ -1,0 +1,78 @@
+"""The view side of a stream: token messages in order, the result that overtakes them, a worker that changes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from models_registry.api.errors import InvalidInput, Unavailable
+from models_registry.broker import handoff, messages
+from models_registry.broker.stream_handoff import Stream
+
+
+class FakeLayer:
+    """Only what a Stream uses: one queue per reply channel."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
+        self.forgotten: list[str] = []
+
+    def expect_stream(self, channel: str) -> asyncio.Queue[dict[str, Any]]:
+        self.queues[channel] = asyncio.Queue()
+        return self.queues[channel]
+
+    def forget_reply(self, channel: str) -> None:
+        self.forgotten.append(channel)
+
+
+def tokens(seq: int, *texts: str, final: bool = False, source: str = "w1") -> dict[str, Any]:
+    events = [{"token": {"text": t}, "generated_text": None} for t in texts]
+    if final:
+        events[-1]["generated_text"] = "".join(texts)
+    return messages.tokens_message(request_id="r", seq=seq, events=events, source=source)
+
+
+async def collect(stream: Stream) -> list[str]:
+    return [event["token"]["text"] async for event in stream.events()]
+
+
+async def test_events_come_out_in_sequence_order_and_the_result_may_overtake_them() -> None:
+    layer = FakeLayer()
+    stream = Stream(layer, "m", "t", "r", "reply!1", timeout_s=5)  # type: ignore[arg-type]
+    queue = layer.queues["reply!1"]
+    for message in (tokens(1, "c", "d"), messages.result_message(request_id="r", outputs=[]), tokens(0, "a", "b"),
+                    tokens(2, "e", final=True)):
+        queue.put_nowait(message)
+    assert await asyncio.wait_for(collect(stream), 2) == ["a", "b", "c", "d", "e"]
+
+
+async def test_an_error_result_raises_the_workers_error() -> None:
+    layer = FakeLayer()
+    stream = Stream(layer, "m", "t", "r", "reply!2", timeout_s=5)  # type: ignore[arg-type]
+    layer.queues["reply!2"].put_nowait(messages.result_message(request_id="r", error_type="invalid_input",
+                                                               error="prompt too long"))
+    with pytest.raises(InvalidInput, match="prompt too long"):
+        await stream.next_events()
+
+
+async def test_a_second_worker_starting_over_ends_the_stream() -> None:
+    layer = FakeLayer()
+    stream = Stream(layer, "m", "t", "r", "reply!3", timeout_s=5)  # type: ignore[arg-type]
+    queue = layer.queues["reply!3"]
+    queue.put_nowait(tokens(0, "a"))
+    assert [e["token"]["text"] for e in await stream.next_events() or []] == ["a"]
+    queue.put_nowait(tokens(0, "x", source="w2"))
+    with pytest.raises(Unavailable, match="went away"):
+        await stream.next_events()
+
+
+async def test_close_forgets_the_channel_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = FakeLayer()
+    stream = Stream(layer, "m", "t", "r", "reply!4", timeout_s=5)  # type: ignore[arg-type]
+    left: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(handoff, "leave_later", lambda *args: left.append(args))
+    stream.close()
+    stream.close()
+    assert layer.forgotten == ["reply!4"] and len(left) == 1
