@@ -13,8 +13,9 @@ keeps Django's request/response machinery and URL routing but:
   response inline;
 - does not hand every 4xx/5xx to django.request's logger in a thread: a 503 under
   overload is an answer, not a server error, and every request is logged by the view;
-- refuses a body over the route's limit on its Content-Length header, before reading it,
-  and stops reading a chunked body at the limit (Django would spool all of it first).
+- refuses a body over the route's limit on its Content-Length header and stops keeping a
+  chunked one at the limit (Django would spool all of it first); at most DRAIN_BYTES
+  more are read and dropped, so the client hears the 413.
 """
 
 import asyncio
@@ -31,10 +32,18 @@ from models_registry.api.errors import TooLarge, error_response
 from models_registry.api.middleware import request_id_from
 
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and headers around an uploaded file
+# Of a body over the limit, up to this much more is read and dropped before the 413, so a
+# client still sending it hears the answer instead of a broken pipe; a larger one is
+# answered at once and its connection closed.
+DRAIN_BYTES = 16 * 1024 * 1024
 
 
 class BodyTooLarge(Exception):
     """The body grew past the route's limit while it was read."""
+
+    def __init__(self, ended: bool) -> None:
+        super().__init__("request body over the limit")
+        self.ended = ended  # whether its last chunk had come
 
 
 def body_limit(path: str) -> int:
@@ -81,14 +90,16 @@ class ApiASGIHandler(ASGIHandler):
         limit = body_limit(scope["path"])
         declared = declared_length(scope)
         if declared is not None and declared > limit:
-            await self._too_large(scope, send, f"request body is {declared} bytes; the limit is {limit}")
+            heard = declared <= limit + DRAIN_BYTES and await self._drain(receive, declared)
+            await self._too_large(scope, send, f"request body is {declared} bytes; the limit is {limit}", heard)
             return
         try:
             body_file = await self.read_limited_body(receive, limit)
         except RequestAborted:
             return
-        except BodyTooLarge:
-            await self._too_large(scope, send, f"request body is over the limit of {limit} bytes")
+        except BodyTooLarge as too_large:
+            heard = too_large.ended or await self._drain(receive, DRAIN_BYTES)
+            await self._too_large(scope, send, f"request body is over the limit of {limit} bytes", heard)
             return
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
@@ -145,15 +156,27 @@ class ApiASGIHandler(ASGIHandler):
             size += len(chunk)
             if size > limit:
                 body_file.close()
-                raise BodyTooLarge()
+                raise BodyTooLarge(ended=not message.get("more_body", False))
             body_file.write(chunk)
             if not message.get("more_body", False):
                 break
         body_file.seek(0)
         return body_file
 
-    async def _too_large(self, scope, send, message: str) -> None:  # type: ignore[no-untyped-def]
-        """413 without reading (more of) the body; the server closes the connection after it."""
+    async def _drain(self, receive, budget: int) -> bool:  # type: ignore[no-untyped-def]
+        """Read and drop the rest of the body, up to budget bytes; whether it ended within them."""
+        size = 0
+        while size <= budget:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return False
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return True
+        return False
+
+    async def _too_large(self, scope, send, message: str, heard: bool) -> None:  # type: ignore[no-untyped-def]
+        """413; unless the whole body was read (heard), the connection is closed after it."""
         headers = dict(scope.get("headers", ()))
         request_id = request_id_from(headers.get(b"x-request-id", b"").decode("latin-1") or None)
         if scope["path"].startswith("/v1/"):
@@ -162,6 +185,7 @@ class ApiASGIHandler(ASGIHandler):
             response = openai_error_response(TooLarge(message), request_id)
         else:
             response = error_response(TooLarge(message), request_id)
-        response["Connection"] = "close"
+        if not heard:
+            response["Connection"] = "close"
         await self.send_response(response, send)
         response.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hosting.api_handler import ApiASGIHandler
+from hosting.api_handler import DRAIN_BYTES, ApiASGIHandler
 
 CHUNK = 64 * 1024
 
@@ -39,18 +39,26 @@ async def serve(path: str, headers: list[tuple[bytes, bytes]], chunks: int) -> t
 
 
 @pytest.mark.parametrize("path", ["/models/any", "/v1/embeddings"])
-async def test_a_content_length_over_the_limit_is_refused_before_reading(path: str, settings: Any) -> None:
+async def test_a_content_length_far_over_the_limit_is_refused_before_reading(path: str, settings: Any) -> None:
     settings.HOSTING_MAX_BODY_BYTES = 1024 * 1024
     status, body, read = await serve(path, [(b"content-length", str(1 << 30).encode())], chunks=1 << 14)
     assert status == 413 and read == 0
     assert "1073741824 bytes" in json.dumps(body) and "too_large" in json.dumps(body)
 
 
+async def test_a_body_a_little_over_the_limit_is_dropped_so_the_client_hears_the_413(settings: Any) -> None:
+    settings.HOSTING_MAX_BODY_BYTES = 1024 * 1024
+    chunks = 1024 * 1024 // CHUNK + 2
+    status, body, read = await serve("/models/any", [(b"content-length", str(chunks * CHUNK).encode())], chunks)
+    assert status == 413 and body["error_type"] == "too_large"
+    assert read == chunks  # all of it read (and dropped): the sender is not cut off mid-body
+
+
 async def test_a_chunked_body_is_cut_off_at_the_limit(settings: Any) -> None:
     settings.HOSTING_MAX_BODY_BYTES = 1024 * 1024
     status, body, read = await serve("/models/any", [(b"transfer-encoding", b"chunked")], chunks=1 << 14)
     assert status == 413 and body["error_type"] == "too_large"
-    assert read <= 1024 * 1024 // CHUNK + 1, f"read {read} chunks of a body over the limit"
+    assert read <= (1024 * 1024 + DRAIN_BYTES) // CHUNK + 2, f"read {read} chunks of a body over the limit"
 
 
 async def get(path: str, host: bytes) -> tuple[int, dict[bytes, bytes]]:
