@@ -27,7 +27,7 @@ from models_registry.api.errors import (
 )
 from models_registry.broker import admission, handoff
 from models_registry.observe import metrics
-from models_registry.policy import gate, priority
+from models_registry.policy import gate, priority, response_cache
 from models_registry.registry import lookups, sources
 from models_registry.registry.model_state import ModelState, shown_state
 from models_registry.registry.specs import ModelSpec, TaskSpec
@@ -148,7 +148,7 @@ async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: Mode
         parameters = dimensions.without_keys(parameters)
     served = await gate.serve(
         grant=grant, asked_priority=request.headers.get(priority.HEADER), spec=spec, task=task_spec,
-        inputs=parsed.inputs, parameters=parameters,
+        inputs=parsed.inputs, parameters=parameters, use_cache=response_cache.wanted(body),
         send=lambda klass: send_to_worker(request, spec, task_spec, parsed.inputs, parameters, klass),
     )
     result = served.result

@@ -111,8 +111,12 @@ async def serve(
     inputs: list[Any],
     parameters: dict[str, Any],
     send: Callable[[str], Awaitable[InferenceResult]],
+    use_cache: bool = True,
 ) -> Served:
-    """Check the token's limits, answer from the cache or call send(priority); charge what it used."""
+    """Check the token's limits, answer from the cache or call send(priority); charge what it used.
+
+    use_cache False: compute afresh (and store the new answer), as HF's options.use_cache asks.
+    """
     klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
     layer = get_channel_layer()
     conn = layer.connection(0)
@@ -123,8 +127,9 @@ async def serve(
     key = response_cache.cache_key(layer.prefix, spec, task, parameters, inputs) if task.cache_ttl_s else None
     try:
         if key is not None:
-            hit = await _lookup(conn, key)
-            metrics.CACHE_LOOKUPS.labels(spec.name, task.name, "hit" if hit else "miss").inc()
+            hit = await _lookup(conn, key) if use_cache else None
+            outcome = "hit" if hit else "miss" if use_cache else "bypass"
+            metrics.CACHE_LOOKUPS.labels(spec.name, task.name, outcome).inc()
             headers[CACHE_HEADER] = "hit" if hit else "miss"
             if hit is not None:
                 result = InferenceResult(outputs=hit.outputs, queue_ms=0.0, compute_ms=0.0, batch_size=0,

@@ -241,6 +241,19 @@ async def test_cache_hits_skip_the_worker_with_identical_bodies(
     assert 'hosting_cache_lookups_total{model="cls",result="hit",task="text-classification"} 2.0' in metrics
 
 
+async def test_use_cache_false_computes_afresh_and_refreshes_the_entry(
+    make_token: Callable[..., str], cls: RegisteredModel, calls: list[dict[str, Any]],
+) -> None:
+    token = await sync_to_async(make_token)("reader")
+    client = AsyncClient()
+    assert (await post(client, token, "fresh"))["X-Cache"] == "miss"
+    forced = await client.post("/models/cls", data=json.dumps({"inputs": "fresh", "options": {"use_cache": False}}),
+                               content_type="application/json", headers={"Authorization": f"Bearer {token}"})
+    assert forced.status_code == 200 and forced["X-Cache"] == "miss"
+    assert (await post(client, token, "fresh"))["X-Cache"] == "hit"
+    assert len(calls) == 2
+
+
 async def test_a_reload_or_new_parameters_miss_the_cache(
     make_token: Callable[..., str], cls: RegisteredModel, calls: list[dict[str, Any]],
 ) -> None:
