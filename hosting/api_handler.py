@@ -145,7 +145,8 @@ class ApiASGIHandler(ASGIHandler):
 
     async def read_limited_body(self, receive, limit: int):  # type: ignore[no-untyped-def]
         """Django's read_body, raising BodyTooLarge as soon as more than limit bytes came."""
-        body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
+        # Handed to the request, which closes it (as Django's read_body does).
+        body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")  # noqa: SIM115
         size = 0
         while True:
             message = await receive()
