@@ -147,8 +147,8 @@ async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: Mode
         dimensions.check(wanted_dims, task_spec, dimensions.known_native(dims_key))
         parameters = dimensions.without_keys(parameters)
     served = await gate.serve(
-        grant=grant, asked_priority=request.headers.get(priority.HEADER), spec=spec, task=task_spec,
-        inputs=parsed.inputs, parameters=parameters, use_cache=response_cache.wanted(body),
+        grant=grant, asked_priority=priority.asked(request.headers.get(priority.HEADER), body), spec=spec,
+        task=task_spec, inputs=parsed.inputs, parameters=parameters, use_cache=response_cache.wanted(body),
         send=lambda klass: send_to_worker(request, spec, task_spec, parsed.inputs, parameters, klass),
     )
     result = served.result

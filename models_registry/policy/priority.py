@@ -1,6 +1,8 @@
-"""Priority classes: a request runs at its token's class, or lower if it asks (X-Priority)."""
+"""Priority classes: a request runs at its token's class, or lower if it asks (X-Priority or options.priority)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from models_registry.api.errors import Forbidden, InvalidInput
 
@@ -10,13 +12,25 @@ CLASSES = (INTERACTIVE, BATCH)
 HEADER = "X-Priority"
 
 
+def asked(header: str | None, body: Any = None) -> str | None:
+    """The class a request asks for: its X-Priority header, else its body's options.priority."""
+    if header and header.strip():
+        return header
+    options = body.get("options") if isinstance(body, dict) else None
+    value = options.get("priority") if isinstance(options, dict) else None
+    if value is not None and not isinstance(value, str):
+        raise InvalidInput(f"options.priority must be {' or '.join(CLASSES)}")
+    return value
+
+
 def resolve(token_priority: str, asked: str | None) -> str:
     """The request's class: the token's, or batch when a request of an interactive token asks for it."""
     if asked is None or not asked.strip():
         return token_priority
     wanted = asked.strip().lower()
     if wanted not in CLASSES:
-        raise InvalidInput(f"{HEADER} must be {' or '.join(CLASSES)}, not {asked.strip()!r}")
+        raise InvalidInput(f"the priority ({HEADER} or options.priority) must be {' or '.join(CLASSES)}, "
+                           f"not {asked.strip()!r}")
     if wanted == INTERACTIVE and token_priority == BATCH:
         raise Forbidden(f"this API token has batch priority; its requests cannot ask for {INTERACTIVE}")
     return wanted

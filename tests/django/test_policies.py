@@ -210,14 +210,17 @@ async def test_priority_header_lowers_but_never_raises(
     assert (await post(client, interactive, "a")).status_code == 200
     assert (await post(client, interactive, "b", **{"X-Priority": "batch"})).status_code == 200
     assert (await post(client, batch, "c")).status_code == 200
-    assert [c["priority"] for c in calls] == ["interactive", "batch", "batch"]
+    by_option = await client.post("/models/cls", data=json.dumps({"inputs": "f", "options": {"priority": "batch"}}),
+                                  content_type="application/json", headers={"Authorization": f"Bearer {interactive}"})
+    assert by_option.status_code == 200
+    assert [c["priority"] for c in calls] == ["interactive", "batch", "batch", "batch"]
     # Batch traffic is refused past its own limit: half the queue unless the task sets one.
-    assert [c["max_queue_size"] for c in calls] == [100, 50, 50]
+    assert [c["max_queue_size"] for c in calls] == [100, 50, 50, 50]
     forbidden = await post(client, batch, "d", **{"X-Priority": "interactive"})
     assert forbidden.status_code == 403 and "batch priority" in forbidden.json()["error"]
     invalid = await post(client, interactive, "e", **{"X-Priority": "urgent"})
-    assert invalid.status_code == 400 and "X-Priority must be interactive or batch" in invalid.json()["error"]
-    assert len(calls) == 3
+    assert invalid.status_code == 400 and "must be interactive or batch, not 'urgent'" in invalid.json()["error"]
+    assert len(calls) == 4
 
 
 async def test_cache_hits_skip_the_worker_with_identical_bodies(

@@ -24,8 +24,17 @@ def test_a_request_may_lower_its_priority_but_not_raise_it() -> None:
     assert priority.resolve("batch", "batch") == "batch"
     with pytest.raises(Forbidden, match="batch priority"):
         priority.resolve("batch", "interactive")
-    with pytest.raises(InvalidInput, match="X-Priority must be interactive or batch"):
+    with pytest.raises(InvalidInput, match="options.priority. must be interactive or batch, not 'high'"):
         priority.resolve("interactive", "high")
+
+
+def test_the_header_or_the_body_options_ask() -> None:
+    assert priority.asked("batch", {"options": {"priority": "interactive"}}) == "batch"  # the header wins
+    assert priority.asked(None, {"inputs": "x", "options": {"priority": "batch"}}) == "batch"
+    assert priority.asked("", {"inputs": "x"}) is None
+    assert priority.asked(None, "plain text body") is None
+    with pytest.raises(InvalidInput, match="options.priority must be interactive or batch"):
+        priority.asked(None, {"options": {"priority": 1}})
 
 
 def test_batch_traffic_has_its_own_smaller_queue_limit() -> None:
