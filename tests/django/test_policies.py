@@ -354,3 +354,19 @@ async def test_rerank_counts_against_the_same_limit(
     assert first.status_code == 200 and first["X-RateLimit-Remaining"] == "0"
     second = await client.post("/rerank", data=body, content_type="application/json", headers=headers)
     assert second.status_code == 429 and second.json()["error_type"] == "rate_limited"
+
+
+def test_admin_creates_a_token_with_limits_and_priority(admin_client: Any) -> None:
+    page = admin_client.get("/admin/models_registry/apitoken/add/")
+    assert page.status_code == 200 and b"requests_per_minute" in page.content
+    response = admin_client.post("/admin/models_registry/apitoken/add/", {
+        "name": "from-admin", "requests_per_minute": "30", "tokens_per_minute": "", "tokens_per_day": "9000",
+        "priority": "batch",
+    }, follow=True)
+    assert response.status_code == 200
+    token = ApiToken.objects.get(name="from-admin")
+    assert (token.requests_per_minute, token.tokens_per_minute, token.tokens_per_day) == (30, None, 9000)
+    assert token.priority == "batch" and token.token_hash
+    refused = admin_client.post("/admin/models_registry/apitoken/add/", {
+        "name": "zero", "requests_per_minute": "0", "priority": "interactive"})
+    assert refused.status_code == 200 and not ApiToken.objects.filter(name="zero").exists()
