@@ -47,6 +47,7 @@ async def test_the_document_shows_stream_and_its_events(token: str) -> None:
     assert "text/event-stream" in public["paths"]["/models/{name}"]["post"]["responses"]["200"]["content"]
     document = (await AsyncClient().get("/api/openapi.json", headers={"Authorization": f"Bearer {token}"})).json()
     assert "stream" in document["components"]["schemas"]["TextGenerationRequest"]["properties"]
-    assert "stream" not in document["components"]["schemas"]["TextClassificationRequest"]["properties"]
+    other = document["components"]["schemas"]["TextClassificationRequest"]["properties"]["stream"]
+    assert "only text-generation and text2text-generation stream" in other["description"]  # false or null only
     assert "text/event-stream" in document["paths"]["/models/gpt"]["post"]["responses"]["200"]["content"]
     assert "text/event-stream" not in document["paths"]["/models/cls"]["post"]["responses"]["200"]["content"]
