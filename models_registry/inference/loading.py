@@ -19,7 +19,7 @@ from transformers import (
     pipeline,
 )
 
-from models_registry.inference import onnx_backend, ranking, trace
+from models_registry.inference import onnx_backend, onnx_logits, ranking, trace
 from models_registry.inference.packed_forward import eager_encoder, packed_position_offset
 from models_registry.inference.packing import DEFAULT_ROW_TOKENS
 from models_registry.inference.task_common import ModelBundle
@@ -115,6 +115,7 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
         loaded.counter = counter
         limit = tokenizer.model_max_length
         loaded.max_tokens = limit if isinstance(limit, int) and 0 < limit < 100_000 else 512
+    _logits_on_onnxruntime(loaded, ort)
     embedder = loaded.pipelines.get("feature-extraction")
     if embedder is not None and packing:
         _prepare_packing(loaded, embedder, torchscript and device == "cpu", ort)
@@ -124,6 +125,15 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     return loaded
 
 
+def _logits_on_onnxruntime(loaded: LoadedModel, ort: onnx_backend.OrtSettings | None) -> None:
+    """Classification, token classification, fill-mask and ranking forwards on ONNX Runtime where they match torch."""
+    chosen = {task: onnx_logits.use_onnxruntime(loaded.spec, task, loaded.device, runner.model, runner.tokenizer, ort)
+              for task, runner in loaded.pipelines.items() if task in onnx_logits.LOGITS_TASKS}
+    if chosen:
+        on_ort = all(backend == "onnxruntime" for backend in chosen.values())
+        loaded.backend = {"backend": "onnxruntime" if on_ort else "torch", "task_backends": chosen}
+
+
 def _prepare_packing(loaded: LoadedModel, embedder: Any, torchscript: bool, ort: onnx_backend.OrtSettings | None) -> None:
     """Packed embeddings where they reproduce the model's own outputs: on ONNX Runtime, else traced, else eager."""
     name = loaded.spec.name
@@ -131,7 +141,7 @@ def _prepare_packing(loaded: LoadedModel, embedder: Any, torchscript: bool, ort:
     logger.info("model %s: sequence packing %s", name,
                 "on" if loaded.pack_position_offset is not None else "off (outputs differ; padded batches)")
     encoder, report = onnx_backend.choose_encoder(loaded.spec, loaded.device, embedder, loaded.pack_position_offset, ort)
-    loaded.backend = report.as_state()
+    loaded.backend = {**loaded.backend, **report.as_state()}  # the embeddings' backend is the model's headline
     logger.info("model %s: packed embeddings on %s%s", name, report.backend, f" ({report.reason})" if report.reason else "")
     if encoder is not None:
         loaded.packed_encoder, loaded.pack_row_tokens = encoder, encoder.row_tokens

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -131,3 +132,41 @@ def test_int8_is_refused_under_the_floor(minilm_cache: Path) -> None:
         runner.load(_spec(model_factory.minilm_path(), dtype="int8"))
     # Both copies were tried: every product in int8, then the cautious one.
     assert "every matrix product: minimum 0.9" in str(refused.value) and "first layer in float: minimum" in str(refused.value)
+
+
+@pytest.mark.parametrize(("task", "build", "inputs", "params"), [
+    ("text-classification", model_factory.build_sequence_classifier, ["I loved it.", "Terrible, slow and loud."], {}),
+    ("token-classification", model_factory.build_token_classifier, ["Anna flew to Paris on Monday."], {}),
+    ("fill-mask", model_factory.build_masked_lm, ["Paris is the [MASK] of France.", "A [MASK] day."], {"top_k": 3}),
+    ("text-ranking", model_factory.build_cross_encoder,
+     [{"query": "where is Paris", "text": "Paris is in France."}, {"query": "cats", "text": "Dogs bark."}], {}),
+])
+def test_logits_tasks_on_onnxruntime_answer_as_torch(tmp_path: Path, task: str, build: Any, inputs: list[Any],
+                                                     params: dict[str, Any]) -> None:
+    source = build(tmp_path / "model")
+    spec = replace(_spec(source, backend="auto"), tasks={"t": TaskSpec(
+        name="t", task=task, parameters={}, pooling="mean", normalize=False, policy=BatchPolicy(max_batch_size=8),
+        timeout_s=30.0)}, default_task="t")
+    ort = PipelineRunner(ort=OrtSettings(tmp_path / "cache")).load(spec)
+    torch_only = PipelineRunner().load(replace(spec, backend="torch"))
+    assert ort.backend == {"backend": "onnxruntime", "task_backends": {task: "onnxruntime"}}
+    assert torch_only.backend["backend"] == "torch"
+    got = PipelineRunner().run(ort, spec.tasks["t"], inputs, [params] * len(inputs))
+    want = PipelineRunner().run(torch_only, spec.tasks["t"], inputs, [params] * len(inputs))
+    _assert_close(got, want)
+
+
+def _assert_close(got: Any, want: Any) -> None:
+    """Equal answers, scores within 1e-4: ONNX Runtime and torch agree to about 1e-6, not to the last bit."""
+    if isinstance(want, float):
+        assert got == pytest.approx(want, abs=1e-4)
+    elif isinstance(want, dict):
+        assert got.keys() == want.keys()
+        for key in want:
+            _assert_close(got[key], want[key])
+    elif isinstance(want, list):
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            _assert_close(a, b)
+    else:
+        assert got == want
