@@ -83,7 +83,7 @@ async def _model_and_task(name: str, task_name: str | None) -> tuple[ModelSpec, 
 
 
 async def _require_serving(spec: ModelSpec, task_name: str) -> float:
-    """503 at once when no live worker can answer; else the task's drain rate (items/s)."""
+    """503 at once when no live worker can answer; else the items/s the task's queue drains at."""
     if not spec.enabled:
         raise Unavailable(f"model {spec.name!r} is disabled")
     workers = await lookups.get_workers()
@@ -93,7 +93,9 @@ async def _require_serving(spec: ModelSpec, task_name: str) -> float:
     if state.get("state") != ModelState.READY:
         detail = f": {sources.LOAD_FAILED}" if state.get("state") == ModelState.ERROR else ""
         raise Unavailable(f"model {spec.name!r} is {state.get('state')}{detail}")
-    return workers.drain_rates.get(str(TaskKey(spec.name, task_name)), 0.0)
+    key = str(TaskKey(spec.name, task_name))
+    # Measured cost per token: right also for a burst on an idle queue, whose drain rate reads 0.
+    return workers.capacities.get(key) or workers.drain_rates.get(key, 0.0)
 
 
 @api_view("POST", "GET")

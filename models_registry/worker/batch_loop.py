@@ -90,7 +90,7 @@ class BatchLoop:
                 self.busy = False
                 self.streams.close(sinks)
             compute_s = time.time() - started
-            self.stats.record_batch(batch.key, len(batch))
+            self.stats.record_batch(batch.key, len(batch), sum(item.cost for item in batch.items), compute_s)
             logger.debug("batch %s size=%d reason=%s compute=%.1fms", batch.key, len(batch), batch.reason, compute_s * 1e3)
             finished = self.batcher.complete(batch, outputs)
             if finished:

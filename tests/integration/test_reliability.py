@@ -156,7 +156,8 @@ def test_disabling_a_model_unloads_it_and_enabling_loads_it_again(limited: Stack
 def test_a_timed_out_request_answers_504_and_is_not_computed(limited: Stack) -> None:
     source = str(model_factory.minilm_path())
     limited.manage("register_model", EMB, "--source", source, "--task", "feature-extraction",
-                   "--task-name", "hurry", "--timeout", "0.1", "--max-batch-delay-ms", "0")
+                   "--task-name", "hurry", "--timeout", "0.1", "--max-batch-delay-ms", "0",
+                   "--max-request-tokens", "0")  # no budget: the test is about the deadline, not a 413
     wait_until(lambda: any(t["name"] == "hurry" for t in _model(limited, EMB)["tasks"]), 5, "the new task")
     time.sleep(1.5)  # the worker reads the registry every second
     long_inputs = [" ".join(["word"] * 200)] * 200  # far more than 0.1 s of compute on this machine
