@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from bench import ceiling, comparison, corpus, loadgen, ort_ceiling
-from bench.report import aggregate, evaluate_targets, render
 from bench.procstat import CpuMeter, wait_quiet
+from bench.report import aggregate, evaluate_targets, render
 from models_registry.worker import sizing
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,6 +13,7 @@ import numpy as np
 
 from bench.http_client import Client, ConnectionBroken, build_request
 
+
 def inference_requests(base_url: str, model: str, token: str, sentences: list[str]) -> list[bytes]:
     """One pre-built `{"inputs": s}` POST per sentence."""
     return [build_request("POST", base_url, f"/models/{model}", json.dumps({"inputs": s}).encode(), token)

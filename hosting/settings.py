@@ -124,6 +124,7 @@ LOGIN_URL = "/admin/login/"
 
 # --- Broker -----------------------------------------------------------------------------
 from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
+
 REDIS_URL = os.environ.get("REDIS_URL") or ""
 EMBEDDED_REDIS = not REDIS_URL
 if EMBEDDED_REDIS:

@@ -9,7 +9,6 @@ text and `error.code`/`error.param`/`error.type` into its attributes; with our p
 from __future__ import annotations
 
 import base64
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,17 +20,14 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from pydantic import ValidationError
 
-from models_registry.api import auth, dimensions, payloads, request_models, views
+from models_registry.api import answers, auth, dimensions, payloads, request_models, views
 from models_registry.api.errors import Forbidden, HostingError, InvalidInput, NotFound, TooLarge
 from models_registry.api.views import AsyncView, api_view
-from models_registry.observe import metrics
 from models_registry.policy import gate, priority
 from models_registry.registry import lookups
 from models_registry.registry.shape_errors import keys, phrase
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.registry.task_key import TaskKey
-
-logger = logging.getLogger("models_registry.requests")
 
 # Errors the SDK must not retry: a pipeline error repeats, and a timeout retried triples the wait.
 _NO_RETRY = {"internal", "timeout"}
@@ -196,29 +192,15 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
         normalize = dimensions.effective_normalize(task, task.parameters)
         outputs = dimensions.shorten(result.outputs, wanted.dimensions, task, dims_key, normalize)
     except HostingError as error:
-        elapsed = time.perf_counter() - started
-        metrics.observe_failure(spec.name, task.name, error.status, error.error_type, elapsed)
-        logger.info("request id=%s model=%s task=%s route=v1 status=%d error_type=%s total_ms=%.1f",
-                    request.request_id, spec.name, task.name, error.status, error.error_type, elapsed * 1000)
+        answers.failed(request, "v1", spec.name, task.name, error, started)
         raise
-    elapsed = time.perf_counter() - started
-    metrics.observe_success(spec.name, task.name, elapsed, result.queue_ms / 1000, result.compute_ms / 1000,
-                            result.batch_size)
-    logger.info("request id=%s model=%s task=%s route=v1 status=200 inputs=%d queue_ms=%.1f compute_ms=%.1f "
-                "batch=%d total_ms=%.1f", request.request_id, spec.name, task.name, len(wanted.inputs),
-                result.queue_ms, result.compute_ms, result.batch_size, elapsed * 1000)
-    response = payloads.json_response({
+    body = {
         "object": "list",
         "data": [_embedding(i, output, wanted.encoding_format) for i, output in enumerate(outputs)],
         "model": wanted.model,
         "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens},
-    })
-    response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
-    response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
-    response["X-Batch-Size"] = str(result.batch_size)
-    for header, value in served.headers.items():
-        response[header] = value
-    return response
+    }
+    return answers.served_answer(request, "v1", spec.name, task.name, body, served, len(wanted.inputs), started)
 
 
 async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec,

@@ -19,7 +19,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from pydantic import ValidationError
 
-from models_registry.api import auth, payloads, request_models, tokenization, views
+from models_registry.api import answers, auth, payloads, request_models, tokenization, views
 from models_registry.api.errors import Forbidden, HostingError, Internal, InvalidInput, NotFound, TooLarge, Unavailable
 from models_registry.api.views import api_view
 from models_registry.observe import metrics
@@ -203,13 +203,6 @@ def allowed(grant: auth.TokenGrant | None, model: str) -> None:
         raise Forbidden(f"this API token is not allowed to use model {model!r}")
 
 
-def _log_failure(request: HttpRequest, model: str, task: str, error: HostingError, started: float) -> None:
-    elapsed = time.perf_counter() - started
-    metrics.observe_failure(model, task, error.status, error.error_type, elapsed)
-    logger.info("request id=%s model=%s task=%s status=%d error_type=%s total_ms=%.1f", request.request_id,
-                model, task, error.status, error.error_type, elapsed * 1000)
-
-
 @api_view("POST")
 async def tokenize(request: HttpRequest) -> HttpResponse:
     """TEI's POST /tokenize: token ids, strings and character offsets, from the web process alone."""
@@ -228,7 +221,7 @@ async def tokenize(request: HttpRequest) -> HttpResponse:
         else:
             result = tokenization.tokenize(tokenizer, wanted.inputs, wanted.add_special_tokens)
     except HostingError as error:
-        _log_failure(request, spec.name, TOKENIZE_TASK_LABEL, error, started)
+        answers.failed(request, "tokenize", spec.name, TOKENIZE_TASK_LABEL, error, started)
         raise
     elapsed = time.perf_counter() - started
     metrics.observe_success(spec.name, TOKENIZE_TASK_LABEL, elapsed, 0.0, 0.0, 0)
@@ -251,21 +244,9 @@ async def rerank(request: HttpRequest) -> HttpResponse:
         result = served.result
         answer = ranks([float(score) for score in result.outputs], wanted.texts, wanted.return_text)
     except HostingError as error:
-        _log_failure(request, spec.name, task.name, error, started)
+        answers.failed(request, "rerank", spec.name, task.name, error, started)
         raise
-    elapsed = time.perf_counter() - started
-    metrics.observe_success(spec.name, task.name, elapsed, result.queue_ms / 1000, result.compute_ms / 1000,
-                            result.batch_size)
-    logger.info("request id=%s model=%s task=%s route=rerank status=200 inputs=%d queue_ms=%.1f compute_ms=%.1f "
-                "batch=%d total_ms=%.1f", request.request_id, spec.name, task.name, len(wanted.texts),
-                result.queue_ms, result.compute_ms, result.batch_size, elapsed * 1000)
-    response = payloads.json_response(answer)
-    response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
-    response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
-    response["X-Batch-Size"] = str(result.batch_size)
-    for header, value in served.headers.items():
-        response[header] = value
-    return response
+    return answers.served_answer(request, "rerank", spec.name, task.name, answer, served, len(wanted.texts), started)
 
 
 async def _score(request: HttpRequest, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec,

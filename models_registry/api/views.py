@@ -15,7 +15,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from models_registry.api import auth, dimensions, payloads, readiness, tgi_stream
+from models_registry.api import answers, auth, dimensions, payloads, readiness, tgi_stream
 from models_registry.api.errors import (
     HostingError,
     Internal,
@@ -26,7 +26,6 @@ from models_registry.api.errors import (
     error_response,
 )
 from models_registry.broker import admission, handoff
-from models_registry.observe import metrics
 from models_registry.policy import gate, priority, response_cache
 from models_registry.registry import lookups, sources
 from models_registry.registry.model_state import ModelState, shown_state
@@ -121,12 +120,7 @@ async def _inference(request: HttpRequest, name: str, task: str | None) -> HttpR
     try:
         response = await _infer(request, grant, spec, task_spec, started)
     except HostingError as error:
-        elapsed = time.perf_counter() - started
-        metrics.observe_failure(spec.name, task_spec.name, error.status, error.error_type, elapsed)
-        logger.info(
-            "request id=%s model=%s task=%s status=%d error_type=%s total_ms=%.1f",
-            request.request_id, spec.name, task_spec.name, error.status, error.error_type, elapsed * 1000,
-        )
+        answers.failed(request, "hf", spec.name, task_spec.name, error, started)
         raise
     return response
 
@@ -158,21 +152,8 @@ async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: Mode
     if task_spec.task == "feature-extraction":
         outputs = dimensions.shorten(outputs, wanted_dims, task_spec, dims_key,
                                      dimensions.effective_normalize(task_spec, parsed.parameters))
-    response = payloads.json_response(payloads.shape_response(task_spec.task, outputs, parsed.is_batch))
-    response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
-    response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
-    response["X-Batch-Size"] = str(result.batch_size)
-    for header, value in served.headers.items():
-        response[header] = value
-    elapsed = time.perf_counter() - started
-    metrics.observe_success(spec.name, task_spec.name, elapsed, result.queue_ms / 1000, result.compute_ms / 1000,
-                            result.batch_size)
-    logger.info(
-        "request id=%s model=%s task=%s status=200 inputs=%d queue_ms=%.1f compute_ms=%.1f batch=%d total_ms=%.1f",
-        request.request_id, spec.name, task_spec.name, len(parsed.inputs), result.queue_ms,
-        result.compute_ms, result.batch_size, elapsed * 1000,
-    )
-    return response
+    body = payloads.shape_response(task_spec.task, outputs, parsed.is_batch)
+    return answers.served_answer(request, "hf", spec.name, task_spec.name, body, served, len(parsed.inputs), started)
 
 
 async def send_to_worker(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, inputs: list[Any],

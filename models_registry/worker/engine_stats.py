@@ -9,7 +9,6 @@ from typing import Any
 from models_registry.registry.task_key import TaskKey
 from models_registry.worker.model_slots import ModelSlots
 
-
 COST_SMOOTHING = 0.3  # weight of the newest batch in the cost estimate
 
 
