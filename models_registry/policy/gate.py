@@ -79,7 +79,7 @@ async def _reserve(conn: Any, prefix: str, grant: TokenGrant, inputs: list[Any])
 
 @dataclass
 class StreamPass:
-    """A streamed request let through: its priority class, the limit headers, and its charge to settle."""
+    """A request let through (streamed or not): its priority class, the limit headers, and its charge to settle."""
 
     klass: str
     headers: dict[str, str]
@@ -88,8 +88,12 @@ class StreamPass:
 
 async def admit_stream(*, grant: TokenGrant | None, asked_priority: str | None, inputs: list[Any]) -> StreamPass:
     """The token's limits for a streamed request (no cache: a stream is generated for its client)."""
+    return await _admit(get_channel_layer(), grant, asked_priority, inputs)
+
+
+async def _admit(layer: Any, grant: TokenGrant | None, asked_priority: str | None, inputs: list[Any]) -> StreamPass:
+    """The request's priority class and its reservation against the token's limits (429 when spent)."""
     klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
-    layer = get_channel_layer()
     conn = layer.connection(0)
     charge = None
     if grant is not None and settings.HOSTING_RATE_LIMITS:
@@ -117,13 +121,10 @@ async def serve(
 
     use_cache False: compute afresh (and store the new answer), as HF's options.use_cache asks.
     """
-    klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
     layer = get_channel_layer()
     conn = layer.connection(0)
-    charge = None
-    if grant is not None and settings.HOSTING_RATE_LIMITS:
-        charge = await _reserve(conn, layer.prefix, grant, inputs)
-    headers = dict(charge.headers) if charge else {}
+    admitted = await _admit(layer, grant, asked_priority, inputs)
+    headers = admitted.headers
     key = response_cache.cache_key(layer.prefix, spec, task, parameters, inputs) if task.cache_ttl_s else None
     try:
         if key is not None:
@@ -134,16 +135,13 @@ async def serve(
             if hit is not None:
                 result = InferenceResult(outputs=hit.outputs, queue_ms=0.0, compute_ms=0.0, batch_size=0,
                                          tokens=hit.tokens)
-                if charge is not None:
-                    _in_background(_settle_quietly(conn, charge, hit.tokens, grant.name))
+                admitted.settle(hit.tokens)
                 return Served(result, headers)
-        result = await send(klass)
+        result = await send(admitted.klass)
     except BaseException:
-        if charge is not None:  # refused or failed: it still counts as a request, its tokens do not
-            _in_background(_settle_quietly(conn, charge, 0, grant.name))
+        admitted.settle(0)  # refused or failed: it still counts as a request, its tokens do not
         raise
-    if charge is not None:
-        _in_background(_settle_quietly(conn, charge, result.tokens, grant.name))
+    admitted.settle(result.tokens)
     if key is not None:
         await _store(conn, key, result, task.cache_ttl_s)
     return Served(result, headers)

@@ -8,6 +8,7 @@ connection: rows a test writes must be committed to be seen there, so API fixtur
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -76,3 +77,30 @@ def heartbeat(transactional_db: None) -> Callable[..., WorkerHeartbeat]:
         )
 
     return beat
+
+
+@pytest.fixture
+def stub_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[dict[str, Any]], Any]], list[dict[str, Any]]]:
+    """Serve every model from a stub: stub_worker(answer) records each hand-off and answers answer(kwargs).
+
+    answer may be a plain function or a coroutine function (to sleep or raise as a worker would).
+    """
+
+    def install(answer: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:
+        from models_registry.api import views
+
+        seen: list[dict[str, Any]] = []
+
+        async def serving(spec: Any, task: str) -> float:
+            return 0.0
+
+        async def infer(**kwargs: Any) -> Any:
+            seen.append(kwargs)
+            result = answer(kwargs)
+            return await result if inspect.isawaitable(result) else result
+
+        monkeypatch.setattr(views, "_require_serving", serving)
+        monkeypatch.setattr(views.handoff, "infer", infer)
+        return seen
+
+    return install

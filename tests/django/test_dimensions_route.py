@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from django.test import AsyncClient
 
-from models_registry.api import dimensions, views
+from models_registry.api import dimensions
 from models_registry.broker.handoff import InferenceResult
 from models_registry.models import RegisteredModel
 
@@ -28,25 +28,18 @@ def token(make_model: Callable[..., RegisteredModel], make_token: Callable[..., 
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def calls(stub_worker: Callable[..., list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """The worker answers RAW rows, normalized when the request's parameters say so (as the runner does)."""
-    seen: list[dict[str, Any]] = []
 
-    async def serving(spec: Any, task: str) -> float:
-        return 0.0
-
-    async def infer(**kwargs: Any) -> InferenceResult:
-        seen.append(kwargs)
+    def answer(kwargs: dict[str, Any]) -> InferenceResult:
         rows = RAW[: len(kwargs["inputs"])]
         if kwargs["task"] != "raw":
             rows = rows / np.linalg.norm(rows, axis=1, keepdims=True)
         outputs = [[row.astype("<f4").tobytes(), [row.shape[0]]] for row in rows]
         return InferenceResult(outputs=outputs, queue_ms=1.0, compute_ms=1.0, batch_size=1)
 
-    monkeypatch.setattr(views, "_require_serving", serving)
-    monkeypatch.setattr(views.handoff, "infer", infer)
     dimensions._native.clear()
-    return seen
+    return stub_worker(answer)
 
 
 async def post(client: AsyncClient, path: str, body: Any, token: str) -> Any:

@@ -47,22 +47,15 @@ def token(make_token: Callable[..., str], models: None) -> str:
 
 
 @pytest.fixture
-def worker_answers(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def worker_answers(stub_worker: Callable[..., list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Stub the hand-off: every call answers VECTORS[:n] as the worker sends them ([bytes, shape])."""
-    calls: list[dict[str, Any]] = []
 
-    async def serving(spec: Any, task: str) -> float:
-        return 0.0
-
-    async def infer(**kwargs: Any) -> InferenceResult:
-        calls.append(kwargs)
+    def answer(kwargs: dict[str, Any]) -> InferenceResult:
         outputs = [[row.tobytes(), [row.shape[0]]] for row in VECTORS[: len(kwargs["inputs"])]]
         return InferenceResult(outputs=outputs, queue_ms=1.5, compute_ms=2.5, batch_size=2, tokens=7)
 
-    monkeypatch.setattr(views, "_require_serving", serving)
-    monkeypatch.setattr(views.handoff, "infer", infer)
     dimensions._native.clear()
-    return calls
+    return stub_worker(answer)
 
 
 async def embed(client: AsyncClient, body: Any, token: str | None) -> Any:

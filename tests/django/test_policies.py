@@ -56,21 +56,14 @@ def broker(redis_server: RedisServer, settings: Any) -> Iterator[str]:
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def calls(stub_worker: Callable[..., list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Every hand-off to a (stub) worker, which answers a classification with 7 input tokens."""
-    sent: list[dict[str, Any]] = []
 
-    async def serving(spec: Any, task: str) -> float:
-        return 0.0
-
-    async def infer(**kwargs: Any) -> InferenceResult:
-        sent.append(kwargs)
+    def answer(kwargs: dict[str, Any]) -> InferenceResult:
         return InferenceResult(outputs=LABELS * len(kwargs["inputs"]), queue_ms=1.0, compute_ms=2.0,
                                batch_size=1, tokens=7)
 
-    monkeypatch.setattr(views, "_require_serving", serving)
-    monkeypatch.setattr(views.handoff, "infer", infer)
-    return sent
+    return stub_worker(answer)
 
 
 @pytest.fixture

@@ -28,21 +28,14 @@ def token(make_model: Callable[..., RegisteredModel], make_token: Callable[..., 
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def calls(stub_worker: Callable[..., list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """The worker scores a pair by its text's length (a different score per text)."""
-    seen: list[dict[str, Any]] = []
 
-    async def serving(spec: Any, task: str) -> float:
-        return 0.0
-
-    async def infer(**kwargs: Any) -> InferenceResult:
-        seen.append(kwargs)
+    def answer(kwargs: dict[str, Any]) -> InferenceResult:
         return InferenceResult(outputs=[len(pair["text"]) / 100 for pair in kwargs["inputs"]], queue_ms=2.0,
                                compute_ms=3.0, batch_size=4)
 
-    monkeypatch.setattr(views, "_require_serving", serving)
-    monkeypatch.setattr(views.handoff, "infer", infer)
-    return seen
+    return stub_worker(answer)
 
 
 async def rerank(body: Any, token: str | None = None) -> Any:
