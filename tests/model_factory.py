@@ -126,20 +126,22 @@ def build_tiny_gpt2(dest: Path, positions: int = 128) -> Path:
     return dest
 
 
-def build_token_classifier(dest: Path, labels: Sequence[str] = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")) -> Path:
-    """Build a tiny random BertForTokenClassification with BIO labels in ``dest``."""
+def build_token_classifier(dest: Path, labels: Sequence[str] = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC"),
+                           positions: int = 128) -> Path:
+    """Build a tiny random BertForTokenClassification with BIO labels in ``dest`` (positions: its length)."""
     from transformers import BertForTokenClassification
 
     id2label = {i: str(label) for i, label in enumerate(labels)}
-    return _bert(dest, BertForTokenClassification, num_labels=len(id2label),
+    return _bert(dest, BertForTokenClassification, shape={**_BERT_SHAPE, "max_position_embeddings": positions},
+                 num_labels=len(id2label),
                  id2label=id2label, label2id={v: k for k, v in id2label.items()})
 
 
-def build_question_answering(dest: Path) -> Path:
-    """Build a tiny random BertForQuestionAnswering with the MiniLM vocabulary in ``dest``."""
+def build_question_answering(dest: Path, positions: int = 128) -> Path:
+    """Build a tiny random BertForQuestionAnswering with the MiniLM vocabulary in ``dest`` (positions: its length)."""
     from transformers import BertForQuestionAnswering
 
-    return _bert(dest, BertForQuestionAnswering)
+    return _bert(dest, BertForQuestionAnswering, shape={**_BERT_SHAPE, "max_position_embeddings": positions})
 
 
 def build_zero_shot_classifier(dest: Path) -> Path:

@@ -71,7 +71,8 @@ async def respond(request: HttpRequest, grant: TokenGrant | None, spec: ModelSpe
         raise InvalidInput("a streamed request takes one prompt: send 'inputs' as a string, not a list")
     drain_rate = await serving(spec, task.name)
     admitted = await gate.admit_stream(grant=grant, asked_priority=request.headers.get(priority.HEADER),
-                                       inputs=parsed.inputs)
+                                       inputs=parsed.inputs, task=task.task,
+                                       parameters={**task.parameters, **parsed.parameters})
     try:
         stream = await stream_handoff.open_stream(
             model=spec.name, task=task.name, text=parsed.inputs[0], parameters={**parsed.parameters, **options},

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
+from transformers import StoppingCriteriaList
 
 from models_registry.api.errors import InvalidInput
+from models_registry.inference.compute_deadline import StopAtDeadline
+from models_registry.inference.seeding import seeded
 from models_registry.inference.task_common import ModelBundle, max_positions, per_input, to_plain
 from models_registry.registry.task_parameters import MAX_NEW_TOKENS
 
@@ -40,9 +42,9 @@ def text_generation(pipe: Any, texts: list[str], params: dict[str, Any]) -> list
             raise InvalidInput(f"the prompt has {longest} tokens; with max_new_tokens {max_new_tokens} it exceeds "
                                f"the model's {limit} positions: shorten it or lower max_new_tokens")
         max_new_tokens = min(max_new_tokens, room)
-    if params.get("seed") is not None:
-        torch.manual_seed(params["seed"])
-    raw = pipe(texts, batch_size=len(texts), max_new_tokens=max_new_tokens, **kwargs)
+    with seeded(params.get("seed"), pipe.model.device):
+        raw = pipe(texts, batch_size=len(texts), max_new_tokens=max_new_tokens,
+                   stopping_criteria=StoppingCriteriaList([StopAtDeadline()]), **kwargs)
     return [to_plain(r) for r in per_input(raw, len(texts))]
 
 
@@ -71,7 +73,7 @@ def seq2seq(task: str) -> Callable[[ModelBundle, list[str], dict[str, Any]], lis
         config = model.generation_config
         if not {"max_length", "max_new_tokens"} & set(options) and config.max_length is config.max_new_tokens is None:
             options["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS  # not generate()'s model-agnostic 20
-        generated = model.generate(**encoded, **options)
+        generated = model.generate(**encoded, **options, stopping_criteria=StoppingCriteriaList([StopAtDeadline()]))
         decoded = tokenizer.batch_decode(generated, skip_special_tokens=True,
                                          clean_up_tokenization_spaces=bool(params.get("clean_up_tokenization_spaces")))
         return [{key: text} for text in decoded]

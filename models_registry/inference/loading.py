@@ -23,6 +23,7 @@ from models_registry.inference import onnx_backend, onnx_logits, ranking, trace
 from models_registry.inference.packed_forward import eager_encoder, packed_position_offset
 from models_registry.inference.packing import DEFAULT_ROW_TOKENS
 from models_registry.inference.task_common import ModelBundle
+from models_registry.registry.compute_cost import DEFAULT_MAX_NEW_TOKENS, TokenCounter
 from models_registry.registry.specs import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,14 @@ class LoadedModel:
     packed_encoder: Any = None  # inputs -> last hidden state for packed forwards (eager, its trace, or ONNX Runtime)
     pack_row_tokens: int = DEFAULT_ROW_TOKENS  # row width the packed encoder is fastest at
     backend: dict[str, Any] = field(default_factory=lambda: {"backend": "torch"})  # what the heartbeat reports
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # the model's own default generation length
+
+    def cost_counter(self) -> TokenCounter:
+        """This model's tokenizer and lengths, for what a request makes it compute (registry.compute_cost)."""
+        counter = self.counter
+        if counter is None:
+            return TokenCounter(lambda text: max(1, len(text) // 4 + 2), self.max_tokens, self.max_new_tokens)
+        return TokenCounter(lambda text: len(counter.encode(text).ids), self.max_tokens, self.max_new_tokens)
 
     def count_tokens(self, item: str | dict[str, str]) -> int:
         """Tokens an input becomes (capped at the model's length), for batch packing.
@@ -115,6 +124,9 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
         loaded.counter = counter
         limit = tokenizer.model_max_length
         loaded.max_tokens = limit if isinstance(limit, int) and 0 < limit < 100_000 else 512
+    generation_config = getattr(getattr(first, "model", None), "generation_config", None)
+    if isinstance(getattr(generation_config, "max_new_tokens", None), int):
+        loaded.max_new_tokens = generation_config.max_new_tokens
     _logits_on_onnxruntime(loaded, ort)
     embedder = loaded.pipelines.get("feature-extraction")
     if embedder is not None and packing:

@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from models_registry.api.errors import HostingError, Internal
-from models_registry.inference import encoder_tasks, generation, ranking, streaming
+from models_registry.api.errors import HostingError, Internal, Timeout
+from models_registry.inference import compute_deadline, encoder_tasks, generation, ranking, streaming
+from models_registry.inference.containment import contained, describe
 from models_registry.inference.embeddings import embed
 from models_registry.inference.loading import LoadedModel, load_model
 from models_registry.inference.onnx_backend import OrtSettings
@@ -82,6 +83,10 @@ class PipelineRunner:
         for positions in groups.values():
             params = parameters[positions[0]]
             batch = [texts[p] for p in positions]
+            if compute_deadline.passed():  # every client of this batch has had its 504: skip what is left
+                for position in positions:
+                    outputs[position] = ItemFailure(Timeout("stopped: past its deadline before compute"))
+                continue
             if task.task in streaming.TASKS and (params.get("stream") or params.get("details")):
                 group_sinks = [sinks[p] if sinks else None for p in positions]
                 results = self._run_streamed(loaded, task, batch, params, group_sinks)
@@ -99,9 +104,11 @@ class PipelineRunner:
                 answers = streaming.generate(task.task, loaded.pipelines[task.task], texts, params, sinks)
         except HostingError as error:
             return [ItemFailure(error)] * len(texts)
-        except Exception as error:
+        except BaseException as error:  # a tokenizer panic too (a BaseException): never the worker's end
+            if not contained(error):
+                raise
             logger.exception("streamed generation on %s/%s failed", loaded.spec.name, task.name)
-            return [ItemFailure(Internal(f"generation failed: {type(error).__name__}: {error}"))] * len(texts)
+            return [ItemFailure(Internal(f"generation failed: {describe(error)}"))] * len(texts)
         # The HF shape of each task's answer: a list for text-generation, an object for text2text.
         return [[answer] if task.task == "text-generation" else answer for answer in answers]
 
@@ -111,10 +118,12 @@ class PipelineRunner:
         except HostingError as error:
             if len(texts) == 1:
                 return [ItemFailure(error)]
-        except Exception as error:  # a pipeline error: isolate the input that caused it
+        except BaseException as error:  # a pipeline error or a tokenizer panic: isolate the input that caused it
+            if not contained(error):
+                raise
             if len(texts) == 1:
                 logger.exception("pipeline %s/%s failed on one input", loaded.spec.name, task.name)
-                return [ItemFailure(Internal(f"the model failed on this input: {type(error).__name__}: {error}"))]
+                return [ItemFailure(Internal(f"the model failed on this input: {describe(error)}"))]
         results: list[Any] = []
         for text in texts:
             results.extend(self._run_group(loaded, task, [text], params))

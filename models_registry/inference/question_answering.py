@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 
 from models_registry.api.errors import InvalidInput
+from models_registry.inference import compute_deadline
+from models_registry.inference.containment import contained, describe
 from models_registry.inference.task_common import ModelBundle, max_positions
 
 QA_WINDOWS_PER_FORWARD = 64  # question+context windows in one forward pass
@@ -29,11 +31,15 @@ def question_answering(bundle: ModelBundle, items: list[dict[str, str]], params:
             stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True, padding=True,
             return_tensors="pt",
         )
-    except Exception as error:  # tokenizers refuses a question that leaves no room for the context
-        raise InvalidInput(f"the question is too long for max_seq_len {max_seq_len}: {error}") from None
+    except BaseException as error:  # tokenizers panics on a question that leaves no room for the context
+        if not contained(error):
+            raise
+        raise InvalidInput(f"the question is too long for max_seq_len {max_seq_len} with doc_stride "
+                           f"{doc_stride}: {describe(error)}") from None
     names = [n for n in tokenizer.model_input_names if n in encoded]
     start_logits, end_logits = [], []
     for first in range(0, len(encoded["input_ids"]), QA_WINDOWS_PER_FORWARD):
+        compute_deadline.check()  # many windows: stop between forwards once nobody waits
         window = {n: encoded[n][first:first + QA_WINDOWS_PER_FORWARD].to(model.device) for n in names}
         output = model(**window)
         start_logits.append(output.start_logits.float().cpu().numpy())

@@ -17,7 +17,9 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 from transformers.generation.streamers import BaseStreamer
 
 from models_registry.api.errors import InvalidInput
+from models_registry.inference.compute_deadline import StopAtDeadline
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS, _task_settings
+from models_registry.inference.seeding import seeded
 from models_registry.inference.task_common import ModelBundle, max_positions
 from models_registry.registry.task_inputs import MAX_NEW_TOKENS
 
@@ -143,8 +145,6 @@ def _sampling(model: Any, params: dict[str, Any], options: dict[str, Any]) -> di
     kwargs = {k: options[k] for k in SAMPLING if options.get(k) is not None}
     do_sample = options.get("do_sample")
     kwargs["do_sample"] = bool(model.generation_config.do_sample) if do_sample is None else do_sample
-    if params.get("seed") is not None:
-        torch.manual_seed(params["seed"])
     return kwargs
 
 
@@ -186,10 +186,11 @@ def generate(task: str, loaded: Any, texts: list[str], params: dict[str, Any],
     decoder = _Decoder(tokenizer, sequences, logprobs, max_new_tokens, list(params.get("stop") or []),
                        _eos_ids(model, tokenizer), params.get("seed"))
     inputs = {k: v.to(model.device) for k, v in encoded.items()}
-    with torch.inference_mode():
+    with torch.inference_mode(), seeded(params.get("seed"), model.device):
         model.generate(**inputs, max_new_tokens=max_new_tokens, streamer=decoder,
                        logits_processor=LogitsProcessorList([logprobs]),
-                       stopping_criteria=StoppingCriteriaList([decoder]), **_sampling(model, params, options))
+                       stopping_criteria=StoppingCriteriaList([decoder, StopAtDeadline()]),
+                       **_sampling(model, params, options))
     full = not seq2seq and params.get("return_full_text") is True
     return [{"generated_text": (text if full else "") + s.text,
              "details": {**decoder.summary(s), "prefill": [], "tokens": s.tokens}}

@@ -15,7 +15,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from models_registry.api.auth import TokenGrant
-from models_registry.api.errors import HostingError, RateLimited
+from models_registry.api.errors import HostingError, RateLimited, Unavailable
 from models_registry.broker.handoff import InferenceResult
 from models_registry.observe import metrics
 from models_registry.policy import priority, rate_limits, response_cache
@@ -52,7 +52,7 @@ async def _settle_quietly(conn: Any, charge: rate_limits.Charge, tokens: int, to
         logger.warning("could not correct a token charge: %s", error)
 
 
-async def _reserve(conn: Any, prefix: str, grant: TokenGrant, inputs: list[Any]) -> rate_limits.Charge | None:
+async def _reserve(conn: Any, prefix: str, grant: TokenGrant, tokens: int) -> rate_limits.Charge | None:
     """The request's charge; None (not counted) when Redis does not answer.
 
     Failing open costs nothing: without Redis no request reaches a worker anyway, and the
@@ -61,7 +61,7 @@ async def _reserve(conn: Any, prefix: str, grant: TokenGrant, inputs: list[Any])
     label = metrics.token_label(grant.name)
     try:
         charge = await asyncio.wait_for(
-            rate_limits.reserve(conn, prefix, grant.token_id, grant.limits, rate_limits.estimate_tokens(inputs)),
+            rate_limits.reserve(conn, prefix, grant.token_id, grant.limits, tokens),
             BROKER_TIMEOUT_S,
         )
     except RateLimited:
@@ -86,18 +86,24 @@ class StreamPass:
     settle: Callable[[int], None]  # the input tokens it really used (0 when refused or failed)
 
 
-async def admit_stream(*, grant: TokenGrant | None, asked_priority: str | None, inputs: list[Any]) -> StreamPass:
+async def admit_stream(*, grant: TokenGrant | None, asked_priority: str | None, inputs: list[Any],
+                       task: str | None = None, parameters: dict[str, Any] | None = None) -> StreamPass:
     """The token's limits for a streamed request (no cache: a stream is generated for its client)."""
-    return await _admit(get_channel_layer(), grant, asked_priority, inputs)
+    return await _admit(get_channel_layer(), grant, asked_priority, inputs, task, parameters)
 
 
-async def _admit(layer: Any, grant: TokenGrant | None, asked_priority: str | None, inputs: list[Any]) -> StreamPass:
-    """The request's priority class and its reservation against the token's limits (429 when spent)."""
+async def _admit(layer: Any, grant: TokenGrant | None, asked_priority: str | None, inputs: list[Any],
+                 task: str | None = None, parameters: dict[str, Any] | None = None) -> StreamPass:
+    """The request's priority class and its reservation against the token's limits (429 when spent).
+
+    task and parameters (defaults merged): the estimate charges what the model will compute
+    (prompts, labels, windows, new tokens), not only the inputs' length.
+    """
     klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
     conn = layer.connection(0)
     charge = None
     if grant is not None and settings.HOSTING_RATE_LIMITS:
-        charge = await _reserve(conn, layer.prefix, grant, inputs)
+        charge = await _reserve(conn, layer.prefix, grant, rate_limits.estimate_tokens(inputs, task, parameters))
 
     def settle(tokens: int) -> None:
         if charge is not None and grant is not None:
@@ -123,9 +129,12 @@ async def serve(
     """
     layer = get_channel_layer()
     conn = layer.connection(0)
-    admitted = await _admit(layer, grant, asked_priority, inputs)
+    if not spec.enabled:  # before the cache: a disabled model answers nothing, cached or not
+        raise Unavailable(f"model {spec.name!r} is disabled")
+    admitted = await _admit(layer, grant, asked_priority, inputs, task.task, {**task.parameters, **parameters})
     headers = admitted.headers
-    key = response_cache.cache_key(layer.prefix, spec, task, parameters, inputs) if task.cache_ttl_s else None
+    key = response_cache.cache_key(layer.prefix, spec, task, parameters, inputs,
+                                   grant.token_id if grant else None) if task.cache_ttl_s else None
     try:
         if key is not None:
             hit = await _lookup(conn, key) if use_cache else None

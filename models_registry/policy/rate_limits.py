@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from models_registry.api.errors import RateLimited, TooLarge
+from models_registry.api.errors import HostingError, RateLimited, TooLarge
 from models_registry.broker.lua import LuaScript
+from models_registry.registry import compute_cost
 
 MINUTE_S = 60
 DAY_S = 86_400
@@ -73,8 +74,17 @@ class Charge:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def estimate_tokens(inputs: list[Any]) -> int:
-    """Input tokens as the web can count them without a tokenizer: UTF-8 bytes / 4, plus specials."""
+def estimate_tokens(inputs: list[Any], task: str | None = None, parameters: dict[str, Any] | None = None) -> int:
+    """Tokens as the web can count them without a tokenizer: UTF-8 bytes / 4, plus specials.
+
+    With the task and its merged parameters, what the model will compute (registry.compute_cost):
+    a prompt with every input, one pass per zero-shot label, windows, generated tokens.
+    """
+    if task is not None:
+        try:
+            return sum(compute_cost.request_cost(task, inputs, parameters or {}, compute_cost.ESTIMATE))
+        except HostingError:
+            pass  # an impossible window is the worker's 400 to give: charge the inputs alone
     total = 0
     for item in inputs:
         text = item if isinstance(item, str) else " ".join(str(v) for v in item.values())

@@ -11,6 +11,8 @@ from typing import Any
 from models_registry.api.errors import Internal, Unavailable
 from models_registry.broker import admission
 from models_registry.broker.work_layer import WorkLayer
+from models_registry.inference.compute_deadline import computing_until
+from models_registry.inference.containment import contained, describe
 from models_registry.worker.batch_types import Batch, ItemFailure
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import EngineStats
@@ -83,9 +85,11 @@ class BatchLoop:
             sinks = self.streams.open(batch)
             try:
                 outputs = await loop.run_in_executor(self._compute, self._run_batch, batch, sinks)
-            except Exception as error:  # the runner isolates per-input errors; this is a bug guard
+            except BaseException as error:  # the runner isolates per-input errors; this guards the worker's life
+                if not contained(error):
+                    raise
                 logger.exception("batch on %s failed", batch.key)
-                outputs = [ItemFailure(Internal(f"batch failed: {type(error).__name__}"))] * len(batch)
+                outputs = [ItemFailure(Internal(f"batch failed: {describe(error)}"))] * len(batch)
             finally:
                 self.busy = False
                 self.streams.close(sinks)
@@ -138,6 +142,10 @@ class BatchLoop:
         task = slot.spec.tasks[task_name]
         texts = [item.payload for item in batch.items]
         params = [{**task.parameters, **item.request.context["parameters"]} for item in batch.items]
-        if any(sinks):  # streamed generation: each such item's tokens go to its client as they come
-            return self.runner.run(slot.loaded, task, texts, params, sinks=sinks)
-        return self.runner.run(slot.loaded, task, texts, params)
+        # Past the latest deadline of the batch nobody waits for it: generation and long runs stop there.
+        # A stream's deadline is pushed forward while its client listens: its sink stops it instead.
+        deadline = None if any(sinks) else max(item.request.deadline for item in batch.items)
+        with computing_until(deadline):
+            if any(sinks):  # streamed generation: each such item's tokens go to its client as they come
+                return self.runner.run(slot.loaded, task, texts, params, sinks=sinks)
+            return self.runner.run(slot.loaded, task, texts, params)

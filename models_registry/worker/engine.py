@@ -15,15 +15,16 @@ import time
 import uuid
 from typing import Any
 
-from models_registry.api.errors import HostingError, Overloaded, Unavailable
+from models_registry.api.errors import HostingError, Internal, Overloaded, Unavailable
 from models_registry.broker.work_layer import WorkLayer
+from models_registry.inference.containment import contained, describe
 from models_registry.registry.specs import ModelSpec
 from models_registry.registry.task_key import TaskKey
 from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batch_types import QueueFull, UnknownKey
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
-from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget
+from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget, computed_tokens
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.replies import Lease, Replies
 
@@ -66,11 +67,12 @@ class InferenceEngine:
         try:
             slot = check_servable(request, self.models.get(request.model), self.draining)
             costs = [slot.loaded.count_tokens(item) for item in request.inputs]
-            check_token_budget(sum(costs), slot.spec.tasks[request.task].max_request_tokens)
+            charged = computed_tokens(request, slot)  # what is charged: what the model will compute
+            check_token_budget(charged, slot.spec.tasks[request.task].max_request_tokens)
             self.batcher.submit(
                 key, request.id, request.inputs, costs, time.time(), request.deadline,
                 context={"reply": request.reply, "parameters": request.parameters, "lease": lease,
-                         "tokens": sum(costs)},
+                         "tokens": charged},
                 priority=request.priority,
             )
         except QueueFull as full:
@@ -86,6 +88,13 @@ class InferenceEngine:
             return
         except HostingError as error:
             self.replies.error(request.id, request.reply, error, lease)
+            return
+        except BaseException as error:  # a tokenizer panic while counting: this request's 500, not the worker's end
+            if not contained(error):
+                raise
+            logger.exception("could not queue request %s", request.id)
+            self.replies.error(request.id, request.reply, Internal(f"could not read this request: {describe(error)}"),
+                               lease)
             return
         self._wake()
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from models_registry.api.errors import InvalidInput, TooLarge, Unavailable
 from models_registry.registry import sources
+from models_registry.registry.compute_cost import request_cost
 from models_registry.registry.model_state import ModelState
 from models_registry.worker.model_slots import ModelSlot
 
@@ -61,3 +62,10 @@ def check_token_budget(tokens: int, limit: int) -> None:
     if limit and tokens > limit:
         raise TooLarge(f"this request has {tokens} input tokens; the task takes at most {limit} per request "
                        "(max_request_tokens): send fewer or shorter inputs")
+
+
+def computed_tokens(request: InferenceRequest, slot: ModelSlot) -> int:
+    """The tokens request makes the model compute (prompts, labels, windows, new tokens); 400 for impossible windows."""
+    task = slot.spec.tasks[request.task]
+    params = {**task.parameters, **request.parameters}
+    return sum(request_cost(task.task, request.inputs, params, slot.loaded.cost_counter()))

@@ -11,6 +11,7 @@ import pytest
 
 from models_registry.broker import admission, messages
 from models_registry.broker.layer import HostingChannelLayer
+from models_registry.registry.compute_cost import TokenCounter
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.worker.batch_loop import ABANDON_CHECK_AFTER_S
 from models_registry.worker.batch_types import BatchPolicy
@@ -27,6 +28,13 @@ class Loaded:
     def count_tokens(self, item: Any) -> int:
         return len(str(item).split())
 
+    def cost_counter(self) -> TokenCounter:
+        return TokenCounter(lambda text: len(text.split()))
+
+
+class Panic(BaseException):
+    """What the tokenizers library raises from Rust (pyo3_runtime.PanicException is a BaseException)."""
+
 
 class Runner:
     """Upper-cases its inputs and remembers every batch it ran."""
@@ -41,6 +49,8 @@ class Runner:
 
     def run(self, loaded: Loaded, task: TaskSpec, texts: list[Any], params: list[dict[str, Any]]) -> list[Any]:
         self.batches.append(list(texts))
+        if "panic" in texts:
+            raise Panic("stride must be strictly less than max_len")
         return [str(t).upper() for t in texts]
 
 
@@ -175,4 +185,19 @@ async def test_a_malformed_message_is_dropped_and_its_lease_released(
     [(lease, message)] = await layer.pull(CHANNEL, engine.worker_id, 10)
     assert await leases_held(layer, engine) == 1
     engine.submit(message, (CHANNEL, lease))
+    await no_leases_held(layer, engine)
+
+
+async def test_a_batch_that_raises_a_base_exception_is_answered_500_and_the_loop_goes_on(
+        layer: HostingChannelLayer, engine: InferenceEngine, send: Send) -> None:
+    loop = asyncio.ensure_future(engine.run_batches())
+    try:
+        failed = await asyncio.wait_for(await send("a", ["panic"]), 3)
+        assert failed["error_type"] == "internal"
+        assert "Panic: stride must be strictly less than max_len" in failed["error"]
+        assert not loop.done()
+        after = await asyncio.wait_for(await send("b", ["one"]), 3)
+        assert after["outputs"] == ["ONE"]
+    finally:
+        loop.cancel()
     await no_leases_held(layer, engine)
