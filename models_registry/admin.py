@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 from django.db.models import F
 from django.http import HttpRequest
 
-from models_registry.models import ApiToken, ModelTask, RegisteredModel, WorkerHeartbeat
+from models_registry.models import ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
 from models_registry.observe import traffic_window
 from models_registry.observe.sample_request import run_test_input
 from models_registry.policy.rate_limits import Usage
@@ -34,7 +34,7 @@ class ModelTaskInline(admin.StackedInline):
         ("pooling", "normalize"),
         ("max_batch_size", "max_batch_tokens", "max_batch_delay_ms"),
         ("max_queue_size", "max_batch_queue_size", "timeout_s"),
-        ("max_request_tokens", "cache_ttl_s"),
+        ("max_request_tokens", "cache_ttl_s", "cache_shared"),
     )
 
 
@@ -160,7 +160,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
                     "expires_at", "last_used_at")
     readonly_fields = ("prefix", "last_used_at", "created_at", "usage_today", "usage_this_month")
     fieldsets = (
-        (None, {"fields": ("name", "prefix", "allowed_models", "revoked", "expires_at")}),
+        (None, {"fields": ("name", "prefix", "all_models", "allowed_models", "revoked", "expires_at")}),
         ("Limits and priority", {"fields": (("requests_per_minute", "tokens_per_minute", "tokens_per_day"),
                                             "priority")}),
         ("Usage (from Redis, every web replica)", {"fields": ("usage_today", "usage_this_month", "last_used_at",
@@ -244,6 +244,22 @@ class WorkerHeartbeatAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # workers own these rows; stale ones are pruned by the workers
+
+
+@admin.register(QuarantinedRequest)
+class QuarantinedRequestAdmin(admin.ModelAdmin):
+    """Poison requests (in flight at two worker deaths): read-only, answered 500 and never retried."""
+
+    list_display = ("quarantined_at", "model", "task", "request_id", "inputs", "input_bytes")
+    list_filter = ("model",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        """Written by the workers only."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """A record of what happened: not editable."""
+        return False
 
 
 from models_registry.jobs import admin as _jobs_admin  # noqa: E402,F401  (registers the batch job pages)

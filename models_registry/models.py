@@ -8,6 +8,7 @@ import secrets
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models.signals import m2m_changed
 from django.utils import timezone
 
 from models_registry.api.errors import InvalidInput
@@ -112,10 +113,16 @@ class ModelTask(models.Model):
         default=0, validators=[MaxValueValidator(30 * 86400)],
         help_text="Seconds a result stays in the response cache; 0 = no cache. Deterministic tasks only.",
     )
+    cache_shared = models.BooleanField(
+        default=False,
+        help_text="Share cached results between API tokens. Off: each token has its own entries. On: a token can "
+                  "learn whether another sent the same input (a hit is faster and says X-Cache: hit).",
+    )
     max_request_tokens = models.PositiveIntegerField(
         default=DEFAULT_MAX_REQUEST_TOKENS,
-        help_text="Input tokens one request may bring (all its inputs, after truncation); more is 413 "
-                  "too_large. 0 = no limit. Bounds how long one request can hold a worker.",
+        help_text="Tokens one request may make the model compute (its inputs after truncation, times prompts, "
+                  "labels and windows, plus generated tokens); more is 413 too_large. 0 = no limit. Bounds how long "
+                  "one request can hold a worker.",
     )
 
     class Meta:
@@ -177,7 +184,13 @@ class ApiToken(models.Model):
     name = models.CharField(max_length=100, unique=True)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     prefix = models.CharField(max_length=12, editable=False, help_text="First characters, to recognise it.")
-    allowed_models = models.ManyToManyField(RegisteredModel, blank=True, help_text="Empty = every model.")
+    # An explicit flag, not "no models listed": deleting a token's last model must leave it
+    # allowed nothing, never everything. Adding models to the list clears it (signals below).
+    all_models = models.BooleanField(
+        default=True, help_text="Every model, present and future. Selecting models below limits the token to them "
+                                "(none selected then = no model).",
+    )
+    allowed_models = models.ManyToManyField(RegisteredModel, blank=True, help_text="Used when 'all models' is off.")
     revoked = models.BooleanField(default=False)
     expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -212,6 +225,42 @@ class ApiToken(models.Model):
     def is_active(self) -> bool:
         """Not revoked and not expired."""
         return not self.revoked and (self.expires_at is None or self.expires_at > timezone.now())
+
+    def scope(self) -> frozenset[str] | None:
+        """The model names this token may use; None = every model."""
+        return None if self.all_models else frozenset(m.name for m in self.allowed_models.all())
+
+
+def _models_added_limit_the_token(sender: type, instance: models.Model, action: str, reverse: bool,
+                                  pk_set: set[int] | None, **_: object) -> None:
+    """Models added to a token's list limit it to that list (whatever path added them: admin, command, code)."""
+    if action != "post_add" or not pk_set:
+        return
+    tokens = ApiToken.objects.filter(pk__in=pk_set) if reverse else ApiToken.objects.filter(pk=instance.pk)
+    tokens.update(all_models=False)
+    if not reverse:
+        instance.all_models = False  # type: ignore[attr-defined]
+
+
+m2m_changed.connect(_models_added_limit_the_token, sender=ApiToken.allowed_models.through,
+                    dispatch_uid="token-scope-from-models")
+
+
+class QuarantinedRequest(models.Model):
+    """A request in flight at two worker deaths: answered 500 and never delivered again (a poison message)."""
+
+    request_id = models.CharField(max_length=64)
+    model = models.CharField(max_length=100)
+    task = models.CharField(max_length=100)
+    inputs = models.PositiveIntegerField(default=0, help_text="Inputs the request carried.")
+    input_bytes = models.PositiveIntegerField(default=0, help_text="Size of its inputs (not kept: they may be private).")
+    quarantined_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-quarantined_at"]
+
+    def __str__(self) -> str:
+        return f"{self.model}/{self.task} {self.request_id}"
 
 
 class WorkerHeartbeat(models.Model):

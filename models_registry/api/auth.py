@@ -30,14 +30,15 @@ class TokenGrant:
     """What a valid token may use."""
 
     token_id: int
-    models: frozenset[str]  # empty = every model
+    models: frozenset[str]  # the models it may use when not all_models (empty: none)
     name: str = ""
     limits: Limits = field(default_factory=Limits)
     priority: str = "interactive"
+    all_models: bool = False
 
     def allows(self, model: str) -> bool:
         """Whether this token may call model."""
-        return not self.models or model in self.models
+        return self.all_models or model in self.models
 
 
 _cache: dict[str, tuple[float, TokenGrant | None]] = {}
@@ -72,8 +73,8 @@ def _lookup(token_hash: str) -> TokenGrant | None:
         ApiToken.objects.filter(id=token.id).update(last_used_at=timezone.now())
         _last_used_written[token.id] = now
     limits = Limits(token.requests_per_minute, token.tokens_per_minute, token.tokens_per_day)
-    return TokenGrant(token.id, frozenset(m.name for m in token.allowed_models.all()), token.name, limits,
-                      token.priority)
+    scope = token.scope()
+    return TokenGrant(token.id, scope or frozenset(), token.name, limits, token.priority, all_models=scope is None)
 
 
 def bearer_token(authorization: str) -> str | None:

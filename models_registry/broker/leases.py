@@ -24,14 +24,31 @@ end
 return popped
 """
 
+# A message goes back on its channel once per worker death it was leased through (ARGV[3]
+# '1'; a clean exit that gives messages back passes '0' and counts nothing); the
+# death that reaches ARGV[1] deliveries puts it on the poison list instead (answered 500 by
+# a live worker, never computed again). Deliveries are counted by the message's hash (each
+# serialized message is unique: channels_redis prefixes random bytes).
 _REQUEUE = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
 local items = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-for i = 1, #items, 2 do redis.call('ZADD', KEYS[2], items[i + 1], items[i]) end
+local requeued = 0
+for i = 1, #items, 2 do
+  local digest = redis.sha1hex(items[i])
+  if ARGV[3] == '1' and redis.call('HINCRBY', KEYS[5], digest, 1) >= tonumber(ARGV[1]) then
+    redis.call('HDEL', KEYS[5], digest)
+    redis.call('RPUSH', KEYS[6], items[i])
+  else
+    redis.call('ZADD', KEYS[2], items[i + 1], items[i])
+    requeued = requeued + 1
+  end
+end
+if #items > 0 then redis.call('EXPIRE', KEYS[5], ARGV[2]) end
 redis.call('DEL', KEYS[1])
-if #items > 0 then redis.call('LPUSH', KEYS[4], 1) end
+if requeued > 0 then redis.call('LPUSH', KEYS[4], 1) end
 return #items / 2
 """
+POISON_DELIVERIES = 2  # a message in flight at two worker deaths is poison (delivered once more, not twice)
 
 
 class LeasedPulls:
@@ -55,6 +72,24 @@ class LeasedPulls:
     def workers_key(self) -> str:
         """Set of worker ids that may hold in-flight messages."""
         return f"{self.prefix}workers"
+
+    @property
+    def redelivered_key(self) -> str:
+        """Hash of message digest -> worker deaths it was in flight at."""
+        return f"{self.prefix}redelivered"
+
+    @property
+    def poison_key(self) -> str:
+        """List of messages in flight at POISON_DELIVERIES worker deaths, to answer 500 and drop."""
+        return f"{self.prefix}poison"
+
+    async def take_poison(self, max_count: int = 100) -> list[dict[str, Any]]:
+        """Pop quarantined messages (each is taken by one worker only)."""
+        messages: list[dict[str, Any]] = []
+        for index in range(self.ring_size):  # the requeue script runs on each channel's own server
+            popped = await self.connection(index).lpop(self.poison_key, max_count)
+            messages.extend(self.deserialize(raw) for raw in popped or [])
+        return messages
 
     def worker_channels_key(self, worker_id: str) -> str:
         """Set of work channels a worker has pulled from."""
@@ -94,10 +129,13 @@ class LeasedPulls:
     async def retire(self, worker_id: str) -> int:
         """A clean exit: give back what this worker still holds, then forget it."""
         await self.connection(0).delete(self.alive_key(worker_id))
-        return max(await self.requeue_if_dead(worker_id), 0)
+        return max(await self.requeue_if_dead(worker_id, died=False), 0)
 
-    async def requeue_if_dead(self, worker_id: str) -> int:
-        """Put a dead worker's leased messages back on their channels; -1 if it is alive."""
+    async def requeue_if_dead(self, worker_id: str, died: bool = True) -> int:
+        """Put a dead worker's leased messages back on their channels; -1 if it is alive.
+
+        died: count the death against each message (its second one quarantines it as poison).
+        """
         conn = self.connection(0)
         moved = 0
         for raw in await conn.smembers(self.worker_channels_key(worker_id)):
@@ -105,8 +143,8 @@ class LeasedPulls:
             count = int(await self._requeue_script(
                 self.connection(self._index(channel)),
                 [self.inflight_key(channel, worker_id), self._key(channel), self.alive_key(worker_id),
-                 self.doorbell_key(channel)],
-                [],
+                 self.doorbell_key(channel), self.redelivered_key, self.poison_key],
+                [POISON_DELIVERIES, max(int(self.expiry) * 10, 600), "1" if died else "0"],
             ))
             if count < 0:
                 return -1

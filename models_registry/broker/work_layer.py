@@ -65,6 +65,9 @@ class WorkLayer(Protocol):
     async def recover_dead_workers(self, own_id: str) -> int:
         """Requeue the messages of every worker whose liveness expired; how many."""
 
+    async def take_poison(self, max_count: int = 100) -> list[dict[str, Any]]:
+        """Pop the messages in flight at two worker deaths (quarantined, never requeued)."""
+
 
 def require_work_layer(layer: Any) -> WorkLayer:
     """layer itself, once checked to implement WorkLayer; ImproperlyConfigured saying what to set otherwise."""

@@ -137,4 +137,7 @@ def register_collectors() -> None:
         from models_registry.observe.job_metrics import JobsCollector  # reads the job rows: Django must be set up
 
         REGISTRY.register(JobsCollector())
+        from models_registry.observe.poison_metrics import PoisonCollector
+
+        REGISTRY.register(PoisonCollector())
         _registered = True

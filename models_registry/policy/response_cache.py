@@ -2,7 +2,7 @@
 
 The key covers everything the answer depends on: the model's source, revision, device,
 dtype and load generation, the task and its settings, the merged parameters and the
-inputs. A reload ("Load now" bumps the generation) or a settings change therefore
+inputs, and the API token that asked (unless the task shares its cache between tokens). A reload ("Load now" bumps the generation) or a settings change therefore
 misses by construction, and stale entries simply expire with their TTL. Entries are
 the worker's outputs as msgpack (the same bytes the reply carried), so a hit goes
 through the same response shaping as a miss and its body is byte-identical.
@@ -34,11 +34,16 @@ def wanted(body: Any) -> bool:
     return not (isinstance(options, dict) and options.get("use_cache") is False)
 
 
-def cache_key(prefix: str, spec: ModelSpec, task: TaskSpec, parameters: dict[str, Any], inputs: list[Any]) -> str:
-    """The Redis key of this exact request's answer."""
+def cache_key(prefix: str, spec: ModelSpec, task: TaskSpec, parameters: dict[str, Any], inputs: list[Any],
+              token_id: int | None = None) -> str:
+    """The Redis key of this exact request's answer, for this API token unless the task shares its cache.
+
+    Per token by default: a shared entry tells any token whether another sent the same input.
+    """
+    owner = None if task.cache_shared else token_id
     identity = [
         list(spec.load_key()), task.name, task.task, task.pooling, task.normalize,
-        task.parameters, parameters, inputs,
+        task.parameters, parameters, inputs, owner,
     ]
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     digest = hashlib.sha256(canonical.encode()).hexdigest()

@@ -21,7 +21,8 @@ class TaskSpec:
     timeout_s: float
     cache_ttl_s: int = 0  # 0 = no response cache
     max_batch_queue_size: int | None = None  # None = half of max_queue_size
-    max_request_tokens: int = 0  # input tokens one request may bring; 0 = no limit
+    max_request_tokens: int = 0  # tokens one request may make the model compute; 0 = no limit
+    cache_shared: bool = False  # cached results shared between API tokens (a probe risk): off = per token
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ def read_specs() -> dict[str, ModelSpec]:
                 cache_ttl_s=t.cache_ttl_s,
                 max_batch_queue_size=t.max_batch_queue_size,
                 max_request_tokens=t.max_request_tokens,
+                cache_shared=t.cache_shared,
             )
             for t in tasks
         }

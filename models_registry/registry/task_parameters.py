@@ -85,9 +85,14 @@ def StrList(max_items: int, min_items: int = 1) -> Any:
     ]
 
 
+# fill-mask scores every target's token ids: without a bound one request can send a million.
+MAX_TARGETS, MAX_TARGET_CHARS = 1000, 100
+TargetText = Annotated[str, Field(pattern=NOT_BLANK, max_length=MAX_TARGET_CHARS)]
 Targets = Annotated[
-    Annotated[NonBlank | Annotated[list[NonBlank], Field(min_length=1)], AfterValidator(_as_list)] | None,
-    Says("be a non-empty string or list of non-blank strings"),
+    Annotated[TargetText | Annotated[list[TargetText], Field(min_length=1, max_length=MAX_TARGETS)],
+              AfterValidator(_as_list)] | None,
+    Says(f"be a non-empty string or a list of at most {MAX_TARGETS} non-blank strings of at most "
+         f"{MAX_TARGET_CHARS} characters"),
 ]
 Labels = Annotated[
     Annotated[

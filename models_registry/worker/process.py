@@ -15,7 +15,7 @@ from models_registry.broker.messages import model_channel
 from models_registry.broker.work_layer import WorkLayer, require_work_layer
 from models_registry.jobs.driver import JobDriver
 from models_registry.registry.specs import read_specs
-from models_registry.worker import heartbeats
+from models_registry.worker import heartbeats, quarantine
 from models_registry.worker.engine import InferenceEngine
 
 logger = logging.getLogger(__name__)
@@ -139,6 +139,8 @@ class InferenceWorker(Worker):
                 moved = await self.layer.recover_dead_workers(engine.worker_id)
                 if moved:
                     logger.warning("requeued %d messages of a dead worker", moved)
+                # Every tick, not only after a recovery here: another worker may have quarantined them.
+                await quarantine.answer_poison(self.layer, engine.replies)
             except Exception as error:
                 logger.warning("dead-worker recovery failed: %s", error)
 

@@ -82,9 +82,10 @@ def test_null_parameters_are_accepted_for_every_task() -> None:
     assert validate_parameters(FE, {"normalize": None, "truncate": None}) == {"normalize": None, "truncate": None}
 
 
-@pytest.mark.parametrize("targets", [[], [""], ["ok", 3], {"a": "b"}, 5, "", "  ", ["ok", " \t"]])
+@pytest.mark.parametrize("targets", [[], [""], ["ok", 3], {"a": "b"}, 5, "", "  ", ["ok", " \t"], ["w"] * 1001,
+                                     ["x" * 101]])
 def test_fill_mask_targets_must_be_non_empty_strings(targets: Any) -> None:
-    with pytest.raises(InvalidInput, match="'targets' must be a non-empty string or list of non-blank strings"):
+    with pytest.raises(InvalidInput, match="'targets' must be a non-empty string or a list of at most 1000 non-blank"):
         validate_parameters(FM, {"targets": targets})
 
 

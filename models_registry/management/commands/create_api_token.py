@@ -1,5 +1,9 @@
-"""`create_api_token NAME [--models a,b] [--requests-per-minute N] [--tokens-per-minute N] [--tokens-per-day N]
-[--priority P]`: prints the new token alone on its last line."""
+"""`create_api_token NAME [--models a,b | --all-models] [--requests-per-minute N] [--tokens-per-minute N] [--tokens-per-day N]
+[--priority P]`: prints the new token alone on its last line.
+
+Rotating an existing token (its name again) keeps its models unless --models or
+--all-models says otherwise: a scope never widens by itself.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +24,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
-        parser.add_argument("--models", default="", help="comma-separated model names (default: every model)")
+        scope = parser.add_mutually_exclusive_group()
+        scope.add_argument("--models", default="", help="comma-separated model names (default: every model for a "
+                                                        "new token; a rotated token keeps its models)")
+        scope.add_argument("--all-models", action="store_true", help="every model, present and future")
         parser.add_argument("--requests-per-minute", type=int, help="requests per minute (default: no limit)")
         parser.add_argument("--tokens-per-minute", type=int, help="input tokens per minute (default: no limit)")
         parser.add_argument("--tokens-per-day", type=int, help="input tokens per UTC day (default: no limit)")
@@ -45,9 +52,16 @@ class Command(BaseCommand):
         token.priority = options["priority"] or "interactive"
         if token.expires_at is not None and token.expires_at <= timezone.now():
             token.expires_at = None  # rotating an expired token must not print a dead one
+        rotated = token.pk is not None
+        if names:
+            token.all_models = False
+        elif options["all_models"] or not rotated:
+            token.all_models = True
         token.save()
-        token.allowed_models.set(models)
-        scope = ", ".join(names) if names else "every model"
+        if names or token.all_models:
+            token.allowed_models.set(models)  # all_models: the list is cleared, not kept for later
+        allowed = token.scope()
+        scope = "every model" if allowed is None else ", ".join(sorted(allowed)) or "no model"
         limits = ", ".join(f"{f.replace('_', ' ')} {getattr(token, f)}" for f in LIMIT_FIELDS if getattr(token, f))
         self.stdout.write(f"API token {token.name!r} for {scope}, {token.priority} priority, "
                           f"{limits or 'no rate limits'}:")

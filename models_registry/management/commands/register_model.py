@@ -35,6 +35,8 @@ class Command(BaseCommand):
                             help="pending items above which batch-priority requests are refused")
         parser.add_argument("--cache-ttl", type=int, dest="cache_ttl_s",
                             help="seconds results stay in the response cache (0 = off; deterministic tasks)")
+        parser.add_argument("--cache-shared", action=argparse.BooleanOptionalAction, dest="cache_shared", default=None,
+                            help="share cached results between API tokens (a token can then probe others' inputs)")
         parser.add_argument("--device", default=None)
         parser.add_argument("--dtype", default=None, choices=[d for d, _ in RegisteredModel.DTYPES])
         parser.add_argument("--backend", default=None, choices=[b for b, _ in RegisteredModel.BACKENDS],
@@ -66,7 +68,7 @@ class Command(BaseCommand):
             task.task = options["task"]
             for field in ("max_batch_size", "max_batch_tokens", "max_batch_delay_ms", "max_queue_size",
                           "timeout_s", "pooling", "normalize", "max_batch_queue_size", "cache_ttl_s",
-                          "max_request_tokens"):
+                          "max_request_tokens", "cache_shared"):
                 if options[field] is not None:
                     setattr(task, field, options[field])
             if options["parameters"] is not None:
