@@ -180,6 +180,8 @@ HOSTING_RATE_LIMITS = _flag("HOSTING_RATE_LIMITS", True)
 HOSTING_CACHE_MAX_ENTRY_BYTES = int(os.environ.get("HOSTING_CACHE_MAX_ENTRY_BYTES", 256 * 1024))
 # Distinct token names with their own /metrics label; the rest share "other".
 HOSTING_METRICS_MAX_TOKENS = int(os.environ.get("HOSTING_METRICS_MAX_TOKENS", "100"))
+# Token names (not ids) as /metrics labels; names are shown anyway when HOSTING_METRICS_TOKEN protects /metrics.
+HOSTING_METRICS_TOKEN_NAMES = _flag("HOSTING_METRICS_TOKEN_NAMES", False)
 # Slow clients (hosting/http_protocol.py, the uvicorn protocol of `make run` and the image):
 # a request's headers must arrive within HEADER_TIMEOUT_S, its body within BODY_TIMEOUT_S
 # (plus 1 s per MiB it declares); connections beyond MAX_CONNECTIONS are closed at once.

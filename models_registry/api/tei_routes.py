@@ -214,12 +214,19 @@ async def tokenize(request: HttpRequest) -> HttpResponse:
     try:
         if not spec.enabled:
             raise Unavailable(f"model {spec.name!r} is disabled")
-        tokenizer = await tokenization.get(spec.source, spec.revision)
-        if sum(len(t) for t in wanted.inputs) > INLINE_CHARS:
-            result = await asyncio.to_thread(tokenization.tokenize, tokenizer, wanted.inputs,
-                                             wanted.add_special_tokens)
-        else:
-            result = tokenization.tokenize(tokenizer, wanted.inputs, wanted.add_special_tokens)
+        # Metered as every model route: the token's rate limits and quotas, charged the tokens it returns.
+        admitted = await gate.admit_direct(grant=grant, inputs=wanted.inputs)
+        try:
+            tokenizer = await tokenization.get(spec.source, spec.revision)
+            if sum(len(t) for t in wanted.inputs) > INLINE_CHARS:
+                result = await asyncio.to_thread(tokenization.tokenize, tokenizer, wanted.inputs,
+                                                 wanted.add_special_tokens)
+            else:
+                result = tokenization.tokenize(tokenizer, wanted.inputs, wanted.add_special_tokens)
+        except BaseException:
+            admitted.settle(0)
+            raise
+        admitted.settle(sum(len(tokens) for tokens in result))
     except HostingError as error:
         answers.failed(request, "tokenize", spec.name, TOKENIZE_TASK_LABEL, error, started)
         raise
@@ -227,7 +234,10 @@ async def tokenize(request: HttpRequest) -> HttpResponse:
     metrics.observe_success(spec.name, TOKENIZE_TASK_LABEL, elapsed, 0.0, 0.0, 0)
     logger.info("request id=%s model=%s task=%s status=200 inputs=%d total_ms=%.1f", request.request_id,
                 spec.name, TOKENIZE_TASK_LABEL, len(wanted.inputs), elapsed * 1000)
-    return payloads.json_response([[asdict(token) for token in tokens] for tokens in result])
+    response = payloads.json_response([[asdict(token) for token in tokens] for tokens in result])
+    for name, value in admitted.headers.items():
+        response[name] = value
+    return response
 
 
 @api_view("POST")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,9 @@ from typing import Any
 from tokenizers import Encoding, Tokenizer
 
 from models_registry.api.errors import NotFound, Unavailable
+from models_registry.registry import sources
+
+logger = logging.getLogger(__name__)
 
 CACHE_SIZE = 32  # tokenizers held per web process (MiniLM's: about 1 MiB each)
 DEFAULT_MAX_TOKENS = 512  # as the worker, when the tokenizer names no sane limit
@@ -57,7 +61,8 @@ def load(source: str, revision: str) -> Tokenizer:
     """The model's fast tokenizer with the worker's truncation and no padding (blocking)."""
     path = _file(source, revision, "tokenizer.json")
     if path is None:
-        raise NotFound(f"{source!r} has no tokenizer.json (a fast tokenizer), so it cannot serve /tokenize")
+        raise NotFound(f"{sources.public_source(source)} has no tokenizer.json (a fast tokenizer), "
+                       "so it cannot serve /tokenize")
     tokenizer = Tokenizer.from_file(str(path))
     config_path = _file(source, revision, "tokenizer_config.json")
     config: dict[str, Any] = json.loads(config_path.read_text()) if config_path else {}
@@ -83,8 +88,10 @@ async def get(source: str, revision: str) -> Tokenizer:
             except NotFound:
                 raise
             except Exception as error:  # noqa: BLE001 - a hub that does not answer, a file that does not parse
-                raise Unavailable(f"could not load the tokenizer of {source!r}: {type(error).__name__}: "
-                                  f"{error}"[:500]) from None
+                # The error names local paths: the log has it, the client gets the public source only.
+                logger.warning("could not load the tokenizer of %s: %s: %s", source, type(error).__name__, error)
+                raise Unavailable(f"could not load the tokenizer of {sources.public_source(source)} "
+                                  f"({type(error).__name__}); an operator can see why in the server log") from None
             _cache[key] = tokenizer
             while len(_cache) > CACHE_SIZE:
                 _cache.popitem(last=False)

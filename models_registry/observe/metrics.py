@@ -45,10 +45,10 @@ REJECTED = Counter(
     "hosting_inference_rejected", "Requests refused before compute, by reason.", ["model", "task", "reason"]
 )
 TOKEN_REQUESTS = Counter(
-    "hosting_token_requests", "Inference requests admitted per API token (name).", ["token"]
+    "hosting_token_requests", "Inference requests admitted per API token (id, or name: token_label).", ["token"]
 )
 TOKEN_INPUT_TOKENS = Counter(
-    "hosting_token_input_tokens", "Input tokens charged per API token (name; worker-counted).", ["token"]
+    "hosting_token_input_tokens", "Tokens charged per API token (id or name; worker-counted).", ["token"]
 )
 RATE_LIMITED = Counter(
     "hosting_rate_limited", "Requests refused by a token's rate limit or quota.", ["token", "limit"]
@@ -59,8 +59,14 @@ CACHE_LOOKUPS = Counter(
 _token_labels: set[str] = set()
 
 
-def token_label(name: str) -> str:
-    """The token's name as a label, or "other" past HOSTING_METRICS_MAX_TOKENS names (bounded series)."""
+def token_label(name: str, token_id: int) -> str:
+    """The token's label: "id:<id>", or its name where /metrics is protected or names are asked for.
+
+    /metrics is open by default (no HOSTING_METRICS_TOKEN): token names there would tell
+    anyone who the customers are. Past HOSTING_METRICS_MAX_TOKENS labels: "other" (bounded series).
+    """
+    names = settings.HOSTING_METRICS_TOKEN_NAMES or bool(settings.HOSTING_METRICS_TOKEN)
+    name = name if names else f"id:{token_id}"
     if name in _token_labels:
         return name
     if len(_token_labels) >= settings.HOSTING_METRICS_MAX_TOKENS:

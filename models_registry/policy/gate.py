@@ -43,9 +43,9 @@ def _in_background(coro: Awaitable[Any]) -> None:
     task.add_done_callback(_background.discard)
 
 
-async def _settle_quietly(conn: Any, charge: rate_limits.Charge, tokens: int, token_name: str) -> None:
+async def _settle_quietly(conn: Any, charge: rate_limits.Charge, tokens: int, grant: TokenGrant) -> None:
     if tokens:
-        metrics.TOKEN_INPUT_TOKENS.labels(metrics.token_label(token_name)).inc(tokens)
+        metrics.TOKEN_INPUT_TOKENS.labels(metrics.token_label(grant.name, grant.token_id)).inc(tokens)
     try:
         await asyncio.wait_for(rate_limits.settle(conn, charge, tokens), BROKER_TIMEOUT_S)
     except Exception as error:  # the window keeps the estimate: off by a few tokens at most
@@ -58,7 +58,7 @@ async def _reserve(conn: Any, prefix: str, grant: TokenGrant, tokens: int) -> ra
     Failing open costs nothing: without Redis no request reaches a worker anyway, and the
     hand-off answers 503 with the reason.
     """
-    label = metrics.token_label(grant.name)
+    label = metrics.token_label(grant.name, grant.token_id)
     try:
         charge = await asyncio.wait_for(
             rate_limits.reserve(conn, prefix, grant.token_id, grant.limits, tokens),
@@ -92,6 +92,11 @@ async def admit_stream(*, grant: TokenGrant | None, asked_priority: str | None, 
     return await _admit(get_channel_layer(), grant, asked_priority, inputs, task, parameters)
 
 
+async def admit_direct(*, grant: TokenGrant | None, inputs: list[Any]) -> StreamPass:
+    """The token's limits for a request the web answers itself (/tokenize): metered like a model route."""
+    return await _admit(get_channel_layer(), grant, None, inputs)
+
+
 async def _admit(layer: Any, grant: TokenGrant | None, asked_priority: str | None, inputs: list[Any],
                  task: str | None = None, parameters: dict[str, Any] | None = None) -> StreamPass:
     """The request's priority class and its reservation against the token's limits (429 when spent).
@@ -107,7 +112,7 @@ async def _admit(layer: Any, grant: TokenGrant | None, asked_priority: str | Non
 
     def settle(tokens: int) -> None:
         if charge is not None and grant is not None:
-            _in_background(_settle_quietly(conn, charge, tokens, grant.name))
+            _in_background(_settle_quietly(conn, charge, tokens, grant))
 
     return StreamPass(klass, dict(charge.headers) if charge else {}, settle)
 

@@ -99,3 +99,21 @@ async def test_a_token_limited_to_another_model_is_403(token: str, make_token: C
     limited = await sync_to_async(make_token)("off-only", models=[off])
     response = await tokenize({"model": "minilm", "inputs": "a"}, limited)
     assert response.status_code == 403 and response.json()["error_type"] == "forbidden"
+
+
+async def test_errors_never_show_a_local_source_path(token: str, tmp_path: Any) -> None:
+    from asgiref.sync import sync_to_async
+
+    empty, broken = tmp_path / "secret-dir-empty", tmp_path / "secret-dir-broken"
+    empty.mkdir()
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text("{not json")
+    await sync_to_async(RegisteredModel.objects.filter(name="remote").update)(source=str(empty))
+    await sync_to_async(RegisteredModel.objects.filter(name="off").update)(source=str(broken), enabled=True)
+    from models_registry.registry import lookups
+    lookups.reset()
+    for model, status in (("remote", 404), ("off", 503)):
+        response = await tokenize({"model": model, "inputs": "a"}, token)
+        assert response.status_code == status, response.content
+        assert "secret-dir" not in response.content.decode() and str(tmp_path) not in response.content.decode()
+        assert "(local directory)" in response.json()["error"]

@@ -42,6 +42,12 @@ def replicas(stack: Stack, tiny_models: dict[str, Path]) -> Iterator[list[str]]:
                  f"ModelTask.objects.filter(model__name={MINILM!r}, name={CACHED!r}).delete()")
 
 
+def _label(stack: Stack, name: str) -> str:
+    """The token's /metrics label: its id (open /metrics names no token)."""
+    code = f"from models_registry.models import ApiToken; print(ApiToken.objects.get(name={name!r}).id)"
+    return f"id:{stack.manage('shell', '-c', code).strip().splitlines()[-1]}"
+
+
 def _token(stack: Stack, name: str, *options: str) -> str:
     token = stack.manage("create_api_token", name, *options).strip().splitlines()[-1]
     # A token is known to a web process within half a second of its creation.
@@ -75,8 +81,9 @@ def test_two_replicas_share_one_rate_limit(stack: Stack, replicas: list[str]) ->
         assert b'"error_type":"rate_limited"' in body.replace(b" ", b"")
         assert head["X-RateLimit-Limit"] == "6" and head["X-RateLimit-Remaining"] == "0"
         assert 1 <= int(head["Retry-After"]) <= 60 and head["Retry-After"] == head["X-RateLimit-Reset"]
-    # Each replica counted the requests it let through, under the token's name.
-    assert sum(_counter(url, 'hosting_token_requests_total{token="tiny-rpm"}') for url in replicas) == 6
+    # Each replica counted the requests it let through, under the token's id (open /metrics names none).
+    label = _label(stack, "tiny-rpm")
+    assert sum(_counter(url, f'hosting_token_requests_total{{token="{label}"}}') for url in replicas) == 6
 
 
 def test_token_quota_counts_the_workers_tokens(stack: Stack, replicas: list[str]) -> None:
@@ -93,7 +100,8 @@ def test_token_quota_counts_the_workers_tokens(stack: Stack, replicas: list[str]
     assert b"tokens_per_day is 60" in refused and sent >= 5
     # What the workers counted for the answered requests: within the quota, and the refused
     # one (estimated 9 tokens) would have passed it.
-    charged = sum(_counter(url, 'hosting_token_input_tokens_total{token="tiny-tpd"}') for url in replicas)
+    label = _label(stack, "tiny-tpd")
+    charged = sum(_counter(url, f'hosting_token_input_tokens_total{{token="{label}"}}') for url in replicas)
     assert 60 - 9 < charged <= 60, (sent, charged)
 
 
