@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from models_registry.api.errors import InvalidInput
-from models_registry.inference import packing
+from models_registry.inference import compute_deadline, packing
 from models_registry.inference.loading import LoadedModel
 from models_registry.inference.packed_forward import packed_inputs
 from models_registry.inference.task_common import cpu_threads_for
@@ -50,6 +50,7 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     results: list[Any] = [None] * len(texts)
     for start in range(0, len(order), MICRO_BATCH):
+        compute_deadline.check()  # every client of the batch gone: skip the chunks left
         chunk = order[start:start + MICRO_BATCH]
         outputs = _embed_chunk(loaded, pipe, task, [texts[i] for i in chunk], direction, normalize)
         for position, output in zip(chunk, outputs):
@@ -73,6 +74,7 @@ def _pack_and_pool(loaded: LoadedModel, pipe: Any, task: TaskSpec, ids: list[lis
     pooled = None if task.pooling == "none" else torch.zeros(len(ids), model.config.hidden_size, device=model.device)
     tokens: list[Any] = [None] * len(ids)
     for forward in packing.plan_packing([len(x) for x in ids], row_tokens=loaded.pack_row_tokens):
+        compute_deadline.check()  # every client of the batch gone: skip the forwards left
         inputs, owner = packed_inputs(forward, ids, types, loaded.pack_position_offset or 0,
                                       tokenizer.pad_token_id or 0, model.device, model.dtype)
         hidden = loaded.packed_encoder(inputs)

@@ -115,6 +115,8 @@ class PipelineRunner:
     def _run_group(self, loaded: LoadedModel, task: TaskSpec, texts: list[Any], params: dict[str, Any]) -> list[Any]:
         try:
             return self._compute(loaded, task, texts, params)
+        except Timeout as error:  # past the batch's deadline: the rest is skipped, not retried one by one
+            return [ItemFailure(error)] * len(texts)
         except HostingError as error:
             if len(texts) == 1:
                 return [ItemFailure(error)]

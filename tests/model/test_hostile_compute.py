@@ -88,3 +88,23 @@ def test_generation_stops_once_the_batch_is_past_its_deadline(gpt2: tuple) -> No
     with computing_until(time.time() - 1):  # already past: not even started
         [skipped] = runner.run(model, task, ["The cat"], [params])
     assert isinstance(skipped, ItemFailure) and skipped.error.status == 504
+
+
+def test_an_embedding_batch_past_its_deadline_skips_its_remaining_forwards(tmp_path_factory: pytest.TempPathFactory
+                                                                           ) -> None:
+    import time
+
+    from models_registry.inference.compute_deadline import computing_until
+
+    from models_registry.api.errors import Timeout
+    from models_registry.inference.embeddings import embed
+
+    runner, model, task = _loaded(model_factory.minilm_path(), "feature-extraction")
+    texts = [f"sentence number {i} " * 20 for i in range(64)]
+    with computing_until(time.time() - 1):
+        outputs = runner.run(model, task, texts, [{}] * len(texts))
+        assert all(isinstance(o, ItemFailure) and o.error.status == 504 for o in outputs)
+        with pytest.raises(Timeout):  # inside a run too: the forwards left are skipped
+            embed(model, model.pipelines["feature-extraction"], task, texts, {})
+    with computing_until(time.time() + 60):
+        assert not any(isinstance(o, ItemFailure) for o in runner.run(model, task, texts[:4], [{}] * 4))
