@@ -28,6 +28,7 @@ from django.core.handlers.exception import response_for_exception
 from django.test.utils import override_settings
 from django.urls import set_script_prefix, set_urlconf
 
+from models_registry.api import upfront
 from models_registry.api.errors import TooLarge, error_response
 from models_registry.api.middleware import request_id_from
 
@@ -89,6 +90,12 @@ class ApiASGIHandler(ASGIHandler):
         """Django's handle(), minus the request_started hop, with an inline close."""
         limit = body_limit(scope["path"])
         declared = declared_length(scope)
+        refused = await upfront.refusal(scope)  # from the headers: before any of the body is read
+        if refused is not None:
+            no_body = declared == 0 or (declared is None and not upfront.is_chunked(scope))
+            heard = no_body or (declared is not None and declared <= DRAIN_BYTES and await self._drain(receive, declared))
+            await self._answer_early(send, refused, heard)
+            return
         if declared is not None and declared > limit:
             heard = declared <= limit + DRAIN_BYTES and await self._drain(receive, declared)
             await self._too_large(scope, send, f"request body is {declared} bytes; the limit is {limit}", heard)
@@ -186,6 +193,10 @@ class ApiASGIHandler(ASGIHandler):
             response = openai_error_response(TooLarge(message), request_id)
         else:
             response = error_response(TooLarge(message), request_id)
+        await self._answer_early(send, response, heard)
+
+    async def _answer_early(self, send, response, heard: bool) -> None:  # type: ignore[no-untyped-def]
+        """Send an answer given before the body was read; unless all of it was (heard), close the connection."""
         if not heard:
             response["Connection"] = "close"
         await self.send_response(response, send)

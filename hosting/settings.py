@@ -212,6 +212,15 @@ HOSTING_BATCH_IN_FLIGHT = int(os.environ.get("HOSTING_BATCH_IN_FLIGHT", 128))
 # A worker's claim on a job; another worker resumes the job this long after the holder died.
 HOSTING_BATCH_LEASE_S = float(os.environ.get("HOSTING_BATCH_LEASE_S", 15))
 HOSTING_BATCH_POLL_S = 1.0
+# Jobs one worker's driver runs side by side (each of a different owner; their lines share
+# the HOSTING_BATCH_IN_FLIGHT slots round-robin by owner), and how often one line answered
+# 429/503/504 is tried again before its error goes to the error file.
+HOSTING_BATCH_MAX_JOBS = int(os.environ.get("HOSTING_BATCH_MAX_JOBS", 8))
+HOSTING_BATCH_LINE_RETRIES = int(os.environ.get("HOSTING_BATCH_LINE_RETRIES", 20))
+# Files (inputs, outputs, error files) are deleted this long after their creation unless
+# the upload's expires_after (or the batch's output_expires_after) says otherwise; 0 = kept
+# until deleted.
+HOSTING_FILE_RETENTION_S = int(os.environ.get("HOSTING_FILE_RETENTION_S", 30 * 24 * 3600))
 
 LOGGING = {
     "version": 1,

@@ -297,7 +297,9 @@ class BatchFile(models.Model):
     urls = models.JSONField(default=list, blank=True, help_text="Distinct request urls of an input file.")
     storage_name = models.CharField(max_length=500, help_text="Name in the default file storage.")
     created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Deleted by the job drivers after this.")
+    # A deleted input file that a batch still names keeps its row (the batch shows its id); its bytes are gone.
+    deleted_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-id"]
@@ -328,6 +330,8 @@ class BatchJob(models.Model):
     next_chunk = models.PositiveIntegerField(default=0)
     next_line = models.PositiveBigIntegerField(default=1)
     next_offset = models.PositiveBigIntegerField(default=0)
+    output_ttl_s = models.PositiveIntegerField(null=True, blank=True,
+                                               help_text="output_expires_after: seconds its output files are kept.")
     output_file = models.ForeignKey(BatchFile, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     error_file = models.ForeignKey(BatchFile, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     # The driver holding the job (a worker process); another one takes over once the lease expires.

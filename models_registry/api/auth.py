@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -86,22 +88,24 @@ def bearer_token(authorization: str) -> str | None:
 
 
 # A batch job's lines run through these views inside a worker process, on behalf of the
-# token that created the job. Its raw value is never stored, so the job driver names the
-# token by its stored hash here (in-process only; nothing an HTTP client sends sets it).
-acting_token_hash: ContextVar[str | None] = ContextVar("acting_token_hash", default=None)
+# token that created the job. The job driver names that token by its record's id here
+# (in-process only; nothing an HTTP client sends sets it): a job goes on under its owner's
+# current scope and limits when the token is rotated, and stops when it is revoked.
+acting_token_id: ContextVar[int | None] = ContextVar("acting_token_id", default=None)
 
 
 async def authorize(authorization: str | None, model: str | None) -> TokenGrant | None:
     """Check the request's token (if tokens are required) and that it may use model."""
     if not settings.HOSTING_REQUIRE_API_TOKEN:
         return None
-    digest = acting_token_hash.get()
-    if digest is None:
+    acting = acting_token_id.get()
+    if acting is not None:
+        grant = await _acting_grant(acting)
+    else:
         raw = bearer_token(authorization or "")
         if raw is None:
             raise Unauthorized("missing API token: send 'Authorization: Bearer <token>'")
-        digest = hash_token(raw)
-    grant = await _grant(digest)
+        grant = await _grant(hash_token(raw))
     if grant is None:
         raise Unauthorized("invalid, revoked or expired API token")
     if model is not None and not grant.allows(model):
@@ -118,10 +122,29 @@ async def _grant(digest: str) -> TokenGrant | None:
         return None
     lookup = _lookups.get(digest)
     if lookup is None:
-        lookup = asyncio.ensure_future(_look_up_and_cache(digest))
+        lookup = asyncio.ensure_future(_look_up_and_cache(digest, _lookup, digest))
         _lookups[digest] = lookup
         lookup.add_done_callback(lambda _: _lookups.pop(digest, None))
     # shield: a client that leaves must not cancel the lookup the others wait on.
+    return await asyncio.shield(lookup)
+
+
+def _lookup_id(token_id: int) -> TokenGrant | None:
+    digest = ApiToken.objects.filter(id=token_id).values_list("token_hash", flat=True).first()
+    return _lookup(digest) if digest else None
+
+
+async def _acting_grant(token_id: int) -> TokenGrant | None:
+    """The grant of a batch job's owner, by its record id (whatever its current secret)."""
+    key = f"#{token_id}"
+    cached = _cache.get(key)
+    if cached is not None and time.monotonic() - cached[0] <= _CACHE_TTL_S:
+        return cached[1]
+    lookup = _lookups.get(key)
+    if lookup is None:
+        lookup = asyncio.ensure_future(_look_up_and_cache(key, _lookup_id, token_id))
+        _lookups[key] = lookup
+        lookup.add_done_callback(lambda _: _lookups.pop(key, None))
     return await asyncio.shield(lookup)
 
 
@@ -139,11 +162,11 @@ async def _maybe_known(digest: str) -> bool:
     return digest in hashes
 
 
-async def _look_up_and_cache(digest: str) -> TokenGrant | None:
-    grant = await sync_to_async(fresh_connection(_lookup))(digest)
+async def _look_up_and_cache(key: str, lookup: Callable[[Any], TokenGrant | None], arg: Any) -> TokenGrant | None:
+    grant = await sync_to_async(fresh_connection(lookup))(arg)
     if len(_cache) > 10_000:
         _cache.clear()  # bound the memory random bad tokens could take
-    _cache[digest] = (time.monotonic(), grant)
+    _cache[key] = (time.monotonic(), grant)
     return grant
 
 

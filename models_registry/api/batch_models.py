@@ -106,9 +106,18 @@ class BatchList(TypedDict):
     has_more: bool
 
 
+@with_config(OPEN)
+class FileDeleted(TypedDict):
+    """DELETE /v1/files/{file_id}: the file's bytes and record are gone."""
+
+    id: str
+    object: Literal["file"]
+    deleted: Literal[True]
+
+
 @with_config(ConfigDict(extra="forbid"))
 class OutputExpiry(TypedDict):
-    """Accepted as OpenAI takes it; output files are kept 30 days."""
+    """How long the batch's output and error files are kept (default HOSTING_FILE_RETENTION_S)."""
 
     anchor: Literal["created_at"]
     seconds: Annotated[int, Field(ge=3600, le=2_592_000)]
@@ -131,6 +140,10 @@ UPLOAD_BODY = {"required": True, "content": {"multipart/form-data": {"schema": {
         "file": {"type": "string", "format": "binary",
                  "description": 'JSONL, one request per line: {"custom_id", "method": "POST", "url", "body"}'},
         "purpose": {"const": "batch"},
+        "expires_after[anchor]": {"const": "created_at", "description": "with expires_after[seconds]"},
+        "expires_after[seconds]": {"type": "integer", "minimum": 3600, "maximum": 2_592_000,
+                                   "description": "delete the file this long after its upload (default: the "
+                                                  "server's HOSTING_FILE_RETENTION_S, 30 days)"},
     },
 }}}}
 PAGE = ({"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1,
@@ -153,6 +166,9 @@ def operations(operation: Any) -> list[Any]:
         operation("/v1/files", "get", "The token's files, newest first.", FileList, (400, 401, 405, 500),
                   parameters=PAGE, **common),
         operation("/v1/files/{file_id}", "get", "One file.", FileObject, (401, 404, 405, 500),
+                  parameters=(file_id,), **common),
+        operation("/v1/files/{file_id}", "delete", "Delete one of the token's files (409 while a running batch "
+                  "reads it: cancel the batch or wait for its end).", FileDeleted, (401, 404, 405, 409, 500),
                   parameters=(file_id,), **common),
         operation("/v1/files/{file_id}/content", "get", "A file's bytes (JSONL).", {"type": "string"},
                   (401, 404, 405, 500), parameters=(file_id,), media="application/jsonl", **common),

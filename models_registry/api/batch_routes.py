@@ -28,7 +28,7 @@ from models_registry.registry.lookups import fresh_connection
 
 BATCH_FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after")
 MAX_METADATA = 16
-OUTPUT_TTL_RANGE = (3600, 2_592_000)  # accepted as OpenAI does; outputs are kept 30 days
+TTL_RANGE = (3600, 2_592_000)  # expires_after / output_expires_after seconds, as OpenAI takes them
 
 
 def _db(function: Any) -> Any:
@@ -51,7 +51,20 @@ def _page_args(request: HttpRequest) -> tuple[str | None, int]:
     return request.GET.get("after") or None, limit
 
 
-def _checked_upload(request: HttpRequest, check: lines.RouteCheck) -> tuple[Any, lines.FileSummary]:
+def _expires_after(post: Any) -> int | None:
+    """The upload's expires_after[seconds] (OpenAI's form fields), checked; None when not sent."""
+    anchor, seconds = post.get("expires_after[anchor]"), post.get("expires_after[seconds]")
+    if anchor is None and seconds is None:
+        return None
+    if anchor != "created_at":
+        raise invalid(f"'expires_after[anchor]' must be 'created_at', not {anchor!r}", "expires_after")
+    if seconds is None or not seconds.isdigit() or not TTL_RANGE[0] <= int(seconds) <= TTL_RANGE[1]:
+        raise invalid(f"'expires_after[seconds]' must be an integer from {TTL_RANGE[0]} to {TTL_RANGE[1]}, not "
+                      f"{seconds!r}", "expires_after")
+    return int(seconds)
+
+
+def _checked_upload(request: HttpRequest, check: lines.RouteCheck) -> tuple[Any, lines.FileSummary, int | None]:
     """Parse the multipart body and check every line (runs in a thread: files can be large)."""
     try:
         post, uploads = request.POST, request.FILES
@@ -61,6 +74,7 @@ def _checked_upload(request: HttpRequest, check: lines.RouteCheck) -> tuple[Any,
     if purpose != "batch":
         raise invalid(f"'purpose' must be 'batch' (this server keeps batch input files only), not {purpose!r}",
                       "purpose")
+    ttl = _expires_after(post)
     upload = uploads.get("file")
     if upload is None:
         raise invalid("a 'file' part is required: the JSONL file of requests", "file")
@@ -68,15 +82,19 @@ def _checked_upload(request: HttpRequest, check: lines.RouteCheck) -> tuple[Any,
     if upload.size > limit:
         raise TooLarge(f"the file is {upload.size} bytes; the limit is {limit} (HOSTING_BATCH_MAX_FILE_BYTES)")
     upload.seek(0)
-    summary = lines.scan(files.read_lines(upload), max_line_bytes=settings.HOSTING_MAX_BODY_BYTES,
+    cap = settings.HOSTING_MAX_BODY_BYTES
+    summary = lines.scan(lines.read_lines(upload, cap), max_line_bytes=cap,
                          max_lines=settings.HOSTING_BATCH_MAX_LINES, check=check)
-    return upload, summary
+    return upload, summary, ttl
 
 
 async def _upload(request: HttpRequest) -> HttpResponse:
     owner_id, grant = await _owner(request)
     limit = settings.HOSTING_BATCH_MAX_FILE_BYTES
-    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    raw_length = request.META.get("CONTENT_LENGTH") or "0"
+    if not raw_length.isdigit():  # the API handler refuses these first; a view may be called without it
+        raise invalid(f"malformed Content-Length {raw_length!r}", None)
+    length = int(raw_length)
     if length > limit + 64 * 1024:  # the multipart envelope around the file is small
         raise TooLarge(f"the upload is {length} bytes; a batch file may be at most {limit} bytes "
                        "(HOSTING_BATCH_MAX_FILE_BYTES)")
@@ -84,9 +102,10 @@ async def _upload(request: HttpRequest) -> HttpResponse:
         raise invalid("send multipart/form-data with a 'file' part and purpose=batch", "file")
     check = route_check(await lookups.get_specs(), grant)
     # Not the ORM's thread: checking a big file must not hold up the token lookups.
-    upload, summary = await sync_to_async(_checked_upload, thread_sensitive=False)(request, check)
+    upload, summary, ttl = await sync_to_async(_checked_upload, thread_sensitive=False)(request, check)
     try:
-        saved = await _db(files.save_input)(upload, upload.name or "input.jsonl", owner_id, summary.lines, summary.urls)
+        saved = await _db(files.save_input)(upload, upload.name or "input.jsonl", owner_id, summary.lines,
+                                            summary.urls, ttl)
     finally:
         upload.close()
     return JsonResponse(await _db(store.file_json)(saved.public_id, owner_id))
@@ -103,10 +122,12 @@ async def file_collection(request: HttpRequest) -> HttpResponse:
     return JsonResponse(list_object(items, more))
 
 
-@openai_view("GET")
+@openai_view("GET", "DELETE")
 async def file_detail(request: HttpRequest, file_id: str) -> HttpResponse:
-    """One file."""
+    """GET: one file. DELETE: delete it (its owner only; 409 while a running batch reads it)."""
     owner_id, _ = await _owner(request)
+    if request.method == "DELETE":
+        return JsonResponse(await _db(store.delete_file)(file_id, owner_id))
     return JsonResponse(await _db(store.file_json)(file_id, owner_id))
 
 
@@ -129,7 +150,7 @@ async def file_content(request: HttpRequest, file_id: str) -> HttpResponse:
     return response
 
 
-def _read_batch_request(raw: bytes) -> tuple[str, str, str, dict[str, str] | None]:
+def _read_batch_request(raw: bytes) -> tuple[str, str, str, dict[str, str] | None, int | None]:
     try:
         body = orjson.loads(raw or b"null")
     except orjson.JSONDecodeError as error:
@@ -163,11 +184,12 @@ def _read_batch_request(raw: bytes) -> tuple[str, str, str, dict[str, str] | Non
     if expires is not None and not (
         isinstance(expires, dict) and set(expires) == {"anchor", "seconds"} and expires["anchor"] == "created_at"
         and isinstance(expires["seconds"], int) and not isinstance(expires["seconds"], bool)
-        and OUTPUT_TTL_RANGE[0] <= expires["seconds"] <= OUTPUT_TTL_RANGE[1]
+        and TTL_RANGE[0] <= expires["seconds"] <= TTL_RANGE[1]
     ):
         raise invalid("'output_expires_after' must be {\"anchor\": \"created_at\", \"seconds\": 3600 to 2592000}",
                       "output_expires_after")
-    return body["input_file_id"], body["endpoint"], window, metadata
+    ttl = expires["seconds"] if expires is not None else None
+    return body["input_file_id"], body["endpoint"], window, metadata, ttl
 
 
 @openai_view("POST", "GET")
@@ -178,8 +200,8 @@ async def batch_collection(request: HttpRequest) -> HttpResponse:
         after, limit = _page_args(request)
         items, more = await _db(store.list_jobs)(owner_id, after, limit)
         return JsonResponse(list_object(items, more))
-    file_id, endpoint, window, metadata = _read_batch_request(request.body)
-    return JsonResponse(await _db(store.create_job)(owner_id, file_id, endpoint, window, metadata))
+    file_id, endpoint, window, metadata, output_ttl = _read_batch_request(request.body)
+    return JsonResponse(await _db(store.create_job)(owner_id, file_id, endpoint, window, metadata, output_ttl))
 
 
 @openai_view("GET")

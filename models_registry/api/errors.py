@@ -47,6 +47,12 @@ class MethodNotAllowed(HostingError):
     error_type, status = "method_not_allowed", 405
 
 
+class Conflict(HostingError):
+    """The resource is in use (e.g. a file a running batch reads)."""
+
+    error_type, status = "conflict", 409
+
+
 class TooLarge(HostingError):
     """Body over HOSTING_MAX_BODY_BYTES, or more inputs than the task allows."""
 
@@ -85,7 +91,7 @@ class Internal(HostingError):
 
 ERROR_CLASSES: dict[str, type[HostingError]] = {
     cls.error_type: cls
-    for cls in (InvalidInput, Unauthorized, Forbidden, NotFound, MethodNotAllowed, TooLarge, RateLimited,
+    for cls in (InvalidInput, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, TooLarge, RateLimited,
                 Overloaded, Unavailable, Timeout, Internal)
 }
 

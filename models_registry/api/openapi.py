@@ -22,7 +22,7 @@ from pydantic import Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from models_registry.api import auth, batch_models, openapi_models, request_models, response_models
-from models_registry.api.errors import ERROR_CLASSES, HostingError
+from models_registry.api.errors import ERROR_CLASSES, Conflict, HostingError
 from models_registry.api.views import api_view
 from models_registry.registry import lookups
 from models_registry.registry.shape_errors import adapter
@@ -67,7 +67,7 @@ def errors_by_status() -> dict[int, tuple[tuple[str, ...], str]]:
 
 def inference_errors() -> tuple[int, ...]:
     """The statuses an inference route may answer besides 200."""
-    return tuple(status for status in errors_by_status() if status >= 400)
+    return tuple(status for status in errors_by_status() if status >= 400 and status != Conflict.status)  # 409: files
 
 
 EVENT_STREAM = "text/event-stream"

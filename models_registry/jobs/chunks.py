@@ -14,7 +14,7 @@ from typing import IO
 import orjson
 
 from models_registry.api.errors import HostingError
-from models_registry.jobs.lines import JobLine, parse_line
+from models_registry.jobs.lines import JobLine, LongLine, parse_line, read_lines
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,8 @@ class ChunkReader:
         self.max_lines = max_lines
         self.max_line_bytes = max_line_bytes
         stream.seek(progress.next_offset)
+        # A line may end in \r\n, and is refused only over the body limit (as the upload check does).
+        self._lines = read_lines(stream, max_line_bytes + 2)
 
     def next_chunk(self) -> Chunk | None:
         """The next chunk, or None at the end of the file."""
@@ -77,12 +79,12 @@ class ChunkReader:
         lines: list[JobLine] = []
         unreadable: list[tuple[int, str]] = []
         while len(lines) + len(unreadable) < self.max_lines:
-            raw = self.stream.readline()
-            if not raw:
+            raw = next(self._lines, None)
+            if raw is None:
                 break
             number = self.line
             self.line += 1
-            self.offset += len(raw)
+            self.offset += raw.size if isinstance(raw, LongLine) else len(raw)
             try:
                 line = parse_line(raw, number, self.max_line_bytes + 2)
             except HostingError as error:

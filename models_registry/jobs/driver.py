@@ -1,12 +1,16 @@
 """The job driver: a task in every `runworker` process that claims jobs and runs their lines.
 
-One driver holds a job at a time (a lease in the database, renewed every few seconds);
-a worker that dies stops renewing, and another worker's driver resumes the job from its
-last committed chunk. Lines run through the API views in this process at batch priority
-(so admission, limits and quotas apply to them as to any request), a bounded number at
-a time; each chunk's records are stored as parts and committed with the progress, in
-order. Lines in flight when a driver dies are run again by the next one, and only
-committed chunks reach the output: every line is in the output or the error file once.
+A driver holds a few jobs at once, each of a different owner (a lease in the database per
+job, renewed every second); a worker that dies stops renewing, and another worker's
+driver resumes the job from its last committed chunk. Lines run through the API views in
+this process at batch priority, as their owner's token record (so its current scope,
+admission, limits and quotas apply as to any request), a bounded number at a time shared
+round-robin between owners; an owner answered 429 waits out its Retry-After without
+holding slots, and a line gives up after HOSTING_BATCH_LINE_RETRIES tries or when its
+wait would outlast the job's window. Each chunk's records are stored as parts and
+committed with the progress, in order. Lines in flight when a driver dies are run again
+by the next one, and only committed chunks reach the output: every line is in the output
+or the error file once. The loop also deletes expired files (jobs/retention.py).
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ import asyncio
 import logging
 import random
 from collections import deque
+from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.utils import timezone
 
-from models_registry.jobs import files, leases
+from models_registry.jobs import files, leases, retention
 from models_registry.jobs.chunks import Chunk, ChunkOutcome, ChunkReader, Progress, answer_record, failure_record
+from models_registry.jobs.fair_share import FairShare
 from models_registry.jobs.line_calls import LineAnswer, LineCaller
 from models_registry.jobs.lines import JobLine
 from models_registry.registry.lookups import fresh_connection
@@ -42,8 +49,9 @@ class LeaseLost(Exception):
     """Another driver holds the job now: drop everything not committed."""
 
 
-class _Stop(Exception):
-    """The job was cancelled or expired: stop running lines."""
+def _fits_window(job: leases.ClaimedJob, wait_s: float) -> bool:
+    """Whether a retry wait_s from now still falls inside the job's completion window."""
+    return job.expires_at is None or timezone.now() + timedelta(seconds=wait_s) < job.expires_at
 
 
 def _error_of(answer: LineAnswer) -> dict[str, str]:
@@ -62,40 +70,74 @@ def _error_of(answer: LineAnswer) -> dict[str, str]:
 
 
 class JobDriver:
-    """Claims jobs and runs them, one at a time, until cancelled."""
+    """Claims jobs of different owners and runs them side by side, until cancelled.
+
+    A driver holds up to HOSTING_BATCH_MAX_JOBS jobs, at most one per owner, and their
+    lines share its HOSTING_BATCH_IN_FLIGHT slots round-robin by owner (jobs/fair_share.py).
+    """
 
     def __init__(self, owner: str, caller: Any = None) -> None:
         self.owner = owner
         self.caller = caller or LineCaller()
         self.chunk_lines = settings.HOSTING_BATCH_CHUNK_LINES
-        self.in_flight = asyncio.Semaphore(settings.HOSTING_BATCH_IN_FLIGHT)
+        self.in_flight = settings.HOSTING_BATCH_IN_FLIGHT
+        self.share = FairShare(self.in_flight)
+        self.max_jobs = max(1, settings.HOSTING_BATCH_MAX_JOBS)
+        self.max_retries = settings.HOSTING_BATCH_LINE_RETRIES
         self.lease_s = settings.HOSTING_BATCH_LEASE_S
-        self.current: leases.ClaimedJob | None = None
+        self.jobs: dict[int, tuple[leases.ClaimedJob, asyncio.Task[None]]] = {}
+        self._failures: dict[int, int] = {}
+        self._ended = asyncio.Event()
 
     async def run(self) -> None:
         """Claim and drive jobs forever (errors are logged and retried)."""
         backoff = 1.0
-        while True:
-            try:
-                job = await _db(leases.claim)(self.owner, self.lease_s)
-                if job is None:
-                    await asyncio.sleep(settings.HOSTING_BATCH_POLL_S)
-                    continue
-                self.current = job
-                await self.drive(job)
-                backoff = 1.0
-            except asyncio.CancelledError:
-                if self.current is not None:  # a clean stop: another worker resumes the job at once
-                    await _db(leases.release)(self.current.pk, self.owner)
-                raise
-            except LeaseLost:
-                logger.warning("lost the lease of a batch job; another worker resumes it")
-            except Exception:
-                logger.exception("batch job driver failed; retrying in %.0f s", backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(30.0, backoff * 2)
-            finally:
-                self.current = None
+        try:
+            while True:
+                await retention.maybe_sweep()
+                job = None
+                if len(self.jobs) < self.max_jobs:
+                    try:
+                        busy = {held.owner_id for held, _ in self.jobs.values()}
+                        job = await _db(leases.claim)(self.owner, self.lease_s, busy)
+                        backoff = 1.0
+                    except Exception:
+                        logger.exception("claiming a batch job failed; retrying in %.0f s", backoff)
+                        await asyncio.sleep(backoff)
+                        backoff = min(30.0, backoff * 2)
+                        continue
+                if job is not None:
+                    self.jobs[job.pk] = (job, asyncio.ensure_future(self._guarded(job)))
+                    continue  # another owner's job may be waiting too
+                self._ended.clear()
+                try:  # the next poll, or at once when a job ends (a slot for another one)
+                    await asyncio.wait_for(self._ended.wait(), settings.HOSTING_BATCH_POLL_S)
+                except TimeoutError:
+                    pass
+        finally:
+            tasks = [task for _, task in self.jobs.values()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _guarded(self, job: leases.ClaimedJob) -> None:
+        """Drive one job; a failure is logged, and the job is taken up again after a pause."""
+        try:
+            await self.drive(job)
+            self._failures.pop(job.pk, None)
+        except asyncio.CancelledError:  # a clean stop: another worker resumes the job at once
+            await _db(leases.release)(job.pk, self.owner)
+            raise
+        except LeaseLost:
+            logger.warning("lost the lease of batch %s; another worker resumes it", job.public_id)
+        except Exception:
+            failures = self._failures[job.pk] = self._failures.get(job.pk, 0) + 1
+            pause = min(30.0, 2.0 ** (failures - 1))
+            logger.exception("driving batch %s failed; taking it up again in %.0f s", job.public_id, pause)
+            await asyncio.sleep(pause)
+        finally:
+            self.jobs.pop(job.pk, None)
+            self._ended.set()
 
     async def drive(self, job: leases.ClaimedJob) -> None:
         """Run job from its committed progress to its end (or until stopped or taken)."""
@@ -113,11 +155,16 @@ class JobDriver:
                     watch.status = "finalizing"
                 else:
                     watch.status = await _db(leases.renew)(job.pk, self.owner, self.lease_s) or "lost"
+            code = None
+            if watch.status == "revoking":
+                if not await _db(leases.stop_revoked)(job.pk, self.owner):
+                    raise LeaseLost()
+                watch.status, code = "cancelling", "token_revoked"
             final = {"finalizing": "completed", "cancelling": "cancelled", "expiring": "expired"}.get(watch.status)
             if final is None:
                 raise LeaseLost()
             if final != "completed":
-                code = "batch_cancelled" if final == "cancelled" else "batch_expired"
+                code = code or ("batch_cancelled" if final == "cancelled" else "batch_expired")
                 await self._close_remaining(job, progress, code)
             # Assembling a big output takes a while: not on the thread the heartbeats' queries use.
             if await sync_to_async(fresh_connection(leases.finish), thread_sensitive=False)(job.pk, self.owner, final):
@@ -134,7 +181,7 @@ class JobDriver:
         handle = await asyncio.to_thread(files.open_file, job.input_file)
         try:
             reader = ChunkReader(handle, progress, self.chunk_lines, settings.HOSTING_MAX_BODY_BYTES)
-            ahead = max(2, -(-settings.HOSTING_BATCH_IN_FLIGHT // self.chunk_lines) + 1)
+            ahead = max(2, -(-self.in_flight // self.chunk_lines) + 1)
             pending: deque[tuple[Chunk, asyncio.Task[ChunkOutcome]]] = deque()
             exhausted = False
             try:
@@ -170,22 +217,31 @@ class JobDriver:
         return ChunkOutcome(output=output, errors=errors)
 
     async def _run_line(self, job: leases.ClaimedJob, line: JobLine, watch: _Watch) -> tuple[bool, bytes]:
-        timeouts, backoff = 0, 0.2
+        timeouts, retries, backoff = 0, 0, 0.2
+        lane = job.owner_id
         while True:
-            async with self.in_flight:
-                answer = await self.caller.call(line, job.token_hash, f"{job.public_id}-{line.number}")
+            async with self.share.slot(lane):
+                answer = await self.caller.call(line, job.owner_id, f"{job.public_id}-{line.number}")
             if answer.status == 200:
+                self.share.succeeded(lane)
                 return True, answer_record(line.custom_id, 200, answer.body)
-            retry = answer.status in RETRY_STATUSES
+            retry = answer.status in RETRY_STATUSES and retries < self.max_retries
             if answer.status == 504:
                 timeouts += 1
-                retry = timeouts < MAX_TIMEOUTS
+                retry = retry and timeouts < MAX_TIMEOUTS
+            wait = answer.retry_after_s if answer.retry_after_s is not None else backoff
+            if answer.status == 429 and not _fits_window(job, wait):
+                retry = False  # the owner's limit opens again only after the job's window
             if not retry:
                 return False, answer_record(line.custom_id, answer.status, answer.body, _error_of(answer))
-            # Overloaded, unavailable (worker or broker restarting), rate limited: wait, then again.
-            wait = answer.retry_after_s if answer.retry_after_s is not None else backoff
-            await asyncio.sleep(min(MAX_BACKOFF_S, wait) * random.uniform(0.8, 1.2))
+            retries += 1
             backoff = min(MAX_BACKOFF_S, backoff * 2)
+            if answer.status == 429:
+                # The owner's own limit: its lines wait (without holding slots), the other owners' go on.
+                self.share.throttle(lane, wait * random.uniform(1.0, 1.2))
+                continue
+            # Overloaded, unavailable (worker or broker restarting): wait, then again.
+            await asyncio.sleep(min(MAX_BACKOFF_S, wait) * random.uniform(0.8, 1.2))
 
     async def _commit(self, job: leases.ClaimedJob, progress: Progress, chunk: Chunk,
                       outcome: ChunkOutcome) -> Progress:

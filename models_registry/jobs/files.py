@@ -9,9 +9,10 @@ from __future__ import annotations
 import io
 import secrets
 from collections.abc import Iterable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import IO, Any
 
+from django.conf import settings
 from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import storages
@@ -19,7 +20,6 @@ from django.utils import timezone
 
 from models_registry.models import ApiToken, BatchFile
 
-OUTPUT_TTL = timedelta(days=30)
 READ_BLOCK = 256 * 1024
 
 
@@ -33,20 +33,22 @@ def new_id(prefix: str) -> str:
     return prefix + secrets.token_hex(12)
 
 
-def read_lines(stream: IO[bytes]) -> Iterator[bytes]:
-    """Lines split on b"\\n" only, exactly as the job driver reads them back."""
-    return iter(stream.readline, b"")
+def expiry(ttl_s: int | None) -> datetime | None:
+    """When a file made now expires: after ttl_s, or HOSTING_FILE_RETENTION_S (0: never)."""
+    seconds = settings.HOSTING_FILE_RETENTION_S if ttl_s is None else ttl_s
+    return timezone.now() + timedelta(seconds=seconds) if seconds > 0 else None
 
 
-def save_input(upload: File, filename: str, owner_id: int | None, lines: int, urls: list[str]) -> BatchFile:
-    """Store a checked input file and record it."""
+def save_input(upload: File, filename: str, owner_id: int | None, lines: int, urls: list[str],
+               ttl_s: int | None = None) -> BatchFile:
+    """Store a checked input file and record it (kept ttl_s, or the retention setting)."""
     public_id = new_id("file-")
     upload.seek(0)
     name = storage().save(f"batch-inputs/{public_id}.jsonl", upload)
     return BatchFile.objects.create(
         public_id=public_id, owner_id=owner_id, filename=filename[:255] or "input.jsonl", purpose="batch",
         bytes=upload.size or 0, lines=lines, urls=urls, storage_name=name,
-        expires_at=timezone.now() + OUTPUT_TTL,
+        expires_at=expiry(ttl_s),
     )
 
 
@@ -100,7 +102,8 @@ class _Concatenation(io.RawIOBase):
         super().close()
 
 
-def assemble(batch_id: str, kind: str, part_names: list[str], owner: ApiToken | None, lines: int) -> BatchFile | None:
+def assemble(batch_id: str, kind: str, part_names: list[str], owner: ApiToken | None, lines: int,
+             ttl_s: int | None = None) -> BatchFile | None:
     """One output (or error) file from the committed parts, in chunk order; None when there are none."""
     part_names = [n for n in part_names if n]
     if not part_names:
@@ -115,8 +118,17 @@ def assemble(batch_id: str, kind: str, part_names: list[str], owner: ApiToken | 
         stream.close()
     return BatchFile.objects.create(
         public_id=public_id, owner=owner, filename=f"{batch_id}_{kind}.jsonl", purpose="batch_output",
-        bytes=size, lines=lines, storage_name=name, expires_at=timezone.now() + OUTPUT_TTL,
+        bytes=size, lines=lines, storage_name=name, expires_at=expiry(ttl_s),
     )
+
+
+def remove(batch_file: BatchFile) -> None:
+    """Delete a file's bytes and its row (a batch's input keeps its row, marked deleted: the batch names it)."""
+    delete_quietly([batch_file.storage_name])
+    if batch_file.jobs.exists():
+        BatchFile.objects.filter(pk=batch_file.pk).update(deleted_at=timezone.now())
+    else:
+        batch_file.delete()
 
 
 def delete_quietly(names: Iterable[str]) -> None:

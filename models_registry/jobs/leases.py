@@ -6,9 +6,11 @@ two drivers that both believe they hold a job can never both commit the same chu
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -26,18 +28,29 @@ class ClaimedJob:
     public_id: str
     status: str
     progress: Progress
-    token_hash: str | None
+    owner_id: int | None  # the token record the lines run as (not its secret: rotation keeps the job going)
     input_file: BatchFile
+    expires_at: datetime | None = None  # the end of its completion window
 
 
 def _claimable(owner: str) -> Q:
     return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=timezone.now()) | Q(lease_owner=owner)
 
 
-def claim(owner: str, lease_s: float) -> ClaimedJob | None:
-    """Take the oldest active job nobody holds (or whose holder's lease ran out)."""
+def claim(owner: str, lease_s: float, busy_owners: Collection[int | None] = ()) -> ClaimedJob | None:
+    """Take the oldest active job nobody holds (or whose holder's lease ran out).
+
+    busy_owners: tokens this driver runs a job of already; their other jobs wait, so that
+    a driver's jobs belong to different owners (one owner's queue of jobs never fills it).
+    """
     active = BatchJob.objects.filter(status__in=BatchJob.ACTIVE)
-    for pk in active.filter(_claimable(owner)).order_by("id").values_list("id", flat=True)[:8]:
+    candidates = active.filter(_claimable(owner))
+    ids = [o for o in busy_owners if o is not None]
+    if ids:
+        candidates = candidates.exclude(owner_id__in=ids)
+    if None in busy_owners:
+        candidates = candidates.exclude(owner__isnull=True)
+    for pk in candidates.order_by("id").values_list("id", flat=True)[:8]:
         taken = active.filter(_claimable(owner), pk=pk).update(
             lease_owner=owner, lease_expires_at=timezone.now() + timedelta(seconds=lease_s))
         if taken:
@@ -45,21 +58,39 @@ def claim(owner: str, lease_s: float) -> ClaimedJob | None:
             return ClaimedJob(
                 pk=job.pk, public_id=job.public_id, status=job.status,
                 progress=Progress(job.next_chunk, job.next_line, job.next_offset, job.completed, job.failed),
-                token_hash=job.owner.token_hash if job.owner else None, input_file=job.input_file,
+                owner_id=job.owner_id, input_file=job.input_file, expires_at=job.expires_at,
             )
     return None
 
 
 def renew(pk: int, owner: str, lease_s: float) -> str | None:
-    """Extend the lease; the job's status now ("expiring" once its window is over), or None when lost."""
+    """Extend the lease; the job's status now, or None when lost.
+
+    "expiring" once its window is over; "revoking" once its owner's token is revoked,
+    expired or deleted (a rotated token is the same record, and the job goes on).
+    """
     now = timezone.now()
     held = BatchJob.objects.filter(pk=pk, lease_owner=owner).update(lease_expires_at=now + timedelta(seconds=lease_s))
     if not held:
         return None
-    status, expires_at = BatchJob.objects.filter(pk=pk).values_list("status", "expires_at").get()
+    status, expires_at, owner_id, revoked, token_expires = BatchJob.objects.filter(pk=pk).values_list(
+        "status", "expires_at", "owner_id", "owner__revoked", "owner__expires_at").get()
+    if status == "in_progress" and settings.HOSTING_REQUIRE_API_TOKEN and (
+            owner_id is None or revoked or (token_expires is not None and token_expires <= now)):
+        return "revoking"
     if status == "in_progress" and expires_at is not None and expires_at <= now:
         return "expiring"
     return status
+
+
+REVOKED_ERROR = {"code": "token_revoked", "message": "the API token that created this batch was revoked, expired or "
+                 "deleted; the requests not yet run are in the error file", "line": None, "param": None}
+
+
+def stop_revoked(pk: int, owner: str) -> bool:
+    """Move a running job whose owner's token is gone to cancelling, saying why in its errors."""
+    return bool(BatchJob.objects.filter(pk=pk, lease_owner=owner, status__in=("validating", "in_progress")).update(
+        status="cancelling", cancelling_at=timezone.now(), errors=[REVOKED_ERROR]))
 
 
 def release(pk: int, owner: str) -> None:
@@ -102,9 +133,9 @@ def finish(pk: int, owner: str, final: str) -> bool:
     job = BatchJob.objects.select_related("owner").get(pk=pk)
     chunks = list(BatchChunk.objects.filter(job_id=pk).order_by("index"))
     output = files.assemble(job.public_id, "output", [c.output_part for c in chunks], job.owner,
-                            sum(c.completed for c in chunks))
+                            sum(c.completed for c in chunks), job.output_ttl_s)
     errors = files.assemble(job.public_id, "errors", [c.error_part for c in chunks], job.owner,
-                            sum(c.failed for c in chunks))
+                            sum(c.failed for c in chunks), job.output_ttl_s)
     with transaction.atomic():
         closed = BatchJob.objects.filter(pk=pk, lease_owner=owner, status__in=BatchJob.ACTIVE).update(
             status=final, output_file=output, error_file=errors, lease_owner="", lease_expires_at=None,

@@ -17,6 +17,14 @@ from models_registry.api import auth
 from models_registry.jobs.lines import JobLine
 
 BATCH_PRIORITY = "batch"
+# A streamed answer has no place in a JSONL output, and a stream opened here would never be
+# read (nor closed: the worker would go on generating into it), so such lines are refused
+# before the view runs, with the 400 the same request's body error would get.
+STREAM_REFUSED = orjson.dumps({
+    "error": "\"stream\": true is not available in batch jobs; send the line without it (or false) to get "
+             "the whole answer in the output file",
+    "error_type": "invalid_input",
+})
 
 
 @dataclass(frozen=True)
@@ -67,14 +75,16 @@ class LineCaller:
 
         self.handler = ApiASGIHandler()
 
-    async def call(self, line: JobLine, token_hash: str | None, request_id: str) -> LineAnswer:
-        """The view's answer to line."""
+    async def call(self, line: JobLine, owner_id: int | None, request_id: str) -> LineAnswer:
+        """The view's answer to line, run as the job's owner (its token record's id)."""
+        if line.body.get("stream") is True:
+            return LineAnswer(400, STREAM_REFUSED)
         request = build_request(line, request_id)
-        acting = auth.acting_token_hash.set(token_hash)
+        acting = auth.acting_token_id.set(owner_id)
         try:
             response = await self.handler.get_response_async(request)
         finally:
-            auth.acting_token_hash.reset(acting)
+            auth.acting_token_id.reset(acting)
         try:
             if response.streaming:
                 return LineAnswer(400, orjson.dumps({"error": "streamed answers are not available in batches",

@@ -10,7 +10,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -19,7 +19,8 @@ from models_registry.registry.task_key import TaskKey
 
 FIELDS = ("custom_id", "method", "url", "body")
 MAX_CUSTOM_ID_CHARS = 512
-MAX_DISTINCT_URLS = 64  # a file's distinct urls are kept on its row
+MAX_DISTINCT_URLS = 64
+_SKIP_BLOCK = 256 * 1024  # how much of a line over the cap is read at a time (and dropped)  # a file's distinct urls are kept on its row
 EMBEDDINGS_URL = "/v1/embeddings"
 _MODEL_URL = re.compile(r"^/models/([A-Za-z0-9_-]+)(?:/([A-Za-z0-9_-]+))?$")
 
@@ -35,6 +36,13 @@ class JobLine:
     custom_id: str
     url: str
     body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LongLine:
+    """A line over the size cap, skipped while it was read (its bytes are never held whole)."""
+
+    size: int  # its bytes, newline included
 
 
 @dataclass
@@ -69,10 +77,11 @@ def _line_error(number: int, error: HostingError) -> HostingError:
     return kind(f"line {number}: {error.message}")
 
 
-def parse_line(raw: bytes, number: int, max_line_bytes: int) -> JobLine | None:
+def parse_line(raw: bytes | LongLine, number: int, max_line_bytes: int) -> JobLine | None:
     """The request on one line (None for a blank line); raises InvalidInput/TooLarge naming the line."""
-    if len(raw) > max_line_bytes:
-        raise TooLarge(f"line {number} is {len(raw)} bytes; one request may be at most {max_line_bytes} bytes")
+    size = raw.size if isinstance(raw, LongLine) else len(raw)
+    if isinstance(raw, LongLine) or size > max_line_bytes:
+        raise TooLarge(f"line {number} is {size} bytes; one request may be at most {max_line_bytes} bytes")
     if not raw.strip():
         return None
     try:
@@ -103,12 +112,31 @@ def parse_line(raw: bytes, number: int, max_line_bytes: int) -> JobLine | None:
     return JobLine(number=number, custom_id=custom_id, url=url, body=body)
 
 
-def numbered(raw_lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+def read_lines(stream: IO[bytes], cap: int) -> Iterator[bytes | LongLine]:
+    """Lines split on b"\\n" only, of at most cap bytes each (newline included).
+
+    A longer line is read on in bounded pieces up to its end and comes as LongLine(size):
+    a file with no newline at all never sits whole in memory.
+    """
+    while raw := stream.readline(cap + 1):
+        if len(raw) <= cap:
+            yield raw
+            continue
+        size = len(raw)
+        while not raw.endswith(b"\n"):
+            raw = stream.readline(_SKIP_BLOCK)
+            if not raw:
+                break
+            size += len(raw)
+        yield LongLine(size)
+
+
+def numbered(raw_lines: Iterable[bytes | LongLine]) -> Iterator[tuple[int, bytes | LongLine]]:
     """(1-based line number, raw line) for each line."""
     return enumerate(raw_lines, start=1)
 
 
-def scan(raw_lines: Iterable[bytes], *, max_line_bytes: int, max_lines: int, check: RouteCheck) -> FileSummary:
+def scan(raw_lines: Iterable[bytes | LongLine], *, max_line_bytes: int, max_lines: int, check: RouteCheck) -> FileSummary:
     """Check every line of a file; raise the first problem as a HostingError naming its line.
 
     Duplicate custom_ids are found with a digest per id (16 bytes each, not the ids).

@@ -10,7 +10,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from models_registry.api.batch_shapes import batch_object, file_object
-from models_registry.api.errors import InvalidInput, NotFound
+from models_registry.api.errors import Conflict, InvalidInput, NotFound
+from models_registry.jobs import files, retention
 from models_registry.jobs.files import new_id
 from models_registry.models import BatchFile, BatchJob
 
@@ -23,9 +24,13 @@ def _visible(queryset: QuerySet[Any], owner_id: int | None) -> QuerySet[Any]:
     return queryset if owner_id is None else queryset.filter(owner_id=owner_id)
 
 
+def _files() -> QuerySet[BatchFile]:
+    return BatchFile.objects.filter(retention.live())
+
+
 def get_file(public_id: str, owner_id: int | None) -> BatchFile:
-    """A file the token may see, or 404 (another token's file is not found either)."""
-    found = _visible(BatchFile.objects.all(), owner_id).filter(public_id=public_id).first()
+    """A live file the token may see, or 404 (another token's, a deleted or an expired file neither)."""
+    found = _visible(_files(), owner_id).filter(public_id=public_id).first()
     if found is None:
         raise NotFound(f"no file {public_id!r}")
     return found
@@ -48,7 +53,7 @@ def _page(queryset: QuerySet[Any], after: str | None, limit: int) -> tuple[list[
 
 def list_files(owner_id: int | None, after: str | None, limit: int, purpose: str | None) -> tuple[list[dict[str, Any]], bool]:
     """A page of the token's files, newest first."""
-    queryset = _visible(BatchFile.objects.all(), owner_id)
+    queryset = _visible(_files(), owner_id)
     if purpose:
         queryset = queryset.filter(purpose=purpose)
     rows, more = _page(queryset, after, limit)
@@ -81,8 +86,19 @@ def list_jobs(owner_id: int | None, after: str | None, limit: int) -> tuple[list
     return [_job_json(j) for j in rows], more
 
 
+def delete_file(public_id: str, owner_id: int | None) -> dict[str, Any]:
+    """Delete the token's file (OpenAI's deletion object); 409 while a running batch reads it."""
+    batch_file = get_file(public_id, owner_id)
+    batch_id = retention.in_use(batch_file)
+    if batch_id is not None:
+        raise Conflict(f"file {public_id!r} is the input of batch {batch_id!r}, which is still running; cancel the "
+                       "batch (or wait for it to end), then delete the file")
+    files.remove(batch_file)
+    return {"id": public_id, "object": "file", "deleted": True}
+
+
 def create_job(owner_id: int | None, input_file_id: str, endpoint: str, window: str,
-               metadata: dict[str, str] | None) -> dict[str, Any]:
+               metadata: dict[str, str] | None, output_ttl_s: int | None = None) -> dict[str, Any]:
     """A new batch over a checked input file; the workers pick it up within a second."""
     source = get_file(input_file_id, owner_id)
     if source.purpose != "batch":
@@ -95,6 +111,7 @@ def create_job(owner_id: int | None, input_file_id: str, endpoint: str, window: 
     job = BatchJob.objects.create(
         public_id=new_id("batch_"), owner_id=owner_id, input_file=source, endpoint=endpoint,
         completion_window=window, metadata=metadata, total=source.lines, expires_at=now + WINDOWS[window],
+        output_ttl_s=output_ttl_s,
     )
     return _job_json(_jobs().get(pk=job.pk))
 

@@ -43,6 +43,7 @@ def test_every_spec_route_is_described(schema: dict[str, Any]) -> None:
         ("/health", "get"), ("/ready", "get"), ("/metrics", "get"),
         ("/api/openapi.json", "get"), ("/api/docs", "get"), ("/tokenize", "post"),
         ("/rerank", "post"), ("/v1/files", "post"), ("/v1/files", "get"), ("/v1/files/{file_id}", "get"),
+        ("/v1/files/{file_id}", "delete"),
         ("/v1/files/{file_id}/content", "get"), ("/v1/batches", "post"), ("/v1/batches", "get"),
         ("/v1/batches/{batch_id}", "get"), ("/v1/batches/{batch_id}/cancel", "post"),
     }
@@ -92,7 +93,7 @@ def test_error_statuses_name_their_error_types(schema: dict[str, Any]) -> None:
     assert narrowed["properties"]["error_type"]["enum"] == ["overloaded", "unavailable"]
     enum = schema["components"]["schemas"]["Error"]["properties"]["error_type"]["enum"]
     assert {"invalid_input", "unauthorized", "forbidden", "not_found", "too_large", "overloaded", "unavailable",
-            "timeout", "internal", "method_not_allowed", "rate_limited"} == set(enum)
+            "timeout", "internal", "method_not_allowed", "rate_limited", "conflict"} == set(enum)
 
 
 async def test_schema_route_refuses_post_with_allow() -> None:

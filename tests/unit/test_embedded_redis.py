@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -32,3 +35,19 @@ def test_concurrent_starts_start_one_server_and_stop_ends_it(tmp_path: Path) -> 
     while embedded_redis.is_running(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not embedded_redis.is_running(tmp_path)
+
+
+def test_a_server_left_by_a_dead_serve_is_replaced(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        assert embedded_redis.ensure_running(tmp_path)  # a daemon, as an older serve (or another OS) left it
+        left = int((tmp_path / "redis.pid").read_text())
+        (tmp_path / "redis.owner").write_text(str(dead.pid))
+        assert embedded_redis.ensure_running(tmp_path, tie_to_parent=True)  # stopped, and a tied one started
+        tied = int((tmp_path / "redis.pid").read_text())
+        assert tied != left and embedded_redis.is_running(tmp_path)
+        assert int((tmp_path / "redis.owner").read_text()) == os.getpid()
+        assert not embedded_redis.ensure_running(tmp_path, tie_to_parent=True)  # its owner lives: kept
+    finally:
+        embedded_redis.stop(tmp_path)

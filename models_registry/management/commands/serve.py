@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from hosting.process_tie import die_with_this_process
 from models_registry.worker import sizing
 
 DEMO_MODEL = "all-minilm-l6-v2"
@@ -43,14 +44,16 @@ class Command(BaseCommand):
         if settings.EMBEDDED_REDIS:
             from hosting import embedded_redis
 
-            started_redis = embedded_redis.ensure_running(settings.VAR_DIR)
+            # Tied to this process: a serve killed with SIGKILL leaves no server behind.
+            started_redis = embedded_redis.ensure_running(settings.VAR_DIR, tie_to_parent=True)
         host, port = options["host"], options["port"]
         web_cmd = self._web_command(options["server"], host, port)
         worker_cmd = [sys.executable, "manage.py", "runworker", "inference"]
         workers, worker_env = self._worker_layout(options["workers"])
-        processes: dict[str, subprocess.Popen[bytes]] = {"web": subprocess.Popen(web_cmd)}
+        tie = die_with_this_process()  # the children end with serve, even when it is killed
+        processes: dict[str, subprocess.Popen[bytes]] = {"web": subprocess.Popen(web_cmd, preexec_fn=tie)}
         for index in range(workers):
-            processes[f"worker-{index}"] = subprocess.Popen(worker_cmd, env=worker_env)
+            processes[f"worker-{index}"] = subprocess.Popen(worker_cmd, env=worker_env, preexec_fn=tie)
 
         stopping = False
 
@@ -73,7 +76,7 @@ class Command(BaseCommand):
                         break
                     self.stderr.write(f"{name} exited with {process.returncode}; restarting it")
                     time.sleep(RESTART_BACKOFF_S)
-                    processes[name] = subprocess.Popen(worker_cmd, env=worker_env)
+                    processes[name] = subprocess.Popen(worker_cmd, env=worker_env, preexec_fn=tie)
         finally:
             self._stop_all(processes)
             if started_redis:

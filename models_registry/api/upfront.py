@@ -1,0 +1,51 @@
+"""Refusals the API handler gives from a request's headers alone, before it reads any of the body.
+
+- A Content-Length that is not a decimal number is a 400 (Django would take it for 0, and
+  the files route raised on it: a 500).
+- /v1/files takes bodies of up to HOSTING_BATCH_MAX_FILE_BYTES: without a valid token the
+  401 comes before any of them is read (it read a whole 150 MB upload first).
+"""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+
+from models_registry.api import auth
+from models_registry.api.errors import HostingError, InvalidInput, error_response
+from models_registry.api.middleware import request_id_from
+
+AUTH_FIRST = ("/v1/files",)  # routes with large bodies: the token is checked before the body is read
+
+
+def _header(scope: dict, name: bytes) -> str | None:  # type: ignore[type-arg]
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def is_chunked(scope: dict) -> bool:  # type: ignore[type-arg]
+    """Whether the body comes in chunks of unannounced size (else Content-Length, or no body)."""
+    return "chunked" in (_header(scope, b"transfer-encoding") or "").lower()
+
+
+def _check_length(scope: dict) -> None:  # type: ignore[type-arg]
+    length = _header(scope, b"content-length")
+    if length is not None and not length.strip().isdigit():
+        raise InvalidInput(f"malformed Content-Length header {length[:40]!r}: send the body's size in bytes")
+
+
+async def refusal(scope: dict) -> HttpResponse | None:  # type: ignore[type-arg]
+    """The answer to a request its headers already rule out, or None to read its body and serve it."""
+    try:
+        _check_length(scope)
+        if scope["path"].startswith(AUTH_FIRST):
+            await auth.authorize(_header(scope, b"authorization"), None)
+    except HostingError as error:
+        request_id = request_id_from(_header(scope, b"x-request-id"))
+        if scope["path"].startswith("/v1/"):
+            from models_registry.api.openai_routes import openai_error_response
+
+            return openai_error_response(error, request_id)
+        return error_response(error, request_id)
+    return None
