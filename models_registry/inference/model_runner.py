@@ -18,6 +18,7 @@ from models_registry.api.errors import HostingError, Internal
 from models_registry.inference import encoder_tasks, generation, ranking, streaming
 from models_registry.inference.embeddings import embed
 from models_registry.inference.loading import LoadedModel, load_model
+from models_registry.inference.memory_errors import is_out_of_memory
 from models_registry.inference.onnx_backend import OrtSettings
 from models_registry.inference.question_answering import question_answering
 from models_registry.registry.specs import ModelSpec, TaskSpec
@@ -42,8 +43,10 @@ class PipelineRunner:
     """Builds transformers pipelines and runs batches of inputs through them."""
 
     def __init__(self, default_device: str = "cpu", torch_threads: int | None = None, packing: bool = True,
-                 torchscript: bool = True, ort: OrtSettings | None = None) -> None:
+                 torchscript: bool = True, ort: OrtSettings | None = None, fail_above_tokens: int = 0) -> None:
         self.default_device = default_device
+        # Tests only (HOSTING_TEST_OOM_ABOVE_TOKENS): an allocator that fails on batches over this many padded tokens.
+        self.fail_above_tokens = fail_above_tokens
         self.packing = packing
         self.torchscript = torchscript
         self.ort = ort  # None: packed embeddings stay on torch
@@ -75,6 +78,10 @@ class PipelineRunner:
         retried one by one so a bad input fails only its own request. sinks: where each
         streamed generation input sends its tokens as they come (None: not streamed).
         """
+        if self.fail_above_tokens and texts:
+            padded = len(texts) * max(loaded.count_tokens(t) for t in texts)
+            if padded > self.fail_above_tokens:
+                raise MemoryError(f"test allocator: {padded} padded tokens > {self.fail_above_tokens}")
         outputs: list[Any] = [None] * len(texts)
         groups: dict[str, list[int]] = {}
         for position, params in enumerate(parameters):
@@ -112,6 +119,8 @@ class PipelineRunner:
             if len(texts) == 1:
                 return [ItemFailure(error)]
         except Exception as error:  # a pipeline error: isolate the input that caused it
+            if is_out_of_memory(error):
+                raise  # not this input's fault: the worker splits the batch (worker.batch_memory)
             if len(texts) == 1:
                 logger.exception("pipeline %s/%s failed on one input", loaded.spec.name, task.name)
                 return [ItemFailure(Internal(f"the model failed on this input: {type(error).__name__}: {error}"))]

@@ -11,6 +11,7 @@ from typing import Any
 from models_registry.api.errors import Internal, Unavailable
 from models_registry.broker import admission
 from models_registry.broker.work_layer import WorkLayer
+from models_registry.worker.batch_memory import BatchMemory
 from models_registry.worker.batch_types import Batch, ItemFailure
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import EngineStats
@@ -29,7 +30,7 @@ class BatchLoop:
     """Runs forever: a batch at once when the device is idle, never two at a time."""
 
     def __init__(self, layer: WorkLayer, batcher: Batcher, slots: ModelSlots, runner: Any, replies: Replies,
-                 stats: EngineStats) -> None:
+                 stats: EngineStats, memory: BatchMemory | None = None) -> None:
         self.layer = layer
         self.batcher = batcher
         self.slots = slots
@@ -37,6 +38,7 @@ class BatchLoop:
         self.replies = replies
         self.stats = stats
         self.busy = False
+        self.memory = memory or BatchMemory(0, enabled=False)  # sizes batches to the memory budget
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
@@ -140,4 +142,6 @@ class BatchLoop:
         params = [{**task.parameters, **item.request.context["parameters"]} for item in batch.items]
         if any(sinks):  # streamed generation: each such item's tokens go to its client as they come
             return self.runner.run(slot.loaded, task, texts, params, sinks=sinks)
-        return self.runner.run(slot.loaded, task, texts, params)
+        costs = [item.cost for item in batch.items]
+        return self.memory.run(batch.key, costs, lambda at: self.runner.run(
+            slot.loaded, task, [texts[p] for p in at], [params[p] for p in at]))

@@ -20,10 +20,12 @@ from models_registry.broker.work_layer import WorkLayer
 from models_registry.registry.specs import ModelSpec
 from models_registry.registry.task_key import TaskKey
 from models_registry.worker.batch_loop import BatchLoop
+from models_registry.worker.batch_memory import BatchMemory
 from models_registry.worker.batch_types import QueueFull, UnknownKey
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
 from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget
+from models_registry.worker.memory_budget import MemoryConfig, worker_budget
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.replies import Lease, Replies
 
@@ -34,18 +36,23 @@ class InferenceEngine:
     """Owns the batcher, the loaded models and the compute thread of one worker."""
 
     def __init__(self, channel_layer: WorkLayer, runner: Any, serve_models: list[str] | None = None,
-                 batch_aging_s: float = 5.0) -> None:
+                 batch_aging_s: float = 5.0, memory: MemoryConfig | None = None) -> None:
         self.layer = channel_layer
         self.runner = runner
+        memory = memory or MemoryConfig()
+        self.memory = BatchMemory(worker_budget(memory.budget_bytes, runner.default_device), runner.default_device,
+                                  enabled=memory.cap_batches)
         # No quiet time: the pull loop hands over everything waiting in Redis at once, so an
         # idle device has nothing more to wait for (an idle worker starts at once).
-        self.batcher = Batcher(idle_quiet_s=0.0, aging_s=batch_aging_s)
+        self.batcher = Batcher(idle_quiet_s=0.0, aging_s=batch_aging_s,
+                               memory_limit=self.memory.allows if memory.cap_batches else None)
         self.stats = EngineStats()
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.draining = False
         self.replies = Replies(channel_layer, self.worker_id)
         self.models = ModelSlots(runner, self.batcher, self.replies, self._wake, serve_models)
-        self.batch_loop = BatchLoop(channel_layer, self.batcher, self.models, runner, self.replies, self.stats)
+        self.batch_loop = BatchLoop(channel_layer, self.batcher, self.models, runner, self.replies, self.stats,
+                                    self.memory)
         self._drain_rates = DrainRates(self.stats)
 
     def _wake(self) -> None:
