@@ -74,6 +74,7 @@ class BatchLoop:
             batch = self.batcher.next_batch(now, idle=True)
             if batch is not None:
                 self._room.set()
+                self.slots.touch(batch.key[0])  # just used: not evicted before it computes
                 batch = await self._without_abandoned(batch)
                 if not batch.items:
                     continue
@@ -140,8 +141,9 @@ class BatchLoop:
         task = slot.spec.tasks[task_name]
         texts = [item.payload for item in batch.items]
         params = [{**task.parameters, **item.request.context["parameters"]} for item in batch.items]
-        if any(sinks):  # streamed generation: each such item's tokens go to its client as they come
-            return self.runner.run(slot.loaded, task, texts, params, sinks=sinks)
         costs = [item.cost for item in batch.items]
-        return self.memory.run(batch.key, costs, lambda at: self.runner.run(
-            slot.loaded, task, [texts[p] for p in at], [params[p] for p in at]))
+        with self.slots.using(slot):  # not evicted while it computes
+            if any(sinks):  # streamed generation: each such item's tokens go to its client as they come
+                return self.runner.run(slot.loaded, task, texts, params, sinks=sinks)
+            return self.memory.run(batch.key, costs, lambda at: self.runner.run(
+                slot.loaded, task, [texts[p] for p in at], [params[p] for p in at]))

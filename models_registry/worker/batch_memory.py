@@ -38,7 +38,7 @@ class BatchMemory:
         self.ooms = 0
         self.last: dict[Key, dict[str, float]] = {}  # the latest batch per key: shape, predicted and measured bytes
         self._count = 0
-        self._lock = threading.Lock()  # the compute thread measures while the loader warms up
+        self.lock = threading.Lock()  # one measurement at a time: batches, warm-ups and loads
 
     # --- what the batcher asks ------------------------------------------------------------
     def available(self) -> float:
@@ -67,7 +67,7 @@ class BatchMemory:
         fit = self.fits.setdefault(key, MemoryFit())
         items, longest = len(positions), max(costs[p] for p in positions)
         measure = self._should_measure(fit, items, longest)
-        with self._lock:
+        with self.lock:
             if measure:
                 self.probe.start()
             try:

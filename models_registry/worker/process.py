@@ -61,6 +61,7 @@ class InferenceWorker(Worker):
             asyncio.ensure_future(self._config_loop(engine)),
             asyncio.ensure_future(self._heartbeat_loop(engine)),
             asyncio.ensure_future(self._liveness_loop(engine)),
+            asyncio.ensure_future(engine.placer.run()),
         ]
         listeners = [asyncio.ensure_future(self._pull_loop(engine))]
         # Batch jobs are driven from the workers: `make run` needs no extra process, and a
@@ -87,6 +88,10 @@ class InferenceWorker(Worker):
                 logger.warning("gave %d unanswered messages back to the channel", requeued)
         except Exception:
             logger.exception("could not give leases back; they are requeued when the liveness key expires")
+        try:
+            await engine.placer.retire()
+        except Exception:
+            logger.warning("could not withdraw this worker's model holdings; they expire in seconds")
         await sync_to_async(heartbeats.forget)(engine.worker_id)
         engine.shutdown()
         logger.info("worker %s stopped", engine.worker_id)
