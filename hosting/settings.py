@@ -21,6 +21,13 @@ def _flag(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _bytes(name: str) -> int:
+    """A size in bytes, with an optional K/M/G/T suffix (powers of 1024); 0 when unset."""
+    value = (os.environ.get(name) or "0").strip().upper().removesuffix("B").removesuffix("I")
+    scale = 1024 ** ("KMGT".index(value[-1]) + 1) if value and value[-1] in "KMGT" else 1
+    return int(float(value.rstrip("KMGT") or 0) * scale)
+
+
 var_dir.prepare(VAR_DIR)  # 0700: the key, the SQLite file, the Redis socket, batch files
 SECRET_KEY = secret_key.load(VAR_DIR, os.environ.get("SECRET_KEY", ""))
 DEBUG = _flag("DEBUG", False)
@@ -188,6 +195,14 @@ HOSTING_METRICS_TOKEN_NAMES = _flag("HOSTING_METRICS_TOKEN_NAMES", False)
 HOSTING_HEADER_TIMEOUT_S = float(os.environ.get("HOSTING_HEADER_TIMEOUT_S", "10"))
 HOSTING_BODY_TIMEOUT_S = float(os.environ.get("HOSTING_BODY_TIMEOUT_S", "30"))
 HOSTING_MAX_CONNECTIONS = int(os.environ.get("HOSTING_MAX_CONNECTIONS", "1000"))
+# A worker's memory budget for its models and batches (0 = auto: a share of the machine's or cgroup's
+# memory, or the GPU's), how many models it holds at once (0 = the budget alone decides; more load on
+# demand and the least recently used idle one is unloaded), and whether batches are capped to the budget.
+HOSTING_WORKER_MEMORY_BYTES = _bytes("HOSTING_WORKER_MEMORY_BYTES")
+HOSTING_MAX_LOADED_MODELS = int(os.environ.get("HOSTING_MAX_LOADED_MODELS") or 0)
+HOSTING_MEMORY_CAP = _flag("HOSTING_MEMORY_CAP", True)
+# Tests only: the runner fails like an exhausted allocator on batches over this many padded tokens (0 = never).
+HOSTING_TEST_OOM_ABOVE_TOKENS = int(os.environ.get("HOSTING_TEST_OOM_ABOVE_TOKENS") or 0)
 HOSTING_HEARTBEAT_S = 1.0
 HOSTING_WORKER_STALE_S = 10.0
 HOSTING_CONFIG_REFRESH_S = 1.0

@@ -44,6 +44,9 @@ class RegisteredModel(models.Model):
         help_text="Embedding forwards: auto = ONNX Runtime on CPU when its outputs match torch's at load, else torch.",
     )
     enabled = models.BooleanField(default=True)
+    keep_loaded = models.BooleanField(
+        default=False, help_text="Pin the model: workers load it at start and never unload it to make room for others.",
+    )
     load_generation = models.PositiveIntegerField(
         default=0, editable=False, help_text="Bumped by the admin's 'Load now': workers reload the model."
     )

@@ -10,7 +10,7 @@ from django.db import connection
 
 from models_registry.broker.work_layer import work_layer
 from models_registry.registry import lookups
-from models_registry.registry.model_state import ModelState
+from models_registry.registry.model_state import ModelState, servable
 
 CHECK_TIMEOUT_S = 2.0
 
@@ -46,9 +46,12 @@ async def check() -> dict[str, Any]:
         view = await lookups.get_workers()
         enabled = {name for name, spec in specs.items() if spec.enabled}
         serving = sorted(n for n, s in view.model_states.items() if n in enabled and s.get("state") == ModelState.READY)
+        # Registered, enabled, not loaded now, and fits a live worker: the first request loads it.
+        on_demand = sorted(n for n, s in view.model_states.items() if n in enabled and n not in serving and servable(s))
         checks["workers_alive"] = len(view.workers)
         checks["models_ready"] = serving
-        checks["models_not_served"] = sorted(enabled - set(serving))
-        if not serving:
+        checks["models_loadable_on_demand"] = on_demand
+        checks["models_not_served"] = sorted(enabled - set(serving) - set(on_demand))
+        if not serving and not on_demand:
             missing.append("a live worker serving an enabled model")
     return {"status": "ready" if not missing else "not_ready", "checks": checks, "missing": missing}

@@ -110,7 +110,7 @@ class ModelSummary(TypedDict):
     device: NotRequired[str]
     dtype: NotRequired[str]
     enabled: bool
-    state: Literal["loading", "ready", "error", "disabled"]
+    state: Literal["loading", "ready", "available", "error", "disabled"]
     error: Annotated[str, Field(description="why the model is not ready (empty when it is)")]
     default_task: str
     tasks: list[str]
@@ -151,7 +151,7 @@ class ModelDetail(TypedDict):
     device: NotRequired[str]
     dtype: NotRequired[str]
     enabled: bool
-    state: Literal["loading", "ready", "error", "disabled"]
+    state: Literal["loading", "ready", "available", "error", "disabled"]
     error: str
     default_task: str
     tasks: list[TaskSettings]

@@ -15,7 +15,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from models_registry.api import answers, auth, dimensions, payloads, readiness, tgi_stream
+from models_registry.api import answers, auth, dimensions, model_memory, payloads, readiness, tgi_stream
 from models_registry.api.errors import (
     HostingError,
     Internal,
@@ -28,7 +28,7 @@ from models_registry.api.errors import (
 from models_registry.broker import admission, handoff
 from models_registry.policy import gate, priority, response_cache
 from models_registry.registry import lookups, sources
-from models_registry.registry.model_state import ModelState, shown_state
+from models_registry.registry.model_state import ModelState, servable, shown_state
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.registry.task_key import TaskKey
 
@@ -89,7 +89,7 @@ async def _require_serving(spec: ModelSpec, task_name: str) -> float:
     state = workers.model_states.get(spec.name)
     if state is None:
         raise Unavailable(f"no live worker serves model {spec.name!r}")
-    if state.get("state") != ModelState.READY:
+    if not servable(state):
         detail = f": {sources.LOAD_FAILED}" if state.get("state") == ModelState.ERROR else ""
         raise Unavailable(f"model {spec.name!r} is {state.get('state')}{detail}")
     key = str(TaskKey(spec.name, task_name))
@@ -163,7 +163,7 @@ async def send_to_worker(request: HttpRequest, spec: ModelSpec, task_spec: TaskS
 
     async def still_served() -> bool:
         state = (await lookups.get_workers()).model_states.get(spec.name)
-        return state is not None and state.get("state") == ModelState.READY
+        return servable(state)
 
     return await handoff.infer(
         request_id=request.request_id, model=spec.name, task=task_spec.name, inputs=inputs,
@@ -208,9 +208,10 @@ async def model_list(request: HttpRequest) -> HttpResponse:
     """Every registered model this token may use, with its tasks and live state."""
     grant = await auth.authorize(request.headers.get("Authorization"), None)
     specs = await lookups.get_specs()
-    states = (await lookups.get_workers()).model_states
-    return JsonResponse({"models": [_model_summary(s, states.get(n)) for n, s in specs.items()
-                                    if grant is None or grant.allows(n)]})
+    view = await lookups.get_workers()
+    states, workers = view.model_states, view.workers
+    return JsonResponse({"models": [_model_summary(s, states.get(n)) | model_memory.placement(workers, n)
+                                    for n, s in specs.items() if grant is None or grant.allows(n)]})
 
 
 async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
@@ -221,7 +222,7 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
     if spec is None:
         raise NotFound(f"no model named {name!r}; GET /models lists them")
     workers = await lookups.get_workers()
-    summary = _model_summary(spec, workers.model_states.get(name))
+    summary = _model_summary(spec, workers.model_states.get(name)) | model_memory.placement(workers.workers, name)
     depths = {t: await _pending_items(name, t) for t in spec.tasks}
     summary["tasks"] = [
         {
@@ -239,6 +240,7 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "cache_ttl_s": t.cache_ttl_s,
             "queue_depth": depths.get(t.name, -1),  # admitted, not yet answered (-1: broker down)
             "waiting_on_workers": sum((w.queue_depths or {}).get(str(TaskKey(name, t.name)), 0) for w in workers.workers),
+            "memory": model_memory.task_memory(workers.workers, name, t.name),
         }
         for t in spec.tasks.values()
     ]
@@ -249,6 +251,7 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "state": (w.models_state or {})[name].get("state", ""),
             "backend": (w.models_state or {})[name].get("backend", ""),
             "served_items": (w.models_state or {})[name].get("served", {}),
+            **model_memory.worker_entry((w.models_state or {})[name]),
             "last_seen": w.last_seen.isoformat(),
         }
         for w in workers.workers

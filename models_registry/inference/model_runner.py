@@ -19,6 +19,7 @@ from models_registry.inference import compute_deadline, encoder_tasks, generatio
 from models_registry.inference.containment import contained, describe
 from models_registry.inference.embeddings import embed
 from models_registry.inference.loading import LoadedModel, load_model
+from models_registry.inference.memory_errors import is_out_of_memory
 from models_registry.inference.onnx_backend import OrtSettings
 from models_registry.inference.question_answering import question_answering
 from models_registry.registry.specs import ModelSpec, TaskSpec
@@ -43,8 +44,10 @@ class PipelineRunner:
     """Builds transformers pipelines and runs batches of inputs through them."""
 
     def __init__(self, default_device: str = "cpu", torch_threads: int | None = None, packing: bool = True,
-                 torchscript: bool = True, ort: OrtSettings | None = None) -> None:
+                 torchscript: bool = True, ort: OrtSettings | None = None, fail_above_tokens: int = 0) -> None:
         self.default_device = default_device
+        # Tests only (HOSTING_TEST_OOM_ABOVE_TOKENS): an allocator that fails on batches over this many padded tokens.
+        self.fail_above_tokens = fail_above_tokens
         self.packing = packing
         self.torchscript = torchscript
         self.ort = ort  # None: packed embeddings stay on torch
@@ -76,6 +79,10 @@ class PipelineRunner:
         retried one by one so a bad input fails only its own request. sinks: where each
         streamed generation input sends its tokens as they come (None: not streamed).
         """
+        if self.fail_above_tokens and texts:
+            padded = len(texts) * max(loaded.count_tokens(t) for t in texts)
+            if padded > self.fail_above_tokens:
+                raise MemoryError(f"test allocator: {padded} padded tokens > {self.fail_above_tokens}")
         outputs: list[Any] = [None] * len(texts)
         groups: dict[str, list[int]] = {}
         for position, params in enumerate(parameters):
@@ -123,6 +130,8 @@ class PipelineRunner:
         except BaseException as error:  # a pipeline error or a tokenizer panic: isolate the input that caused it
             if not contained(error):
                 raise
+            if is_out_of_memory(error):
+                raise  # not this input's fault: the worker splits the batch (worker.batch_memory)
             if len(texts) == 1:
                 logger.exception("pipeline %s/%s failed on one input", loaded.spec.name, task.name)
                 return [ItemFailure(Internal(f"the model failed on this input: {describe(error)}"))]

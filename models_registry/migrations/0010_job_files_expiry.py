@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('models_registry', '0008_task_max_request_tokens'),
+        ('models_registry', '0009_tenancy_and_quarantine'),
     ]
 
     operations = [

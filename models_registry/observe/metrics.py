@@ -140,6 +140,9 @@ def register_collectors() -> None:
     global _registered
     if not _registered:
         REGISTRY.register(FleetCollector())
+        from models_registry.observe.memory_metrics import MemoryCollector
+
+        REGISTRY.register(MemoryCollector())
         from models_registry.observe.job_metrics import JobsCollector  # reads the job rows: Django must be set up
 
         REGISTRY.register(JobsCollector())

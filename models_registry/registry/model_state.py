@@ -12,13 +12,22 @@ class ModelState(StrEnum):
 
     LOADING = "loading"
     READY = "ready"
+    AVAILABLE = "available"  # not loaded now; a worker loads it on the first request
     ERROR = "error"
     DISABLED = "disabled"
 
 
 # A model is as available as its best worker: one ready worker serves it.
-_RANK = {ModelState.READY: 3, ModelState.LOADING: 2, ModelState.ERROR: 1}
+_RANK = {ModelState.READY: 4, ModelState.LOADING: 3, ModelState.AVAILABLE: 2, ModelState.ERROR: 1}
+# States in which a request is accepted and waits (up to its timeout) for a worker to compute it.
+SERVABLE = {ModelState.READY, ModelState.AVAILABLE}
 NO_WORKER_YET = "no live worker has loaded this model yet"
+
+
+def servable(report: dict[str, Any] | None) -> bool:
+    """Whether a request for the model is sent on: ready somewhere, or loadable on demand (or loading on demand)."""
+    state = (report or {}).get("state", "")
+    return state in SERVABLE or (state == ModelState.LOADING and bool((report or {}).get("on_demand")))
 
 
 def rank(report: dict[str, Any] | None) -> int:

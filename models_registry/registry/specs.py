@@ -39,6 +39,7 @@ class ModelSpec:
     default_task: str = ""
     load_generation: int = 0
     backend: str = "auto"  # auto, torch, onnxruntime: what runs the embedding forwards
+    keep_loaded: bool = False  # pinned: loaded at start, never evicted for another model
 
     def load_key(self) -> tuple[str, str, str, str, int, str]:
         """What forces a reload when it changes."""
@@ -77,6 +78,6 @@ def read_specs() -> dict[str, ModelSpec]:
             name=model.name, source=model.source, revision=model.revision, device=model.device,
             dtype=model.dtype, enabled=model.enabled, tasks=task_specs,
             default_task=tasks[0].name if tasks else "",
-            load_generation=model.load_generation, backend=model.backend,
+            load_generation=model.load_generation, backend=model.backend, keep_loaded=model.keep_loaded,
         )
     return specs

@@ -13,6 +13,7 @@ from models_registry.broker import admission
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.inference.compute_deadline import computing_until
 from models_registry.inference.containment import contained, describe
+from models_registry.worker.batch_memory import BatchMemory
 from models_registry.worker.batch_types import Batch, ItemFailure
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import EngineStats
@@ -31,7 +32,7 @@ class BatchLoop:
     """Runs forever: a batch at once when the device is idle, never two at a time."""
 
     def __init__(self, layer: WorkLayer, batcher: Batcher, slots: ModelSlots, runner: Any, replies: Replies,
-                 stats: EngineStats) -> None:
+                 stats: EngineStats, memory: BatchMemory | None = None) -> None:
         self.layer = layer
         self.batcher = batcher
         self.slots = slots
@@ -39,6 +40,7 @@ class BatchLoop:
         self.replies = replies
         self.stats = stats
         self.busy = False
+        self.memory = memory or BatchMemory(0, enabled=False)  # sizes batches to the memory budget
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
@@ -74,6 +76,7 @@ class BatchLoop:
             batch = self.batcher.next_batch(now, idle=True)
             if batch is not None:
                 self._room.set()
+                self.slots.touch(batch.key[0])  # just used: not evicted before it computes
                 batch = await self._without_abandoned(batch)
                 if not batch.items:
                     continue
@@ -145,7 +148,9 @@ class BatchLoop:
         # Past the latest deadline of the batch nobody waits for it: generation and long runs stop there.
         # A stream's deadline is pushed forward while its client listens: its sink stops it instead.
         deadline = None if any(sinks) else max(item.request.deadline for item in batch.items)
-        with computing_until(deadline):
+        costs = [item.cost for item in batch.items]
+        with computing_until(deadline), self.slots.using(slot):  # not evicted while it computes
             if any(sinks):  # streamed generation: each such item's tokens go to its client as they come
                 return self.runner.run(slot.loaded, task, texts, params, sinks=sinks)
-            return self.runner.run(slot.loaded, task, texts, params)
+            return self.memory.run(batch.key, costs, lambda at: self.runner.run(
+                slot.loaded, task, [texts[p] for p in at], [params[p] for p in at]))

@@ -14,7 +14,7 @@ arriving behind a small one waits less. Without interactive traffic they are ful
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from models_registry.worker.batch_types import (
@@ -30,17 +30,22 @@ from models_registry.worker.batch_types import (
 
 BATCH = "batch"  # the priority class served behind the others (see policy.priority)
 BULK_SHARE = 4  # batch-only batches hold max_batch_size // BULK_SHARE items while interactive traffic is about
+# (key, items, longest input's tokens) -> whether such a batch fits in memory (worker.batch_memory)
+MemoryLimit = Callable[[Key, int, int], bool]
 
 
 class Batcher:
     """Per-key FIFO queues closed into batches by size, token budget, delay or idleness."""
 
-    def __init__(self, idle_quiet_s: float = 0.0005, aging_s: float = 5.0, recent_s: float = 1.0) -> None:
+    def __init__(self, idle_quiet_s: float = 0.0005, aging_s: float = 5.0, recent_s: float = 1.0,
+                 memory_limit: MemoryLimit | None = None) -> None:
         # An idle device starts at once when nothing arrived for this long: messages of a
         # burst reach the worker one Redis round trip apart, and should share a batch.
         self.idle_quiet_s = idle_quiet_s
         self.aging_s = aging_s
         self.recent_s = recent_s  # interactive traffic "is about" this long after its last arrival
+        # Asked before a batch grows: a batch of one always runs (only its own failure can say it does not fit).
+        self.memory_limit = memory_limit
         self._last_interactive: dict[Key, float] = {}
         self._policies: dict[Key, BatchPolicy] = {}
         self._queues: dict[Key, list[Item]] = {}
@@ -139,6 +144,8 @@ class Batcher:
             return "size"
         if policy.max_batch_tokens and _padded(queue) >= policy.max_batch_tokens:
             return "tokens"
+        if self.memory_limit is not None and len(queue) > 1 and not self._within(key, policy, queue):
+            return "memory"
         if now >= queue[0].arrival + policy.max_batch_delay_s:
             return "delay"  # one deadline from the FIRST item, never reset by later ones
         if idle and now >= self._last_arrival.get(key, 0.0) + self.idle_quiet_s:
@@ -202,7 +209,7 @@ class Batcher:
             pool = queue
             if now - self._last_interactive.get(key, float("-inf")) < self.recent_s:
                 size = max(1, size // BULK_SHARE)
-        if len(pool) <= size and (not policy.max_batch_tokens or _padded(pool) <= policy.max_batch_tokens):
+        if len(pool) <= size and self._within(key, policy, pool):
             chosen = list(pool)
         else:
             oldest = pool[0]
@@ -215,11 +222,21 @@ class Batcher:
                 new_longest = max(longest, item.cost)
                 if policy.max_batch_tokens and new_longest * (len(chosen) + 1) > policy.max_batch_tokens:
                     continue
+                if self.memory_limit is not None and not self.memory_limit(key, len(chosen) + 1, new_longest):
+                    continue
                 chosen.append(item)
                 longest = new_longest
         taken = {id(i) for i in chosen}
         self._queues[key] = [i for i in queue if id(i) not in taken]
         return chosen
+
+    def _within(self, key: Key, policy: BatchPolicy, items: Sequence[Item]) -> bool:
+        """Whether items fit one batch: the token budget and the memory limit."""
+        if policy.max_batch_tokens and _padded(items) > policy.max_batch_tokens:
+            return False
+        if self.memory_limit is None or len(items) <= 1:
+            return True
+        return self.memory_limit(key, len(items), max(i.cost for i in items))
 
     # --- results -----------------------------------------------------------------------
     def complete(self, batch: Batch, outputs: Sequence[Any]) -> list[PendingRequest]:

@@ -16,16 +16,21 @@ import uuid
 from typing import Any
 
 from models_registry.api.errors import HostingError, Internal, Overloaded, Unavailable
+from models_registry.broker.messages import model_channel
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.inference.containment import contained, describe
 from models_registry.registry.specs import ModelSpec
 from models_registry.registry.task_key import TaskKey
 from models_registry.worker.batch_loop import BatchLoop
+from models_registry.worker.batch_memory import BatchMemory
 from models_registry.worker.batch_types import QueueFull, UnknownKey
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
 from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget, computed_tokens
+from models_registry.worker.memory_budget import MODEL_SHARE, MemoryConfig, worker_budget
 from models_registry.worker.model_slots import ModelSlots
+from models_registry.worker.placement import Limits
+from models_registry.worker.placer import Placer
 from models_registry.worker.replies import Lease, Replies
 
 logger = logging.getLogger(__name__)
@@ -35,18 +40,26 @@ class InferenceEngine:
     """Owns the batcher, the loaded models and the compute thread of one worker."""
 
     def __init__(self, channel_layer: WorkLayer, runner: Any, serve_models: list[str] | None = None,
-                 batch_aging_s: float = 5.0) -> None:
+                 batch_aging_s: float = 5.0, memory: MemoryConfig | None = None) -> None:
         self.layer = channel_layer
         self.runner = runner
+        memory = memory or MemoryConfig()
+        self.memory = BatchMemory(worker_budget(memory.budget_bytes, runner.default_device), runner.default_device,
+                                  enabled=memory.cap_batches)
         # No quiet time: the pull loop hands over everything waiting in Redis at once, so an
         # idle device has nothing more to wait for (an idle worker starts at once).
-        self.batcher = Batcher(idle_quiet_s=0.0, aging_s=batch_aging_s)
+        self.batcher = Batcher(idle_quiet_s=0.0, aging_s=batch_aging_s,
+                               memory_limit=self.memory.allows if memory.cap_batches else None)
         self.stats = EngineStats()
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.draining = False
         self.replies = Replies(channel_layer, self.worker_id)
-        self.models = ModelSlots(runner, self.batcher, self.replies, self._wake, serve_models)
-        self.batch_loop = BatchLoop(channel_layer, self.batcher, self.models, runner, self.replies, self.stats)
+        # Models may take MODEL_SHARE of the budget beyond the runtime itself; batches the rest.
+        limits = Limits(memory.max_loaded, max(0, int(self.memory.budget_bytes * MODEL_SHARE) - self.memory.resting_bytes))
+        self.models = ModelSlots(runner, self.batcher, self.replies, self._wake, serve_models, self.memory, limits)
+        self.placer = Placer(channel_layer, self.models, self.worker_id)
+        self.batch_loop = BatchLoop(channel_layer, self.batcher, self.models, runner, self.replies, self.stats,
+                                    self.memory)
         self._drain_rates = DrainRates(self.stats)
 
     def _wake(self) -> None:
@@ -64,6 +77,9 @@ class InferenceEngine:
             self.replies.release(lease)
             return
         key = TaskKey(request.model, request.task)
+        if self.models.get(request.model) is None and request.model in self.models.specs and not self.draining:
+            self._send_back(message, lease)  # unloaded while this message was being pulled: it waits for a holder
+            return
         try:
             slot = check_servable(request, self.models.get(request.model), self.draining)
             costs = [slot.loaded.count_tokens(item) for item in request.inputs]
@@ -97,6 +113,17 @@ class InferenceEngine:
                                lease)
             return
         self._wake()
+
+    def _send_back(self, message: dict[str, Any], lease: Lease | None) -> None:
+        async def send_back() -> None:
+            try:
+                await self.layer.send(model_channel(str(message["model"])), message)
+            except Exception:
+                logger.exception("could not send a message back to its channel; its lease requeues it")
+                return
+            self.replies.release(lease)
+
+        asyncio.ensure_future(send_back())
 
     def ready_models(self) -> list[str]:
         """Models this worker can compute now."""

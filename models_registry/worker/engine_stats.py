@@ -6,8 +6,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from models_registry.registry.model_state import ModelState
 from models_registry.registry.task_key import TaskKey
-from models_registry.worker.model_slots import ModelSlots
+from models_registry.worker.model_slots import ModelSlots, memory_report
 
 COST_SMOOTHING = 0.3  # weight of the newest batch in the cost estimate
 
@@ -71,6 +72,8 @@ def models_report(slots: ModelSlots, stats: EngineStats, rates: dict[str, float]
             "served": {t: stats.completed.get(str(TaskKey(name, t)), 0) for t in slot.spec.tasks},
             "costs": {t: stats.costs[str(TaskKey(name, t))] for t in slot.spec.tasks
                       if str(TaskKey(name, t)) in stats.costs},
+            **memory_report(slots, name),
         }
         for name, slot in slots.items()
-    }
+    } | {name: {"state": ModelState.AVAILABLE.value, "error": "", "tasks": list(slots.specs[name].tasks),
+                **memory_report(slots, name)} for name in slots.available()}

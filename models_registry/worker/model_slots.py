@@ -1,19 +1,30 @@
-"""The models one worker holds: loading them in a thread of their own, unloading, task policies."""
+"""The models one worker holds: loading them in a thread of their own, measuring, evicting, task policies.
+
+Which model to load next is decided by worker.placement (pure); worker.placer feeds it
+what the fleet looks like (backlogs, other holders). Here: the slots themselves, a load
+with its memory measured and its batch shapes warmed up, and an unload.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from models_registry.registry.model_state import ModelState
 from models_registry.registry.specs import ModelSpec
 from models_registry.registry.task_key import TaskKey
+from models_registry.worker import memory_warmup
+from models_registry.worker.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
+from models_registry.worker.load_stats import LoadStats
+from models_registry.worker.placement import Held, Limits, Wanted, load_choices, over_budget
 from models_registry.worker.replies import Replies
 
 logger = logging.getLogger(__name__)
@@ -27,19 +38,29 @@ class ModelSlot:
     state: ModelState = ModelState.LOADING  # then READY or ERROR
     error: str = ""
     loaded: Any = None  # inference.loading.LoadedModel once ready
+    why: str = "start"  # what made this worker load it: start, keep_loaded, demand, hot, preload
+    memory_bytes: int = 0  # resident bytes the load added (0 while loading)
+    last_used: float = field(default_factory=time.time)
+    in_use: int = 0  # batches computing on it right now
 
 
 class ModelSlots:
-    """Keeps the loaded models in line with the registry; a model loads while the others serve."""
+    """Keeps the loaded models in line with the registry and the limits; a model loads while the others serve."""
 
     def __init__(self, runner: Any, batcher: Batcher, replies: Replies, on_change: Callable[[], None],
-                 serve_models: list[str] | None = None) -> None:
+                 serve_models: list[str] | None = None, memory: BatchMemory | None = None,
+                 limits: Limits | None = None) -> None:
         self.runner = runner
         self.batcher = batcher
         self.replies = replies
         self.on_change = on_change  # wakes the batch loop: policies or queues changed
         self.serve_models = set(serve_models or [])
+        self.memory = memory or BatchMemory(0, enabled=False)
+        self.limits = limits or Limits(max_loaded=0, model_bytes=0)
         self.slots: dict[str, ModelSlot] = {}
+        self.specs: dict[str, ModelSpec] = {}  # every model this worker may serve (held or not)
+        self.sizes: dict[str, int] = {}  # measured bytes per model, kept after an unload
+        self.stats = LoadStats()
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader")
 
     def get(self, name: str) -> ModelSlot | None:
@@ -55,47 +76,140 @@ class ModelSlots:
         return [slot for slot in self.slots.values() if slot.state == ModelState.READY]
 
     def wanted(self, spec: ModelSpec) -> bool:
-        """Whether this worker should hold the model."""
+        """Whether this worker may hold the model."""
         if not spec.enabled or not spec.tasks:
             return False
         return not self.serve_models or spec.name in self.serve_models
 
+    def available(self) -> list[str]:
+        """Models this worker does not hold but would load on demand (they fit its limits)."""
+        return [name for name in self.specs if name not in self.slots and self.fits(name)]
+
+    def fits(self, name: str) -> bool:
+        """Whether the model's measured size (unknown: yes) fits what this worker may hold."""
+        return not self.limits.model_bytes or self.sizes.get(name, 0) <= self.limits.model_bytes
+
+    def touch(self, name: str) -> None:
+        """Mark a model just used (a batch of it was formed)."""
+        slot = self.slots.get(name)
+        if slot is not None:
+            slot.last_used = time.time()
+
+    @contextmanager
+    def using(self, slot: ModelSlot) -> Iterator[None]:
+        """Mark slot busy while a batch computes on it (an unload waits for idle models only)."""
+        slot.in_use += 1
+        try:
+            yield
+        finally:
+            slot.in_use -= 1
+            slot.last_used = time.time()
+
     async def reconcile(self, specs: dict[str, ModelSpec]) -> None:
-        """Bring loaded models and queue settings in line with the registry."""
+        """Bring held models and queue settings in line with the registry; load what must and may load now."""
+        self.specs = {name: spec for name, spec in specs.items() if self.wanted(spec)}
         for name in list(self.slots):
-            spec = specs.get(name)
+            spec = self.specs.get(name)
             slot = self.slots[name]
-            if spec is None or not self.wanted(spec) or spec.load_key() != slot.spec.load_key():
-                self._unload(name)
+            if spec is None or spec.load_key() != slot.spec.load_key():
+                self._unload(name, "was disabled or changed")
+                self.sizes.pop(name, None)
+                for task_name in slot.spec.tasks:
+                    self.memory.forget(TaskKey(name, task_name))
             elif spec != slot.spec:
                 self._apply_tasks(slot, spec)
-        for name, spec in specs.items():
-            if self.wanted(spec) and name not in self.slots:
-                self.slots[name] = ModelSlot(spec=spec)
-                asyncio.ensure_future(self._load(name, spec))
+        # Without a count limit every model that fits loads at start, as it always has; with
+        # one, the placer spreads models over the workers (it knows who holds what).
+        await self.place({}, {}, preload=not self.limits.max_loaded, one_at_a_time=False, preload_why="start")
+
+    async def place(self, backlog: dict[str, int], holders: dict[str, int], preload: bool = True,
+                    hot: set[str] | None = None, claim: Callable[[str, str], Awaitable[bool]] | None = None,
+                    one_at_a_time: bool = True, preload_why: str = "preload") -> list[str]:
+        """Unload what the limits no longer allow, then start the loads placement chooses; the models started.
+
+        claim(model, why): whether this worker may load it (another may be loading it already).
+        one_at_a_time: start nothing while a load runs (evict only for the load that starts next).
+        preload_why: what a preload is called ("start": requests are refused until it is ready, as at start-up).
+        """
+        now = time.time()
+        held = self._held(backlog, now)
+        for name in over_budget(held, self.limits, now):
+            self._unload(name, "made room (over the memory budget)", evicted=True)
+        started: list[str] = []
+        while not (one_at_a_time and any(s.state == ModelState.LOADING for s in self.slots.values())):
+            held = self._held(backlog, now)
+            wanted = [
+                Wanted(name, self.sizes.get(name, 0), spec.keep_loaded, backlog.get(name, 0), holders.get(name, 0),
+                       hot=name in (hot or set()))
+                for name, spec in self.specs.items() if name not in self.slots
+            ]
+            for name, why, evict in load_choices(held, wanted, self.limits, now):
+                if why == "preload" and not preload:
+                    continue
+                if claim is not None and not await claim(name, why):
+                    continue
+                self._start_load(name, preload_why if why == "preload" else why, evict)
+                started.append(name)
+                break
+            else:
+                return started
+        return started
+
+    def _held(self, backlog: dict[str, int], now: float) -> list[Held]:
+        depths = self.batcher.depths()
+        return [
+            Held(name, slot.memory_bytes or self.sizes.get(name, 0), slot.last_used,
+                 busy=bool(slot.in_use or backlog.get(name) or any(depths.get(TaskKey(name, t)) for t in slot.spec.tasks)),
+                 pinned=slot.spec.keep_loaded, loading=slot.state == ModelState.LOADING)
+            for name, slot in self.slots.items() if slot.state != ModelState.ERROR
+        ]
+
+    def _start_load(self, name: str, why: str, evict: list[str]) -> None:
+        for other in evict:
+            self._unload(other, f"made room for {name}", evicted=True)
+        spec = self.specs[name]
+        self.slots[name] = ModelSlot(spec=spec, why=why)
+        logger.info("loading model %s (%s)%s", name, why, f", unloaded {', '.join(evict)}" if evict else "")
+        asyncio.ensure_future(self._load(name, spec))
 
     def shutdown(self) -> None:
         """Stop a load in progress (models die with the process)."""
         self._loader.shutdown(wait=False, cancel_futures=True)
 
+    def _load_measured(self, spec: ModelSpec) -> tuple[Any, int]:
+        """Load (in the loader thread) and measure the resident bytes the model added, then warm up its batches."""
+        with self.memory.lock:  # between batches: a batch's transient memory is not the model's
+            before = self.memory.probe.resting()
+        loaded = self.runner.load(spec)
+        with self.memory.lock:
+            added = max(0, self.memory.probe.resting() - before)
+        memory_warmup.warm_up(self.memory, self.runner, spec, loaded)
+        return loaded, added
+
     async def _load(self, name: str, spec: ModelSpec) -> None:
         loop = asyncio.get_running_loop()
         started = time.time()
         try:
-            loaded = await loop.run_in_executor(self._loader, self.runner.load, spec)
+            loaded, added = await loop.run_in_executor(self._loader, self._load_measured, spec)
         except Exception as error:
             logger.exception("loading model %s from %s failed", name, spec.source)
             slot = self.slots.get(name)
             if slot is not None and slot.spec is spec:
                 slot.state = ModelState.ERROR
                 slot.error = f"loading {spec.source!r} failed: {type(error).__name__}: {error}"[:2000]
+            self.on_change()
             return
         slot = self.slots.get(name)
         if slot is None or slot.spec.load_key() != spec.load_key():
             return  # unloaded or changed while loading; the next reconcile loads anew
-        slot.loaded, slot.state, slot.error = loaded, ModelState.READY, ""
+        seconds = time.time() - started
+        slot.loaded, slot.state, slot.error, slot.memory_bytes = loaded, ModelState.READY, "", added
+        slot.last_used = time.time()
+        self.sizes[name] = added
+        self.stats.loaded(name, seconds)
         self._apply_tasks(slot, slot.spec)
-        logger.info("model %s ready on %s in %.1fs", name, loaded.device, time.time() - started)
+        logger.info("model %s ready on %s in %.2fs (%s, %.0f MiB)", name, loaded.device, seconds, slot.why,
+                    added / 2**20)
 
     def _apply_tasks(self, slot: ModelSlot, spec: ModelSpec) -> None:
         old_tasks = set(slot.spec.tasks)
@@ -108,8 +222,30 @@ class ModelSlots:
             self.batcher.set_policy(TaskKey(spec.name, task_name), task.policy)
         self.on_change()
 
-    def _unload(self, name: str) -> None:
+    def _unload(self, name: str, why: str, evicted: bool = False) -> None:
         slot = self.slots.pop(name)
         for task_name in slot.spec.tasks:
-            self.replies.fail(self.batcher.remove(TaskKey(name, task_name)), f"model {name} was disabled or changed")
-        logger.info("model %s unloaded", name)
+            self.replies.fail(self.batcher.remove(TaskKey(name, task_name)), f"model {name} {why}")
+        slot.loaded = None
+        if evicted:
+            self.stats.evicted(name)
+        gc.collect()  # the model's tensors go now, not at some later collection
+        self.memory.probe.release_cache()
+        logger.info("model %s unloaded: %s", name, why)
+
+
+def memory_report(slots: ModelSlots, name: str) -> dict[str, Any]:
+    """What the heartbeat says of one model's memory: measured size, batch fits per task, loads and evictions."""
+    slot = slots.get(name)
+    spec = slot.spec if slot is not None else slots.specs.get(name)
+    tasks = spec.tasks if spec is not None else {}
+    fits = {t: slots.memory.report(TaskKey(name, t)) for t in tasks}
+    return {
+        "memory_bytes": (slot.memory_bytes if slot is not None else 0) or slots.sizes.get(name, 0),
+        "memory": {t: fit for t, fit in fits.items() if fit},
+        "loaded_why": slot.why if slot is not None else "",
+        "on_demand": slot is not None and slot.why != "start",  # requests wait for it rather than get a 503
+        "last_used": round(slot.last_used, 3) if slot is not None else None,
+        "keep_loaded": bool(spec and spec.keep_loaded),
+        **slots.stats.report(name),
+    }

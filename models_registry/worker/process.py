@@ -17,6 +17,7 @@ from models_registry.jobs.driver import JobDriver
 from models_registry.registry.specs import read_specs
 from models_registry.worker import heartbeats, quarantine
 from models_registry.worker.engine import InferenceEngine
+from models_registry.worker.memory_budget import MemoryConfig
 
 logger = logging.getLogger(__name__)
 
@@ -38,12 +39,15 @@ class InferenceWorker(Worker):
         self.runner = PipelineRunner(
             settings.HOSTING_DEVICE, settings.HOSTING_TORCH_THREADS, packing=settings.HOSTING_SEQUENCE_PACKING,
             torchscript=settings.HOSTING_TORCHSCRIPT,
-            ort=OrtSettings(settings.HOSTING_ONNX_CACHE_DIR, settings.HOSTING_INT8_MIN_COSINE))
+            ort=OrtSettings(settings.HOSTING_ONNX_CACHE_DIR, settings.HOSTING_INT8_MIN_COSINE),
+            fail_above_tokens=settings.HOSTING_TEST_OOM_ABOVE_TOKENS)
         self.engine: InferenceEngine | None = None
 
     async def handle(self) -> None:
         """Run until SIGTERM/SIGINT, then stop taking work, drain, give back leases and exit."""
-        engine = InferenceEngine(self.layer, self.runner, settings.HOSTING_WORKER_MODELS, settings.HOSTING_BATCH_AGING_S)
+        engine = InferenceEngine(self.layer, self.runner, settings.HOSTING_WORKER_MODELS, settings.HOSTING_BATCH_AGING_S,
+                                 MemoryConfig(settings.HOSTING_WORKER_MEMORY_BYTES, settings.HOSTING_MEMORY_CAP,
+                                              settings.HOSTING_MAX_LOADED_MODELS))
         self.engine = engine
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -57,6 +61,7 @@ class InferenceWorker(Worker):
             asyncio.ensure_future(self._config_loop(engine)),
             asyncio.ensure_future(self._heartbeat_loop(engine)),
             asyncio.ensure_future(self._liveness_loop(engine)),
+            asyncio.ensure_future(engine.placer.run()),
         ]
         listeners = [asyncio.ensure_future(self._pull_loop(engine))]
         # Batch jobs are driven from the workers: `make run` needs no extra process, and a
@@ -83,6 +88,10 @@ class InferenceWorker(Worker):
                 logger.warning("gave %d unanswered messages back to the channel", requeued)
         except Exception:
             logger.exception("could not give leases back; they are requeued when the liveness key expires")
+        try:
+            await engine.placer.retire()
+        except Exception:
+            logger.warning("could not withdraw this worker's model holdings; they expire in seconds")
         await sync_to_async(heartbeats.forget)(engine.worker_id)
         engine.shutdown()
         logger.info("worker %s stopped", engine.worker_id)

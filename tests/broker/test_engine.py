@@ -16,6 +16,7 @@ from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.worker.batch_loop import ABANDON_CHECK_AFTER_S
 from models_registry.worker.batch_types import BatchPolicy
 from models_registry.worker.engine import InferenceEngine
+from models_registry.worker.memory_budget import MemoryConfig
 
 CHANNEL = messages.model_channel("m")
 
@@ -78,7 +79,8 @@ async def no_leases_held(layer: HostingChannelLayer, engine: InferenceEngine, ti
 @pytest.fixture
 async def engine(layer: HostingChannelLayer) -> AsyncIterator[InferenceEngine]:
     """An engine holding model m (task t, batches of 8, 100 queued items at most), its batch loop not started."""
-    engine = InferenceEngine(layer, Runner())
+    # No memory warm-up: these tests count the runner's batches (tests/unit/test_batch_memory.py covers it).
+    engine = InferenceEngine(layer, Runner(), memory=MemoryConfig(cap_batches=False))
     await engine.reconcile({"m": spec()})
     await until(lambda: engine.ready_models() == ["m"])
     yield engine

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models_registry.registry.model_state import NO_WORKER_YET, ModelState, best_report, shown_state
+from models_registry.registry.model_state import NO_WORKER_YET, ModelState, best_report, servable, shown_state
 from models_registry.registry.task_key import TaskKey
 
 
@@ -28,7 +28,7 @@ def test_shown_state_for_disabled_unloaded_and_reported_models() -> None:
 
 
 def test_states_serialise_as_their_plain_names() -> None:
-    assert [str(s) for s in ModelState] == ["loading", "ready", "error", "disabled"]
+    assert [str(s) for s in ModelState] == ["loading", "ready", "available", "error", "disabled"]
     assert ModelState.READY == "ready"
 
 
@@ -39,3 +39,12 @@ def test_task_key_is_a_tuple_and_prints_as_model_slash_task() -> None:
     assert str(key) == f"{key}" == "minilm/embed"
     assert TaskKey.parse("minilm/embed") == key
     assert TaskKey.parse("minilm") == ("minilm", "")
+
+
+def test_loadable_on_demand_ranks_under_loading_and_over_error_and_is_served() -> None:
+    available, loading, error = {"state": "available"}, {"state": "loading"}, {"state": "error", "error": "x"}
+    assert best_report([error, available]) is available
+    assert best_report([available, loading]) is loading
+    assert servable(available) and servable({"state": "ready"})
+    assert not servable(loading) and servable({"state": "loading", "on_demand": True})
+    assert not servable(error) and not servable(None)

@@ -1,0 +1,16 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('models_registry', '0010_job_files_expiry'),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name='registeredmodel',
+            name='keep_loaded',
+            field=models.BooleanField(default=False, help_text='Pin the model: workers load it at start and never unload it to make room for others.'),
+        ),
+    ]

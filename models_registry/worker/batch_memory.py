@@ -1,0 +1,144 @@
+"""The worker's memory budget for batches: one fit per task, the cap the batcher asks, and out-of-memory recovery.
+
+The batcher (pure) asks `allows(key, items, longest)` while it forms a batch; the batch
+loop runs each batch through `run`, which measures the peak of some batches (every one
+until the fit has samples, then new shapes and one in MEASURE_EVERY) and, when the
+runtime runs out of memory, splits the batch in halves and retries, lowering the cap.
+Only an input that cannot fit alone is answered 413.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from models_registry.api.errors import TooLarge
+from models_registry.inference.memory_errors import is_out_of_memory
+from models_registry.worker.batch_types import ItemFailure, Key
+from models_registry.worker.memory_fit import MemoryFit
+from models_registry.worker.peak_memory import PeakProbe
+
+logger = logging.getLogger(__name__)
+
+MEASURE_EVERY = 16  # once the fit is trained, one batch in this many is measured (the cost is ~0.2 ms)
+DEFAULT_LONGEST = 128  # the input length the reported cap assumes before a task has seen traffic
+
+
+class BatchMemory:
+    """Fits peak bytes per (model, task) on this worker's device and caps batches to the budget."""
+
+    def __init__(self, budget_bytes: int, device: str = "cpu", enabled: bool = True) -> None:
+        self.budget_bytes = budget_bytes
+        self.enabled = enabled
+        self.probe = PeakProbe(device)
+        self.fits: dict[Key, MemoryFit] = {}
+        self.resting_bytes = self.probe.resting() if enabled else 0  # models and runtime, between batches
+        self.ooms = 0
+        self.last: dict[Key, dict[str, float]] = {}  # the latest batch per key: shape, predicted and measured bytes
+        self._count = 0
+        self.lock = threading.Lock()  # one measurement at a time: batches, warm-ups and loads
+
+    # --- what the batcher asks ------------------------------------------------------------
+    def available(self) -> float:
+        """Bytes a batch may add to the resting process."""
+        return max(0.0, self.budget_bytes - self.resting_bytes)
+
+    def allows(self, key: Key, items: int, longest: int) -> bool:
+        """Whether a batch of items padded to longest tokens fits the budget (the batcher's memory limit)."""
+        fit = self.fits.get(key)
+        return fit is None or fit.fits(items, longest, self.available())
+
+    def forget(self, key: Key) -> None:
+        """Drop a task's fit (its model was changed, not merely unloaded)."""
+        self.fits.pop(key, None)
+        self.last.pop(key, None)
+
+    # --- running a batch --------------------------------------------------------------------
+    def run(self, key: Key, costs: Sequence[int], compute: Callable[[list[int]], list[Any]]) -> list[Any]:
+        """compute(positions) for every position of the batch: measured sometimes, split on out-of-memory."""
+        if not self.enabled:
+            return compute(list(range(len(costs))))
+        return self._attempt(key, costs, list(range(len(costs))), compute)
+
+    def _attempt(self, key: Key, costs: Sequence[int], positions: list[int],
+                 compute: Callable[[list[int]], list[Any]]) -> list[Any]:
+        fit = self.fits.setdefault(key, MemoryFit())
+        items, longest = len(positions), max(costs[p] for p in positions)
+        measure = self._should_measure(fit, items, longest)
+        with self.lock:
+            if measure:
+                self.probe.start()
+            try:
+                outputs = compute(positions)
+            except Exception as error:
+                if not is_out_of_memory(error):
+                    raise
+                outputs = None
+                self.ooms += 1
+                fit.lower_after_oom(items, longest)
+                self.probe.release_cache()
+                logger.warning("%s ran out of memory on %d item(s) of %d tokens (%s); %s", key, items, longest,
+                               type(error).__name__, "splitting" if items > 1 else "answering 413")
+            if outputs is not None and measure:
+                peak = self.probe.peak()
+                self.resting_bytes = self.probe.baseline
+                self.last[key] = {"items": items, "longest": longest, "measured_bytes": peak,
+                                  "predicted_bytes": fit.predict(items, longest) or 0.0}
+                fit.add(items, longest, peak)
+        if outputs is not None:
+            return outputs
+        if items == 1:
+            return [ItemFailure(TooLarge(
+                f"this input ({longest} tokens) needs more memory than the worker's budget leaves for a batch "
+                f"({self.available() / 2**20:.0f} MiB of HOSTING_WORKER_MEMORY_BYTES); send a shorter input"))]
+        half = items // 2  # positions are sorted by length: the short half and the long half
+        return (self._attempt(key, costs, positions[:half], compute)
+                + self._attempt(key, costs, positions[half:], compute))
+
+    def _should_measure(self, fit: MemoryFit, items: int, longest: int) -> bool:
+        self._count += 1
+        if fit.coef is None or self._count % MEASURE_EVERY == 0:
+            return True
+        seen = fit.samples
+        # A shape beyond every measured one is an extrapolation: check it.
+        return (items * longest > max(s.items * s.longest for s in seen)
+                or longest > max(s.longest for s in seen))
+
+    def warm_up(self, key: Key, max_tokens: int, run_shape: Callable[[int, int], Any]) -> None:
+        """Measure a few shapes at load, smallest first, so the first burst is already capped.
+
+        run_shape(items, tokens) runs one batch of that shape through `run`. A shape the
+        fit predicts over the budget is skipped: warming up must not be the thing that runs out.
+        """
+        if not self.enabled or key in self.fits and self.fits[key].coef is not None:
+            return
+        top = max(8, max_tokens)
+        shapes = [(1, 8), (2, top // 8), (4, top // 4), (1, top // 2), (8, top // 8), (2, top)]
+        for items, tokens in shapes:
+            tokens = max(4, min(tokens, max_tokens))
+            if not self.allows(key, items, tokens):
+                continue
+            try:
+                run_shape(items, tokens)
+            except Exception:  # warming up is a measurement: serving goes on without it
+                logger.warning("memory warm-up of %s at %dx%d failed", key, items, tokens, exc_info=True)
+                return
+
+    # --- what is shown ------------------------------------------------------------------------
+    def cap_tokens(self, key: Key) -> int:
+        """The most padded tokens a batch of key may hold at its latest input length (0: no cap yet)."""
+        fit = self.fits.get(key)
+        if fit is None:
+            return 0
+        longest = int(self.last.get(key, {}).get("longest", DEFAULT_LONGEST))
+        return fit.max_padded_tokens(longest, self.available())
+
+    def report(self, key: Key) -> dict[str, Any]:
+        """The fit, its error, the cap and the latest measured batch of key (heartbeat, API, admin)."""
+        fit = self.fits.get(key)
+        if fit is None:
+            return {}
+        return {**fit.report(), "cap_tokens": self.cap_tokens(key), "budget_bytes": self.budget_bytes,
+                "available_bytes": int(self.available()), "last_batch": self.last.get(key)}

@@ -1,0 +1,39 @@
+"""A new model's first batches, run at load so its memory fit is trained before real traffic comes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models_registry.registry.specs import ModelSpec
+from models_registry.registry.task_key import TaskKey
+from models_registry.worker.batch_memory import BatchMemory
+
+# Task kinds whose input is one plain string (the others learn from their first real batches).
+WARM_TASKS = {"feature-extraction", "text-classification", "token-classification", "fill-mask"}
+
+
+def _text(loaded: Any, task_kind: str, tokens: int) -> str:
+    words = ["hello"] * max(1, tokens - 2)  # one token per word, plus the two special tokens
+    if task_kind == "fill-mask":
+        pipe = loaded.pipelines.get("fill-mask")
+        words[-1] = getattr(getattr(pipe, "tokenizer", None), "mask_token", None) or "[MASK]"
+    return " ".join(words)
+
+
+def warm_up(memory: BatchMemory, runner: Any, spec: ModelSpec, loaded: Any) -> None:
+    """Measure a few batch shapes of each plain-text task of the model just loaded (in the loader thread)."""
+    if not memory.enabled:
+        return
+    for task in spec.tasks.values():
+        if task.task not in WARM_TASKS:
+            continue
+        key = TaskKey(spec.name, task.name)
+
+        def run_shape(items: int, tokens: int, task: Any = task, key: TaskKey = key) -> None:
+            text = _text(loaded, task.task, tokens)
+            cost = loaded.count_tokens(text)
+            params = dict(task.parameters)
+            memory.run(key, [cost] * items,
+                       lambda at: runner.run(loaded, task, [text] * len(at), [params] * len(at)))
+
+        memory.warm_up(key, int(getattr(loaded, "max_tokens", 512)), run_shape)
