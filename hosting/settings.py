@@ -186,6 +186,16 @@ HOSTING_METRICS_MAX_TOKENS = int(os.environ.get("HOSTING_METRICS_MAX_TOKENS", "1
 HOSTING_HEADER_TIMEOUT_S = float(os.environ.get("HOSTING_HEADER_TIMEOUT_S", "10"))
 HOSTING_BODY_TIMEOUT_S = float(os.environ.get("HOSTING_BODY_TIMEOUT_S", "30"))
 HOSTING_MAX_CONNECTIONS = int(os.environ.get("HOSTING_MAX_CONNECTIONS", "1000"))
+# Media tasks (README "Media"): a declared size over these is a 413 read from the file's header.
+HOSTING_MAX_IMAGE_PIXELS = int(os.environ.get("HOSTING_MAX_IMAGE_PIXELS", 40_000_000))
+HOSTING_MAX_AUDIO_SECONDS = float(os.environ.get("HOSTING_MAX_AUDIO_SECONDS", "600"))
+# Hosts whose http(s) URLs a media input may name (comma list; empty = no URL is ever fetched).
+HOSTING_MEDIA_FETCH_HOSTS = [h.strip().lower() for h in os.environ.get("HOSTING_MEDIA_FETCH_HOSTS", "").split(",")
+                             if h.strip()]
+HOSTING_MEDIA_FETCH_TIMEOUT_S = float(os.environ.get("HOSTING_MEDIA_FETCH_TIMEOUT_S", "5"))
+HOSTING_MEDIA_FETCH_MAX_BYTES = int(os.environ.get("HOSTING_MEDIA_FETCH_MAX_BYTES", HOSTING_MAX_BODY_BYTES))
+# Threads a worker decodes images and audio in, while the device computes the previous batch.
+HOSTING_MEDIA_DECODE_THREADS = int(os.environ.get("HOSTING_MEDIA_DECODE_THREADS", "2"))
 HOSTING_HEARTBEAT_S = 1.0
 HOSTING_WORKER_STALE_S = 10.0
 HOSTING_CONFIG_REFRESH_S = 1.0

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from models_registry.media import item as media_item
 from models_registry.api.errors import RateLimited, TooLarge
 from models_registry.broker.lua import LuaScript
 
@@ -77,6 +78,10 @@ def estimate_tokens(inputs: list[Any]) -> int:
     """Input tokens as the web can count them without a tokenizer: UTF-8 bytes / 4, plus specials."""
     total = 0
     for item in inputs:
+        media = media_item.estimated_tokens(item)
+        if media is not None:  # an image or clip: its patch tokens or frames (the worker's count settles it)
+            total += media
+            continue
         text = item if isinstance(item, str) else " ".join(str(v) for v in item.values())
         total += math.ceil(len(text.encode()) / BYTES_PER_TOKEN) + SPECIAL_TOKENS
     return total

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgpack
 
+from models_registry.media import item as media_item
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
 
@@ -38,7 +39,7 @@ def cache_key(prefix: str, spec: ModelSpec, task: TaskSpec, parameters: dict[str
     """The Redis key of this exact request's answer."""
     identity = [
         list(spec.load_key()), task.name, task.task, task.pooling, task.normalize,
-        task.parameters, parameters, inputs,
+        task.parameters, parameters, [media_item.identity(i) for i in inputs],  # a file by its bytes' digest
     ]
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     digest = hashlib.sha256(canonical.encode()).hexdigest()

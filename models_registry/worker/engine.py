@@ -24,6 +24,7 @@ from models_registry.worker.batch_types import QueueFull, UnknownKey
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
 from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget
+from models_registry.worker.media_intake import MediaDecoder
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.replies import Lease, Replies
 
@@ -47,6 +48,7 @@ class InferenceEngine:
         self.models = ModelSlots(runner, self.batcher, self.replies, self._wake, serve_models)
         self.batch_loop = BatchLoop(channel_layer, self.batcher, self.models, runner, self.replies, self.stats)
         self._drain_rates = DrainRates(self.stats)
+        self.media = MediaDecoder()
 
     def _wake(self) -> None:
         self.batch_loop.wake()
@@ -67,8 +69,9 @@ class InferenceEngine:
             slot = check_servable(request, self.models.get(request.model), self.draining)
             costs = [slot.loaded.count_tokens(item) for item in request.inputs]
             check_token_budget(sum(costs), slot.spec.tasks[request.task].max_request_tokens)
+            payloads = self.media.prepare(slot.loaded, slot.spec.tasks[request.task].task, request.inputs)
             self.batcher.submit(
-                key, request.id, request.inputs, costs, time.time(), request.deadline,
+                key, request.id, payloads, costs, time.time(), request.deadline,
                 context={"reply": request.reply, "parameters": request.parameters, "lease": lease,
                          "tokens": sum(costs)},
                 priority=request.priority,
@@ -148,3 +151,4 @@ class InferenceEngine:
         """Release the threads (models die with the process)."""
         self.batch_loop.shutdown()
         self.models.shutdown()
+        self.media.shutdown()
