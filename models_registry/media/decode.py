@@ -50,7 +50,7 @@ def _to_rgb(image: Image.Image) -> Image.Image:
         top = 65535.0 if image.mode.startswith("I;16") or values.max(initial=0) > 255 else 255.0
         if image.mode == "F":
             top = max(float(values.max(initial=0)), 1.0)
-        image = Image.fromarray(np.clip(values / top * 255.0, 0, 255).astype(np.uint8), mode="L")
+        image = Image.fromarray(np.clip(values / top * 255.0, 0, 255).astype(np.uint8))
     if image.mode == "P":
         image = image.convert("RGBA" if "transparency" in image.info else "RGB")
     if image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
