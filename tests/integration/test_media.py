@@ -313,3 +313,48 @@ def test_openai_sdk_embeds_images_with_modality(media_stack: Stack, token: str) 
     assert len(text.data[0].embedding) == len(answer.data[0].embedding) == 16
     with pytest.raises(openai.BadRequestError, match="audio"):
         client.embeddings.create(model=CLIP, input=[b64(media_factory.tone(0.1))], extra_body={"modality": "audio"})
+
+
+# --- batch jobs ---------------------------------------------------------------------------------
+
+
+def _run_batch(client: object, endpoint: str, rows: list[dict]) -> tuple[dict, dict]:
+    """Upload rows, run them as one batch; (output responses, error responses) by custom_id."""
+    import time
+
+    lines = b"".join(json.dumps(row).encode() + b"\n" for row in rows)
+    uploaded = client.files.create(file=("media.jsonl", io.BytesIO(lines)), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint=endpoint, completion_window="24h")
+    deadline = time.monotonic() + 60
+    while batch.status not in ("completed", "failed") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        batch = client.batches.retrieve(batch.id)
+    assert batch.status == "completed", batch
+
+    def records(file_id: str | None) -> dict:
+        if file_id is None:
+            return {}
+        return {r["custom_id"]: r["response"] for r in map(json.loads, client.files.content(file_id).content.splitlines())}
+    return records(batch.output_file_id), records(batch.error_file_id)
+
+
+def test_batch_jobs_take_base64_media_lines(media_stack: Stack, token: str) -> None:
+    import openai
+
+    image = media_factory.png(36, 36)
+    client = openai.OpenAI(base_url=f"{media_stack.url}/v1", api_key=token, max_retries=0, timeout=30)
+    output, errors = _run_batch(client, f"/models/{VIT}", [
+        {"custom_id": "img", "method": "POST", "url": f"/models/{VIT}", "body": {"inputs": b64(image)}},
+        {"custom_id": "bomb", "method": "POST", "url": f"/models/{VIT}",
+         "body": {"inputs": b64(_png_header(50_000, 50_000))}},
+    ])
+    _, _, alone = post(media_stack, token, f"/models/{VIT}", image, "image/png")
+    assert output["img"]["body"] == alone
+    assert errors["bomb"]["status_code"] == 413
+    output, _ = _run_batch(client, "/v1/embeddings", [
+        {"custom_id": "vec", "method": "POST", "url": "/v1/embeddings",
+         "body": {"model": CLIP, "input": f"data:image/png;base64,{b64(image)}", "modality": "image",
+                  "encoding_format": "float"}},
+    ])
+    _, _, vector = post(media_stack, token, f"/models/{CLIP}/image", image, "image/png")
+    np.testing.assert_allclose(output["vec"]["body"]["data"][0]["embedding"], vector, atol=1e-6)
