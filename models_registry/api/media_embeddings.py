@@ -11,7 +11,7 @@ from typing import Any
 
 from models_registry.api import media_requests
 from models_registry.api.errors import InvalidInput, NotFound
-from models_registry.observe import metrics
+from models_registry.observe import media_counts
 from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.registry.task_key import TaskKey
@@ -39,7 +39,5 @@ async def items(inputs: list[str], modality: str, spec: ModelSpec, task: TaskSpe
     """The inputs (data URIs, base64, or an allowed host's URLs) as media items' wire dicts, headers checked."""
     where = "input[{}]" if len(inputs) > 1 else "input"
     found = [await media_requests.item_from_text(text, modality, where.format(i)) for i, text in enumerate(inputs)]
-    for item in found:
-        metrics.MEDIA_ITEMS.labels(spec.name, task.name, item.kind).inc()
-        metrics.MEDIA_BYTES.labels(spec.name, task.name, item.kind).inc(len(item.data))
+    media_counts.count(spec.name, task.name, found)
     return [item.wire() for item in found]

@@ -16,7 +16,7 @@ from models_registry.api import payloads
 from models_registry.api.errors import InvalidInput
 from models_registry.media import envelope, fetch
 from models_registry.media.item import MediaItem
-from models_registry.observe import metrics
+from models_registry.observe import media_counts
 from models_registry.registry import task_inputs
 from models_registry.registry.specs import TaskSpec
 
@@ -62,9 +62,7 @@ async def read(raw: bytes, content_type: str, model: str, task: TaskSpec) -> tup
         body, items = {}, [_probe(raw, kind, "the request body")]
         parsed = payloads.InferenceRequest(inputs=[], is_batch=False, parameters=dict(task.parameters))
     task_inputs.check_required(task.task, parsed.parameters)
-    for item in items:
-        metrics.MEDIA_ITEMS.labels(model, task.name, item.kind).inc()
-        metrics.MEDIA_BYTES.labels(model, task.name, item.kind).inc(len(item.data))
+    media_counts.count(model, task.name, items)
     return body, payloads.InferenceRequest(inputs=[item.wire() for item in items], is_batch=parsed.is_batch,
                                            parameters=parsed.parameters)
 

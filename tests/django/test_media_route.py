@@ -85,3 +85,18 @@ async def test_the_document_shows_each_media_task_its_own_binary_bodies(token: s
     assert image["image/*"]["schema"]["format"] == "binary" and "audio/*" not in image
     assert audio["audio/*"]["schema"]["format"] == "binary" and "image/*" not in audio
     assert "application/octet-stream" in image and "application/json" in image
+
+
+async def test_the_dashboard_counts_the_files_accepted(token: str, calls: list[dict[str, Any]]) -> None:
+    from asgiref.sync import sync_to_async
+
+    from models_registry.observe import dashboard
+
+    def vit_media() -> dict[str, int]:
+        row = next(t for t in dashboard.snapshot()["tasks"] if t["model"] == "vit")
+        return row["media"] or {"items": 0, "bytes": 0}
+
+    before = await sync_to_async(vit_media)()
+    await send("/models/vit", IMAGE, "image/png", token)
+    after = await sync_to_async(vit_media)()
+    assert (after["items"] - before["items"], after["bytes"] - before["bytes"]) == (1, len(IMAGE))
