@@ -203,6 +203,16 @@ HOSTING_MAX_LOADED_MODELS = int(os.environ.get("HOSTING_MAX_LOADED_MODELS") or 0
 HOSTING_MEMORY_CAP = _flag("HOSTING_MEMORY_CAP", True)
 # Tests only: the runner fails like an exhausted allocator on batches over this many padded tokens (0 = never).
 HOSTING_TEST_OOM_ABOVE_TOKENS = int(os.environ.get("HOSTING_TEST_OOM_ABOVE_TOKENS") or 0)
+# Media tasks (README "Media"): a declared size over these is a 413 read from the file's header.
+HOSTING_MAX_IMAGE_PIXELS = int(os.environ.get("HOSTING_MAX_IMAGE_PIXELS", 40_000_000))
+HOSTING_MAX_AUDIO_SECONDS = float(os.environ.get("HOSTING_MAX_AUDIO_SECONDS", "600"))
+# Hosts whose http(s) URLs a media input may name (comma list; empty = no URL is ever fetched).
+HOSTING_MEDIA_FETCH_HOSTS = [h.strip().lower() for h in os.environ.get("HOSTING_MEDIA_FETCH_HOSTS", "").split(",")
+                             if h.strip()]
+HOSTING_MEDIA_FETCH_TIMEOUT_S = float(os.environ.get("HOSTING_MEDIA_FETCH_TIMEOUT_S", "5"))
+HOSTING_MEDIA_FETCH_MAX_BYTES = int(os.environ.get("HOSTING_MEDIA_FETCH_MAX_BYTES", HOSTING_MAX_BODY_BYTES))
+# Threads a worker decodes images and audio in, while the device computes the previous batch.
+HOSTING_MEDIA_DECODE_THREADS = int(os.environ.get("HOSTING_MEDIA_DECODE_THREADS", "2"))
 HOSTING_HEARTBEAT_S = 1.0
 HOSTING_WORKER_STALE_S = 10.0
 HOSTING_CONFIG_REFRESH_S = 1.0

@@ -6,10 +6,12 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import F
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+from django.utils.html import format_html
 
 from models_registry.models import ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
-from models_registry.observe import traffic_window
+from models_registry.observe import test_input_form, traffic_window
 from models_registry.observe.sample_request import run_test_input
 from models_registry.policy.rate_limits import Usage
 from models_registry.policy.usage import token_usage
@@ -62,7 +64,7 @@ class RegisteredModelAdmin(admin.ModelAdmin):
     inlines = [ModelTaskInline]
     list_display = ("name", "short_source", "enabled", "live_state", "queue_depth", "throughput", "task_names",
                     "device", "dtype", "live_backend")
-    readonly_fields = ("live_backend",)
+    readonly_fields = ("live_backend", "test_input")
     list_filter = ("enabled",)
     search_fields = ("name", "source")
     actions = ["enable", "disable", "load_now", "run_test_input"]
@@ -81,6 +83,24 @@ class RegisteredModelAdmin(admin.ModelAdmin):
         """Read the heartbeats for the backend the workers chose."""
         self._states = _live_states()
         return super().change_view(request, object_id, form_url, extra_context)
+
+    def get_urls(self) -> list[Any]:
+        """The model's "Run a test input" page (an uploaded image, clip or text file) beside the admin's own."""
+        view = self.admin_site.admin_view(self.test_input_view)
+        return [path("<int:pk>/test-input/", view, name="models_registry_registeredmodel_test_input"),
+                *super().get_urls()]
+
+    def test_input_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """Upload a file and run it through one of the model's tasks on a live worker."""
+        return test_input_form.view(self, request, pk, lambda name: _best_state(_live_states().get(name)))
+
+    @admin.display(description="test input")
+    def test_input(self, obj: RegisteredModel) -> str:
+        """A link to the page that runs an uploaded file through the model."""
+        if obj.pk is None:
+            return "-"
+        return format_html('<a href="{}">Run a test input (upload an image, audio or text file)</a>',
+                           f"../../{obj.pk}/test-input/")
 
     @admin.display(description="backend in use")
     def live_backend(self, obj: RegisteredModel) -> str:

@@ -18,7 +18,9 @@ from models_registry.registry.task_key import TaskKey
 
 # Tasks whose answer depends only on the model, the parameters and the input (no sampling).
 CACHEABLE_TASKS = ("feature-extraction", "fill-mask", "text-classification", "token-classification",
-                   "question-answering", "zero-shot-classification", "text-ranking")
+                   "question-answering", "zero-shot-classification", "text-ranking", "image-classification",
+                   "zero-shot-image-classification", "image-feature-extraction", "object-detection",
+                   "audio-classification", "automatic-speech-recognition")
 
 
 class RegisteredModel(models.Model):

@@ -20,7 +20,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from pydantic import ValidationError
 
-from models_registry.api import answers, auth, dimensions, payloads, request_models, views
+from models_registry.api import answers, auth, dimensions, media_embeddings, payloads, request_models, views
 from models_registry.api.errors import Forbidden, HostingError, InvalidInput, NotFound, TooLarge
 from models_registry.api.views import AsyncView, api_view
 from models_registry.policy import gate, priority
@@ -78,6 +78,7 @@ class EmbeddingRequest:
     inputs: list[str]
     encoding_format: str
     dimensions: int | None
+    modality: str = "text"  # Infinity's: image or audio inputs are data URIs (api.media_embeddings)
 
 
 def _explain_input(value: Any, max_inputs: int) -> HostingError:
@@ -127,7 +128,8 @@ def read_embedding_request(payload: Any, max_inputs: int) -> EmbeddingRequest:
     body = request_models.validate(shape, payload, _explainer(max_inputs))
     inputs = body["input"]
     return EmbeddingRequest(model=body["model"], inputs=[inputs] if isinstance(inputs, str) else inputs,
-                            encoding_format=body.get("encoding_format") or "float", dimensions=body.get("dimensions"))
+                            encoding_format=body.get("encoding_format") or "float", dimensions=body.get("dimensions"),
+                            modality=body.get("modality") or "text")
 
 
 def embedding_ids(spec: ModelSpec) -> list[str]:
@@ -183,11 +185,16 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
     name = TaskKey.parse(wanted.model).model
     if grant is not None and not grant.allows(name):
         raise Forbidden(f"this API token is not allowed to use model {name!r}")
-    spec, task = await _resolve(wanted.model)
+    inputs: list[Any] = wanted.inputs
+    if wanted.modality in media_embeddings.MODALITIES:
+        spec, task = await media_embeddings.resolve(wanted.model, wanted.modality)
+        inputs = await media_embeddings.items(wanted.inputs, wanted.modality, spec, task)
+    else:
+        spec, task = await _resolve(wanted.model)
     dims_key = (spec.name, task.name, spec.load_key())
     try:
         dimensions.check(wanted.dimensions, task, dimensions.known_native(dims_key))
-        served = await _infer(request, grant, spec, task, wanted.inputs)
+        served = await _infer(request, grant, spec, task, inputs)
         result = served.result
         normalize = dimensions.effective_normalize(task, task.parameters)
         outputs = dimensions.shorten(result.outputs, wanted.dimensions, task, dims_key, normalize)
@@ -204,7 +211,7 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
 
 
 async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec,
-                 inputs: list[str]) -> gate.Served:
+                 inputs: list[Any]) -> gate.Served:
     parameters = dimensions.without_keys({k: v for k, v in task.parameters.items() if v is not None})
     return await gate.serve(
         grant=grant, asked_priority=request.headers.get(priority.HEADER), spec=spec, task=task, inputs=inputs,

@@ -192,6 +192,15 @@ def error_responses() -> dict[str, Any]:
     return out
 
 
+BINARY = {"type": "string", "format": "binary"}
+
+
+def media_bodies(kinds: tuple[str, ...]) -> dict[str, Any]:
+    """The raw-file request bodies of the media tasks (as InferenceClient sends a file with no parameters)."""
+    described = {**BINARY, "description": "the file itself (media tasks): its parameters are the task's defaults"}
+    return {**{f"{kind}/*": {"schema": described} for kind in kinds}, "application/octet-stream": {"schema": described}}
+
+
 def operation_object(op: Operation, answer: Any, body: Any) -> dict[str, Any]:
     """The OpenAPI operation for op, its answer and body schemas already generated."""
     prefix = "OpenAIError" if op.openai else "Error"
@@ -216,6 +225,7 @@ def operation_object(op: Operation, answer: Any, body: Any) -> dict[str, Any]:
             content[JSON]["example"] = op.example
         if op.text_body:
             content["text/plain"] = {"schema": STRING, "example": "Paris is the [MASK] of France."}
+            content.update(media_bodies(("image", "audio")))
         out["requestBody"] = {"required": True, "content": content}
     return out
 

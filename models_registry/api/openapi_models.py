@@ -116,7 +116,13 @@ def _inference(generic: dict[str, Any], spec: ModelSpec, task: TaskSpec, max_inp
     if task.task not in request_models.STREAM_TASKS:
         operation["responses"]["200"]["content"].pop("text/event-stream", None)
     kind = TASK_KINDS[task.task]
-    if kind.question_context or getattr(kind, "ranking", False):  # objects only: a text body is one string
+    content = operation["requestBody"]["content"]
+    for media in [m for m in content if m.startswith(("image/", "audio/")) or m == "application/octet-stream"]:
+        if kind.media is None or not media.startswith((kind.media, "application/")):
+            content.pop(media)  # a text task takes no file; an image task no audio
+    if kind.media:  # JSON inputs are base64 strings or data URIs; text/plain is one of them
+        content["text/plain"]["schema"] = {"type": "string", "description": "base64 or a data URI"}
+    elif kind.question_context or getattr(kind, "ranking", False):  # objects only: a text body is one string
         operation["requestBody"]["content"].pop("text/plain", None)
     elif task.task != "feature-extraction":  # a blank text is a 400 where a model needs text
         operation["requestBody"]["content"]["text/plain"]["schema"] = {"type": "string", "pattern": NOT_BLANK}

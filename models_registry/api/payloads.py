@@ -16,6 +16,7 @@ from models_registry.api.errors import InvalidInput, TooLarge
 from models_registry.registry import task_inputs
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+VECTOR_TASKS = ("feature-extraction", "image-feature-extraction")  # outputs are [float32 bytes, shape]
 MAX_JSON_DEPTH = 32  # task inputs nest 3 deep at most; deeper only costs recursion
 _INT_LIMIT = 2**63  # msgpack carries 64-bit integers only
 
@@ -136,7 +137,7 @@ def shape_response(task: str, outputs: list[Any], is_batch: bool) -> Any:
     One string input is answered with its entry alone, except for the tasks whose HF answer
     is a list even then (text-classification, summarization, translation, text2text-generation).
     """
-    if task == "feature-extraction":
+    if task in VECTOR_TASKS:
         outputs = [decode_vector(o) for o in outputs]
     if is_batch or task_inputs.TASK_KINDS[task].single_in_list:
         return outputs

@@ -85,9 +85,28 @@ class Answer(TypedDict):
     end: int
 
 
-GeneratedText = Annotated[dict[str, str], Field(min_length=1, description="generated_text, summary_text or "
-                                                                          "translation_text")]
-Prediction = FillMaskPrediction | LabelScore | TokenEntity | Answer | GeneratedText
+@with_config(OPEN)
+class Box(TypedDict):
+    """object-detection: a box in the image's pixels."""
+
+    xmin: int
+    ymin: int
+    xmax: int
+    ymax: int
+
+
+@with_config(OPEN)
+class DetectedObject(TypedDict):
+    """object-detection: one object found."""
+
+    label: str
+    score: float
+    box: Box
+
+
+GeneratedText = Annotated[dict[str, str], Field(min_length=1, description="generated_text, summary_text, "
+                                                                          "translation_text, or text (speech)")]
+Prediction = FillMaskPrediction | DetectedObject | LabelScore | TokenEntity | Answer | GeneratedText
 TaskOutput = Annotated[
     Vector | list[Vector] | Prediction | list[Prediction] | list[list[Prediction]],
     Field(description="The answer to one input: a vector (pooled), one vector per token (pooling none), an answer, "

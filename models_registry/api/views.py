@@ -15,7 +15,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from models_registry.api import answers, auth, dimensions, model_memory, payloads, readiness, tgi_stream
+from models_registry.api import answers, auth, dimensions, media_requests, model_memory, payloads, readiness, tgi_stream
 from models_registry.api.errors import (
     HostingError,
     Internal,
@@ -131,9 +131,13 @@ async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: Mode
         raw = request.body
     except RequestDataTooBig:
         raise TooLarge(f"request body is over the limit of {settings.HOSTING_MAX_BODY_BYTES} bytes") from None
-    body = payloads.parse_body(raw, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
-    body, stream, tgi_options = tgi_stream.split(body, task_spec.task)
-    parsed = payloads.read_request(body, task_spec.task, task_spec.parameters, settings.HOSTING_MAX_INPUTS)
+    if media_requests.media_kind(task_spec.task):  # the file as the body, or base64 / data URIs in JSON
+        body, parsed = await media_requests.read(raw, request.content_type or "", spec.name, task_spec)
+        stream, tgi_options = False, {}
+    else:
+        body = payloads.parse_body(raw, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
+        body, stream, tgi_options = tgi_stream.split(body, task_spec.task)
+        parsed = payloads.read_request(body, task_spec.task, task_spec.parameters, settings.HOSTING_MAX_INPUTS)
     if stream:
         return await tgi_stream.respond(request, grant, spec, task_spec, parsed, tgi_options, _require_serving, started)
     parameters, wanted_dims = {**parsed.parameters, **tgi_options}, None

@@ -19,10 +19,11 @@ from transformers import (
     pipeline,
 )
 
-from models_registry.inference import onnx_backend, onnx_logits, ranking, trace
+from models_registry.inference import media_models, onnx_backend, onnx_logits, ranking, trace
 from models_registry.inference.packed_forward import eager_encoder, packed_position_offset
 from models_registry.inference.packing import DEFAULT_ROW_TOKENS
 from models_registry.inference.task_common import ModelBundle
+from models_registry.media.item import is_media
 from models_registry.registry.compute_cost import DEFAULT_MAX_NEW_TOKENS, TokenCounter
 from models_registry.registry.specs import ModelSpec
 
@@ -54,6 +55,7 @@ class LoadedModel:
     packed_encoder: Any = None  # inputs -> last hidden state for packed forwards (eager, its trace, or ONNX Runtime)
     pack_row_tokens: int = DEFAULT_ROW_TOKENS  # row width the packed encoder is fastest at
     backend: dict[str, Any] = field(default_factory=lambda: {"backend": "torch"})  # what the heartbeat reports
+    media_costs: media_models.MediaCosts = field(default_factory=media_models.MediaCosts)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # the model's own default generation length
 
     def cost_counter(self) -> TokenCounter:
@@ -66,8 +68,11 @@ class LoadedModel:
     def count_tokens(self, item: str | dict[str, str]) -> int:
         """Tokens an input becomes (capped at the model's length), for batch packing.
 
-        A pair (question and context, query and text) costs the tokens of both together.
+        A pair (question and context, query and text) costs the tokens of both together;
+        an image its patch tokens, a clip its encoder frames (media_models.item_cost).
         """
+        if is_media(item):
+            return media_models.item_cost(self.media_costs, item["media"], float(item.get("seconds") or 0.0))
         if isinstance(item, dict):
             return min(sum(self.count_tokens(text) for text in item.values()), self.max_tokens)
         if self.counter is None:
@@ -111,10 +116,16 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     """Load every pipeline task kind the model's tasks use, and prepare packed embeddings (blocking, may raise)."""
     device = resolve_device(spec.device or default_device)
     loaded = LoadedModel(spec=spec, device=device)
+    shared: dict[str, Any] = {}  # one loaded copy of a CLIP-style model for its text and image tasks
     for task in sorted({t.task for t in spec.tasks.values()}):
+        if media_models.serves(task, spec.source, spec.revision or None):
+            loaded.pipelines[task] = media_models.load(task, spec.source, spec.revision or None, device,
+                                                       DTYPES.get(spec.dtype, "auto"), shared)
+            continue
         loaded.pipelines[task] = load_pipeline(
             task, spec.source, revision=spec.revision or None, device=device, dtype=DTYPES.get(spec.dtype, "auto"),
         )
+    loaded.media_costs = media_models.costs(loaded.pipelines)
     first = next(iter(loaded.pipelines.values()), None)
     tokenizer = getattr(first, "tokenizer", None)
     if tokenizer is not None and hasattr(tokenizer, "backend_tokenizer"):
@@ -129,7 +140,9 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
         loaded.max_new_tokens = generation_config.max_new_tokens
     _logits_on_onnxruntime(loaded, ort)
     embedder = loaded.pipelines.get("feature-extraction")
-    if embedder is not None and packing:
+    if isinstance(embedder, media_models.DualEncoder):
+        pass  # CLIP's text tower projects its pooled output: no packed token embeddings
+    elif embedder is not None and packing:
         _prepare_packing(loaded, embedder, torchscript and device == "cpu", ort)
     elif spec.dtype == "int8":
         raise ValueError("dtype int8 serves packed embeddings only: it needs a feature-extraction task "

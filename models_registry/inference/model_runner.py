@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from models_registry.api.errors import HostingError, Internal, Timeout
-from models_registry.inference import compute_deadline, encoder_tasks, generation, ranking, streaming
+from models_registry.inference import compute_deadline, encoder_tasks, generation, media_runs, ranking, streaming
 from models_registry.inference.containment import contained, describe
 from models_registry.inference.embeddings import embed
 from models_registry.inference.loading import LoadedModel, load_model
@@ -143,6 +143,8 @@ class PipelineRunner:
     def _compute(self, loaded: LoadedModel, task: TaskSpec, texts: list[Any], params: dict[str, Any]) -> list[Any]:
         pipe = loaded.pipelines[task.task]
         with torch.inference_mode():
+            if media_runs.handles(task, pipe):
+                return media_runs.run(task, pipe, texts, params)
             if task.task == "feature-extraction":
                 return embed(loaded, pipe, task, texts, params)
             run = RUNNERS.get(task.task)

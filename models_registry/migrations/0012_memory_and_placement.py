@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('models_registry', '0010_job_files_expiry'),
+        ('models_registry', '0011_media_tasks'),
     ]
 
     operations = [

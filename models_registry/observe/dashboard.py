@@ -19,7 +19,7 @@ from django.views.decorators.cache import never_cache
 
 from models_registry.api.errors import Forbidden, error_response
 from models_registry.models import WorkerHeartbeat
-from models_registry.observe import traffic_window
+from models_registry.observe import media_counts, traffic_window
 from models_registry.registry.model_state import best_report, shown_state
 from models_registry.registry.specs import read_specs
 from models_registry.registry.task_key import TaskKey
@@ -97,6 +97,7 @@ def snapshot(window: traffic_window.RollingWindow | None = None) -> dict[str, An
                 "state": state, "error": error, "queue_depth": depth,
                 "max_queue_size": task.policy.max_queue_size, "max_batch_size": task.policy.max_batch_size,
                 "summary": summary, "series": window.series(spec.name, task.name, SERIES_S),
+                "media": media_counts.totals(spec.name, task.name),  # files this web process accepted
             })
     return {
         "now": now,

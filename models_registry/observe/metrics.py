@@ -56,6 +56,13 @@ RATE_LIMITED = Counter(
 CACHE_LOOKUPS = Counter(
     "hosting_cache_lookups", "Response cache lookups by result (hit, miss).", ["model", "task", "result"]
 )
+MEDIA_ITEMS = Counter(
+    "hosting_media_items", "Image and audio inputs accepted, by kind (image, audio).", ["model", "task", "kind"]
+)
+MEDIA_BYTES = Counter(
+    "hosting_media_bytes", "Bytes of the image and audio files accepted (as sent, before decoding).",
+    ["model", "task", "kind"]
+)
 _token_labels: set[str] = set()
 
 

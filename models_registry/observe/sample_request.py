@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 
 from models_registry.api import payloads
 from models_registry.api.errors import HostingError
 from models_registry.broker import handoff
+from models_registry.media import envelope, samples
 from models_registry.models import ModelTask
 from models_registry.registry.model_state import ModelState
+from models_registry.registry.task_inputs import TASK_KINDS
 from models_registry.registry.task_key import TaskKey
 
 SAMPLE_SENTENCE = "The quick brown fox jumps over the lazy dog."
@@ -63,17 +66,34 @@ def _preview(output: Any) -> str:
     return text
 
 
-def run_test_input(task: ModelTask, state: str) -> tuple[bool, str]:
-    """Send the task a sample input through the channel layer and a live worker: (ok, message)."""
+def _media_input(task: ModelTask, upload: bytes | None) -> dict[str, Any] | None:
+    """A media task's input: the uploaded file (its header checked as the API does), else a sample; None for text."""
+    kind = TASK_KINDS[task.task].media if task.task in TASK_KINDS else None
+    if kind is None:
+        return None
+    data = upload if upload is not None else samples.sample_image() if kind == "image" else samples.sample_clip()
+    return envelope.probe(data, kind, "the file", settings.HOSTING_MAX_IMAGE_PIXELS,
+                          settings.HOSTING_MAX_AUDIO_SECONDS).wire()
+
+
+def run_test_input(task: ModelTask, state: str, upload: bytes | None = None) -> tuple[bool, str]:
+    """Send the task a sample input (or an uploaded file) through the channel layer and a live worker: (ok, message).
+
+    upload: a file for a media task, UTF-8 text for a text task.
+    """
     label = str(TaskKey(task.model.name, task.name))
     if not task.model.enabled:
         return False, f"{label}: the model is disabled; enable it first."
     if state != ModelState.READY:
         return False, f"{label}: no live worker has this model ready (state: {state})."
-    text = sample_input(task)
     started = time.perf_counter()
     try:
-        parsed = payloads.read_request({"inputs": text}, task.task, dict(task.parameters or {}), 1)
+        media = _media_input(task, upload)
+        text = (sample_input(task) if upload is None else upload.decode("utf-8", "replace")) if media is None else ""
+        parsed = payloads.read_request({"inputs": text or "x"}, task.task, dict(task.parameters or {}), 1)
+        if media is not None:  # the parameters checked as for JSON; the input is the file
+            parsed = payloads.InferenceRequest(inputs=[media], is_batch=False, parameters=parsed.parameters)
+            text = f"the {media['media']} file ({len(media['data'])} bytes)"
         result = async_to_sync(handoff.infer)(
             request_id=f"admin-test-{uuid.uuid4().hex[:12]}", model=task.model.name, task=task.name,
             inputs=parsed.inputs, parameters=parsed.parameters, timeout_s=min(task.timeout_s, TEST_TIMEOUT_S),

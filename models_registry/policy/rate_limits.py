@@ -16,6 +16,7 @@ from typing import Any
 
 from models_registry.api.errors import HostingError, RateLimited, TooLarge
 from models_registry.broker.lua import LuaScript
+from models_registry.media import item as media_item
 from models_registry.registry import compute_cost
 
 MINUTE_S = 60
@@ -80,13 +81,17 @@ def estimate_tokens(inputs: list[Any], task: str | None = None, parameters: dict
     With the task and its merged parameters, what the model will compute (registry.compute_cost):
     a prompt with every input, one pass per zero-shot label, windows, generated tokens.
     """
-    if task is not None:
+    if task is not None and not any(media_item.is_media(item) for item in inputs):
         try:
             return sum(compute_cost.request_cost(task, inputs, parameters or {}, compute_cost.ESTIMATE))
         except HostingError:
             pass  # an impossible window is the worker's 400 to give: charge the inputs alone
     total = 0
     for item in inputs:
+        media = media_item.estimated_tokens(item)
+        if media is not None:  # an image or clip: its patch tokens or frames (the worker's count settles it)
+            total += media
+            continue
         text = item if isinstance(item, str) else " ".join(str(v) for v in item.values())
         total += math.ceil(len(text.encode()) / BYTES_PER_TOKEN) + SPECIAL_TOKENS
     return total

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgpack
 
+from models_registry.media import item as media_item
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
 
@@ -43,7 +44,7 @@ def cache_key(prefix: str, spec: ModelSpec, task: TaskSpec, parameters: dict[str
     owner = None if task.cache_shared else token_id
     identity = [
         list(spec.load_key()), task.name, task.task, task.pooling, task.normalize,
-        task.parameters, parameters, inputs, owner,
+        task.parameters, parameters, [media_item.identity(i) for i in inputs], owner,  # a file by its bytes' digest
     ]
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     digest = hashlib.sha256(canonical.encode()).hexdigest()

@@ -50,6 +50,7 @@ class TaskKind:
     question_context: bool = False  # inputs are {"question", "context"} objects, not strings
     ranking: bool = False  # inputs are one {"source_sentence", "sentences"} object: its pairs are the items
     single_in_list: bool = False  # the answer to one string input is still a list (HF spec)
+    media: str | None = None  # image or audio: inputs are files (media.envelope reads them), not text
 
     @property
     def defaults_shape(self) -> Shape:
@@ -76,6 +77,14 @@ TASK_KINDS: dict[str, TaskKind] = {
         TaskKind("summarization", p.Seq2SeqParameters, single_in_list=True),
         TaskKind("translation", p.TranslationParameters, single_in_list=True),
         TaskKind("text2text-generation", p.Seq2SeqParameters, single_in_list=True),
+        TaskKind("image-classification", p.ImageClassificationParameters, media="image"),
+        TaskKind("zero-shot-image-classification", p.ZeroShotImageParameters, required=("candidate_labels",),
+                 media="image"),
+        TaskKind("image-feature-extraction", p.ImageFeatureExtractionParameters, media="image"),
+        TaskKind("object-detection", p.ObjectDetectionParameters, media="image"),
+        TaskKind("image-to-text", p.ImageToTextParameters, media="image"),
+        TaskKind("audio-classification", p.ImageClassificationParameters, media="audio"),
+        TaskKind("automatic-speech-recognition", p.SpeechRecognitionParameters, media="audio"),
     )
 }
 SUPPORTED_TASKS: tuple[str, ...] = tuple(TASK_KINDS)

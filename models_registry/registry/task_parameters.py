@@ -246,3 +246,52 @@ class TranslationParameters(Seq2SeqParameters, total=False):
 
     src_lang: Text
     tgt_lang: Text
+
+
+# Media tasks: the inputs are files (raw bytes, base64 or data URIs), the parameters as the HF spec's.
+Threshold = Annotated[float, Field(ge=0, le=1)] | None
+
+
+@with_config(SHAPE_CONFIG)
+class ImageClassificationParameters(TypedDict, total=False):
+    """image-classification and audio-classification."""
+
+    top_k: Int(1, 1000)
+    function_to_apply: Literal["sigmoid", "softmax", "none"] | None
+
+
+@with_config(SHAPE_CONFIG)
+class ZeroShotImageParameters(TypedDict, total=False):
+    """zero-shot-image-classification (candidate_labels from the request or the task's defaults)."""
+
+    candidate_labels: Labels
+    hypothesis_template: Template
+
+
+@with_config(SHAPE_CONFIG)
+class ImageFeatureExtractionParameters(TypedDict, total=False):
+    """image-feature-extraction (a CLIP model's image vectors are in its text vectors' space)."""
+
+    normalize: Bool
+    pooling: Literal["cls", "mean"] | None
+
+
+@with_config(SHAPE_CONFIG)
+class ObjectDetectionParameters(TypedDict, total=False):
+    """object-detection: boxes scoring at least threshold (default 0.5)."""
+
+    threshold: Threshold
+
+
+@with_config(SHAPE_CONFIG)
+class ImageToTextParameters(TypedDict, total=False):
+    """image-to-text (captioning)."""
+
+    max_new_tokens: Int(1, MAX_NEW_TOKENS)
+
+
+@with_config(SHAPE_CONFIG)
+class SpeechRecognitionParameters(TypedDict, total=False):
+    """automatic-speech-recognition."""
+
+    max_new_tokens: Int(1, MAX_NEW_TOKENS)

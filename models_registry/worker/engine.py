@@ -27,6 +27,7 @@ from models_registry.worker.batch_types import QueueFull, UnknownKey
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
 from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget, computed_tokens
+from models_registry.worker.media_intake import MediaDecoder
 from models_registry.worker.memory_budget import MODEL_SHARE, MemoryConfig, worker_budget
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.placement import Limits
@@ -61,6 +62,7 @@ class InferenceEngine:
         self.batch_loop = BatchLoop(channel_layer, self.batcher, self.models, runner, self.replies, self.stats,
                                     self.memory)
         self._drain_rates = DrainRates(self.stats)
+        self.media = MediaDecoder()
 
     def _wake(self) -> None:
         self.batch_loop.wake()
@@ -83,10 +85,11 @@ class InferenceEngine:
         try:
             slot = check_servable(request, self.models.get(request.model), self.draining)
             costs = [slot.loaded.count_tokens(item) for item in request.inputs]
-            charged = computed_tokens(request, slot)  # what is charged: what the model will compute
+            charged = computed_tokens(request, slot, costs)  # what is charged: what the model will compute
             check_token_budget(charged, slot.spec.tasks[request.task].max_request_tokens)
+            payloads = self.media.prepare(slot.loaded, slot.spec.tasks[request.task].task, request.inputs)
             self.batcher.submit(
-                key, request.id, request.inputs, costs, time.time(), request.deadline,
+                key, request.id, payloads, costs, time.time(), request.deadline,
                 context={"reply": request.reply, "parameters": request.parameters, "lease": lease,
                          "tokens": charged},
                 priority=request.priority,
@@ -184,3 +187,4 @@ class InferenceEngine:
         """Release the threads (models die with the process)."""
         self.batch_loop.shutdown()
         self.models.shutdown()
+        self.media.shutdown()

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models_registry.api.errors import InvalidInput, TooLarge, Unavailable
+from models_registry.media.item import is_media
 from models_registry.registry import sources
 from models_registry.registry.compute_cost import request_cost
 from models_registry.registry.model_state import ModelState
@@ -64,8 +65,13 @@ def check_token_budget(tokens: int, limit: int) -> None:
                        "(max_request_tokens): send fewer or shorter inputs")
 
 
-def computed_tokens(request: InferenceRequest, slot: ModelSlot) -> int:
-    """The tokens request makes the model compute (prompts, labels, windows, new tokens); 400 for impossible windows."""
+def computed_tokens(request: InferenceRequest, slot: ModelSlot, costs: list[int]) -> int:
+    """The tokens request makes the model compute (prompts, labels, windows, new tokens); 400 for impossible windows.
+
+    Media inputs cost what the model's own count says (costs: patch tokens, encoder frames).
+    """
+    if any(is_media(item) for item in request.inputs):
+        return sum(costs)
     task = slot.spec.tasks[request.task]
     params = {**task.parameters, **request.parameters}
     return sum(request_cost(task.task, request.inputs, params, slot.loaded.cost_counter()))

@@ -21,7 +21,15 @@ from models_registry.jobs.driver import JobDriver
 from models_registry.jobs.line_calls import LineAnswer
 from models_registry.jobs.lines import JobLine
 from models_registry.models import ApiToken, BatchJob, RegisteredModel
-from tests.django.test_batch_routes import _auth, _batch, _jsonl, _records, _run_until, _upload, file_storage  # noqa: F401
+from tests.django.test_batch_routes import (  # noqa: F401
+    _auth,
+    _batch,
+    _jsonl,
+    _records,
+    _run_until,
+    _upload,
+    file_storage,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 

@@ -160,8 +160,8 @@ def test_impossible_task_settings_are_refused_with_what_to_change(option: str, v
 
 
 def test_unknown_task_is_refused_by_the_parser() -> None:
-    with pytest.raises(CommandError, match="invalid choice: 'image-classification'"):
-        register("vit", "--source", "org/vit", "--task", "image-classification")
+    with pytest.raises(CommandError, match="invalid choice: 'image-segmentation'"):
+        register("seg", "--source", "org/segformer", "--task", "image-segmentation")
 
 
 def test_bad_model_name_is_refused() -> None:

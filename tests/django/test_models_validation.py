@@ -187,7 +187,7 @@ def test_valid_default_parameters(model: RegisteredModel) -> None:
 
 
 def test_unknown_task_is_a_choice_error_not_a_crash(model: RegisteredModel) -> None:
-    found = errors_of(task_of(model, task="image-classification", parameters={"top_k": 3}))
+    found = errors_of(task_of(model, task="image-segmentation", parameters={"top_k": 3}))
     assert list(found) == ["task"]
 
 

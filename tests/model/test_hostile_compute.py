@@ -94,9 +94,8 @@ def test_an_embedding_batch_past_its_deadline_skips_its_remaining_forwards(tmp_p
                                                                            ) -> None:
     import time
 
-    from models_registry.inference.compute_deadline import computing_until
-
     from models_registry.api.errors import Timeout
+    from models_registry.inference.compute_deadline import computing_until
     from models_registry.inference.embeddings import embed
 
     runner, model, task = _loaded(model_factory.minilm_path(), "feature-extraction")

@@ -19,7 +19,10 @@ TG, SUM, TR, T2T = "text-generation", "summarization", "translation", "text2text
 
 
 def test_the_supported_tasks_are_the_ones_the_worker_runs() -> None:
-    assert set(task_inputs.SUPPORTED_TASKS) == {FE, FM, TC, TOK, QA, ZS, TG, SUM, TR, T2T, "text-ranking"}
+    assert set(task_inputs.SUPPORTED_TASKS) == {FE, FM, TC, TOK, QA, ZS, TG, SUM, TR, T2T, "text-ranking",
+                                                "image-classification", "zero-shot-image-classification",
+                                                "image-feature-extraction", "object-detection", "image-to-text",
+                                                "audio-classification", "automatic-speech-recognition"}
 
 
 @pytest.mark.parametrize("task", [FE, FM, TC])

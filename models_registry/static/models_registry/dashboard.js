@@ -157,6 +157,8 @@
       stat("cache hits", String(s.cache_hits || 0), "answered from the response cache, last " + s.seconds + " s"),
       stat("overloaded / unavailable / timeout",
         [s.rejected.overloaded, s.rejected.unavailable, s.rejected.timeout].join(" / "), "last " + s.seconds + " s"),
+      ...(task.media ? [stat("media files / MB", task.media.items + " / " + (task.media.bytes / 1048576).toFixed(2),
+        "images or clips accepted by this web process since it started")] : []),
     );
     const charts = state.charts[key] || (state.charts[key] = {});
     const series = Object.assign({}, task.series, { max: task.series.t.map(() => task.max_queue_size) });

@@ -1,0 +1,43 @@
+"""Infinity's `"modality": "image"|"audio"` on POST /v1/embeddings: data URIs (or base64) embedded by a media task.
+
+The model id names the model (the openai SDK sends it as is); with modality image its
+image-feature-extraction task answers, so a CLIP model's text and image vectors come from
+one id, in one space, as Infinity serves them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models_registry.api import media_requests
+from models_registry.api.errors import InvalidInput, NotFound
+from models_registry.observe import media_counts
+from models_registry.registry import lookups
+from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.registry.task_key import TaskKey
+
+MODALITIES = ("image", "audio")
+EMBEDDING_TASKS = {"image": "image-feature-extraction"}  # no audio embedding task is served yet
+
+
+async def resolve(model_id: str, modality: str) -> tuple[ModelSpec, TaskSpec]:
+    """The model's task that embeds modality: the named task, or the model's first one of that kind."""
+    name, task_name = TaskKey.parse(model_id)
+    spec = (await lookups.get_specs()).get(name)
+    if spec is None:
+        raise NotFound(f"no model {model_id!r}; GET /v1/models lists them")
+    wanted = EMBEDDING_TASKS.get(modality)
+    candidates = [spec.tasks[task_name]] if task_name in spec.tasks else list(spec.tasks.values())
+    task = next((t for t in candidates if t.task == wanted), None)
+    if task is None:
+        raise InvalidInput(f"{model_id!r} has no {modality} embedding task"
+                           + (f" ({wanted})" if wanted else "; this server embeds text and images"))
+    return spec, task
+
+
+async def items(inputs: list[str], modality: str, spec: ModelSpec, task: TaskSpec) -> list[dict[str, Any]]:
+    """The inputs (data URIs, base64, or an allowed host's URLs) as media items' wire dicts, headers checked."""
+    where = "input[{}]" if len(inputs) > 1 else "input"
+    found = [await media_requests.item_from_text(text, modality, where.format(i)) for i, text in enumerate(inputs)]
+    media_counts.count(spec.name, task.name, found)
+    return [item.wire() for item in found]

@@ -1,0 +1,48 @@
+"""A media input being decoded: what a batch item carries in the worker once its decoding has started."""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor, Future
+from typing import Any
+
+from models_registry.api.errors import InvalidInput
+from models_registry.media.decode import decode
+from models_registry.media.item import MediaItem
+
+
+class PendingMedia:
+    """A media item and its decoding, started in a thread pool when the item reached the worker.
+
+    The compute thread calls get() when the item's batch runs: by then the image or clip
+    has usually been decoded while the previous batch computed.
+    """
+
+    def __init__(self, item: MediaItem, future: Future[Any]) -> None:
+        self.item = item
+        self.future = future
+
+    @property
+    def kind(self) -> str:
+        """image or audio."""
+        return self.item.kind
+
+    def get(self) -> Any:
+        """The decoded image or samples (raises the decoding's InvalidInput or TooLarge)."""
+        return self.future.result()
+
+
+def start(pool: Executor, item: MediaItem, sampling_rate: int | None, max_pixels: int,
+          max_seconds: float) -> PendingMedia:
+    """Decode item in pool; the PendingMedia that will hold it."""
+    return PendingMedia(item, pool.submit(decode, item, sampling_rate, max_pixels, max_seconds))
+
+
+def decoded(items: list[Any]) -> list[Any]:
+    """The decoded values of a batch's media inputs.
+
+    Anything else is refused: a string handed to a transformers pipeline where an image
+    belongs would be opened as a local path or fetched as a URL.
+    """
+    if not all(isinstance(item, PendingMedia) for item in items):
+        raise InvalidInput("a media task takes image or audio files, not text")
+    return [item.get() for item in items]

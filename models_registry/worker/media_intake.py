@@ -1,0 +1,42 @@
+"""The worker's side of media inputs: each one checked against its task and decoded in a small pool as it arrives.
+
+Decoding runs beside the compute thread, so a batch's images are usually decoded while
+the batch before it computes; the compute thread only waits for the ones not done yet.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from django.conf import settings
+
+from models_registry.api.errors import InvalidInput
+from models_registry.media import pending
+from models_registry.media.item import MediaItem, is_media
+from models_registry.registry.task_inputs import TASK_KINDS
+
+
+class MediaDecoder:
+    """Starts decoding a request's media inputs in a pool of HOSTING_MEDIA_DECODE_THREADS threads."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=threads or settings.HOSTING_MEDIA_DECODE_THREADS,
+                                       thread_name_prefix="decode")
+
+    def prepare(self, loaded: Any, task: str, inputs: list[Any]) -> list[Any]:
+        """The batch payloads of inputs: media items become PendingMedia (decoding); InvalidInput on a mismatch."""
+        kind = TASK_KINDS[task].media if task in TASK_KINDS else None
+        if kind is None:
+            if any(is_media(item) for item in inputs):
+                raise InvalidInput(f"{task} takes text, not image or audio files")
+            return inputs
+        if not all(is_media(item) and item["media"] == kind for item in inputs):
+            raise InvalidInput(f"{task} takes {kind} files only")
+        return [pending.start(self.pool, MediaItem.from_wire(item), loaded.media_costs.sampling_rate,
+                              settings.HOSTING_MAX_IMAGE_PIXELS, settings.HOSTING_MAX_AUDIO_SECONDS)
+                for item in inputs]
+
+    def shutdown(self) -> None:
+        """Drop decodings not started (the process is ending)."""
+        self.pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,197 @@
+"""Build tiny random-weight image and audio models on disk, and test media made on the spot.
+
+No hub access: the processors are built from their classes with small sizes; CLIP's and
+the captioner's text sides reuse the MiniLM vocabulary or the tiny GPT-2's BPE.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+from tests.model_factory import _done, build_tiny_gpt2, minilm_path
+
+IMAGE_SIZE = 32
+PATCH = 8
+SAMPLING_RATE = 16_000
+
+
+def _save(dest: Path, model: object, *processors: object) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for processor in processors:
+        processor.save_pretrained(str(dest))  # type: ignore[attr-defined]
+    model.save_pretrained(str(dest))  # type: ignore[attr-defined]
+    return dest
+
+
+def _image_processor() -> object:
+    from transformers import ViTImageProcessor
+
+    return ViTImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+
+
+def _vit_shape() -> dict[str, int]:
+    return dict(image_size=IMAGE_SIZE, patch_size=PATCH, hidden_size=32, num_hidden_layers=2,
+                num_attention_heads=2, intermediate_size=64)
+
+
+def build_vit_classifier(dest: Path, labels: tuple[str, ...] = ("cat", "dog", "bird")) -> Path:
+    """A tiny ViTForImageClassification with labels."""
+    import torch
+    from transformers import ViTConfig, ViTForImageClassification
+
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    id2label = {i: label for i, label in enumerate(labels)}
+    config = ViTConfig(**_vit_shape(), num_labels=len(labels), id2label=id2label,
+                       label2id={v: k for k, v in id2label.items()})
+    torch.manual_seed(0)
+    return _save(dest, ViTForImageClassification(config).eval(), _image_processor())
+
+
+def build_tiny_clip(dest: Path) -> Path:
+    """A tiny CLIPModel (text and vision towers, one projection space) with the MiniLM vocabulary."""
+    import torch
+    from transformers import AutoTokenizer, CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
+
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
+    tokenizer.model_max_length = 64
+    text = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=64, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
+                bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id)
+    vision = dict(_vit_shape(), num_channels=3)
+    config = CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)
+    torch.manual_seed(0)
+    images = CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE},
+                                crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    processor = CLIPProcessor(image_processor=images, tokenizer=tokenizer)
+    return _save(dest, CLIPModel(config).eval(), processor)
+
+
+def build_yolos_detector(dest: Path, labels: tuple[str, ...] = ("cat", "dog")) -> Path:
+    """A tiny YOLOS object detector (a ViT backbone: no timm)."""
+    import torch
+    from transformers import YolosConfig, YolosForObjectDetection, YolosImageProcessor
+
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    id2label = {i: label for i, label in enumerate(labels)}
+    config = YolosConfig(image_size=[IMAGE_SIZE, IMAGE_SIZE], patch_size=PATCH, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, intermediate_size=64, num_detection_tokens=5,
+                         num_labels=len(labels), id2label=id2label, label2id={v: k for k, v in id2label.items()})
+    torch.manual_seed(0)
+    processor = YolosImageProcessor(size={"shortest_edge": IMAGE_SIZE, "longest_edge": IMAGE_SIZE})
+    return _save(dest, YolosForObjectDetection(config).eval(), processor)
+
+
+def build_captioner(dest: Path) -> Path:
+    """A tiny ViT + GPT-2 VisionEncoderDecoderModel with the tiny GPT-2's tokenizer."""
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        GPT2Config,
+        VisionEncoderDecoderConfig,
+        VisionEncoderDecoderModel,
+        ViTConfig,
+    )
+
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    gpt2 = build_tiny_gpt2(dest.parent / f"{dest.name}-gpt2")
+    tokenizer = AutoTokenizer.from_pretrained(str(gpt2))
+    decoder = GPT2Config.from_pretrained(str(gpt2))
+    decoder.is_decoder, decoder.add_cross_attention = True, True
+    config = VisionEncoderDecoderConfig.from_encoder_decoder_configs(ViTConfig(**_vit_shape()), decoder)
+    config.decoder_start_token_id = config.pad_token_id = config.eos_token_id = tokenizer.eos_token_id
+    torch.manual_seed(0)
+    model = VisionEncoderDecoderModel(config=config).eval()
+    model.generation_config.decoder_start_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.max_new_tokens = 8
+    return _save(dest, model, _image_processor(), tokenizer)
+
+
+def _wav2vec2_shape() -> dict[str, object]:
+    return dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 4), num_feat_extract_layers=2,
+                num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2)
+
+
+def _audio_features() -> object:
+    from transformers import Wav2Vec2FeatureExtractor
+
+    return Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=SAMPLING_RATE, padding_value=0.0,
+                                    do_normalize=True, return_attention_mask=True)
+
+
+def build_audio_classifier(dest: Path, labels: tuple[str, ...] = ("speech", "music", "noise")) -> Path:
+    """A tiny Wav2Vec2ForSequenceClassification."""
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2ForSequenceClassification
+
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    id2label = {i: label for i, label in enumerate(labels)}
+    config = Wav2Vec2Config(**_wav2vec2_shape(), num_labels=len(labels), id2label=id2label,
+                            label2id={v: k for k, v in id2label.items()})
+    torch.manual_seed(0)
+    return _save(dest, Wav2Vec2ForSequenceClassification(config).eval(), _audio_features())
+
+
+def build_ctc_recognizer(dest: Path) -> Path:
+    """A tiny Wav2Vec2ForCTC with a character vocabulary."""
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2CTCTokenizer, Wav2Vec2ForCTC, Wav2Vec2Processor
+
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, "|": 4,
+             **{c: i + 5 for i, c in enumerate("abcdefghijklmnopqrstuvwxyz'")}}
+    (dest / "vocab.json").write_text(json.dumps(vocab))
+    tokenizer = Wav2Vec2CTCTokenizer(str(dest / "vocab.json"), word_delimiter_token="|")
+    config = Wav2Vec2Config(**_wav2vec2_shape(), vocab_size=len(vocab), pad_token_id=0, ctc_loss_reduction="mean")
+    torch.manual_seed(0)
+    processor = Wav2Vec2Processor(feature_extractor=_audio_features(), tokenizer=tokenizer)
+    return _save(dest, Wav2Vec2ForCTC(config).eval(), processor)
+
+
+# Media made in the tests.
+
+def png(width: int = 48, height: int = 40, mode: str = "RGB", fmt: str = "PNG", **save: object) -> bytes:
+    """A drawing (a red square on blue, a green circle) in the given mode and format."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (width, height), (20, 40, 200))
+    draw = ImageDraw.Draw(image)
+    draw.rectangle((width // 8, height // 8, width // 2, height // 2), fill=(220, 30, 30))
+    draw.ellipse((width // 2, height // 2, width - 1, height - 1), fill=(30, 200, 60))
+    if mode != "RGB":
+        image = image.convert(mode)
+    out = io.BytesIO()
+    image.save(out, format=fmt, **save)
+    return out.getvalue()
+
+
+def tone(seconds: float = 0.5, rate: int = SAMPLING_RATE, channels: int = 1, fmt: str = "WAV",
+         frequency: float = 440.0) -> bytes:
+    """A sine tone as a WAV or FLAC file."""
+    import numpy as np
+    import soundfile
+
+    t = np.arange(int(seconds * rate)) / rate
+    wave = 0.3 * np.sin(2 * math.pi * frequency * t).astype("float32")
+    data = np.stack([wave] * channels, axis=1) if channels > 1 else wave
+    out = io.BytesIO()
+    soundfile.write(out, data, rate, format=fmt, subtype="PCM_16")
+    return out.getvalue()
