@@ -67,7 +67,7 @@ class InferenceEngine:
         try:
             slot = check_servable(request, self.models.get(request.model), self.draining)
             costs = [slot.loaded.count_tokens(item) for item in request.inputs]
-            charged = computed_tokens(request, slot)  # what is charged: what the model will compute
+            charged = computed_tokens(request, slot, costs)  # what is charged: what the model will compute
             check_token_budget(charged, slot.spec.tasks[request.task].max_request_tokens)
             self.batcher.submit(
                 key, request.id, request.inputs, costs, time.time(), request.deadline,
