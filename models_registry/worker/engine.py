@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 from models_registry.api.errors import HostingError, Internal, Overloaded, Unavailable
+from models_registry.broker.leases import REDELIVERED
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.inference.containment import contained, describe
 from models_registry.registry.specs import ModelSpec
@@ -72,7 +73,7 @@ class InferenceEngine:
             self.batcher.submit(
                 key, request.id, request.inputs, costs, time.time(), request.deadline,
                 context={"reply": request.reply, "parameters": request.parameters, "lease": lease,
-                         "tokens": charged},
+                         "tokens": charged, "suspect": bool(message.get(REDELIVERED))},
                 priority=request.priority,
             )
         except QueueFull as full:
