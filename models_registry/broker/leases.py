@@ -9,46 +9,59 @@ key has expired: nothing is lost, and no message is handed to two live workers.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from typing import Any
 
 from models_registry.broker.lua import LuaScript
 
+# Returns [message, flag, ...]: flag 1 for a message that was in flight at a worker death
+# (its hash is in KEYS[4]; the worker computes it alone), else 0. No death lately: no hash.
 _PULL = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, tonumber(ARGV[2]) - tonumber(ARGV[3]))
 local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
 if #popped > 0 then
   for i = 1, #popped, 2 do redis.call('ZADD', KEYS[2], popped[i + 1], popped[i]) end
   redis.call('SADD', KEYS[3], ARGV[4])
+  local struck = redis.call('EXISTS', KEYS[4]) == 1
+  for i = 1, #popped, 2 do
+    popped[i + 1] = (struck and redis.call('HEXISTS', KEYS[4], redis.sha1hex(popped[i])) == 1) and 1 or 0
+  end
 end
 return popped
 """
 
-# A message goes back on its channel once per worker death it was leased through (ARGV[3]
-# '1'; a clean exit that gives messages back passes '0' and counts nothing); the
-# death that reaches ARGV[1] deliveries puts it on the poison list instead (answered 500 by
-# a live worker, never computed again). Deliveries are counted by the message's hash (each
-# serialized message is unique: channels_redis prefixes random bytes).
+# A dead worker's messages go back on their channels, each marked in KEYS[5] as in flight
+# at a death (ARGV[2] '1'; a clean exit that gives messages back passes '0' and marks
+# nothing). A marked message is computed alone by the next worker, which names it in its
+# computing key (KEYS[7]) first: if that worker dies too, the message is poison and goes
+# to the poison list instead (answered 500 by a live worker, never computed again). Only
+# the message computing alone at the second death is quarantined, never the others that
+# worker held. Messages are named by their hash (channels_redis prefixes random bytes, so
+# each serialized message is unique).
 _REQUEUE = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
 local items = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local computing = redis.call('GET', KEYS[7])
 local requeued = 0
 for i = 1, #items, 2 do
   local digest = redis.sha1hex(items[i])
-  if ARGV[3] == '1' and redis.call('HINCRBY', KEYS[5], digest, 1) >= tonumber(ARGV[1]) then
+  if ARGV[2] == '1' and digest == computing and redis.call('HEXISTS', KEYS[5], digest) == 1 then
     redis.call('HDEL', KEYS[5], digest)
     redis.call('RPUSH', KEYS[6], items[i])
   else
+    if ARGV[2] == '1' then redis.call('HSET', KEYS[5], digest, 1) end
     redis.call('ZADD', KEYS[2], items[i + 1], items[i])
     requeued = requeued + 1
   end
 end
-if #items > 0 then redis.call('EXPIRE', KEYS[5], ARGV[2]) end
+if #items > 0 and ARGV[2] == '1' then redis.call('EXPIRE', KEYS[5], ARGV[1]) end
 redis.call('DEL', KEYS[1])
 if requeued > 0 then redis.call('LPUSH', KEYS[4], 1) end
 return #items / 2
 """
-POISON_DELIVERIES = 2  # a message in flight at two worker deaths is poison (delivered once more, not twice)
+COMPUTING_TTL_S = 600  # a computing key outlives any batch; it is only read at its worker's death
+REDELIVERED = "redelivered"  # the key pull() sets on a message that was in flight at a worker death
 
 
 class LeasedPulls:
@@ -75,12 +88,16 @@ class LeasedPulls:
 
     @property
     def redelivered_key(self) -> str:
-        """Hash of message digest -> worker deaths it was in flight at."""
+        """Hash of the digests of messages that were in flight at a worker death."""
         return f"{self.prefix}redelivered"
+
+    def computing_key(self, worker_id: str) -> str:
+        """The digest of the redelivered message a worker computes alone now."""
+        return f"{self.prefix}worker:computing:{worker_id}"
 
     @property
     def poison_key(self) -> str:
-        """List of messages in flight at POISON_DELIVERIES worker deaths, to answer 500 and drop."""
+        """List of poison messages (computing alone at a second worker death), to answer 500 and drop."""
         return f"{self.prefix}poison"
 
     async def take_poison(self, max_count: int = 100) -> list[dict[str, Any]]:
@@ -99,10 +116,26 @@ class LeasedPulls:
         """Pop up to max_count messages and lease them to worker_id, atomically."""
         conn = self.connection(self._index(channel))
         popped = await self._pull_script(
-            conn, [self._key(channel), self.inflight_key(channel, worker_id), self.worker_channels_key(worker_id)],
+            conn, [self._key(channel), self.inflight_key(channel, worker_id), self.worker_channels_key(worker_id),
+                   self.redelivered_key],
             [max_count, repr(time.time()), int(self.expiry), channel],
         )
-        return [(popped[i], self.deserialize(popped[i])) for i in range(0, len(popped), 2)]
+        pulled = []
+        for i in range(0, len(popped), 2):
+            message = self.deserialize(popped[i])
+            if int(popped[i + 1]):
+                message[REDELIVERED] = True  # in flight at a worker death: to be computed alone
+            pulled.append((popped[i], message))
+        return pulled
+
+    async def mark_computing(self, channel: str, worker_id: str, member: bytes | None) -> None:
+        """Name the leased message this worker computes alone now (None: none), for the requeue at its death."""
+        conn = self.connection(self._index(channel))
+        key = self.computing_key(worker_id)
+        if member is None:
+            await conn.delete(key)
+        else:
+            await conn.set(key, hashlib.sha1(member).hexdigest(), ex=COMPUTING_TTL_S)
 
     async def wait_for_work(self, channels: list[str], timeout_s: float) -> None:
         """Block until a sender rings one of these channels' doorbells, or timeout_s passes."""
@@ -134,7 +167,7 @@ class LeasedPulls:
     async def requeue_if_dead(self, worker_id: str, died: bool = True) -> int:
         """Put a dead worker's leased messages back on their channels; -1 if it is alive.
 
-        died: count the death against each message (its second one quarantines it as poison).
+        died: mark each message as in flight at a death (and quarantine the one it computed alone).
         """
         conn = self.connection(0)
         moved = 0
@@ -143,8 +176,8 @@ class LeasedPulls:
             count = int(await self._requeue_script(
                 self.connection(self._index(channel)),
                 [self.inflight_key(channel, worker_id), self._key(channel), self.alive_key(worker_id),
-                 self.doorbell_key(channel), self.redelivered_key, self.poison_key],
-                [POISON_DELIVERIES, max(int(self.expiry) * 10, 600), "1" if died else "0"],
+                 self.doorbell_key(channel), self.redelivered_key, self.poison_key, self.computing_key(worker_id)],
+                [max(int(self.expiry) * 10, 600), "1" if died else "0"],
             ))
             if count < 0:
                 return -1

@@ -65,6 +65,9 @@ class WorkLayer(Protocol):
     async def recover_dead_workers(self, own_id: str) -> int:
         """Requeue the messages of every worker whose liveness expired; how many."""
 
+    async def mark_computing(self, channel: str, worker_id: str, member: bytes | None) -> None:
+        """Name the redelivered message this worker computes alone now (None: none)."""
+
     async def take_poison(self, max_count: int = 100) -> list[dict[str, Any]]:
         """Pop the messages in flight at two worker deaths (quarantined, never requeued)."""
 

@@ -44,6 +44,15 @@ def estimated_tokens(text: str) -> int:
 ESTIMATE = TokenCounter(estimated_tokens)
 
 
+def is_plain_length(task: str, params: dict[str, Any]) -> bool:
+    """Whether each item costs just its own tokens (capped), so a count made for batching is the cost."""
+    if task == "feature-extraction":
+        return not _prompt(params)
+    if task == "token-classification":
+        return not params.get("stride")
+    return task not in ("zero-shot-classification", "question-answering", *GENERATION_TASKS)
+
+
 def request_cost(task: str, items: list[Any], params: dict[str, Any], counter: TokenCounter) -> list[int]:
     """Tokens each item makes the model compute (raises InvalidInput for windows the model cannot hold)."""
     return [item_cost(task, item, params, counter) for item in items]

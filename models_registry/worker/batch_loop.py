@@ -14,6 +14,7 @@ from models_registry.broker.work_layer import WorkLayer
 from models_registry.inference.compute_deadline import computing_until
 from models_registry.inference.containment import contained, describe
 from models_registry.worker.batch_memory import BatchMemory
+from models_registry.worker import suspects
 from models_registry.worker.batch_types import Batch, ItemFailure
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import EngineStats
@@ -87,7 +88,10 @@ class BatchLoop:
             started = time.time()
             sinks = self.streams.open(batch)
             try:
-                outputs = await loop.run_in_executor(self._compute, self._run_batch, batch, sinks)
+                outputs = await suspects.run_isolating(
+                    batch, sinks, lambda part, part_sinks: loop.run_in_executor(self._compute, self._run_batch, part,
+                                                                                 part_sinks),
+                    lambda channel, member: self.layer.mark_computing(channel, self.replies.worker_id, member))
             except BaseException as error:  # the runner isolates per-input errors; this guards the worker's life
                 if not contained(error):
                     raise

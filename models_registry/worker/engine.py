@@ -17,6 +17,7 @@ from typing import Any
 
 from models_registry.api.errors import HostingError, Internal, Overloaded, Unavailable
 from models_registry.broker.messages import model_channel
+from models_registry.broker.leases import REDELIVERED
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.inference.containment import contained, describe
 from models_registry.registry.specs import ModelSpec
@@ -91,7 +92,7 @@ class InferenceEngine:
             self.batcher.submit(
                 key, request.id, payloads, costs, time.time(), request.deadline,
                 context={"reply": request.reply, "parameters": request.parameters, "lease": lease,
-                         "tokens": charged},
+                         "tokens": charged, "suspect": bool(message.get(REDELIVERED))},
                 priority=request.priority,
             )
         except QueueFull as full:

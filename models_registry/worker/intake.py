@@ -8,7 +8,7 @@ from typing import Any
 from models_registry.api.errors import InvalidInput, TooLarge, Unavailable
 from models_registry.media.item import is_media
 from models_registry.registry import sources
-from models_registry.registry.compute_cost import request_cost
+from models_registry.registry.compute_cost import is_plain_length, request_cost
 from models_registry.registry.model_state import ModelState
 from models_registry.worker.model_slots import ModelSlot
 
@@ -68,10 +68,13 @@ def check_token_budget(tokens: int, limit: int) -> None:
 def computed_tokens(request: InferenceRequest, slot: ModelSlot, costs: list[int]) -> int:
     """The tokens request makes the model compute (prompts, labels, windows, new tokens); 400 for impossible windows.
 
-    Media inputs cost what the model's own count says (costs: patch tokens, encoder frames).
+    costs: each input's own tokens (counted for batching), the answer where nothing more is computed;
+    media inputs cost what the model's own count says (patch tokens, encoder frames).
     """
     if any(is_media(item) for item in request.inputs):
         return sum(costs)
     task = slot.spec.tasks[request.task]
     params = {**task.parameters, **request.parameters}
+    if is_plain_length(task.task, params):
+        return sum(costs)  # the common case: no second tokenization
     return sum(request_cost(task.task, request.inputs, params, slot.loaded.cost_counter()))

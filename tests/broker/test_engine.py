@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -203,3 +204,41 @@ async def test_a_batch_that_raises_a_base_exception_is_answered_500_and_the_loop
     finally:
         loop.cancel()
     await no_leases_held(layer, engine)
+
+
+async def test_a_request_redelivered_after_a_worker_death_is_computed_alone_and_named_first(
+        layer: HostingChannelLayer, engine: InferenceEngine) -> None:
+    replies = []
+    for request_id, text in (("suspect", "first"), ("other", "second")):
+        reply = await layer.new_channel()
+        replies.append(layer.expect_reply(reply))
+        await layer.send(CHANNEL, messages.request_message(
+            request_id=request_id, reply_channel=reply, model="m", task="t", inputs=[text], parameters={},
+            deadline=time.time() + 10))
+        if request_id == "suspect":  # leased by a worker that dies: marked as in flight at a death
+            await layer.announce("dead", 0.05)
+            await layer.pull(CHANNEL, "dead", 10)
+            await asyncio.sleep(0.1)
+            assert await layer.recover_dead_workers("live") == 1
+    digests = {}
+    for lease, message in await layer.pull(CHANNEL, engine.worker_id, 10):
+        digests[message["id"]] = hashlib.sha1(lease).hexdigest().encode()
+        engine.submit(message, (CHANNEL, lease))
+    named: list[bytes | None] = []
+    real_mark = layer.mark_computing
+
+    async def mark(channel: str, worker_id: str, member: bytes | None) -> None:
+        named.append(await layer.connection(0).get(layer.computing_key(worker_id)))
+        await real_mark(channel, worker_id, member)
+
+    layer.mark_computing = mark  # type: ignore[method-assign]  (to see the key as each run starts)
+    loop = asyncio.ensure_future(engine.run_batches())
+    try:
+        answers = await asyncio.wait_for(asyncio.gather(*replies), 3)
+    finally:
+        loop.cancel()
+    assert [a["outputs"] for a in answers] == [["FIRST"], ["SECOND"]]
+    assert engine.runner.batches == [["first"], ["second"]]  # not batched together
+    # Named before its run (the key held its digest until the run ended), cleared after it.
+    assert named == [None, digests["suspect"]]
+    assert await layer.connection(0).get(layer.computing_key(engine.worker_id)) is None

@@ -1,4 +1,4 @@
-"""Poison quarantine against a real Redis: a message in flight at two worker deaths is answered 500, never again."""
+"""Poison quarantine against a real Redis: a message computing alone at a second worker death is answered 500."""
 
 from __future__ import annotations
 
@@ -16,28 +16,50 @@ from models_registry.worker.replies import Replies
 WORK = messages.model_channel("m")
 
 
-async def die_holding(layer: HostingChannelLayer, worker_id: str) -> list[str]:
-    """worker_id leases what is on the channel and dies (its liveness expires); the ids it held."""
+async def lease(layer: HostingChannelLayer, worker_id: str) -> list[tuple[bytes, dict]]:
+    """worker_id announces itself for a moment and leases what is on the channel."""
     await layer.announce(worker_id, 0.05)
-    held = [m["id"] for _, m in await layer.pull(WORK, worker_id, 10)]
+    return await layer.pull(WORK, worker_id, 10)
+
+
+async def die(layer: HostingChannelLayer) -> int:
+    """The leasing worker dies (its liveness expires) and a live one recovers its messages."""
     await asyncio.sleep(0.1)
-    return held
+    return await layer.recover_dead_workers("live")
 
 
-async def test_a_message_is_redelivered_once_then_quarantined(layer: HostingChannelLayer) -> None:
-    reply = await layer.new_channel()
+async def send(layer: HostingChannelLayer, request_id: str, reply: str = "specific.x!y") -> None:
     await layer.send(WORK, messages.request_message(
-        request_id="poison", reply_channel=reply, model="m", task="t", inputs=["x" * 10], parameters={},
+        request_id=request_id, reply_channel=reply, model="m", task="t", inputs=["x" * 10], parameters={},
         deadline=time.time() + 30))
-    assert await die_holding(layer, "w1") == ["poison"]
-    assert await layer.recover_dead_workers("live") == 1
-    assert await layer.take_poison() == []  # first death: delivered once more
-    assert await die_holding(layer, "w2") == ["poison"]
-    assert await layer.recover_dead_workers("live") == 1
-    assert await layer.pull(WORK, "w3", 10) == []  # second death: never delivered again
+
+
+async def test_a_message_computing_alone_at_a_second_death_is_quarantined(layer: HostingChannelLayer) -> None:
+    await send(layer, "poison")
+    [(_, first)] = await lease(layer, "w1")
+    assert "redelivered" not in first
+    assert await die(layer) == 1
+    assert await layer.take_poison() == []  # first death: delivered again, marked
+    [(member, again)] = await lease(layer, "w2")
+    assert again["id"] == "poison" and again["redelivered"] is True
+    await layer.mark_computing(WORK, "w2", member)  # computed alone, named first
+    assert await die(layer) == 1
+    assert await layer.pull(WORK, "w3", 10) == []  # never delivered again
     [message] = await layer.take_poison()
     assert message["id"] == "poison"
     assert await layer.take_poison() == []  # taken by one worker only
+
+
+async def test_requests_leased_beside_poison_are_redelivered_not_quarantined(layer: HostingChannelLayer) -> None:
+    await send(layer, "poison")
+    await send(layer, "innocent")
+    await lease(layer, "w1")
+    assert await die(layer) == 2  # both were in flight: both marked
+    pulled = dict((message["id"], member) for member, message in await lease(layer, "w2"))
+    await layer.mark_computing(WORK, "w2", pulled["poison"])  # the innocent waits its turn
+    assert await die(layer) == 2
+    assert [m["id"] for m in await layer.take_poison()] == ["poison"]
+    assert [(m["id"], m["redelivered"]) for _, m in await layer.pull(WORK, "w3", 10)] == [("innocent", True)]
 
 
 async def test_a_clean_exit_does_not_count_as_a_death(layer: HostingChannelLayer) -> None:
@@ -57,9 +79,11 @@ async def test_a_quarantined_request_is_answered_500_and_recorded(layer: Hosting
     await layer.send(WORK, messages.request_message(
         request_id="poison", reply_channel=reply, model="m", task="t", inputs=["a", "bc"], parameters={},
         deadline=time.time() + 30))
-    for worker_id in ("w1", "w2"):
-        await die_holding(layer, worker_id)
-        await layer.recover_dead_workers("live")
+    await lease(layer, "w1")
+    await die(layer)
+    [(member, _)] = await lease(layer, "w2")
+    await layer.mark_computing(WORK, "w2", member)
+    await die(layer)
     assert await quarantine.answer_poison(layer, Replies(layer, "live")) == 1
     got = await asyncio.wait_for(answer, 3)
     assert got["error_type"] == "internal" and "two workers stopped" in got["error"]

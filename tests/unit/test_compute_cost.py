@@ -74,3 +74,18 @@ def test_the_webs_estimate_charges_the_prompt_too() -> None:
     plain = sum(request_cost("feature-extraction", ["a"] * 256, {}, ESTIMATE))
     prompted = sum(request_cost("feature-extraction", ["a"] * 256, {"prompt": "word " * 600}, ESTIMATE))
     assert prompted >= 256 * 512 > 100 * plain
+
+
+@pytest.mark.parametrize(("task", "params", "plain"), [
+    ("feature-extraction", {}, True), ("feature-extraction", {"prompt": "q: "}, False),
+    ("text-classification", {}, True), ("fill-mask", {"targets": ["a"]}, True),
+    ("token-classification", {}, True), ("token-classification", {"stride": 16}, False),
+    ("zero-shot-classification", {"candidate_labels": ["a"]}, False), ("question-answering", {}, False),
+    ("text-generation", {}, False), ("summarization", {}, False),
+])
+def test_plain_length_is_the_cost_only_where_nothing_more_is_computed(task: str, params: dict, plain: bool) -> None:
+    from models_registry.registry.compute_cost import is_plain_length
+
+    assert is_plain_length(task, params) is plain
+    if plain:
+        assert item_cost(task, "a b c", params, COUNTER) == 5
