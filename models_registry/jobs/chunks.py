@@ -59,8 +59,13 @@ def advance(progress: Progress, chunk: Chunk, outcome: ChunkOutcome) -> Progress
     )
 
 
+# A chunk also ends once its lines hold this many bytes: a driver runs several jobs, each a
+# couple of chunks ahead, and 256 lines of up to 1 MiB each would be 256 MiB per chunk.
+MAX_CHUNK_BYTES = 8 * 1024 * 1024
+
+
 class ChunkReader:
-    """Reads successive chunks of at most max_lines requests from a seekable binary stream."""
+    """Reads successive chunks of at most max_lines requests (and about MAX_CHUNK_BYTES) from a seekable stream."""
 
     def __init__(self, stream: IO[bytes], progress: Progress, max_lines: int, max_line_bytes: int) -> None:
         self.stream = stream
@@ -78,7 +83,7 @@ class ChunkReader:
         start, first = self.offset, self.line
         lines: list[JobLine] = []
         unreadable: list[tuple[int, str]] = []
-        while len(lines) + len(unreadable) < self.max_lines:
+        while len(lines) + len(unreadable) < self.max_lines and self.offset - start < MAX_CHUNK_BYTES:
             raw = next(self._lines, None)
             if raw is None:
                 break

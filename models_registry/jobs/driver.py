@@ -145,6 +145,8 @@ class JobDriver:
         if job.status == "validating":
             await _db(leases.set_status)(job.pk, self.owner, ("validating",), "in_progress")
         watch = _Watch(self, job)
+        if await _db(leases.renew)(job.pk, self.owner, self.lease_s) == "revoking":
+            watch.status = "revoking"  # its owner was revoked while it waited: no line runs as a 401
         watcher = asyncio.ensure_future(watch.run())
         try:
             progress = job.progress

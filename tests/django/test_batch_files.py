@@ -143,3 +143,20 @@ async def test_a_file_with_no_newline_is_refused_at_its_cap(token: str, settings
     response = await _upload(AsyncClient(), token, b"x" * 3_000_000)
     assert response.status_code == 413
     assert "line 1 is 3000000 bytes; one request may be at most 4096" in response.json()["error"]["message"]
+
+
+async def test_the_openai_sdk_sets_expiry_and_deletes(token: str) -> None:
+    """The SDK's own encoding (expires_after[anchor] form fields, DELETE), through the API's ASGI handler."""
+    import httpx
+    from openai import AsyncOpenAI
+
+    from hosting.api_handler import ApiASGIHandler
+
+    transport = httpx.ASGITransport(app=ApiASGIHandler())
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        client = AsyncOpenAI(base_url="http://localhost/v1", api_key=token, http_client=http, max_retries=0)
+        created = await client.files.create(file=("in.jsonl", _jsonl(2)), purpose="batch",
+                                            expires_after={"anchor": "created_at", "seconds": 3600})
+        assert created.expires_at is not None and created.expires_at - created.created_at in (3600, 3601)
+        deleted = await client.files.delete(created.id)
+        assert (deleted.id, deleted.deleted) == (created.id, True)

@@ -187,3 +187,12 @@ async def test_a_rate_limited_owner_does_not_block_another_owners_job(
     assert limited.status == "completed" and (limited.completed, limited.failed) == (0, 12)
     tries = [custom_id for limited, custom_id in caller.calls if limited]
     assert all(tries.count(f"r{i}") == 3 for i in range(12))  # the first try and 2 retries
+
+
+async def test_a_job_whose_owner_was_revoked_before_it_started_runs_no_line(token: str, stub_worker: Any) -> None:
+    calls = stub_worker(_labels)
+    client = AsyncClient()
+    batch_id = (await _batch(client, token, (await _upload(client, token, _jsonl(5))).json()["id"])).json()["id"]
+    await ApiToken.objects.filter(name="owner").aupdate(revoked=True)
+    job = await _run_until(JobDriver("w1"), batch_id, ("cancelled",))
+    assert calls == [] and (job.completed, job.failed) == (0, 5) and job.errors[0]["code"] == "token_revoked"

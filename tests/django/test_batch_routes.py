@@ -148,7 +148,7 @@ class FakeCaller:
         self.flaky_every = flaky_every
         self.delay_s = delay_s
 
-    async def call(self, line: JobLine, token_hash: str | None, request_id: str) -> LineAnswer:
+    async def call(self, line: JobLine, owner_id: int | None, request_id: str) -> LineAnswer:
         self.calls.append(line.custom_id)
         await asyncio.sleep(self.delay_s)
         index = int(line.custom_id[1:])

@@ -48,3 +48,17 @@ def test_the_driver_reads_past_a_long_line_and_reports_it() -> None:
     assert chunk is not None and reader.next_chunk() is None
     assert [line.custom_id for line in chunk.lines] == ["a", "b"] and chunk.end == len(raw)
     assert [(number, why[:15]) for number, why in chunk.unreadable] == [(2, "line 2 is 5001 ")]
+
+
+def test_a_chunk_ends_at_its_byte_budget_and_resumes_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunks, "MAX_CHUNK_BYTES", 300)
+    raw = b"".join(_line(f"id-{i}") for i in range(20))  # about 90 bytes a line
+    reader = chunks.ChunkReader(io.BytesIO(raw), chunks.Progress(), 256, 1000)
+    whole = []
+    while (chunk := reader.next_chunk()) is not None:
+        whole.append(chunk)
+    assert all(len(c.lines) == 4 for c in whole[:-1]) and [ln.custom_id for c in whole for ln in c.lines] == \
+        [f"id-{i}" for i in range(20)]
+    progress = chunks.advance(chunks.Progress(), whole[0], chunks.ChunkOutcome(output=[], errors=[]))
+    again = chunks.ChunkReader(io.BytesIO(raw), progress, 256, 1000).next_chunk()
+    assert again == whole[1]
