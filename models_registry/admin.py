@@ -12,11 +12,11 @@ from django.utils.html import format_html
 
 from models_registry.models import ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
 from models_registry.observe import test_input_form, traffic_window
+from models_registry.observe.model_columns import PlacementColumns, live_states
 from models_registry.observe.sample_request import run_test_input
 from models_registry.policy.rate_limits import Usage
 from models_registry.policy.usage import token_usage
 from models_registry.registry.model_state import ModelState, best_report
-from models_registry.registry.task_key import TaskKey
 from models_registry.worker.heartbeats import live_workers
 
 admin.site.site_header = "Model hosting"
@@ -41,15 +41,7 @@ class ModelTaskInline(admin.StackedInline):
 
 
 def _live_states() -> dict[str, dict[str, Any]]:
-    states: dict[str, dict[str, Any]] = {}
-    for worker in live_workers():
-        for name, state in (worker.models_state or {}).items():
-            entry = states.setdefault(name, {"states": [], "depth": 0, "workers": 0})
-            entry["states"].append(state)
-            entry["workers"] += 1
-        for key, depth in (worker.queue_depths or {}).items():
-            states.setdefault(TaskKey.parse(key).model, {"states": [], "depth": 0, "workers": 0})["depth"] += depth
-    return states
+    return live_states(live_workers())
 
 
 def _best_state(entry: dict[str, Any] | None) -> str:
@@ -58,12 +50,13 @@ def _best_state(entry: dict[str, Any] | None) -> str:
 
 
 @admin.register(RegisteredModel)
-class RegisteredModelAdmin(admin.ModelAdmin):
+class RegisteredModelAdmin(PlacementColumns, admin.ModelAdmin):
     """Models with live state from worker heartbeats."""
 
     inlines = [ModelTaskInline]
-    list_display = ("name", "short_source", "enabled", "live_state", "queue_depth", "throughput", "task_names",
-                    "device", "dtype", "live_backend")
+    # Fits a 1440 px window: device, dtype and backend share one column; the backend's reason is on the change page.
+    list_display = ("name", "short_source", "enabled", "keep_loaded", "live_state", "loaded_on", "memory",
+                    "queue_depth", "throughput", "task_names", "runtime")
     readonly_fields = ("live_backend", "test_input")
     list_filter = ("enabled",)
     search_fields = ("name", "source")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -58,6 +59,10 @@ class BatchLoop:
             await asyncio.wait_for(self._room.wait(), timeout_s)
         except TimeoutError:
             pass
+
+    async def in_compute_thread(self, work: Callable[[], Any]) -> Any:
+        """Run work in the compute thread, between batches (a new model's warm-up batches)."""
+        return await asyncio.get_running_loop().run_in_executor(self._compute, work)
 
     def shutdown(self) -> None:
         """Release the compute thread."""

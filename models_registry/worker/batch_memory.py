@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +23,8 @@ from models_registry.worker.peak_memory import PeakProbe
 
 logger = logging.getLogger(__name__)
 
+HISTORY = 12  # measured batches per task shown with their predictions (API, admin)
+TRAINING_SAMPLES = 16  # every batch of a task is measured until its fit has this many samples
 MEASURE_EVERY = 16  # once the fit is trained, one batch in this many is measured (the cost is ~0.2 ms)
 DEFAULT_LONGEST = 128  # the input length the reported cap assumes before a task has seen traffic
 
@@ -37,7 +40,9 @@ class BatchMemory:
         self.resting_bytes = self.probe.resting() if enabled else 0  # models and runtime, between batches
         self.ooms = 0
         self.last: dict[Key, dict[str, float]] = {}  # the latest batch per key: shape, predicted and measured bytes
+        self.history: dict[Key, deque[dict[str, float]]] = {}  # the latest HISTORY measured batches per key
         self._count = 0
+        self._quiet = False  # warm-up runs a shape once unmeasured
         self.lock = threading.Lock()  # one measurement at a time: batches, warm-ups and loads
 
     # --- what the batcher asks ------------------------------------------------------------
@@ -54,6 +59,7 @@ class BatchMemory:
         """Drop a task's fit (its model was changed, not merely unloaded)."""
         self.fits.pop(key, None)
         self.last.pop(key, None)
+        self.history.pop(key, None)
 
     # --- running a batch --------------------------------------------------------------------
     def run(self, key: Key, costs: Sequence[int], compute: Callable[[list[int]], list[Any]]) -> list[Any]:
@@ -76,6 +82,8 @@ class BatchMemory:
                 if not is_out_of_memory(error):
                     raise
                 outputs = None
+                if measure:
+                    self.probe.peak()  # ends the measurement (allocator settings back to serving)
                 self.ooms += 1
                 fit.lower_after_oom(items, longest)
                 self.probe.release_cache()
@@ -84,8 +92,10 @@ class BatchMemory:
             if outputs is not None and measure:
                 peak = self.probe.peak()
                 self.resting_bytes = self.probe.baseline
+                predicted = fit.predict(items, longest)  # before this sample: a held-out prediction
                 self.last[key] = {"items": items, "longest": longest, "measured_bytes": peak,
-                                  "predicted_bytes": fit.predict(items, longest) or 0.0}
+                                  "predicted_bytes": round(predicted or 0.0)}
+                self.history.setdefault(key, deque(maxlen=HISTORY)).append(self.last[key])
                 fit.add(items, longest, peak)
         if outputs is not None:
             return outputs
@@ -99,7 +109,9 @@ class BatchMemory:
 
     def _should_measure(self, fit: MemoryFit, items: int, longest: int) -> bool:
         self._count += 1
-        if fit.coef is None or self._count % MEASURE_EVERY == 0:
+        if self._quiet:
+            return False
+        if len(fit.samples) < TRAINING_SAMPLES or self._count % MEASURE_EVERY == 0:
             return True
         seen = fit.samples
         # A shape beyond every measured one is an extrapolation: check it.
@@ -114,13 +126,22 @@ class BatchMemory:
         """
         if not self.enabled or key in self.fits and self.fits[key].coef is not None:
             return
-        top = max(8, max_tokens)
-        shapes = [(1, 8), (2, top // 8), (4, top // 4), (1, top // 2), (8, top // 8), (2, top)]
+        top = max(16, max_tokens)
+        # Equal padded tokens at different lengths tell attention from the rest; then larger
+        # batches, whose peaks stand well above the allocator's noise of a few MiB.
+        shapes = [(2, top // 2), (4, top // 4), (8, top // 8), (1, top), (4, top // 2), (16, top // 8),
+                  (2, top), (8, top // 2), (4, top)]
         for items, tokens in shapes:
             tokens = max(4, min(tokens, max_tokens))
             if not self.allows(key, items, tokens):
                 continue
             try:
+                # Twice, measured the second time: a shape's first run also builds its kernels and caches.
+                self._quiet = True
+                try:
+                    run_shape(items, tokens)
+                finally:
+                    self._quiet = False
                 run_shape(items, tokens)
             except Exception:  # warming up is a measurement: serving goes on without it
                 logger.warning("memory warm-up of %s at %dx%d failed", key, items, tokens, exc_info=True)
@@ -141,4 +162,5 @@ class BatchMemory:
         if fit is None:
             return {}
         return {**fit.report(), "cap_tokens": self.cap_tokens(key), "budget_bytes": self.budget_bytes,
-                "available_bytes": int(self.available()), "last_batch": self.last.get(key)}
+                "available_bytes": int(self.available()), "last_batch": self.last.get(key),
+                "recent_batches": list(self.history.get(key, ()))}

@@ -29,7 +29,7 @@ from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
 from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget, computed_tokens
 from models_registry.worker.media_intake import MediaDecoder
-from models_registry.worker.memory_budget import MODEL_SHARE, MemoryConfig, worker_budget
+from models_registry.worker.memory_budget import MemoryConfig, model_bytes, worker_budget
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.placement import Limits
 from models_registry.worker.placer import Placer
@@ -56,12 +56,12 @@ class InferenceEngine:
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.draining = False
         self.replies = Replies(channel_layer, self.worker_id)
-        # Models may take MODEL_SHARE of the budget beyond the runtime itself; batches the rest.
-        limits = Limits(memory.max_loaded, max(0, int(self.memory.budget_bytes * MODEL_SHARE) - self.memory.resting_bytes))
+        limits = Limits(memory.max_loaded, model_bytes(self.memory.budget_bytes, self.memory.resting_bytes))
         self.models = ModelSlots(runner, self.batcher, self.replies, self._wake, serve_models, self.memory, limits)
         self.placer = Placer(channel_layer, self.models, self.worker_id)
         self.batch_loop = BatchLoop(channel_layer, self.batcher, self.models, runner, self.replies, self.stats,
                                     self.memory)
+        self.models.in_compute = self.batch_loop.in_compute_thread
         self._drain_rates = DrainRates(self.stats)
         self.media = MediaDecoder()
 

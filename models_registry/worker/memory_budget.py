@@ -9,7 +9,7 @@ from models_registry.worker.peak_memory import device_total_bytes
 
 CPU_SHARE = 0.8  # of the machine's (or cgroup's) memory, shared by the workers `make run` starts there
 GPU_SHARE = 0.9  # of the GPU's memory (one worker per accelerator)
-MODEL_SHARE = 0.75  # models may take this much of the budget; the rest is kept for batches
+MODEL_SHARE = 0.9  # models may take this much of the budget beyond the runtime; the rest is kept for batches
 
 
 @dataclass(frozen=True)
@@ -30,3 +30,8 @@ def worker_budget(setting: int, device: str) -> int:
         return int(total * GPU_SHARE)
     workers = sizing.default_layout(sizing.available_cores(), device).workers
     return int(total * CPU_SHARE / workers)
+
+
+def model_bytes(budget_bytes: int, runtime_bytes: int) -> int:
+    """What the models one worker holds may take together: MODEL_SHARE of the budget beyond the runtime."""
+    return max(1, int((budget_bytes - runtime_bytes) * MODEL_SHARE))

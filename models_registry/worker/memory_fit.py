@@ -18,6 +18,7 @@ FEATURES = ("constant", "items", "padded_tokens", "attention")  # names of the c
 MIN_SAMPLES = 3  # fewer measured batches than this: no prediction, no cap
 MAX_SAMPLES = 64  # the newest measurements kept (an allocator that warmed up changes its peaks)
 SAFETY = 0.10  # the cap leaves at least this share of the budget over the prediction
+SMALL_SHARE = 0.1  # samples under this share of the largest peak count as this large (weights and error)
 
 
 def features(items: int, longest: int) -> list[float]:
@@ -54,12 +55,17 @@ class MemoryFit:
         self.samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
         self.coef: tuple[float, ...] | None = None
         self.error = 0.0  # largest relative error of the fit on its own samples
+        self.ooms = 0  # out-of-memory errors of this task's batches
+        self.seen = 0  # batches measured, the discarded first one included
         self.ceiling_tokens = 0  # after an out-of-memory: padded tokens a batch must stay under (0: none)
 
     def add(self, items: int, longest: int, peak_bytes: int) -> None:
         """Record a measured batch and refit."""
         if items < 1 or longest < 1:
             return
+        self.seen += 1
+        if self.seen == 1:
+            return  # a task's first batch also pays lazy initialisation (kernels, caches): not its shape's cost
         self.samples.append(Sample(items, longest, max(0, int(peak_bytes))))
         self._refit()
 
@@ -68,13 +74,14 @@ class MemoryFit:
             return
         x = np.array([features(s.items, s.longest) for s in self.samples])
         y = np.array([float(s.peak_bytes) for s in self.samples])
-        # Relative least squares: a 1 MB batch counts as much as a 1 GB one, so the fit is
-        # right in proportion across shapes (the cap needs that, not bytes on the biggest).
-        weight = 1.0 / np.maximum(y, 1.0)
-        coef = nonnegative_lstsq(x * weight[:, None], y * weight)
+        # Relative least squares, so the fit is right in proportion across shapes rather than
+        # in bytes on the biggest; batches under a tenth of the biggest weigh as if that big
+        # (their peaks are mostly allocator noise, and the cap is decided by large batches).
+        floor = np.maximum(y, max(1.0, SMALL_SHARE * float(y.max())))
+        coef = nonnegative_lstsq(x / floor[:, None], y / floor)
         self.coef = tuple(float(c) for c in coef)
         predicted = x @ coef
-        self.error = float(np.max(np.abs(predicted - y) / np.maximum(y, 1.0)))
+        self.error = float(np.max(np.abs(predicted - y) / floor))
 
     def predict(self, items: int, longest: int) -> float | None:
         """Predicted peak bytes of a batch of items padded to longest tokens; None before enough samples."""
@@ -112,6 +119,7 @@ class MemoryFit:
     def lower_after_oom(self, items: int, longest: int) -> None:
         """A batch of this shape ran out of memory: batches must stay below it from now on."""
         padded = items * longest
+        self.ooms += 1
         self.ceiling_tokens = padded - 1 if not self.ceiling_tokens else min(self.ceiling_tokens, padded - 1)
 
     def report(self) -> dict[str, object]:
@@ -121,4 +129,5 @@ class MemoryFit:
             "coefficients": dict(zip(FEATURES, [round(c, 3) for c in self.coef])) if self.coef else None,
             "max_relative_error": round(self.error, 4) if self.coef else None,
             "oom_ceiling_tokens": self.ceiling_tokens or None,
+            "ooms": self.ooms,
         }

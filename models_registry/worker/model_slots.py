@@ -61,6 +61,7 @@ class ModelSlots:
         self.specs: dict[str, ModelSpec] = {}  # every model this worker may serve (held or not)
         self.sizes: dict[str, int] = {}  # measured bytes per model, kept after an unload
         self.stats = LoadStats()
+        self.in_compute: Callable[[Callable[[], Any]], Awaitable[Any]] = self._in_loader  # the engine's compute thread
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader")
 
     def get(self, name: str) -> ModelSlot | None:
@@ -172,6 +173,9 @@ class ModelSlots:
         logger.info("loading model %s (%s)%s", name, why, f", unloaded {', '.join(evict)}" if evict else "")
         asyncio.ensure_future(self._load(name, spec))
 
+    async def _in_loader(self, work: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._loader, work)
+
     def shutdown(self) -> None:
         """Stop a load in progress (models die with the process)."""
         self._loader.shutdown(wait=False, cancel_futures=True)
@@ -183,7 +187,6 @@ class ModelSlots:
         loaded = self.runner.load(spec)
         with self.memory.lock:
             added = max(0, self.memory.probe.resting() - before)
-        memory_warmup.warm_up(self.memory, self.runner, spec, loaded)
         return loaded, added
 
     async def _load(self, name: str, spec: ModelSpec) -> None:
@@ -191,6 +194,8 @@ class ModelSlots:
         started = time.time()
         try:
             loaded, added = await loop.run_in_executor(self._loader, self._load_measured, spec)
+            # In the compute thread, where its batches will run: measured there, peaks match real batches'.
+            await self.in_compute(lambda: memory_warmup.warm_up(self.memory, self.runner, spec, loaded))
         except Exception as error:
             logger.exception("loading model %s from %s failed", name, spec.source)
             slot = self.slots.get(name)

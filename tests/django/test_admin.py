@@ -44,6 +44,23 @@ def test_model_change_list_shows_state_queue_and_throughput(admin_client: Client
     assert '<td class="field-live_state">ready</td>' in html
     assert '<td class="field-queue_depth">7</td>' in html
     assert '<td class="field-throughput">0.50</td>' in html  # 30 requests / 60 s
+    assert '<td class="field-loaded_on">test-host:' in html and '<td class="field-memory">not measured</td>' in html
+
+
+def test_model_change_list_shows_where_models_are_loaded_and_their_memory(
+        admin_client: Client, make_model: Callable[..., Any], heartbeat: Callable[..., Any]) -> None:
+    make_model("held")
+    make_model("cold")
+    fit = {"samples": 9, "max_relative_error": 0.04, "cap_tokens": 4096}
+    heartbeat({"held": {**ready_state("text-classification"), "memory_bytes": 90 * 2**20,
+                        "memory": {"text-classification": fit}},
+               "cold": {"state": "available", "error": "", "tasks": ["text-classification"],
+                        "memory_bytes": 30 * 2**20}})
+    html = admin_client.get(CHANGELIST).content.decode()
+    assert '<td class="field-memory">90 MiB, fit ±4%</td>' in html
+    assert '<td class="field-loaded_on">on demand</td>' in html and '<td class="field-memory">30 MiB</td>' in html
+    assert '<td class="field-live_state">available</td>' in html
+    assert 'name="keep_loaded"' in admin_client.get(CHANGELIST + "add/").content.decode()
 
 
 def test_model_add_page_renders_with_task_inline(admin_client: Client) -> None:

@@ -15,6 +15,7 @@ def peak(items: int, longest: int) -> float:
 
 def trained(shapes: list[tuple[int, int]]) -> MemoryFit:
     fit = MemoryFit()
+    fit.add(1, 8, 50_000_000)  # the first batch pays lazy initialisation: discarded
     for items, longest in shapes:
         fit.add(items, longest, int(peak(items, longest)))
     return fit
@@ -33,6 +34,12 @@ def test_fit_recovers_the_shape_costs_and_predicts_held_out_shapes() -> None:
         assert fit.predict(items, longest) == pytest.approx(peak(items, longest), rel=0.02)
     assert fit.error < 0.02
     assert fit.report()["samples"] == 6
+
+
+def test_the_first_measured_batch_is_not_a_sample() -> None:
+    fit = MemoryFit()
+    fit.add(1, 8, 10**9)
+    assert not fit.samples and fit.seen == 1
 
 
 def test_coefficients_are_never_negative() -> None:

@@ -1,0 +1,61 @@
+"""The model change list's placement and memory columns: where each model is loaded and what it measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+
+from models_registry.registry.model_state import ModelState, best_report
+
+MIB = 2**20
+
+
+def live_states(workers: list[Any]) -> dict[str, dict[str, Any]]:
+    """{model: {"states": [report per worker], "depth": queued items, "holders": ["host:pid" where ready]}}."""
+    states: dict[str, dict[str, Any]] = {}
+    for worker in workers:
+        for name, state in (worker.models_state or {}).items():
+            entry = states.setdefault(name, {"states": [], "depth": 0, "holders": []})
+            entry["states"].append(state)
+            if state.get("state") == ModelState.READY:
+                entry["holders"].append(f"{worker.host}:{worker.pid}")
+        for key, depth in (worker.queue_depths or {}).items():
+            states.setdefault(key.split("/", 1)[0], {"states": [], "depth": 0, "holders": []})["depth"] += depth
+    return states
+
+
+class PlacementColumns:
+    """Change-list columns of RegisteredModelAdmin, read from self._states (set once per page)."""
+
+    _states: dict[str, dict[str, Any]]
+
+    def _entry(self, obj: Any) -> dict[str, Any]:
+        return getattr(self, "_states", {}).get(obj.name) or {"states": [], "depth": 0, "holders": []}
+
+    @admin.display(description="loaded on")
+    def loaded_on(self, obj: Any) -> str:
+        """The workers holding the model now (host:pid), or whether one loads it on demand."""
+        entry = self._entry(obj)
+        holders = entry["holders"]
+        if holders:
+            return ", ".join(holders) if len(holders) <= 2 else f"{holders[0]} and {len(holders) - 1} more"
+        best = best_report(entry["states"]) or {}
+        return "on demand" if best.get("state") == ModelState.AVAILABLE else "-"
+
+    @admin.display(description="memory")
+    def memory(self, obj: Any) -> str:
+        """The model's measured size and its batch fit's error (largest over its tasks)."""
+        reports = self._entry(obj)["states"]
+        size = max((int(r.get("memory_bytes") or 0) for r in reports), default=0)
+        errors = [fit["max_relative_error"] for r in reports for fit in (r.get("memory") or {}).values()
+                  if fit.get("max_relative_error") is not None]
+        shown = f"{size / MIB:.0f} MiB" if size else "not measured"
+        return shown + (f", fit ±{max(errors):.0%}" if errors else "")
+
+    @admin.display(description="runtime")
+    def runtime(self, obj: Any) -> str:
+        """Device, dtype and the embedding backend the workers chose (the change page says why)."""
+        best = best_report(self._entry(obj)["states"]) or {}
+        backend = best.get("backend") or f"{obj.backend}?"
+        return f"{obj.device or 'default'} · {obj.dtype} · {backend}"
