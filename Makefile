@@ -7,7 +7,7 @@ PORT ?= 8000
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv run test test-fast test-unit bench bench-jobs bench-policies migrate clean
+.PHONY: venv run test test-fast test-unit bench bench-jobs bench-policies bench-media migrate clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-model.txt
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,9 @@ bench-jobs: venv
 	$(PY) -m bench.jobs
 
 ## Per-token policies: web CPU with rate limits off/on, cache hits vs misses, interactive p50 beside a batch client.
+bench-media: venv
+	$(PY) -m bench.media
+
 bench-policies: venv
 	$(PY) -m bench.policies --seconds 6 --rounds 3
 

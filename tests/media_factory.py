@@ -120,9 +120,10 @@ def build_captioner(dest: Path) -> Path:
 
 
 def _wav2vec2_shape() -> dict[str, object]:
+    # wav2vec2's own feature encoder strides (320 samples a frame: 50 frames a second), in 16 channels.
     return dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 4), num_feat_extract_layers=2,
-                num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2)
+                conv_dim=(16,) * 7, conv_stride=(5, 2, 2, 2, 2, 2, 2), conv_kernel=(10, 3, 3, 3, 3, 2, 2),
+                num_feat_extract_layers=7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2)
 
 
 def _audio_features() -> object:

@@ -79,7 +79,7 @@ def text_features(runner: DualEncoder, texts: list[str], params: dict[str, Any],
 
 
 def zero_shot_image_classification(runner: DualEncoder, inputs: list[Any], params: dict[str, Any]) -> list[Any]:
-    """[{label, score}, ...] per image over the candidate labels, best first (softmax of CLIP's logits)."""
+    """[{label, score}, ...] per image over the candidate labels, best first (CLIP: softmax; SigLIP: sigmoid)."""
     labels = params.get("candidate_labels")
     if not labels:
         raise InvalidInput("zero-shot-image-classification needs parameters.candidate_labels")
@@ -88,7 +88,10 @@ def zero_shot_image_classification(runner: DualEncoder, inputs: list[Any], param
     tokens = runner.tokenizer([template.format(label) for label in labels], padding=True, truncation=True,
                               return_tensors="pt").to(runner.device)
     output = runner.model(**tokens, pixel_values=_pixels(runner.image_processor, images, runner.device))
-    scores = output.logits_per_image.float().softmax(dim=-1).cpu().tolist()
+    logits = output.logits_per_image.float()
+    # SigLIP is trained with a sigmoid per (image, text) pair; CLIP with a softmax over the texts.
+    sigmoid = str(getattr(runner.model.config, "model_type", "")).startswith("siglip")
+    scores = (logits.sigmoid() if sigmoid else logits.softmax(dim=-1)).cpu().tolist()
     return [sorted(({"label": label, "score": score} for label, score in zip(labels, row)),
                    key=lambda entry: -entry["score"]) for row in scores]
 
