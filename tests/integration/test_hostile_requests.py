@@ -6,6 +6,9 @@ Each test ends by checking that no worker died (the same processes, still runnin
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +37,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                        *TIMEOUT)
         running.manage("register_model", EMBED, "--source", str(model_factory.minilm_path()),
                        "--task", "feature-extraction", "--pooling", "mean", "--normalize", *TIMEOUT)
+        # A task with no token bound: one request that computes for many seconds (the poison test).
+        running.manage("register_model", EMBED, "--source", str(model_factory.minilm_path()),
+                       "--task", "feature-extraction", "--task-name", "heavy", "--max-request-tokens", "0",
+                       "--max-batch-size", "256", *TIMEOUT)
         running.create_token("all")
         running.start_worker()
         running.start_worker()
@@ -93,3 +100,45 @@ def test_question_answering_windows_are_charged(stack: Stack, workers: list[int]
     assert status == 413 and "max_request_tokens" in answer["error"], answer
     assert elapsed < 5.0
     assert_no_worker_died(stack, workers)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _computing(pids: list[int], timeout_s: float = 30.0) -> int:
+    """The pid among pids that is computing (burning CPU) now."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = {pid: _cpu_s(pid) for pid in pids}
+        time.sleep(0.4)
+        busy = {pid: _cpu_s(pid) - before[pid] for pid in pids}
+        pid = max(busy, key=busy.__getitem__)
+        if busy[pid] > 0.1:
+            return pid
+    raise AssertionError("no worker started computing")
+
+
+def test_a_request_that_kills_two_workers_is_quarantined(stack: Stack, workers: list[int]) -> None:
+    """Last in the module: it kills both workers (a third, serving another model, answers the poison)."""
+    heavy = {"inputs": [f"word{i} " * 100 for i in range(256)]}  # about 75,000 tokens: seconds of compute
+    answer: dict[str, Any] = {}
+    client = threading.Thread(target=lambda: answer.update(zip(("status", "body", "s"), post(stack, f"{EMBED}/heavy",
+                                                                                             heavy))))
+    client.start()
+    # A third worker that never pulls this model's requests, but recovers dead workers' messages.
+    stack.start_worker(env={"HOSTING_WORKER_MODELS": QA})
+    first = _computing(workers)
+    os.kill(first, signal.SIGKILL)  # death 1: the request is delivered again, marked
+    [second] = [pid for pid in workers if pid != first]
+    assert _computing([second]) == second  # it computes the marked request (alone)
+    os.kill(second, signal.SIGKILL)  # death 2 while computing it: poison
+    client.join(60)
+    assert answer["status"] == 500, answer
+    assert "two workers stopped" in answer["body"]["error"]
+    count = stack.manage("shell", "-c", "from models_registry.models import QuarantinedRequest as Q; "
+                                        f"print(Q.objects.filter(model={EMBED!r}, task='heavy').count())")
+    assert count.strip().splitlines()[-1] == "1"
+    status, _, _ = post(stack, QA, {"inputs": {"question": "Who wrote it?", "context": "Ada wrote it."}})
+    assert status == 200
