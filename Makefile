@@ -7,7 +7,7 @@ PORT ?= 8000
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv run test test-fast test-unit bench bench-jobs bench-policies migrate clean
+.PHONY: venv run test test-fast test-unit bench bench-jobs bench-policies bench-memory migrate clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-model.txt
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ bench-jobs: venv
 ## Per-token policies: web CPU with rate limits off/on, cache hits vs misses, interactive p50 beside a batch client.
 bench-policies: venv
 	$(PY) -m bench.policies --seconds 6 --rounds 3
+
+## What the batch memory cap costs when memory is plentiful (capped vs uncapped worker, interleaved rounds).
+bench-memory: venv
+	$(PY) -m bench.memory --seconds 8 --rounds 3
 
 clean:
 	rm -rf $(VENV) var test-artifacts bench-results
