@@ -7,7 +7,7 @@ PORT ?= 8000
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv run test test-fast test-unit bench bench-jobs bench-policies bench-media migrate clean
+.PHONY: venv run test test-fast test-unit bench bench-jobs bench-policies bench-media bench-memory migrate clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-model.txt
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ bench-media: venv
 
 bench-policies: venv
 	$(PY) -m bench.policies --seconds 6 --rounds 3
+
+## What the batch memory cap costs when memory is plentiful (capped vs uncapped worker, interleaved rounds).
+bench-memory: venv
+	$(PY) -m bench.memory --seconds 8 --rounds 3
 
 clean:
 	rm -rf $(VENV) var test-artifacts bench-results

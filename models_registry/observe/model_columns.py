@@ -38,10 +38,12 @@ class PlacementColumns:
         """The workers holding the model now (host:pid), or whether one loads it on demand."""
         entry = self._entry(obj)
         holders = entry["holders"]
+        pinned = " (kept loaded)" if obj.keep_loaded else ""
         if holders:
-            return ", ".join(holders) if len(holders) <= 2 else f"{holders[0]} and {len(holders) - 1} more"
+            shown = ", ".join(holders) if len(holders) <= 2 else f"{holders[0]} and {len(holders) - 1} more"
+            return shown + pinned
         best = best_report(entry["states"]) or {}
-        return "on demand" if best.get("state") == ModelState.AVAILABLE else "-"
+        return ("on demand" if best.get("state") == ModelState.AVAILABLE else "-") + pinned
 
     @admin.display(description="memory")
     def memory(self, obj: Any) -> str:

@@ -24,6 +24,8 @@ from models_registry.worker.peak_memory import PeakProbe
 logger = logging.getLogger(__name__)
 
 HISTORY = 12  # measured batches per task shown with their predictions (API, admin)
+SHAPE_BUCKET = 16  # input lengths within this many tokens count as one shape
+MAX_SHAPES = 4096  # shapes remembered per task (then forgotten all at once)
 TRAINING_SAMPLES = 16  # every batch of a task is measured until its fit has this many samples
 MEASURE_EVERY = 16  # once the fit is trained, one batch in this many is measured (the cost is ~0.2 ms)
 DEFAULT_LONGEST = 128  # the input length the reported cap assumes before a task has seen traffic
@@ -42,7 +44,7 @@ class BatchMemory:
         self.last: dict[Key, dict[str, float]] = {}  # the latest batch per key: shape, predicted and measured bytes
         self.history: dict[Key, deque[dict[str, float]]] = {}  # the latest HISTORY measured batches per key
         self._count = 0
-        self._quiet = False  # warm-up runs a shape once unmeasured
+        self._shapes: dict[MemoryFit, set[tuple[int, int]]] = {}  # (items, longest bucket) already run, per fit
         self.lock = threading.Lock()  # one measurement at a time: batches, warm-ups and loads
 
     # --- what the batcher asks ------------------------------------------------------------
@@ -109,7 +111,14 @@ class BatchMemory:
 
     def _should_measure(self, fit: MemoryFit, items: int, longest: int) -> bool:
         self._count += 1
-        if self._quiet:
+        # A shape's first run also builds its kernels and caches (10+ MiB more on MiniLM, kept
+        # afterwards): measured, it would teach the fit that cost. Only shapes seen before are.
+        seen = self._shapes.setdefault(fit, set())
+        shape = (items, -(-longest // SHAPE_BUCKET))
+        if shape not in seen:
+            if len(seen) > MAX_SHAPES:
+                seen.clear()
+            seen.add(shape)
             return False
         if len(fit.samples) < TRAINING_SAMPLES or self._count % MEASURE_EVERY == 0:
             return True
@@ -136,12 +145,8 @@ class BatchMemory:
             if not self.allows(key, items, tokens):
                 continue
             try:
-                # Twice, measured the second time: a shape's first run also builds its kernels and caches.
-                self._quiet = True
-                try:
-                    run_shape(items, tokens)
-                finally:
-                    self._quiet = False
+                # Twice: the first run of a shape is not measured (its kernels and caches are built then).
+                run_shape(items, tokens)
                 run_shape(items, tokens)
             except Exception:  # warming up is a measurement: serving goes on without it
                 logger.warning("memory warm-up of %s at %dx%d failed", key, items, tokens, exc_info=True)

@@ -80,8 +80,8 @@ class InferenceEngine:
             self.replies.release(lease)
             return
         key = TaskKey(request.model, request.task)
-        if self.models.get(request.model) is None and request.model in self.models.specs and not self.draining:
-            self._send_back(message, lease)  # unloaded while this message was being pulled: it waits for a holder
+        if self.models.on_demand(request.model) and not self.draining:
+            self._send_back(message, lease)  # unloaded (or reloading) while it was pulled: it waits for a holder
             return
         try:
             slot = check_servable(request, self.models.get(request.model), self.draining)

@@ -86,6 +86,11 @@ class ModelSlots:
         """Models this worker does not hold but would load on demand (they fit its limits)."""
         return [name for name in self.specs if name not in self.slots and self.fits(name)]
 
+    def on_demand(self, name: str) -> bool:
+        """Whether the model is one this worker may serve but cannot compute now (not held, or loading)."""
+        slot = self.slots.get(name)
+        return name in self.specs and (slot is None or slot.state == ModelState.LOADING)
+
     def fits(self, name: str) -> bool:
         """Whether the model's measured size (unknown: yes) fits what this worker may hold."""
         return not self.limits.model_bytes or self.sizes.get(name, 0) <= self.limits.model_bytes

@@ -183,6 +183,9 @@ def test_model_change_list_shows_throughput_and_runs_a_test_input(stack: Stack, 
         [r.querySelector('.field-name').innerText, [r.querySelector('.field-live_state').innerText,
          parseFloat(r.querySelector('.field-throughput').innerText)]]))""")
     assert rows[CLS][0] == "ready" and rows[CLS][1] > 0, rows
+    widths = browser.evaluate("""[document.documentElement.scrollWidth, document.querySelector('.results').scrollWidth,
+                                  document.querySelector('.results').clientWidth]""")
+    assert widths[0] <= WIDTH and widths[1] <= widths[2], f"the model list scrolls sideways at {WIDTH} px: {widths}"
     print("screenshot:", browser.screenshot("admin-models"))
     browser.evaluate(f"""(() => {{
       for (const row of document.querySelectorAll('#result_list tbody tr'))

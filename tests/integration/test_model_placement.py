@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MODELS = [f"cls-{i:02d}" for i in range(12)]
 PER_WORKER = 3
-REQUESTS = 240  # the run is bounded by this many requests and by RUN_S, whichever comes first
-RUN_S = 30.0
+REQUESTS = 200  # the run is bounded by this many requests and by RUN_S, whichever comes first
+RUN_S = 20.0
 CONCURRENCY = 8
 
 

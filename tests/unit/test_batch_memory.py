@@ -89,11 +89,12 @@ def test_other_errors_are_not_taken_for_memory() -> None:
     assert memory.ooms == 0
 
 
-def test_measured_batches_train_the_fit() -> None:
+def test_measured_batches_train_the_fit_from_the_second_run_of_a_shape() -> None:
     memory = BatchMemory(budget_bytes=1 << 40)
-    for items in (1, 1, 2, 4, 8):  # the first is discarded (lazy initialisation)
-        costs = [16] * items
-        memory.run(KEY, costs, lambda at: [bytearray(200_000 * len(at)) and p for p in at])
+    for items in (1, 2, 4, 8, 16):
+        for _ in range(2):  # a shape's first run builds its caches: only the second is measured
+            memory.run(KEY, [16] * items, lambda at: [bytearray(200_000 * len(at)) and p for p in at])
     report = memory.report(KEY)
-    assert report["samples"] == 4 and report["coefficients"] is not None
-    assert report["last_batch"]["items"] == 8
+    assert report["samples"] == 4 and report["coefficients"] is not None  # the first measured one is discarded
+    assert [(b["items"], b["longest"]) for b in report["recent_batches"]] == [(1, 16), (2, 16), (4, 16), (8, 16),
+                                                                                 (16, 16)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from models_registry.worker.placement import MIN_IDLE_S, Held, Limits, Wanted, evictions_for, load_choices, over_budget
 
 NOW = 1000.0
@@ -66,3 +68,22 @@ def test_models_over_the_limits_are_unloaded_least_recent_first() -> None:
     assert over_budget(models, Limits(0, 1000), NOW) == ["b", "a"]  # c is busy: it stays
     assert over_budget(models, Limits(2, 0), NOW) == ["b"]
     assert over_budget(models, Limits(0, 0), NOW) == []
+
+
+def test_a_backlog_over_two_full_batches_for_a_second_makes_a_model_hot(monkeypatch: Any) -> None:
+    from types import SimpleNamespace
+
+    from models_registry.worker import placer as placer_module
+    from models_registry.worker.batch_types import BatchPolicy
+
+    task = SimpleNamespace(policy=BatchPolicy(max_batch_size=8))
+    slots = SimpleNamespace(specs={"m": SimpleNamespace(tasks={"t": task})})
+    placer = placer_module.Placer(layer=None, slots=slots, worker_id="w")  # type: ignore[arg-type]
+    clock = [100.0]
+    monkeypatch.setattr(placer_module.time, "time", lambda: clock[0])
+    assert placer._hot({"m": 16}) == set()  # over the threshold from now on
+    clock[0] += placer_module.HOT_AFTER_S
+    assert placer._hot({"m": 16}) == {"m"}
+    assert placer._hot({"m": 15}) == set()  # under it: the clock starts again
+    clock[0] += 10
+    assert placer._hot({"m": 40}) == set()
