@@ -326,7 +326,7 @@ def test_openai_sdk_embeds_images_with_modality(media_stack: Stack, token: str) 
     np.testing.assert_allclose(answer.data[0].embedding, route, atol=1e-6)
     text = client.embeddings.create(model=CLIP, input="a red square")
     assert len(text.data[0].embedding) == len(answer.data[0].embedding) == 16
-    with pytest.raises(openai.BadRequestError, match="audio"):
+    with pytest.raises(openai.BadRequestError, match="modality"):
         client.embeddings.create(model=CLIP, input=[b64(media_factory.tone(0.1))], extra_body={"modality": "audio"})
 
 
