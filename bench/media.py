@@ -1,7 +1,7 @@
 """`python -m bench.media` (`make bench-media`): images and audio clips per second through HTTP vs in-process.
 
 Builds the tiny random-weight ViT classifier, CLIP and Wav2Vec2 audio classifier of the
-tests, starts the product on loopback (one uvicorn, one worker), and for each model:
+tests (and a random ViT-S/16-shaped classifier, whose compute dominates the route's cost), starts the product on loopback (one uvicorn, one worker), and for each model:
 
 - HTTP: closed-loop clients posting the raw file (`image/png`, `audio/wav`) at each
   concurrency; every answer must be a 200;
@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.media", description=__doc__)
     parser.add_argument("--levels", default="8,32,64", help="client concurrencies")
     parser.add_argument("--audio-levels", default="8,32")
+    parser.add_argument("--small-levels", default="8,32", help="for the ViT-S/16-shaped model")
+    parser.add_argument("--small-seconds", type=float, default=12.0, help="its window (a few images a second)")
     parser.add_argument("--seconds", type=float, default=4.0, help="measurement window per level")
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--max-requests", type=int, default=3000, help="per level")
@@ -156,11 +158,11 @@ def json_requests(url: str, path: str, token: str, texts: list[str]) -> list[byt
     return [loadgen.build_request("POST", url, path, json.dumps({"inputs": t}).encode(), token) for t in texts]
 
 
-def level(url: str, requests: list[bytes], concurrency: int, args: argparse.Namespace, meter: CpuMeter
-          ) -> dict[str, Any]:
+def level(url: str, requests: list[bytes], concurrency: int, args: argparse.Namespace, meter: CpuMeter,
+          seconds: float | None = None) -> dict[str, Any]:
     """One closed-loop level: items/s, latency, errors, CPU ms per request of the web and the worker."""
     result, answers = asyncio.run(loadgen.run_level(
-        [url], {url: requests}, concurrency, args.warmup, args.seconds, args.max_requests,
+        [url], {url: requests}, concurrency, args.warmup, seconds or args.seconds, args.max_requests,
         on_window=lambda which: meter.mark(which)))
     cpu = meter.between("start", "end")
     bad = [a for a in answers if a[1] != 200]
@@ -182,15 +184,18 @@ def main(argv: list[str] | None = None) -> int:
 
     levels = [int(v) for v in args.levels.split(",")]
     audio_levels = [int(v) for v in args.audio_levels.split(",")]
+    small_levels = [int(v) for v in args.small_levels.split(",")]
     root = Path(tempfile.mkdtemp(prefix="bench-media-"))
     paths = {"vit": media_factory.build_vit_classifier(root / "vit", LABELS),
+             "vit-small": media_factory.build_vit_classifier(root / "vit-small", LABELS, media_factory.VIT_SMALL),
              "clip": media_factory.build_tiny_clip(root / "clip"),
              "audio": media_factory.build_audio_classifier(root / "audio", LABELS),
              "text": model_factory.build_sequence_classifier(root / "text", LABELS)}
     pictures, sounds = images(64, args.size), clips(16)
     print(f"{len(pictures)} JPEGs of {args.size}x{args.size} ({sum(map(len, pictures)) // len(pictures)} bytes each), "
           f"{len(sounds)} one-second WAVs; batch {args.batch}", flush=True)
-    jobs = {"vit": ("image-classification", pictures), "clip": ("image-feature-extraction", pictures),
+    jobs = {"vit": ("image-classification", pictures), "vit-small": ("image-classification", pictures),
+            "clip": ("image-feature-extraction", pictures),
             "audio": ("audio-classification", sounds)}
 
     def measure_ceilings() -> dict[str, tuple[float, float]]:
@@ -206,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     batch = ["--max-batch-size", str(args.batch), "--max-batch-delay-ms", "5", "--max-queue-size", "1024",
              "--timeout", "60"]
-    registrations = [["vit", "image-classification", None], ["clip", "image-feature-extraction", "image"],
+    registrations = [["vit", "image-classification", None], ["vit-small", "image-classification", None],
+                     ["clip", "image-feature-extraction", "image"],
                      ["audio", "audio-classification", None], ["text", "text-classification", None]]
     calls = [["register_model", name, "--source", str(paths[name]), "--task", task,
               *(["--task-name", task_name] if task_name else []), *batch] for name, task, task_name in registrations]
@@ -216,17 +222,20 @@ def main(argv: list[str] | None = None) -> int:
         token = stack.create_token("all")
         worker = stack.start_worker()
         url = stack.start_web()
-        stack.wait_ready(["vit", "clip", "audio", "text"])
+        stack.wait_ready(["vit", "vit-small", "clip", "audio", "text"])
         meter = CpuMeter({"web": [stack.web[0][0].pid], "worker": [worker.pid],
                           "redis": [stack.redis.process.pid] if stack.redis else []})
         plans = [("vit", "/models/vit", raw_requests(url, "/models/vit", token, pictures, "image/jpeg"), levels),
+                 ("vit-small", "/models/vit-small",
+                  raw_requests(url, "/models/vit-small", token, pictures, "image/jpeg"), small_levels),
                  ("clip", "/models/clip/image", raw_requests(url, "/models/clip/image", token, pictures, "image/jpeg"),
                   levels),
                  ("audio", "/models/audio", raw_requests(url, "/models/audio", token, sounds, "audio/wav"),
                   audio_levels)]
         for name, path, requests, concurrencies in plans:
             for concurrency in concurrencies:
-                rows.append({"model": name, "route": path, **level(url, requests, concurrency, args, meter)})
+                window = args.small_seconds if name == "vit-small" else args.seconds
+                rows.append({"model": name, "route": path, **level(url, requests, concurrency, args, meter, window)})
                 print(f"{name} at {concurrency} clients: {rows[-1]['rate']:.0f} items/s, {rows[-1]['errors']} errors", flush=True)
         texts = [f"picture number {i} shows a small animal" for i in range(64)]
         text_row = {"model": "text", "route": "/models/text",

@@ -205,7 +205,7 @@ HOSTING_MEMORY_CAP = _flag("HOSTING_MEMORY_CAP", True)
 HOSTING_TEST_OOM_ABOVE_TOKENS = int(os.environ.get("HOSTING_TEST_OOM_ABOVE_TOKENS") or 0)
 # Media tasks (README "Media"): a declared size over these is a 413 read from the file's header.
 HOSTING_MAX_IMAGE_PIXELS = int(os.environ.get("HOSTING_MAX_IMAGE_PIXELS", 40_000_000))
-HOSTING_MAX_AUDIO_SECONDS = float(os.environ.get("HOSTING_MAX_AUDIO_SECONDS", "600"))
+HOSTING_MAX_AUDIO_SECONDS = float(os.environ.get("HOSTING_MAX_AUDIO_SECONDS", "60"))
 # Hosts whose http(s) URLs a media input may name (comma list; empty = no URL is ever fetched).
 HOSTING_MEDIA_FETCH_HOSTS = [h.strip().lower() for h in os.environ.get("HOSTING_MEDIA_FETCH_HOSTS", "").split(",")
                              if h.strip()]

@@ -37,19 +37,28 @@ def _vit_shape() -> dict[str, int]:
                 num_attention_heads=2, intermediate_size=64)
 
 
-def build_vit_classifier(dest: Path, labels: tuple[str, ...] = ("cat", "dog", "bird")) -> Path:
-    """A tiny ViTForImageClassification with labels."""
+# ViT-S/16 at 224 pixels (DeiT-small's shape): a model whose compute, not the route, dominates.
+VIT_SMALL = dict(image_size=224, patch_size=16, hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+                 intermediate_size=1536)
+
+
+def build_vit_classifier(dest: Path, labels: tuple[str, ...] = ("cat", "dog", "bird"),
+                         shape: dict[str, int] | None = None) -> Path:
+    """A random ViTForImageClassification with labels: tiny, or of shape (e.g. VIT_SMALL)."""
     import torch
-    from transformers import ViTConfig, ViTForImageClassification
+    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
 
     dest = Path(dest)
     if _done(dest):
         return dest
     id2label = {i: label for i, label in enumerate(labels)}
-    config = ViTConfig(**_vit_shape(), num_labels=len(labels), id2label=id2label,
+    shape = shape or _vit_shape()
+    config = ViTConfig(**shape, num_labels=len(labels), id2label=id2label,
                        label2id={v: k for k, v in id2label.items()})
     torch.manual_seed(0)
-    return _save(dest, ViTForImageClassification(config).eval(), _image_processor())
+    side = shape["image_size"]
+    return _save(dest, ViTForImageClassification(config).eval(),
+                 ViTImageProcessor(size={"height": side, "width": side}))
 
 
 def build_tiny_clip(dest: Path) -> Path:

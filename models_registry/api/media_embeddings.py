@@ -16,8 +16,8 @@ from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.registry.task_key import TaskKey
 
-MODALITIES = ("image", "audio")
-EMBEDDING_TASKS = {"image": "image-feature-extraction"}  # no audio embedding task is served yet
+MODALITIES = ("image",)  # Infinity's "audio" is refused by the request's shape: no audio embedding task yet
+EMBEDDING_TASKS = {"image": "image-feature-extraction"}
 
 
 async def resolve(model_id: str, modality: str) -> tuple[ModelSpec, TaskSpec]:
@@ -30,8 +30,7 @@ async def resolve(model_id: str, modality: str) -> tuple[ModelSpec, TaskSpec]:
     candidates = [spec.tasks[task_name]] if task_name in spec.tasks else list(spec.tasks.values())
     task = next((t for t in candidates if t.task == wanted), None)
     if task is None:
-        raise InvalidInput(f"{model_id!r} has no {modality} embedding task"
-                           + (f" ({wanted})" if wanted else "; this server embeds text and images"))
+        raise InvalidInput(f"{model_id!r} has no {modality} embedding task ({wanted})")
     return spec, task
 
 

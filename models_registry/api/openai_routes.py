@@ -78,7 +78,7 @@ class EmbeddingRequest:
     inputs: list[str]
     encoding_format: str
     dimensions: int | None
-    modality: str = "text"  # Infinity's: image or audio inputs are data URIs (api.media_embeddings)
+    modality: str = "text"  # Infinity's: "image" inputs are data URIs or base64 (api.media_embeddings)
 
 
 def _explain_input(value: Any, max_inputs: int) -> HostingError:

@@ -143,6 +143,8 @@ def _embedding_ids(document: dict[str, Any], specs: dict[str, ModelSpec]) -> dic
             task = spec.tasks[TaskKey.parse(model_id).task or spec.default_task]
             sizes = _sizes(task, native_size(spec, task))
             choice: dict[str, Any] = {"properties": {"model": {"const": model_id}}}
+            if not any(t.task == "image-feature-extraction" for t in spec.tasks.values()):
+                choice["properties"]["modality"] = {"enum": ["text", None]}  # no image task to embed with
             if sizes is not None:
                 choice["properties"]["dimensions"] = sizes
             choices.append(choice)

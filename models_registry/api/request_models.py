@@ -124,9 +124,10 @@ def embedding_request(max_inputs: int) -> Shape:
             description="Matryoshka: the first d components (1 to the model's size)"),
             Says(f"be a positive integer (at most {MAX_DIMENSIONS})")]],
         "user": NotRequired[Annotated[str | None, Field(description="accepted and ignored")]],
-        "modality": NotRequired[Annotated[Literal["text", "image", "audio"] | None, Field(
+        "modality": NotRequired[Annotated[Literal["text", "image"] | None, Field(
             description="Infinity's: image inputs are data URIs (data:image/png;base64,...) or base64, embedded by "
-                        "the model's image-feature-extraction task (a CLIP model: the same space as its text)")]],
+                        "the model's image-feature-extraction task (a CLIP model: the same space as its text); "
+                        "no audio embedding task is served yet")]],
     })
     shape.__doc__ = "OpenAI's embeddings request."
     return with_config(SHAPE_CONFIG)(shape)

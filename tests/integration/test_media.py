@@ -300,6 +300,21 @@ def test_inference_client_image_and_speech_tasks(media_stack: Stack, token: str,
     assert isinstance(speech.automatic_speech_recognition(media_factory.tone(0.3)).text, str)
 
 
+def test_inference_client_detection_captions_and_audio_classes(media_stack: Stack, token: str,
+                                                               hub_online: None) -> None:
+    from huggingface_hub import InferenceClient
+
+    image = media_factory.png()
+    boxes = InferenceClient(model=f"{media_stack.url}/models/{DETECTOR}", token=token).object_detection(
+        image, threshold=0.0)
+    assert boxes and boxes[0].box.xmax >= boxes[0].box.xmin
+    caption = InferenceClient(model=f"{media_stack.url}/models/{CAPTIONER}", token=token).image_to_text(image)
+    assert isinstance(caption.generated_text, str)
+    classes = InferenceClient(model=f"{media_stack.url}/models/{AUDIO_CLS}", token=token).audio_classification(
+        media_factory.tone(0.3, fmt="FLAC"))
+    assert sorted(c.label for c in classes) == ["music", "noise", "speech"]
+
+
 def test_openai_sdk_embeds_images_with_modality(media_stack: Stack, token: str) -> None:
     import openai
 
@@ -311,7 +326,7 @@ def test_openai_sdk_embeds_images_with_modality(media_stack: Stack, token: str) 
     np.testing.assert_allclose(answer.data[0].embedding, route, atol=1e-6)
     text = client.embeddings.create(model=CLIP, input="a red square")
     assert len(text.data[0].embedding) == len(answer.data[0].embedding) == 16
-    with pytest.raises(openai.BadRequestError, match="audio"):
+    with pytest.raises(openai.BadRequestError, match="modality"):
         client.embeddings.create(model=CLIP, input=[b64(media_factory.tone(0.1))], extra_body={"modality": "audio"})
 
 
