@@ -51,7 +51,9 @@ def media_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
              for name, task, task_name, extra in registrations]
     script = ("from django.core.management import call_command\n"
               f"for args in {json.dumps(calls)}:\n    call_command(*args)\n")
-    with Stack.started(extra_env={"HOSTING_MAX_AUDIO_SECONDS": "60"}) as running:
+    # localhost is listed, so a URL input on it goes as far as the address check (loopback: refused).
+    env = {"HOSTING_MAX_AUDIO_SECONDS": "60", "HOSTING_MEDIA_FETCH_HOSTS": "localhost"}
+    with Stack.started(extra_env=env) as running:
         running.manage("shell", "-c", script)
         running.create_token("all")
         running.start_worker()
@@ -212,11 +214,18 @@ def test_hostile_files_get_a_clear_error(media_stack: Stack, token: str, name: s
     assert says.lower() in body["error"].lower()
 
 
-def test_strings_are_never_opened_as_paths_or_urls(media_stack: Stack, token: str) -> None:
-    for text in ("/etc/passwd", "http://169.254.169.254/latest/meta-data", "https://example.com/cat.png"):
-        status, _, body = post(media_stack, token, f"/models/{VIT}", {"inputs": text})
-        assert status == 400, body
-    assert "fetches none" in body["error"]
+@pytest.mark.parametrize(("text", "says"), [
+    ("/etc/passwd", "not an image"),  # valid base64 letters: decoded, and not an image
+    ("file:///etc/passwd", "neither base64 nor a data URI"),
+    ("http://169.254.169.254/latest/meta-data", "not a host this server fetches from"),
+    ("https://example.com/cat.png", "not a host this server fetches from"),
+    ("http://localhost:{port}/health", "private or reserved address"),  # listed, but loopback
+])
+def test_strings_are_never_opened_as_paths_or_urls(media_stack: Stack, token: str, text: str, says: str) -> None:
+    port = media_stack.web[0][1]
+    status, _, body = post(media_stack, token, f"/models/{VIT}", {"inputs": text.format(port=port)})
+    assert status == 400, body
+    assert says in body["error"]
 
 
 def _exif_rotated(image_bytes: bytes) -> bytes:
