@@ -36,7 +36,8 @@ def media_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ASR: media_factory.build_ctc_recognizer(root / "asr"),
     }
     registrations = [
-        (VIT, "image-classification", None, ["--cache-ttl", "60"]),
+        # An image costs the tiny ViT (32 / 8)^2 + 1 = 17 patch tokens: two fit in 40, three do not.
+        (VIT, "image-classification", None, ["--cache-ttl", "60", "--max-request-tokens", "40"]),
         (CLIP, "feature-extraction", "text", ["--normalize", "--max-batch-size", "16"]),
         (CLIP, "image-feature-extraction", "image", ["--normalize", "--max-batch-size", "8"]),
         (CLIP, "zero-shot-image-classification", "zero-shot", []),
@@ -111,6 +112,14 @@ def test_base64_data_uri_and_octet_stream_give_the_same_answer(media_stack: Stac
     assert listed[0] == listed[1] == raw[:2]
     status, _, untyped = post(media_stack, token, f"/models/{VIT}", image, None)  # no Content-Type at all
     assert status == 200 and untyped == raw
+
+
+def test_an_image_costs_its_patch_tokens(media_stack: Stack, token: str) -> None:
+    two = {"inputs": [b64(media_factory.png(20 + i, 20)) for i in range(2)]}
+    three = {"inputs": [b64(media_factory.png(20 + i, 20)) for i in range(3)]}
+    assert post(media_stack, token, f"/models/{VIT}", two)[0] == 200
+    status, _, body = post(media_stack, token, f"/models/{VIT}", three)
+    assert status == 413 and "51 input tokens" in body["error"]
 
 
 def test_clip_text_and_image_vectors_share_one_space(media_stack: Stack, token: str) -> None:
