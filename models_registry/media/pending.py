@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from concurrent.futures import Executor, Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from models_registry.api.errors import InvalidInput
 from models_registry.media.decode import decode
 from models_registry.media.item import MediaItem
+
+# A file whose decoding takes longer fails alone: the compute thread must never wait on it for good.
+DECODE_TIMEOUT_S = 30.0
 
 
 class PendingMedia:
@@ -27,8 +31,12 @@ class PendingMedia:
         return self.item.kind
 
     def get(self) -> Any:
-        """The decoded image or samples (raises the decoding's InvalidInput or TooLarge)."""
-        return self.future.result()
+        """The decoded image or samples (raises the decoding's InvalidInput or TooLarge, or InvalidInput after
+        DECODE_TIMEOUT_S)."""
+        try:
+            return self.future.result(timeout=DECODE_TIMEOUT_S)
+        except FutureTimeout:
+            raise InvalidInput(f"the {self.kind} file took over {DECODE_TIMEOUT_S:g} s to decode") from None
 
 
 def start(pool: Executor, item: MediaItem, sampling_rate: int | None, max_pixels: int,

@@ -36,7 +36,8 @@ def media_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ASR: media_factory.build_ctc_recognizer(root / "asr"),
     }
     registrations = [
-        (VIT, "image-classification", None, ["--cache-ttl", "60"]),
+        # An image costs the tiny ViT (32 / 8)^2 + 1 = 17 patch tokens: two fit in 40, three do not.
+        (VIT, "image-classification", None, ["--cache-ttl", "60", "--max-request-tokens", "40"]),
         (CLIP, "feature-extraction", "text", ["--normalize", "--max-batch-size", "16"]),
         (CLIP, "image-feature-extraction", "image", ["--normalize", "--max-batch-size", "8"]),
         (CLIP, "zero-shot-image-classification", "zero-shot", []),
@@ -51,7 +52,9 @@ def media_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
              for name, task, task_name, extra in registrations]
     script = ("from django.core.management import call_command\n"
               f"for args in {json.dumps(calls)}:\n    call_command(*args)\n")
-    with Stack.started(extra_env={"HOSTING_MAX_AUDIO_SECONDS": "60"}) as running:
+    # localhost is listed, so a URL input on it goes as far as the address check (loopback: refused).
+    env = {"HOSTING_MAX_AUDIO_SECONDS": "60", "HOSTING_MEDIA_FETCH_HOSTS": "localhost"}
+    with Stack.started(extra_env=env) as running:
         running.manage("shell", "-c", script)
         running.create_token("all")
         running.start_worker()
@@ -109,6 +112,14 @@ def test_base64_data_uri_and_octet_stream_give_the_same_answer(media_stack: Stac
     assert listed[0] == listed[1] == raw[:2]
     status, _, untyped = post(media_stack, token, f"/models/{VIT}", image, None)  # no Content-Type at all
     assert status == 200 and untyped == raw
+
+
+def test_an_image_costs_its_patch_tokens(media_stack: Stack, token: str) -> None:
+    two = {"inputs": [b64(media_factory.png(20 + i, 20)) for i in range(2)]}
+    three = {"inputs": [b64(media_factory.png(20 + i, 20)) for i in range(3)]}
+    assert post(media_stack, token, f"/models/{VIT}", two)[0] == 200
+    status, _, body = post(media_stack, token, f"/models/{VIT}", three)
+    assert status == 413 and "51 input tokens" in body["error"]
 
 
 def test_clip_text_and_image_vectors_share_one_space(media_stack: Stack, token: str) -> None:
@@ -212,11 +223,18 @@ def test_hostile_files_get_a_clear_error(media_stack: Stack, token: str, name: s
     assert says.lower() in body["error"].lower()
 
 
-def test_strings_are_never_opened_as_paths_or_urls(media_stack: Stack, token: str) -> None:
-    for text in ("/etc/passwd", "http://169.254.169.254/latest/meta-data", "https://example.com/cat.png"):
-        status, _, body = post(media_stack, token, f"/models/{VIT}", {"inputs": text})
-        assert status == 400, body
-    assert "fetches none" in body["error"]
+@pytest.mark.parametrize(("text", "says"), [
+    ("/etc/passwd", "not an image"),  # valid base64 letters: decoded, and not an image
+    ("file:///etc/passwd", "neither base64 nor a data URI"),
+    ("http://169.254.169.254/latest/meta-data", "not a host this server fetches from"),
+    ("https://example.com/cat.png", "not a host this server fetches from"),
+    ("http://localhost:{port}/health", "private or reserved address"),  # listed, but loopback
+])
+def test_strings_are_never_opened_as_paths_or_urls(media_stack: Stack, token: str, text: str, says: str) -> None:
+    port = media_stack.web[0][1]
+    status, _, body = post(media_stack, token, f"/models/{VIT}", {"inputs": text.format(port=port)})
+    assert status == 400, body
+    assert says in body["error"]
 
 
 def _exif_rotated(image_bytes: bytes) -> bytes:

@@ -75,3 +75,30 @@ def test_clip_shares_one_copy_and_audio_costs_its_frames(tmp_path: Path, runner:
     audio = runner.load(spec(media_factory.build_audio_classifier(tmp_path / "audio"), ("a", "audio-classification")))
     assert audio.media_costs.sampling_rate == 16_000 and audio.media_costs.audio_frames_per_s == 50
     assert audio.count_tokens(wire(media_factory.tone(2.0), "audio")) == 100
+
+
+def test_files_are_decoded_in_the_decode_pool_and_a_slow_one_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from models_registry.media import pending
+    from models_registry.media.item import MediaItem
+
+    threads: list[str] = []
+
+    def decode(item: MediaItem, *args: object) -> str:
+        threads.append(threading.current_thread().name)
+        if item.data == b"slow":
+            time.sleep(0.5)
+        return "decoded"
+
+    monkeypatch.setattr(pending, "decode", decode)
+    monkeypatch.setattr(pending, "DECODE_TIMEOUT_S", 0.1)
+    with ThreadPoolExecutor(2, thread_name_prefix="decode") as pool:
+        fast = pending.start(pool, MediaItem("image", b"fast", "PNG", 1, 1), None, 10, 1.0)
+        slow = pending.start(pool, MediaItem("image", b"slow", "PNG", 1, 1), None, 10, 1.0)
+        assert fast.get() == "decoded"
+        with pytest.raises(InvalidInput, match="to decode"):
+            slow.get()
+    assert threads and all(name.startswith("decode") for name in threads)
