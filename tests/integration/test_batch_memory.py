@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 # ONNX Runtime's arena grows by powers of two and keeps what it took, so its peaks are steps, not shapes.
 CAPPED = "minilm-cls"
 OOM = "tiny-oom"
+MINILM_BYTES = 120 * 2**20  # about what MiniLM adds to a worker (measured at load: 90-130 MiB here)
 BATCH_ROOM = 80 * 2**20  # what the budget leaves for batches over the resting worker
 FAKE_OOM_TOKENS = 64  # the tiny model's worker fails like an exhausted allocator over this many padded tokens
 # Shapes beyond every warm-up shape (padded tokens over 2 x 512), in increasing size, so each is
@@ -53,17 +54,15 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.manage("register_model", OOM, "--source", str(tiny), "--task", "text-classification",
                      "--max-batch-size", "8", "--max-batch-delay-ms", "50", "--timeout", "60")
         stack.create_token("all")
-        stack.start_worker(env={"HOSTING_WORKER_MODELS": CAPPED})
         stack.start_worker(env={"HOSTING_WORKER_MODELS": OOM, "HOSTING_TEST_OOM_ABOVE_TOKENS": str(FAKE_OOM_TOKENS)})
         stack.start_web()
-        stack.wait_ready([CAPPED, OOM])
+        stack.wait_ready([OOM])
         ready = time.monotonic()
-        # The budget is the resting worker (runtime and model, measured by this first worker) plus BATCH_ROOM.
-        first = _memory(stack, CAPPED)
-        budget = first["budget_bytes"] - first["available_bytes"] + BATCH_ROOM
-        stack.replace_worker(0, env={"HOSTING_WORKER_MODELS": CAPPED, "HOSTING_WORKER_MEMORY_BYTES": str(budget)})
-        wait_until(lambda: _memory(stack, CAPPED).get("budget_bytes") == budget
-                   and _memory(stack, CAPPED).get("samples", 0) >= 3, 120, "the small-budget worker warmed up")
+        # The budget: a resting worker (measured by the first one, which holds a tiny model), MiniLM's
+        # size, and BATCH_ROOM; the tests read what the worker reports it has left for batches.
+        first = _memory(stack, OOM)
+        budget = first["budget_bytes"] - first["available_bytes"] + MINILM_BYTES + BATCH_ROOM
+        stack.start_worker(env={"HOSTING_WORKER_MODELS": CAPPED, "HOSTING_WORKER_MEMORY_BYTES": str(budget)})
         stack.wait_ready([CAPPED])
         print(f"\nset-up {time.monotonic() - started:.0f}s (stack {stacked - started:.0f}s, first workers "
               f"{ready - stacked:.0f}s)")
@@ -114,7 +113,7 @@ def test_a_long_input_burst_runs_in_batches_capped_to_the_budget(capped: Stack) 
     assert 2 <= max(sizes) < 32  # batched, but well under max_batch_size
     assert max(sizes) <= cap_items + 1
     for batch in memory["recent_batches"]:
-        assert batch["measured_bytes"] <= memory["budget_bytes"] - memory["available_bytes"] + BATCH_ROOM * 1.1
+        assert batch["measured_bytes"] <= memory["available_bytes"] * 1.1
 
 
 def test_an_out_of_memory_batch_is_split_and_only_an_input_too_large_alone_is_refused(capped: Stack) -> None:
