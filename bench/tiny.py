@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import corpus, loadgen, tiny_peers, web_profile
+from bench import corpus, loadgen, tiny_peers, profiling
 from bench.procstat import CpuMeter
 from bench.comparison import _free_port
 
@@ -48,13 +49,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--webs", type=int, default=0, help="web processes (default: what `make run` starts)")
     parser.add_argument("--workers", type=int, default=0, help="runworker processes (default: what `make run` starts)")
     parser.add_argument("--corpus-size", type=int, default=1000)
-    parser.add_argument("--profile-seconds", type=float, default=6.0, help="py-spy window on the web at the top level")
+    parser.add_argument("--profile-seconds", type=float, default=6.0,
+                        help="py-spy window on the web and worker processes at the top level (0: none)")
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--only", default="", help="servers to run, comma-separated (product,infinity-torch,litserve)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra environment for the product's processes (repeatable)")
+    parser.add_argument("--baseline", action="append", default=[], metavar="GIT_REF",
+                        help="also run the product as of this commit, side by side (before/after; repeatable)")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
-    parser.add_argument("--profile-out", default=str(ROOT / "docs" / "bench" / "tiny-web-profile.md"))
+    parser.add_argument("--profile-dir", default=str(ROOT / "docs" / "bench"),
+                        help="where tiny-web-profile.md and tiny-worker-profile.md go")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     for name, full, short in (("seconds", 6.0, 3.0), ("warmup", 1.0, 0.5), ("rounds", 3, 1)):
@@ -95,13 +100,36 @@ def _model_cost(model_dir: str, sentences: list[str]) -> dict[str, Any]:
             "cpu_ms_per_sentence_batch32": round(cpu[32], 3)}
 
 
-def start_product(args: argparse.Namespace, model_dir: Path) -> tuple[Any, list[str], str]:
-    """The product as `make run` lays it out, serving the tiny model: (stack, URLs, token)."""
+def baseline_tree(ref: str, workdir: Path) -> Path:
+    """The product's code at git ref, unpacked under workdir (run with this venv), for a before/after run."""
+    tree = workdir / f"baseline-{ref.replace('/', '_')}"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+def start_product(args: argparse.Namespace, model_dir: Path, root: Path | None = None) -> tuple[Any, list[str], str]:
+    """The product as `make run` lays it out, serving the tiny model: (stack, URLs, token).
+
+    root: another checkout of the product to start instead of this one (--baseline).
+    """
     from models_registry.worker import sizing
-    from tests.stack import Stack
+    from tests import stack as stack_module
 
     layout = sizing.default_layout(sizing.available_cores(), workers=args.workers)
     extra = dict(pair.split("=", 1) for pair in args.env)
+    own_root = stack_module.ROOT
+    stack_module.ROOT = root or own_root  # the processes' working directory, so their code
+    try:
+        return _start_product(args, model_dir, layout, extra)
+    finally:
+        stack_module.ROOT = own_root
+
+
+def _start_product(args: argparse.Namespace, model_dir: Path, layout: Any, extra: dict[str, str]) -> tuple[Any, list[str], str]:
+    from tests.stack import Stack
+
     stack = Stack.create({"HOSTING_TORCH_THREADS": str(layout.threads), **extra})
     try:
         stack.manage("register_model", MODEL, "--source", str(model_dir), "--task", "feature-extraction",
@@ -175,11 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     wanted = lambda name: not args.only or name in args.only  # noqa: E731
     with ExitStack() as running:
         if wanted(PRODUCT):
-            stack, urls, token = start_product(args, model_dir)
-            running.callback(stack.stop)
-            servers[PRODUCT] = {"urls": urls, "requests": {u: loadgen.inference_requests(u, MODEL, token, sentences)
-                                                           for u in urls},
-                                "groups": _groups_of_product(stack), "extract": json.loads}
+            products = [(PRODUCT, None)] + [(f"{PRODUCT}@{ref}", baseline_tree(ref, workdir)) for ref in args.baseline]
+            for name, root in products:
+                stack, urls, token = start_product(args, model_dir, root)
+                running.callback(stack.stop)
+                servers[name] = {"urls": urls, "requests": {u: loadgen.inference_requests(u, MODEL, token, sentences)
+                                                            for u in urls},
+                                 "groups": _groups_of_product(stack), "extract": json.loads}
         if not args.no_peers:
             found, skipped = tiny_peers.available(model_dir, _free_port)
             for peer in found:
@@ -210,9 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                           f"p99 {row['p99_ms']} errors {row['errors']} wrong {row['wrong']} "
                           f"cpu ms/req {row['cpu_ms_per_request']}", flush=True)
                     time.sleep(0.3)
-        profile_summary = None
+        profiles: dict[str, str] = {}
         if PRODUCT in servers and args.profile_seconds > 0:
-            profile_summary = _profile_web(servers[PRODUCT], max(args.levels), args, workdir)
+            profiles = _profile(servers[PRODUCT], max(args.levels), args, workdir)
     measured = {name: _median_rows(r) for name, r in rounds.items()}
     report = {"config": {k: v for k, v in vars(args).items() if k not in ("out",)}, "model_cost": cost,
               "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start,
@@ -223,39 +253,45 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "tiny.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "tiny.md").write_text(markdown)
-    if profile_summary is not None:
-        Path(args.profile_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.profile_out).write_text(profile_summary)
+    written = [out / "tiny.json", out / "tiny.md"]
+    for group, text in profiles.items():
+        path = Path(args.profile_dir) / f"tiny-{group}-profile.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
     print()
     print(markdown)
-    print(f"written: {out / 'tiny.json'}, {out / 'tiny.md'}" + (f", {args.profile_out}" if profile_summary else ""))
+    print("written: " + ", ".join(str(p) for p in written))
     bad = sum(row["errors"] + row["wrong"] for row in measured.get(PRODUCT, {}).values())
     return 1 if bad else 0
 
 
-def _profile_web(server: dict[str, Any], level: int, args: argparse.Namespace, workdir: Path) -> str | None:
-    """A py-spy profile of the web process(es) during an extra, uncounted level; its markdown summary."""
-    if web_profile.py_spy() is None:
-        print("no py-spy: the web profile is skipped (pip install -r requirements-dev.txt)", flush=True)
-        return None
-    pids = server["groups"]["web"]
+def _profile(server: dict[str, Any], level: int, args: argparse.Namespace, workdir: Path) -> dict[str, str]:
+    """py-spy profiles of the web and worker processes during an extra, uncounted level: {group: markdown}."""
+    if profiling.py_spy() is None:
+        print("no py-spy: the profiles are skipped (pip install -r requirements-dev.txt)", flush=True)
+        return {}
+    groups = ("web", "worker")
 
-    async def load_and_record() -> list[Path]:
+    async def load_and_record() -> dict[str, list[Path]]:
         load = asyncio.ensure_future(loadgen.run_level(server["urls"], server["requests"], level, 0.5,
                                                        args.profile_seconds + 1.5, 10**9))
         await asyncio.sleep(0.5)
-        recorders = web_profile.start(pids, args.profile_seconds, workdir / "profile")
-        paths = await asyncio.to_thread(web_profile.collect, recorders)
+        recorders = {g: profiling.start(server["groups"][g], args.profile_seconds, workdir / "profile", prefix=g)
+                     for g in groups}
+        paths = {g: await asyncio.to_thread(profiling.collect, r) for g, r in recorders.items()}
         await load
         return paths
 
-    paths = asyncio.run(load_and_record())
-    summary = web_profile.summarize(paths)
-    if not summary["samples"]:
-        return None
-    title = f"Where the web process's CPU goes: tiny model, {level} clients (`python -m bench.tiny`)"
-    return web_profile.render(summary, title) + (f"\nRecorded {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-                                             f"load average {os.getloadavg()[0]:.2f} at the end.\n")
+    found = {}
+    for group, paths in asyncio.run(load_and_record()).items():
+        summary = profiling.summarize(paths)
+        if summary["samples"]:
+            title = f"Where the {group} process's CPU goes: tiny model, {level} clients (`python -m bench.tiny`)"
+            found[group] = profiling.render(summary, title) + (
+                f"\nRecorded {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+                f"load average {os.getloadavg()[0]:.2f} at the end.\n")
+    return found
 
 
 def render(report: dict[str, Any]) -> str:
@@ -288,7 +324,7 @@ def render(report: dict[str, Any]) -> str:
         top_level = levels[-1]
         product = servers[PRODUCT][top_level]
         peers_rates = [rows[top_level]["req_s"] for n, rows in servers.items()
-                       if n != PRODUCT and rows[top_level]["errors"] + rows[top_level]["wrong"] == 0]
+                       if not n.startswith(PRODUCT) and rows[top_level]["errors"] + rows[top_level]["wrong"] == 0]
         best = max(peers_rates) if peers_rates else None
         cpu = product["cpu_ms_per_request"]
         serving = sum(v for k, v in cpu.items() if k not in ("client", "other"))

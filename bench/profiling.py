@@ -16,7 +16,8 @@ def py_spy() -> str | None:
     return str(here) if here.is_file() else shutil.which("py-spy")
 
 
-def start(pids: list[int], seconds: float, out_dir: Path, rate: int = 250) -> list[tuple[subprocess.Popen[bytes], Path]]:
+def start(pids: list[int], seconds: float, out_dir: Path, rate: int = 250,
+          prefix: str = "web") -> list[tuple[subprocess.Popen[bytes], Path]]:
     """Start one non-blocking py-spy recorder per pid (collapsed stacks); wait with collect()."""
     exe = py_spy()
     if exe is None:
@@ -24,7 +25,7 @@ def start(pids: list[int], seconds: float, out_dir: Path, rate: int = 250) -> li
     out_dir.mkdir(parents=True, exist_ok=True)
     running = []
     for pid in pids:
-        path = out_dir / f"web-{pid}.collapsed"
+        path = out_dir / f"{prefix}-{pid}.collapsed"
         process = subprocess.Popen([exe, "record", "--nonblocking", "-p", str(pid), "-d", str(max(1, int(seconds))),
                                     "-r", str(rate), "-f", "raw", "-o", str(path)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -99,7 +100,7 @@ def summarize(paths: list[Path], top: int = 25) -> dict[str, Any]:
 
 
 def render(summary: dict[str, Any], title: str) -> str:
-    """The summary as markdown tables (percent of the web process's samples)."""
+    """The summary as markdown tables (percent of the profiled processes' samples)."""
     lines = [f"# {title}", "", f"{summary['samples']} samples (py-spy, non-blocking, active threads only).", "",
              "## Self time by area (the leaf frame's package)", "", "| area | % |", "|---|---:|"]
     lines += [f"| {a} | {p} |" for a, p in summary["self_by_area"]]
