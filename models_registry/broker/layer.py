@@ -19,6 +19,7 @@ from typing import Any
 from channels.exceptions import ChannelFull
 from channels_redis.core import RedisChannelLayer
 
+from models_registry.broker import enqueue
 from models_registry.broker.leases import LeasedPulls
 from models_registry.broker.lua import LuaScript
 
@@ -103,6 +104,22 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         )
         if not sent:
             raise ChannelFull()
+
+    async def enqueue(self, channel: str, message: dict[str, Any], admission: enqueue.Admission,
+                      plan: enqueue.ChargePlan | None) -> tuple[int, int]:
+        """Charge, admit and send a work message in one round trip (broker.enqueue): (status, depth)."""
+        now = time.time()
+        score = now + (self.batch_delay_s if message.get("priority") == "batch" else 0.0)
+        send = enqueue.Send(self._key(channel), self.doorbell_key(channel), self.serialize(message), score,
+                            int(self.expiry), self.get_capacity(channel), now)
+        index = self._index(channel)
+        if index == 0:
+            return await enqueue.run(self.connection(0), plan, admission, send)
+        # A sharded ring put the channel on another server than the admission set: two round trips.
+        status, depth = await enqueue.run(self.connection(0), plan, admission)
+        if status == enqueue.DONE:
+            status, _ = await enqueue.run(self.connection(index), None, None, send)
+        return status, depth
 
     async def send_replies(self, replies: list[tuple[str, dict[str, Any]]]) -> int:
         """Send many replies (process-specific channels) in one round trip per server; how many fit.

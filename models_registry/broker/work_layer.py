@@ -33,6 +33,9 @@ class WorkLayer(Protocol):
     async def send(self, channel: str, message: dict[str, Any]) -> None:
         """Send one message (raises ChannelFull at capacity); a work channel also wakes a worker."""
 
+    async def enqueue(self, channel: str, message: dict[str, Any], admission: Any, plan: Any) -> tuple[int, int]:
+        """Charge (plan), admit and send a work message in one round trip: (broker.enqueue status, depth)."""
+
     def expect_reply(self, channel: str) -> asyncio.Future[dict[str, Any]]:
         """A future resolved with the next message sent to channel."""
 
