@@ -14,6 +14,8 @@ from typing import Any
 
 from models_registry.broker.lua import LuaScript
 
+# An emptied channel also silences its doorbell: the rings of messages this pull took would
+# only wake the worker for pulls that find nothing (one per message sent, under load).
 _PULL = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, tonumber(ARGV[2]) - tonumber(ARGV[3]))
 local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
@@ -21,6 +23,7 @@ if #popped > 0 then
   for i = 1, #popped, 2 do redis.call('ZADD', KEYS[2], popped[i + 1], popped[i]) end
   redis.call('SADD', KEYS[3], ARGV[4])
 end
+if KEYS[4] and redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
 return popped
 """
 
@@ -64,7 +67,8 @@ class LeasedPulls:
         """Pop up to max_count messages and lease them to worker_id, atomically."""
         conn = self.connection(self._index(channel))
         popped = await self._pull_script(
-            conn, [self._key(channel), self.inflight_key(channel, worker_id), self.worker_channels_key(worker_id)],
+            conn, [self._key(channel), self.inflight_key(channel, worker_id), self.worker_channels_key(worker_id),
+                   self.doorbell_key(channel)],
             [max_count, repr(time.time()), int(self.expiry), channel],
         )
         return [(popped[i], self.deserialize(popped[i])) for i in range(0, len(popped), 2)]

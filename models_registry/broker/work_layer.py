@@ -52,8 +52,9 @@ class WorkLayer(Protocol):
     async def wait_for_work(self, channels: list[str], timeout_s: float) -> None:
         """Block until a sender rings one of these channels' doorbells, or timeout_s passes."""
 
-    async def send_replies(self, replies: list[tuple[str, dict[str, Any]]]) -> int:
-        """Send many replies in one round trip per server; how many fit."""
+    async def send_replies(self, replies: list[tuple[str, dict[str, Any]]], worker_id: str = "",
+                           leases: list[tuple[str, bytes]] = ()) -> int:  # type: ignore[assignment]
+        """Send many replies in one round trip per server, releasing worker_id's leases of them too; how many fit."""
 
     async def release(self, channel: str, worker_id: str, members: list[bytes]) -> None:
         """Forget leased messages once they are answered."""
