@@ -13,7 +13,7 @@ from typing import Any
 from channels.exceptions import ChannelFull
 
 from models_registry.api.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
-from models_registry.broker import admission, deferred, enqueue, messages
+from models_registry.broker import admission, deferred, enqueue, messages, queue_state
 from models_registry.broker.work_layer import WorkLayer, work_layer
 
 BROKER_TIMEOUT_S = 1.0  # a broker that does not answer within a second is down
@@ -92,6 +92,8 @@ async def _enqueue(layer: WorkLayer, model: str, task: str, message: dict[str, A
         raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
     if status == enqueue.QUEUE_FULL:
         wait = retry_after_s(depth + count, drain_rate)
+        if priority != "batch":  # refused at the task's own limit (batch traffic's is lower)
+            queue_state.note_full(model, task, depth, max_queue_size, wait)
         raise Overloaded(
             f"{model}/{task} has {depth} items queued (limit {max_queue_size} for {priority} traffic); "
             f"retry in {wait} s",
@@ -102,6 +104,7 @@ async def _enqueue(layer: WorkLayer, model: str, task: str, message: dict[str, A
         raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"})
     if status == enqueue.RATE_REFUSED:
         raise enqueue.ChargeRefused()
+    queue_state.note_admitted(model, task)
 
 
 def leave_later(layer: WorkLayer, model: str, task: str, key: str, count: int) -> None:
