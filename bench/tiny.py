@@ -46,7 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, help="warm-up per level (default 1; quick 0.5)")
     parser.add_argument("--rounds", type=int, help="rounds; medians are reported (default 3; quick 1)")
     parser.add_argument("--max-requests", type=int, default=50000)
-    parser.add_argument("--webs", type=int, default=0, help="web processes (default: what `make run` starts)")
+    parser.add_argument("--webs", type=int, default=0,
+                        help="web processes on the product's port (default: what `make run` starts)")
     parser.add_argument("--workers", type=int, default=0, help="runworker processes (default: what `make run` starts)")
     parser.add_argument("--corpus-size", type=int, default=1000)
     parser.add_argument("--profile-seconds", type=float, default=6.0,
@@ -128,6 +129,7 @@ def start_product(args: argparse.Namespace, model_dir: Path, root: Path | None =
 
 
 def _start_product(args: argparse.Namespace, model_dir: Path, layout: Any, extra: dict[str, str]) -> tuple[Any, list[str], str]:
+    from models_registry.worker import sizing
     from tests.stack import Stack
 
     stack = Stack.create({"HOSTING_TORCH_THREADS": str(layout.threads), **extra})
@@ -138,7 +140,7 @@ def _start_product(args: argparse.Namespace, model_dir: Path, layout: Any, extra
         token = stack.create_token("all")
         for _ in range(layout.workers):
             stack.start_worker()
-        urls = [stack.start_web() for _ in range(max(1, args.webs))]
+        urls = [stack.start_web(processes=sizing.web_processes(sizing.available_cores(), args.webs))]
         stack.wait_ready([MODEL])
     except BaseException:
         print(stack.logs(), file=sys.stderr)
