@@ -58,6 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="extra environment for the product's processes (repeatable)")
     parser.add_argument("--baseline", action="append", default=[], metavar="GIT_REF",
                         help="also run the product as of this commit, side by side (before/after; repeatable)")
+    parser.add_argument("--baseline-webs", type=int, default=1,
+                        help="web processes of the --baseline products (1: make run's layout before issue 20)")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
     parser.add_argument("--profile-dir", default=str(ROOT / "docs" / "bench"),
                         help="where tiny-web-profile.md and tiny-worker-profile.md go")
@@ -110,7 +112,8 @@ def baseline_tree(ref: str, workdir: Path) -> Path:
     return tree
 
 
-def start_product(args: argparse.Namespace, model_dir: Path, root: Path | None = None) -> tuple[Any, list[str], str]:
+def start_product(args: argparse.Namespace, model_dir: Path, root: Path | None = None,
+                  webs: int = 0) -> tuple[Any, list[str], str]:
     """The product as `make run` lays it out, serving the tiny model: (stack, URLs, token).
 
     root: another checkout of the product to start instead of this one (--baseline).
@@ -123,12 +126,12 @@ def start_product(args: argparse.Namespace, model_dir: Path, root: Path | None =
     own_root = stack_module.ROOT
     stack_module.ROOT = root or own_root  # the processes' working directory, so their code
     try:
-        return _start_product(args, model_dir, layout, extra)
+        return _start_product(model_dir, layout, extra, webs)
     finally:
         stack_module.ROOT = own_root
 
 
-def _start_product(args: argparse.Namespace, model_dir: Path, layout: Any, extra: dict[str, str]) -> tuple[Any, list[str], str]:
+def _start_product(model_dir: Path, layout: Any, extra: dict[str, str], webs: int) -> tuple[Any, list[str], str]:
     from models_registry.worker import sizing
     from tests.stack import Stack
 
@@ -140,7 +143,7 @@ def _start_product(args: argparse.Namespace, model_dir: Path, layout: Any, extra
         token = stack.create_token("all")
         for _ in range(layout.workers):
             stack.start_worker()
-        urls = [stack.start_web(processes=sizing.web_processes(sizing.available_cores(), args.webs))]
+        urls = [stack.start_web(processes=sizing.web_processes(sizing.available_cores(), webs))]
         stack.wait_ready([MODEL])
     except BaseException:
         print(stack.logs(), file=sys.stderr)
@@ -207,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         if wanted(PRODUCT):
             products = [(PRODUCT, None)] + [(f"{PRODUCT}@{ref}", baseline_tree(ref, workdir)) for ref in args.baseline]
             for name, root in products:
-                stack, urls, token = start_product(args, model_dir, root)
+                stack, urls, token = start_product(args, model_dir, root, webs=args.baseline_webs if root else args.webs)
                 running.callback(stack.stop)
                 servers[name] = {"urls": urls, "requests": {u: loadgen.inference_requests(u, MODEL, token, sentences)
                                                             for u in urls},

@@ -104,7 +104,10 @@ async def _enqueue(layer: WorkLayer, model: str, task: str, message: dict[str, A
         raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"})
     if status == enqueue.RATE_REFUSED:
         raise enqueue.ChargeRefused()
-    queue_state.note_admitted(model, task)
+    if priority != "batch" and depth + count >= max_queue_size:  # this request filled the queue
+        queue_state.note_full(model, task, depth + count, max_queue_size, retry_after_s(depth + count, drain_rate))
+    else:
+        queue_state.note_admitted(model, task)
 
 
 def leave_later(layer: WorkLayer, model: str, task: str, key: str, count: int) -> None:
