@@ -4,8 +4,8 @@ The admission script's answers keep it fresh: a refusal at the interactive limit
 admission that filled the queue to it, marks the task full for FULL_FOR_S (with the depth
 and Retry-After it was refused with), and any other admitted request clears the mark. While it is marked, a request for the task is
 answered 503 at the cost of a /health answer (api.fast_refusal), without reading its
-body or making a round trip; one request every FULL_FOR_S still takes the full path, so
-the mark is renewed or cleared by the broker's own answer.
+body or making a round trip; once the mark is FULL_FOR_S old, one request at a time takes
+the full path, so the mark is renewed or cleared by the broker's own answer.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import time
 from dataclasses import dataclass
 
 FULL_FOR_S = 0.2
+STALE_LIMIT_S = 2.0
 
 
-@dataclass(frozen=True)
+@dataclass
 class Full:
     """A task's queue as last refused: until when the mark holds, and what the refusal said."""
 
@@ -24,6 +25,7 @@ class Full:
     depth: int
     limit: int
     retry_after_s: int
+    asked_at: float | None = None  # when one request was let through to ask the broker again
 
 
 _full: dict[tuple[str, str], Full] = {}
@@ -41,14 +43,27 @@ def note_admitted(model: str, task: str) -> None:
 
 
 def known_full(model: str, task: str) -> Full | None:
-    """The mark of model/task while it holds, else None (and the stale mark is dropped)."""
+    """The mark of model/task while it holds, else None: this request goes to the broker.
+
+    Once a mark is stale, ONE request is let through to ask the broker (its answer renews or
+    clears the mark) while the others are still refused from the mark: were they all let
+    through until that answer came, every refresh would send a wave of full-path requests
+    under a burst. A request that never got its answer (it failed earlier) lets another
+    through after FULL_FOR_S; a mark nobody renews in STALE_LIMIT_S is dropped.
+    """
     if not _full:
         return None
     mark = _full.get((model, task))
     if mark is None:
         return None
-    if time.monotonic() >= mark.until:
-        _full.pop((model, task), None)  # the next request asks the broker again
+    now = time.monotonic()
+    if now < mark.until:
+        return mark
+    if now >= mark.until + STALE_LIMIT_S:
+        _full.pop((model, task), None)
+        return None
+    if mark.asked_at is None or now - mark.asked_at >= FULL_FOR_S:
+        mark.asked_at = now
         return None
     return mark
 

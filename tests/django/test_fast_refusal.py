@@ -78,7 +78,7 @@ class Exchange:
 def full_queue(make_model: Callable[..., RegisteredModel], make_token: Callable[..., str],
                heartbeat: Callable[..., Any]) -> str:
     """Model emb (queue of 2) served by a live worker, its queue taken by another client; a token for it."""
-    model = make_model("emb", task=TASK, max_queue_size=2)
+    model = make_model("emb", task=TASK, max_queue_size=2, timeout_s=0.3)
     heartbeat({"emb": {"state": "ready"}})
     return make_token("t", [model])
 
@@ -111,7 +111,11 @@ async def test_the_mark_expires_and_an_admitted_request_clears_it(full_queue: st
     assert queue_state.known_full("emb", TASK) is not None
     await admission.leave(layer, "emb", TASK, "other-client", 2)
     await sync_to_async(time.sleep)(0.06)
-    assert queue_state.known_full("emb", TASK) is None  # expired: the next request asks the broker
+    assert queue_state.known_full("emb", TASK) is None  # stale: this request asks the broker,
+    assert queue_state.known_full("emb", TASK) is not None  # the others wait for its answer
+    await sync_to_async(time.sleep)(0.06)  # that one never answered: another is let through
+    assert (await Exchange(full_queue).run())[0] == 504  # admitted (no worker here: it times out)
+    assert queue_state.known_full("emb", TASK) is None  # and its admission cleared the mark
     queue_state.note_full("emb", TASK, 2, 2, 1)
     queue_state.note_admitted("emb", TASK)
     assert queue_state.known_full("emb", TASK) is None
