@@ -26,7 +26,7 @@ def start(pids: list[int], seconds: float, out_dir: Path, rate: int = 250,
     running = []
     for pid in pids:
         path = out_dir / f"{prefix}-{pid}.collapsed"
-        process = subprocess.Popen([exe, "record", "--nonblocking", "-p", str(pid), "-d", str(max(1, int(seconds))),
+        process = subprocess.Popen([exe, "record", "--nonblocking", "--subprocesses", "-p", str(pid), "-d", str(max(1, int(seconds))),
                                     "-r", str(rate), "-f", "raw", "-o", str(path)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         running.append((process, path))
