@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import ceiling, comparison, corpus, loadgen, ort_ceiling
+from bench import ceiling, comparison, corpus, loadgen, ort_ceiling, tiny
 from bench.procstat import CpuMeter, wait_quiet
 from bench.report import aggregate, evaluate_targets, render
 from models_registry.worker import sizing
@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="before the ceiling and each round, wait up to this long for other processes to go quiet")
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     parser.add_argument("--no-peers", action="store_true", help="skip Infinity (installed on first use otherwise)")
+    parser.add_argument("--no-tiny", action="store_true", help="skip the tiny-model overhead run (bench.tiny)")
     args = parser.parse_args(argv)
     quick = args.quick
     defaults = (("seconds", 8.0, 3.0), ("warmup", 1.5, 0.5), ("rounds", 3, 1), ("corpus_size", 1000, 300))
@@ -219,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
             for s in r:
                 for line in s["sample_errors"][:3]:
                     print(f"  c={s['concurrency']} round {s['round']}: {line}", file=sys.stderr)
+    if not args.no_tiny:  # the hop alone, beside its peers: `python -m bench.tiny`
+        print("\nthe tiny-model overhead run (python -m bench.tiny) ...", flush=True)
+        tiny_args = ["--out", args.out] + (["--quick"] if args.quick else []) + (["--no-peers"] if args.no_peers else [])
+        bad += tiny.main(tiny_args)
     return 1 if bad else 0
 
 

@@ -56,9 +56,9 @@ def _env() -> dict[str, str]:
             "INFINITY_ANONYMOUS_USAGE_STATS": "0", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def prepare(source: str) -> tuple[Path | None, str]:
-    """(the peer venv's bin folder, "") once Infinity and its ONNX model are ready; else (None, why not)."""
-    venv, model, log = HOME / "venv", HOME / "model", HOME / "setup.log"
+def install() -> tuple[Path | None, str]:
+    """(the peer venv's bin folder, "") once Infinity is installed in its own venv; else (None, why not)."""
+    venv, log = HOME / "venv", HOME / "setup.log"
     HOME.mkdir(parents=True, exist_ok=True)
     stamp = venv / f".infinity-{VERSION}"
     if not stamp.is_file():
@@ -73,6 +73,15 @@ def prepare(source: str) -> tuple[Path | None, str]:
         if not ok:
             return None, f"pip could not install infinity-emb {VERSION} (see {log})"
         stamp.touch()
+    return venv / "bin", ""
+
+
+def prepare(source: str) -> tuple[Path | None, str]:
+    """(the peer venv's bin folder, "") once Infinity and its ONNX model are ready; else (None, why not)."""
+    venv, model, log = HOME / "venv", HOME / "model", HOME / "setup.log"
+    bin_dir, why_not = install()
+    if bin_dir is None:
+        return None, why_not
     if not (model / "model.onnx").is_file():
         print(f"exporting the peer's ONNX model with its optimum into {model} ...", flush=True)
         shutil.rmtree(model, ignore_errors=True)

@@ -2,8 +2,9 @@
 # Container entrypoint: one image, several roles.
 #
 #   web [uvicorn args]     ASGI server on 0.0.0.0:${PORT:-8000} (the default).
-#                          Extra args go to uvicorn, e.g. --workers 2 (or set
-#                          WEB_CONCURRENCY), --forwarded-allow-ips '*' behind a proxy.
+#                          One process per core (at most 8; WEB_CONCURRENCY or
+#                          HOSTING_WEB_PROCESSES override). Extra args go to uvicorn,
+#                          e.g. --forwarded-allow-ips '*' behind a proxy.
 #   worker [args]          inference worker: manage.py runworker inference
 #   migrate [args]         manage.py migrate --noinput
 #   init                   migrate, then register the bundled demo model (idempotent)
@@ -25,6 +26,17 @@ case "$role" in
         # keep-alive longer than load balancers keep idle connections (60 s is common);
         # the guarded protocol closes slow clients (HOSTING_HEADER_TIMEOUT_S,
         # HOSTING_BODY_TIMEOUT_S, HOSTING_MAX_CONNECTIONS; see hosting/http_protocol.py)
+        # Web processes on the port: WEB_CONCURRENCY (uvicorn's), else HOSTING_WEB_PROCESSES, else
+        # one per core, at most 8 (as `manage.py serve`: models_registry.worker.sizing.web_processes).
+        if [ -z "${WEB_CONCURRENCY:-}" ]; then
+            if [ "${HOSTING_WEB_PROCESSES:-0}" -gt 0 ]; then
+                WEB_CONCURRENCY=$HOSTING_WEB_PROCESSES
+            else
+                WEB_CONCURRENCY=$(nproc)
+                [ "$WEB_CONCURRENCY" -gt 8 ] && WEB_CONCURRENCY=8
+            fi
+            export WEB_CONCURRENCY
+        fi
         exec uvicorn hosting.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" \
             --timeout-keep-alive 75 --http hosting.http_protocol:GuardedHttpToolsProtocol "$@"
         ;;

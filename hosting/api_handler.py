@@ -28,7 +28,7 @@ from django.core.handlers.exception import response_for_exception
 from django.test.utils import override_settings
 from django.urls import set_script_prefix, set_urlconf
 
-from models_registry.api import upfront
+from models_registry.api import fast_refusal, upfront
 from models_registry.api.errors import TooLarge, error_response
 from models_registry.api.middleware import request_id_from
 
@@ -88,6 +88,11 @@ class ApiASGIHandler(ASGIHandler):
 
     async def handle(self, scope, receive, send):  # type: ignore[no-untyped-def]
         """Django's handle(), minus the request_started hop, with an inline close."""
+        refused = await fast_refusal.refusal(scope)  # a queue known full: 503 before the body is read
+        if refused is not None:
+            await self.send_response(refused, send)
+            refused.close()
+            return
         limit = body_limit(scope["path"])
         declared = declared_length(scope)
         refused = await upfront.refusal(scope)  # from the headers: before any of the body is read

@@ -61,6 +61,13 @@ def _bert(dest: Path, model_cls: type, shape: dict[str, int] | None = None, **co
     return dest
 
 
+def build_feature_extractor(dest: Path) -> Path:
+    """Build a tiny random BertModel (2 layers, hidden size 32) with the MiniLM vocabulary in ``dest``."""
+    from transformers import BertModel
+
+    return _bert(dest, BertModel)
+
+
 def build_masked_lm(dest: Path) -> Path:
     """Build a tiny random BertForMaskedLM with the MiniLM vocabulary in ``dest``."""
     from transformers import BertForMaskedLM

@@ -253,8 +253,8 @@ class Stack:
         self.workers.append(process)
         return process
 
-    def start_web(self, server: str = "uvicorn", port: int | None = None) -> str:
-        """One ASGI server on a free loopback port; its base URL once /health answers."""
+    def start_web(self, server: str = "uvicorn", port: int | None = None, processes: int = 1) -> str:
+        """One ASGI server (processes uvicorn workers) on a free loopback port; its base URL once /health answers."""
         port = port or free_port()
         if server == "daphne":
             cmd = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "hosting.asgi:application"]
@@ -262,6 +262,8 @@ class Stack:
             cmd = [PYTHON, "-m", "uvicorn", "hosting.asgi:application", "--host", "127.0.0.1",
                    "--port", str(port), "--no-access-log", "--timeout-keep-alive", "75",
                    "--http", "hosting.http_protocol:GuardedHttpToolsProtocol"]  # as `make run` serves
+            if processes > 1:
+                cmd += ["--workers", str(processes)]
         log = open(self.workdir / f"web-{len(self.web)}.log", "ab")
         process = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.web.append((process, port))

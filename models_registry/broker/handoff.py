@@ -13,7 +13,7 @@ from typing import Any
 from channels.exceptions import ChannelFull
 
 from models_registry.api.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
-from models_registry.broker import admission, messages
+from models_registry.broker import admission, deferred, enqueue, messages, queue_state
 from models_registry.broker.work_layer import WorkLayer, work_layer
 
 BROKER_TIMEOUT_S = 1.0  # a broker that does not answer within a second is down
@@ -81,6 +81,35 @@ async def send_request(layer: WorkLayer, model: str, message: dict[str, Any]) ->
         raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
 
 
+async def _enqueue(layer: WorkLayer, model: str, task: str, message: dict[str, Any], places: enqueue.Admission,
+                   count: int, max_queue_size: int, drain_rate: float, priority: str) -> None:
+    """Charge, admit and send; Overloaded (with Retry-After), ChargeRefused or Unavailable when not."""
+    plan = enqueue.charge_plan.get()
+    try:
+        status, depth = await asyncio.wait_for(
+            layer.enqueue(messages.model_channel(model), message, places, plan), BROKER_TIMEOUT_S)
+    except Exception as error:
+        raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
+    if status == enqueue.QUEUE_FULL:
+        wait = retry_after_s(depth + count, drain_rate)
+        if priority != "batch":  # refused at the task's own limit (batch traffic's is lower)
+            queue_state.note_full(model, task, depth, max_queue_size, wait)
+        raise Overloaded(
+            f"{model}/{task} has {depth} items queued (limit {max_queue_size} for {priority} traffic); "
+            f"retry in {wait} s",
+            headers={"Retry-After": str(wait)},
+        )
+    if status == enqueue.CHANNEL_FULL:
+        deferred.writes.leave(layer, places.pending_key, places.members)  # admitted on a sharded ring
+        raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"})
+    if status == enqueue.RATE_REFUSED:
+        raise enqueue.ChargeRefused()
+    if priority != "batch" and depth + count >= max_queue_size:  # this request filled the queue
+        queue_state.note_full(model, task, depth + count, max_queue_size, retry_after_s(depth + count, drain_rate))
+    else:
+        queue_state.note_admitted(model, task)
+
+
 def leave_later(layer: WorkLayer, model: str, task: str, key: str, count: int) -> None:
     """Give the request's places back, without waiting for the broker."""
     _in_background(_leave_quietly(layer, model, task, key, count))
@@ -108,15 +137,21 @@ async def infer(
     deadline = time.time() + timeout_s
     count = len(inputs)
     key = uuid.uuid4().hex
-    await admit(layer, model, task, key, count, deadline, max_queue_size, drain_rate, priority)
     reply_channel = await layer.new_channel()
     receiver = layer.expect_reply(reply_channel)
+    members = admission.members(key, count)
+    pending_key = admission.pending_key(layer, model, task)
+    admitted = False
     try:
         message = messages.request_message(
             request_id=key, reply_channel=reply_channel, model=model, task=task,
             inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
         )
-        await send_request(layer, model, message)
+        # The token's charge (from the policy gate), admission and the send: one round trip.
+        await _enqueue(layer, model, task, message, enqueue.Admission(pending_key, members, deadline, max_queue_size,
+                                                                      time.time()),
+                       count, max_queue_size, drain_rate, priority)
+        admitted = True
 
         async def still_queued() -> bool:
             """False once the broker answers without this request's admission entry (restarted empty)."""
@@ -128,7 +163,8 @@ async def infer(
         reply = await _await_reply(receiver, deadline, timeout_s, model, still_served, still_queued)
     finally:
         layer.forget_reply(reply_channel)
-        _in_background(_leave_quietly(layer, model, task, key, count))
+        if admitted:
+            deferred.writes.leave(layer, pending_key, members)
     if reply.get("error_type"):
         error: HostingError = from_wire(reply["error_type"], reply.get("error") or "inference failed")
         if reply.get("retry_after"):

@@ -18,7 +18,9 @@ from typing import Any
 
 from channels.exceptions import ChannelFull
 from channels_redis.core import RedisChannelLayer
+from redis.exceptions import NoScriptError
 
+from models_registry.broker import enqueue
 from models_registry.broker.leases import LeasedPulls
 from models_registry.broker.lua import LuaScript
 
@@ -104,10 +106,28 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         if not sent:
             raise ChannelFull()
 
-    async def send_replies(self, replies: list[tuple[str, dict[str, Any]]]) -> int:
+    async def enqueue(self, channel: str, message: dict[str, Any], admission: enqueue.Admission,
+                      plan: enqueue.ChargePlan | None) -> tuple[int, int]:
+        """Charge, admit and send a work message in one round trip (broker.enqueue): (status, depth)."""
+        now = time.time()
+        score = now + (self.batch_delay_s if message.get("priority") == "batch" else 0.0)
+        send = enqueue.Send(self._key(channel), self.doorbell_key(channel), self.serialize(message), score,
+                            int(self.expiry), self.get_capacity(channel), now)
+        index = self._index(channel)
+        if index == 0:
+            return await enqueue.run(self.connection(0), plan, admission, send)
+        # A sharded ring put the channel on another server than the admission set: two round trips.
+        status, depth = await enqueue.run(self.connection(0), plan, admission)
+        if status == enqueue.DONE:
+            status, _ = await enqueue.run(self.connection(index), None, None, send)
+        return status, depth
+
+    async def send_replies(self, replies: list[tuple[str, dict[str, Any]]], worker_id: str = "",
+                           leases: list[tuple[str, bytes]] = ()) -> int:  # type: ignore[assignment]
         """Send many replies (process-specific channels) in one round trip per server; how many fit.
 
-        A worker answers a whole batch at once: one script instead of a send per request.
+        A worker answers a whole batch at once: one script instead of a send per request, and
+        the answered messages' leases (channel, member) of worker_id released in the same round trip.
         """
         by_server: dict[int, tuple[list[str], list[Any]]] = {}
         for channel, message in replies:
@@ -115,10 +135,24 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
             keys, args = by_server.setdefault(self._index(channel), ([], []))
             keys.append(self._key(channel))
             args += [self.serialize({**message, "__asgi_channel__": channel}), self.get_capacity(channel)]
+        releases: dict[int, dict[str, list[bytes]]] = {}
+        for channel, member in leases:
+            releases.setdefault(self._index(channel), {}).setdefault(channel, []).append(member)
         sent = 0
-        for index, (keys, args) in by_server.items():
-            sent += int(await self._send_replies_script(
-                self.connection(index), keys, [repr(time.time()), int(self.expiry), *args]))
+        for index in set(by_server) | set(releases):
+            keys, args = by_server.get(index, ([], []))
+            conn = self.connection(index)
+            async with conn.pipeline(transaction=False) as pipe:
+                if keys:  # the replies first: a lease goes only with (or after) its answer
+                    pipe.evalsha(self._send_replies_script.sha, len(keys), *keys, repr(time.time()),
+                                 int(self.expiry), *args)
+                for channel, members in releases.get(index, {}).items():
+                    pipe.zrem(self.inflight_key(channel, worker_id), *members)
+                try:
+                    results = await pipe.execute()
+                except NoScriptError:  # a restarted Redis: the leases went; load the script with the replies
+                    results = [await self._send_replies_script(conn, keys, [repr(time.time()), int(self.expiry), *args])]
+            sent += int(results[0]) if keys else 0
         return sent
 
     # --- receiving replies ----------------------------------------------------------------

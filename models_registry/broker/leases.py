@@ -17,6 +17,8 @@ from models_registry.broker.lua import LuaScript
 
 # Returns [message, flag, ...]: flag 1 for a message that was in flight at a worker death
 # (its hash is in KEYS[4]; the worker computes it alone), else 0. No death lately: no hash.
+# An emptied channel also silences its doorbell (KEYS[5]): the rings of messages this pull took
+# would only wake the worker for pulls that find nothing (one per message sent, under load).
 _PULL = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, tonumber(ARGV[2]) - tonumber(ARGV[3]))
 local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
@@ -28,6 +30,7 @@ if #popped > 0 then
     popped[i + 1] = (struck and redis.call('HEXISTS', KEYS[4], redis.sha1hex(popped[i])) == 1) and 1 or 0
   end
 end
+if KEYS[5] and redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[5]) end
 return popped
 """
 
@@ -117,7 +120,7 @@ class LeasedPulls:
         conn = self.connection(self._index(channel))
         popped = await self._pull_script(
             conn, [self._key(channel), self.inflight_key(channel, worker_id), self.worker_channels_key(worker_id),
-                   self.redelivered_key],
+                   self.redelivered_key, self.doorbell_key(channel)],
             [max_count, repr(time.time()), int(self.expiry), channel],
         )
         pulled = []

@@ -33,6 +33,9 @@ class WorkLayer(Protocol):
     async def send(self, channel: str, message: dict[str, Any]) -> None:
         """Send one message (raises ChannelFull at capacity); a work channel also wakes a worker."""
 
+    async def enqueue(self, channel: str, message: dict[str, Any], admission: Any, plan: Any) -> tuple[int, int]:
+        """Charge (plan), admit and send a work message in one round trip: (broker.enqueue status, depth)."""
+
     def expect_reply(self, channel: str) -> asyncio.Future[dict[str, Any]]:
         """A future resolved with the next message sent to channel."""
 
@@ -49,8 +52,9 @@ class WorkLayer(Protocol):
     async def wait_for_work(self, channels: list[str], timeout_s: float) -> None:
         """Block until a sender rings one of these channels' doorbells, or timeout_s passes."""
 
-    async def send_replies(self, replies: list[tuple[str, dict[str, Any]]]) -> int:
-        """Send many replies in one round trip per server; how many fit."""
+    async def send_replies(self, replies: list[tuple[str, dict[str, Any]]], worker_id: str = "",
+                           leases: list[tuple[str, bytes]] = ()) -> int:  # type: ignore[assignment]
+        """Send many replies in one round trip per server, releasing worker_id's leases of them too; how many fit."""
 
     async def release(self, channel: str, worker_id: str, members: list[bytes]) -> None:
         """Forget leased messages once they are answered."""

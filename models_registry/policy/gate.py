@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from django.conf import settings
 
 from models_registry.api.auth import TokenGrant
 from models_registry.api.errors import HostingError, RateLimited, Unavailable
+from models_registry.broker import deferred, enqueue
 from models_registry.broker.handoff import InferenceResult
 from models_registry.observe import metrics
 from models_registry.policy import priority, rate_limits, response_cache
@@ -26,8 +28,6 @@ logger = logging.getLogger(__name__)
 BROKER_TIMEOUT_S = 1.0
 CACHE_HEADER = "X-Cache"
 
-_background: set[asyncio.Task[Any]] = set()
-
 
 @dataclass
 class Served:
@@ -37,19 +37,11 @@ class Served:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def _in_background(coro: Awaitable[Any]) -> None:
-    task = asyncio.ensure_future(coro)
-    _background.add(task)
-    task.add_done_callback(_background.discard)
-
-
-async def _settle_quietly(conn: Any, charge: rate_limits.Charge, tokens: int, grant: TokenGrant) -> None:
+def _settle_soon(layer: Any, charge: rate_limits.Charge, tokens: int, grant: TokenGrant) -> None:
+    """Correct the charge to the tokens used, in the next shared pipeline (broker.deferred)."""
     if tokens:
         metrics.TOKEN_INPUT_TOKENS.labels(metrics.token_label(grant.name, grant.token_id)).inc(tokens)
-    try:
-        await asyncio.wait_for(rate_limits.settle(conn, charge, tokens), BROKER_TIMEOUT_S)
-    except Exception as error:  # the window keeps the estimate: off by a few tokens at most
-        logger.warning("could not correct a token charge: %s", error)
+    deferred.writes.settle(layer, charge.keys, tokens - charge.tokens)
 
 
 async def _reserve(conn: Any, prefix: str, grant: TokenGrant, tokens: int) -> rate_limits.Charge | None:
@@ -105,16 +97,65 @@ async def _admit(layer: Any, grant: TokenGrant | None, asked_priority: str | Non
     (prompts, labels, windows, new tokens), not only the inputs' length.
     """
     klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
-    conn = layer.connection(0)
     charge = None
     if grant is not None and settings.HOSTING_RATE_LIMITS:
-        charge = await _reserve(conn, layer.prefix, grant, rate_limits.estimate_tokens(inputs, task, parameters))
+        tokens = rate_limits.estimate_tokens(inputs, task, parameters)
+        charge = await _reserve(layer.connection(0), layer.prefix, grant, tokens)
+    return _pass(layer, klass, grant, charge)
 
+
+def _pass(layer: Any, klass: str, grant: TokenGrant | None, charge: rate_limits.Charge | None) -> StreamPass:
     def settle(tokens: int) -> None:
         if charge is not None and grant is not None:
-            _in_background(_settle_quietly(conn, charge, tokens, grant))
+            _settle_soon(layer, charge, tokens, grant)
 
     return StreamPass(klass, dict(charge.headers) if charge else {}, settle)
+
+
+async def _send_charged(layer: Any, grant: TokenGrant | None, asked_priority: str | None, tokens: int,
+                        send: Callable[[str], Awaitable[InferenceResult]]) -> tuple[InferenceResult, StreamPass]:
+    """send(priority) with the token's charge made in the hand-off's own script (one round trip for both).
+
+    The charge plan reaches the hand-off through broker.enqueue.charge_plan; a 429 comes back
+    from the script before anything was queued.
+    """
+    klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
+    if grant is None or not settings.HOSTING_RATE_LIMITS:
+        return await send(klass), _pass(layer, klass, None, None)
+    now = time.time()
+    label = metrics.token_label(grant.name, grant.token_id)
+    try:
+        plan = rate_limits.plan(layer.prefix, grant.token_id, grant.limits, tokens, now)
+    except HostingError:  # more tokens than any window could take: 413
+        metrics.RATE_LIMITED.labels(label, "size").inc()
+        raise
+    reset = enqueue.charge_plan.set(plan)
+    try:
+        result = await send(klass)
+    except enqueue.ChargeRefused:
+        metrics.RATE_LIMITED.labels(label, "rate").inc()
+        rate_limits.outcome(plan, grant.limits, now)  # raises the 429 with its headers
+        raise
+    except BaseException:
+        if plan.outcome is not None:  # charged, then refused or failed: it counts as a request, its tokens do not
+            metrics.TOKEN_REQUESTS.labels(label).inc()
+            _pass(layer, klass, grant, rate_limits.outcome(plan, grant.limits, now)).settle(0)
+        raise
+    finally:
+        enqueue.charge_plan.reset(reset)
+    if plan.outcome is None:  # a send that did not go through the broker's hand-off (a stub): charged after
+        try:
+            status, _ = await asyncio.wait_for(enqueue.run(layer.connection(0), plan), BROKER_TIMEOUT_S)
+        except Exception as error:  # fail open, as _reserve does
+            logger.warning("rate limits not checked: the broker did not answer (%s)", type(error).__name__)
+            return result, _pass(layer, klass, None, None)
+        if status == enqueue.RATE_REFUSED:
+            metrics.RATE_LIMITED.labels(label, "rate").inc()
+            rate_limits.outcome(plan, grant.limits, now)  # raises the 429
+    metrics.TOKEN_REQUESTS.labels(label).inc()
+    admitted = _pass(layer, klass, grant, rate_limits.outcome(plan, grant.limits, now))
+    admitted.settle(result.tokens)
+    return result, admitted
 
 
 async def serve(
@@ -136,10 +177,15 @@ async def serve(
     conn = layer.connection(0)
     if not spec.enabled:  # before the cache: a disabled model answers nothing, cached or not
         raise Unavailable(f"model {spec.name!r} is disabled")
-    admitted = await _admit(layer, grant, asked_priority, inputs, task.task, {**task.parameters, **parameters})
-    headers = admitted.headers
+    merged = {**task.parameters, **parameters}
     key = response_cache.cache_key(layer.prefix, spec, task, parameters, inputs,
                                    grant.token_id if grant else None) if task.cache_ttl_s else None
+    if key is None:  # no cache to ask first: the charge rides in the hand-off's script
+        tokens = rate_limits.estimate_tokens(inputs, task.task, merged) if grant is not None else 0
+        result, admitted = await _send_charged(layer, grant, asked_priority, tokens, send)
+        return Served(result, admitted.headers)
+    admitted = await _admit(layer, grant, asked_priority, inputs, task.task, merged)
+    headers = admitted.headers
     try:
         if key is not None:
             hit = await _lookup(conn, key) if use_cache else None

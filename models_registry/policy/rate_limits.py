@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models_registry.api.errors import HostingError, RateLimited, TooLarge
+from models_registry.broker import enqueue
 from models_registry.broker.lua import LuaScript
 from models_registry.media import item as media_item
 from models_registry.registry import compute_cost
@@ -25,25 +26,8 @@ MONTH_TTL_S = 62 * DAY_S
 BYTES_PER_TOKEN = 4  # English text: about 4 UTF-8 bytes per subword token
 SPECIAL_TOKENS = 2  # [CLS] and [SEP] (or <s> and </s>) around every input
 
-# KEYS: minute, day, month. ARGV: limits (requests/min, tokens/min, tokens/day; -1 = none),
-# tokens, minute ttl, day ttl, month ttl. Returns {admitted, refused limit (0-3), requests
-# this minute, tokens this minute, tokens today} as seen after charging (or before refusing).
-_RESERVE = """
-local rpm, tpm, tpd, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local minute = redis.call('HMGET', KEYS[1], 'r', 't')
-local mr, mt = tonumber(minute[1] or '0'), tonumber(minute[2] or '0')
-local dt = tonumber(redis.call('HGET', KEYS[2], 't') or '0')
-if rpm >= 0 and mr + 1 > rpm then return {0, 1, mr, mt, dt} end
-if tpm >= 0 and mt + n > tpm then return {0, 2, mr, mt, dt} end
-if tpd >= 0 and dt + n > tpd then return {0, 3, mr, mt, dt} end
-for i = 1, 3 do
-  redis.call('HINCRBY', KEYS[i], 'r', 1)
-  redis.call('HINCRBY', KEYS[i], 't', n)
-  redis.call('EXPIRE', KEYS[i], ARGV[4 + i])
-end
-return {1, 0, mr + 1, mt + n, dt + n}
-"""
-_reserve = LuaScript(_RESERVE)
+# The check-and-charge itself is part of broker.enqueue's script: a request is charged, admitted
+# and sent in one round trip (or charged alone, when a cached answer may serve it).
 
 # Correct the tokens charged to these windows; a window that already expired stays gone.
 _SETTLE = """
@@ -135,21 +119,23 @@ def check_size(limits: Limits, tokens: int) -> None:
                            f"{name} limit of {limit}: send fewer or shorter inputs per request")
 
 
-async def reserve(conn: Any, prefix: str, token_id: int, limits: Limits, tokens: int,
-                  now: float | None = None) -> Charge:
-    """Count one request of tokens input tokens, or raise RateLimited if a limit is spent."""
-    now = time.time() if now is None else now
+def plan(prefix: str, token_id: int, limits: Limits, tokens: int, now: float) -> enqueue.ChargePlan:
+    """The charge of one request of tokens input tokens, to run in broker.enqueue's script."""
     check_size(limits, tokens)
-    keys = usage_keys(prefix, token_id, now)
-    result = await _reserve(conn, keys, [
+    return enqueue.ChargePlan(keys=usage_keys(prefix, token_id, now), args=[
         -1 if limits.requests_per_minute is None else limits.requests_per_minute,
         -1 if limits.tokens_per_minute is None else limits.tokens_per_minute,
         -1 if limits.tokens_per_day is None else limits.tokens_per_day,
         tokens, 2 * MINUTE_S, 2 * DAY_S, MONTH_TTL_S,
     ])
-    admitted, refused, used = int(result[0]), int(result[1]), [int(v) for v in result[2:5]]
+
+
+def outcome(charge_plan: enqueue.ChargePlan, limits: Limits, now: float) -> Charge:
+    """What a run plan charged, with the X-RateLimit headers; RateLimited if a limit refused it."""
+    assert charge_plan.outcome is not None, "the charge plan was never run"
+    status, refused, used = charge_plan.outcome
     windows = _windows(limits, used, now)
-    if not admitted:
+    if status == enqueue.RATE_REFUSED:
         limit, spent, reset_s = windows[refused]
         headers = _header_set(limit, spent, reset_s)
         headers["Retry-After"] = headers["X-RateLimit-Reset"]
@@ -164,7 +150,17 @@ async def reserve(conn: Any, prefix: str, token_id: int, limits: Limits, tokens:
         # The limit closest to being spent is the one a client must watch.
         limit, spent, reset_s = min(windows.values(), key=lambda w: (w[0] - w[1]) / w[0])
         headers = _header_set(limit, spent, reset_s)
-    return Charge(keys=keys, tokens=tokens, headers=headers)
+    # A request refused later in the same script (queue or channel full) was counted, its tokens were not.
+    return Charge(keys=charge_plan.keys, tokens=charge_plan.tokens if status == enqueue.DONE else 0, headers=headers)
+
+
+async def reserve(conn: Any, prefix: str, token_id: int, limits: Limits, tokens: int,
+                  now: float | None = None) -> Charge:
+    """Count one request of tokens input tokens now (no admission), or raise RateLimited if a limit is spent."""
+    now = time.time() if now is None else now
+    charge_plan = plan(prefix, token_id, limits, tokens, now)
+    await enqueue.run(conn, charge_plan)
+    return outcome(charge_plan, limits, now)
 
 
 async def settle(conn: Any, charge: Charge, actual_tokens: int) -> None:

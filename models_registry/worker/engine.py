@@ -16,8 +16,8 @@ import uuid
 from typing import Any
 
 from models_registry.api.errors import HostingError, Internal, Overloaded, Unavailable
-from models_registry.broker.messages import model_channel
 from models_registry.broker.leases import REDELIVERED
+from models_registry.broker.messages import model_channel
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.inference.containment import contained, describe
 from models_registry.registry.specs import ModelSpec

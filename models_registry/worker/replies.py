@@ -71,15 +71,16 @@ class Replies:
         """All of a batch's replies in one round trip."""
         replies = [(r.context["reply"], self._result_message(r, started, compute_s)) for r in requests]
         deadline = max(r.deadline for r in requests)
+        leases = [lease for lease in (r.context.get("lease") for r in requests) if lease is not None]
 
         async def send_all() -> None:
-            sent = await self.layer.send_replies(replies)
+            sent = await self.layer.send_replies(replies, self.worker_id, leases)
             if sent < len(replies):
                 logger.warning("%d of %d replies did not fit their channels", len(replies) - sent, len(replies))
 
-        await until_sent(send_all, deadline, f"{len(replies)} replies")
-        for request in requests:
-            self.release(request.context.get("lease"))
+        if not await until_sent(send_all, deadline, f"{len(replies)} replies"):
+            for lease in leases:
+                self.release(lease)
 
     def _result_message(self, request: PendingRequest, started: float, compute_s: float) -> dict[str, Any]:
         queue_ms = max(0.0, ((request.started_at or started) - request.arrival) * 1000)

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 # every operation, and a web or Redis process taking a core stalls them all; separate
 # processes do not. Capped because every worker holds its own copy of every model.
 MAX_AUTO_WORKERS = 4
+# Web processes share one port (uvicorn --workers). One per core: on 2 cores two web processes
+# served the tiny model at 1.1-1.8x one's rate (`python -m bench.tiny --webs 2`), because a
+# single one saturates first; capped because each holds its own Django and connections.
+MAX_AUTO_WEBS = 8
 
 
 @dataclass(frozen=True)
@@ -43,3 +47,10 @@ def default_layout(cores: int, device: str = "cpu", max_workers: int = MAX_AUTO_
         return WorkerLayout(workers=1, threads=min(cores, 4))
     workers = min(cores, max(1, max_workers))
     return WorkerLayout(workers=workers, threads=max(1, cores // workers))
+
+
+def web_processes(cores: int, setting: int = 0) -> int:
+    """Web server processes: the setting when > 0, else one per core up to MAX_AUTO_WEBS."""
+    if setting > 0:
+        return setting
+    return max(1, min(cores, MAX_AUTO_WEBS))

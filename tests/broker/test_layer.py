@@ -109,3 +109,24 @@ async def test_replies_over_a_channels_capacity_are_counted_as_not_sent(
     layer = make_layer(capacity=1, expiry=60)
     channel = await layer.new_channel()
     assert await layer.send_replies([(channel, {"id": "a"}), (channel, {"id": "b"})]) == 1
+
+
+async def test_a_pull_that_empties_the_channel_silences_its_doorbell(layer: HostingChannelLayer) -> None:
+    for n in range(3):
+        await layer.send(WORK, message(n))  # three rings
+    assert len(await layer.pull(WORK, "w1", 10)) == 3
+    started = time.monotonic()
+    await layer.wait_for_work([WORK], 0.2)  # the rings of messages already taken do not wake it
+    assert time.monotonic() - started >= 0.15
+
+
+async def test_replies_release_their_leases_in_the_same_call(layer: HostingChannelLayer) -> None:
+    for n in range(2):
+        await layer.send(WORK, message(n))
+    pulled = await layer.pull(WORK, "w1", 2)
+    channels = [await layer.new_channel() for _ in pulled]
+    futures = [layer.expect_reply(c) for c in channels]
+    sent = await layer.send_replies([(c, {"id": str(i)}) for i, c in enumerate(channels)], "w1",
+                                    [(WORK, lease) for lease, _ in pulled])
+    assert sent == 2 and await inflight(layer, WORK, "w1") == 0
+    assert [r["id"] for r in await asyncio.wait_for(asyncio.gather(*futures), 2)] == ["0", "1"]

@@ -79,6 +79,23 @@ def heartbeat(transactional_db: None) -> Callable[..., WorkerHeartbeat]:
     return beat
 
 
+async def _charge_as_the_handoff_does() -> None:
+    """Run the gate's rate-limit charge as the real hand-off's script would (it refuses before the worker)."""
+    from channels.layers import get_channel_layer
+
+    from models_registry.broker import enqueue
+
+    plan = enqueue.charge_plan.get()
+    if plan is None:
+        return
+    try:
+        status, _ = await enqueue.run(get_channel_layer().connection(0), plan)
+    except Exception:  # tests without Redis: the gate checks no limits then (it fails open)
+        return
+    if status == enqueue.RATE_REFUSED:
+        raise enqueue.ChargeRefused()
+
+
 @pytest.fixture
 def stub_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[dict[str, Any]], Any]], list[dict[str, Any]]]:
     """Serve every model from a stub: stub_worker(answer) records each hand-off and answers answer(kwargs).
@@ -95,6 +112,7 @@ def stub_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[dict[str
             return 0.0
 
         async def infer(**kwargs: Any) -> Any:
+            await _charge_as_the_handoff_does()  # a refused request never reaches a worker
             seen.append(kwargs)
             result = answer(kwargs)
             return await result if inspect.isawaitable(result) else result

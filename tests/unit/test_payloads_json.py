@@ -26,3 +26,15 @@ def test_an_escaped_backslash_before_u_is_not_a_surrogate() -> None:
 def test_curl_d_json_is_checked_too() -> None:
     with pytest.raises(InvalidInput, match="surrogate"):
         parse_body(rb'{"inputs": "\ud800"}', "application/x-www-form-urlencoded", 1000)
+
+
+@pytest.mark.parametrize("body", [b'{"inputs": "x", "parameters": {"top_k": 100000000000000000000000000000}}',
+                                  b'{"inputs": "x", "parameters": {"top_k": -18446744073709551617}}'])
+def test_an_integer_beyond_64_bits_is_refused_not_read_as_a_float(body: bytes) -> None:
+    with pytest.raises(InvalidInput, match="64 bits"):  # orjson alone would read it as 1e+29
+        parse_body(body, "application/json", 1000)
+
+
+def test_what_orjson_refuses_is_still_read_as_json_reads_it() -> None:
+    assert parse_body(b'{"inputs": "x", "parameters": {"t": NaN}}', "application/json", 1000)["parameters"]["t"] != 0
+    assert parse_body(b'{"inputs": 1e400}', "application/json", 1000) == {"inputs": float("inf")}

@@ -35,6 +35,9 @@ class Command(BaseCommand):
                             help="inference worker processes (default: one per core on CPU, at most "
                                  f"{sizing.MAX_AUTO_WORKERS}, sharing the cores as torch threads; one on a GPU)")
         parser.add_argument("--server", choices=["uvicorn", "daphne"], default="uvicorn")
+        parser.add_argument("--web-processes", type=int, default=settings.HOSTING_WEB_PROCESSES,
+                            help="uvicorn processes on the port (default HOSTING_WEB_PROCESSES; 0: one per core, "
+                                 f"at most {sizing.MAX_AUTO_WEBS})")
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
@@ -47,7 +50,8 @@ class Command(BaseCommand):
             # Tied to this process: a serve killed with SIGKILL leaves no server behind.
             started_redis = embedded_redis.ensure_running(settings.VAR_DIR, tie_to_parent=True)
         host, port = options["host"], options["port"]
-        web_cmd = self._web_command(options["server"], host, port)
+        webs = sizing.web_processes(sizing.available_cores(), options["web_processes"])
+        web_cmd = self._web_command(options["server"], host, port, webs)
         worker_cmd = [sys.executable, "manage.py", "runworker", "inference"]
         workers, worker_env = self._worker_layout(options["workers"])
         tie = die_with_this_process()  # the children end with serve, even when it is killed
@@ -95,10 +99,12 @@ class Command(BaseCommand):
                           f"{env['HOSTING_TORCH_THREADS']} torch thread(s) each")
         return layout.workers, env
 
-    def _web_command(self, server: str, host: str, port: int) -> list[str]:
-        if server == "daphne":
+    def _web_command(self, server: str, host: str, port: int, processes: int = 1) -> list[str]:
+        if server == "daphne":  # one process: daphne has no --workers
             return [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "hosting.asgi:application"]
+        self.stdout.write(f"starting {processes} web process(es)")
         return [sys.executable, "-m", "uvicorn", "hosting.asgi:application", "--host", host, "--port", str(port),
+                "--workers", str(processes),
                 "--no-access-log", "--timeout-graceful-shutdown", "30",
                 # Longer than load balancers keep idle connections (60 s on the common ones):
                 # uvicorn's 5 s default closes sockets a client is about to reuse.

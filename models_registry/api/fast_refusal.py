@@ -1,0 +1,75 @@
+"""The 503 for a queue known full, answered before the request's body is read (as cheap as /health).
+
+Called by the API's ASGI handler ahead of everything else: a POST to an HF inference
+route (`/models/<name>[/<task>]`) whose task this process saw refused at its limit a
+moment ago (broker.queue_state) is answered `503 overloaded` with the refusal's
+Retry-After, once its token is known to be valid and allowed for the model. Anything
+else (no mark, another route, a token that is not cached as valid) goes the normal way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django.http import HttpResponse
+
+from models_registry.api import auth
+from models_registry.api.errors import HostingError, Overloaded, error_response
+from models_registry.api.middleware import request_id_from
+from models_registry.broker import queue_state
+from models_registry.observe import metrics
+from models_registry.registry import lookups
+
+logger = logging.getLogger("models_registry.requests")
+
+
+def _route(scope: dict[str, Any]) -> tuple[str, str | None] | None:
+    """(model, task or None for its default) of an HF inference POST, else None."""
+    if scope.get("method") != "POST":
+        return None
+    parts = scope["path"].split("/")
+    if len(parts) not in (3, 4) or parts[1] != "models" or not parts[2] or (len(parts) == 4 and not parts[3]):
+        return None
+    return parts[2], parts[3] if len(parts) == 4 else None
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def refusal(scope: dict[str, Any]) -> HttpResponse | None:
+    """The 503 answer when scope's task is known full, else None (serve it normally)."""
+    if not queue_state.any_full():
+        return None
+    route = _route(scope)
+    if route is None:
+        return None
+    started = time.perf_counter()
+    model, task = route
+    if task is None:
+        spec = (await lookups.get_specs()).get(model)
+        if spec is None:
+            return None
+        task = spec.default_task
+    mark = queue_state.known_full(model, task)
+    if mark is None:
+        return None
+    try:  # a stranger learns nothing of the queue: the normal path answers 401/403
+        await auth.authorize(_header(scope, b"authorization"), model)
+    except HostingError:
+        return None
+    request_id = request_id_from(_header(scope, b"x-request-id"))
+    error = Overloaded(f"{model}/{task} has {mark.depth} items queued (limit {mark.limit}); "
+                       f"retry in {mark.retry_after_s} s", headers={"Retry-After": str(mark.retry_after_s)})
+    response = error_response(error, request_id)
+    response["X-Content-Type-Options"] = "nosniff"
+    elapsed = time.perf_counter() - started
+    metrics.observe_failure(model, task, error.status, error.error_type, elapsed)
+    logger.info("request id=%s model=%s task=%s route=hf status=503 error_type=overloaded known_full=1 "
+                "total_ms=%.1f", request_id, model, task, elapsed * 1000)
+    return response

@@ -1,0 +1,121 @@
+"""A queue known full is refused 503 before the request's body is read (issue 19: a 503 as cheap as /health)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+
+from hosting.api_handler import ApiASGIHandler
+from models_registry.broker import admission, queue_state
+from models_registry.models import RegisteredModel
+from tests.stack import RedisServer
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
+TASK = "feature-extraction"
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private redis-server for this module (the Django tier has no broker of its own)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def broker(redis_server: RedisServer, settings: Any) -> Iterator[str]:
+    """The channel layer on the private Redis, emptied; no queue marks from earlier tests."""
+    redis.Redis.from_url(redis_server.url).flushdb()
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "models_registry.broker.layer.HostingChannelLayer",
+        "CONFIG": {"hosts": [{"address": redis_server.url, "socket_timeout": None}]},
+    }}
+    queue_state.reset()
+    yield redis_server.url
+    queue_state.reset()
+
+
+class Exchange:
+    """One request through the API's ASGI handler, counting what it read of the body."""
+
+    def __init__(self, token: str, path: str = "/models/emb") -> None:
+        self.body = json.dumps({"inputs": "a sentence"}).encode()
+        self.scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"",
+                      "root_path": "", "scheme": "http", "http_version": "1.1", "server": ("127.0.0.1", 80),
+                      "client": ("127.0.0.1", 5000),
+                      "headers": [(b"host", b"localhost"), (b"content-type", b"application/json"),
+                                  (b"content-length", str(len(self.body)).encode()),
+                                  (b"authorization", f"Bearer {token}".encode())]}
+        self.reads = 0
+        self.sent: list[dict[str, Any]] = []
+
+    async def receive(self) -> dict[str, Any]:
+        self.reads += 1
+        if self.reads == 1:
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        await asyncio.sleep(3600)  # the disconnect listener: the client stays
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+    async def run(self) -> tuple[int, dict[bytes, bytes], dict[str, Any]]:
+        await ApiASGIHandler()(self.scope, self.receive, self.send)
+        start = next(m for m in self.sent if m["type"] == "http.response.start")
+        body = b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
+        return start["status"], {k.lower(): v for k, v in start["headers"]}, json.loads(body)
+
+
+@pytest.fixture
+def full_queue(make_model: Callable[..., RegisteredModel], make_token: Callable[..., str],
+               heartbeat: Callable[..., Any]) -> str:
+    """Model emb (queue of 2) served by a live worker, its queue taken by another client; a token for it."""
+    model = make_model("emb", task=TASK, max_queue_size=2, timeout_s=0.3)
+    heartbeat({"emb": {"state": "ready"}})
+    return make_token("t", [model])
+
+
+async def test_a_queue_known_full_is_refused_before_the_body_is_read(full_queue: str) -> None:
+    layer = get_channel_layer()
+    await admission.admit(layer, "emb", TASK, "other-client", 2, time.time() + 60, 2)
+
+    first = Exchange(full_queue)
+    status, _, body = await first.run()
+    assert status == 503 and body["error_type"] == "overloaded"
+    assert first.reads >= 1  # the broker refused it: its body was read and parsed
+
+    second = Exchange(full_queue)
+    status, headers, body = await second.run()
+    assert status == 503 and body["error_type"] == "overloaded"
+    assert second.reads == 0  # refused from the mark: not one byte of the body was asked for
+    assert int(headers[b"retry-after"]) >= 1 and headers[b"x-request-id"]
+
+    stranger = Exchange("not-a-token")
+    assert (await stranger.run())[0] == 401  # the mark tells nothing to a bad token
+
+
+async def test_the_mark_expires_and_an_admitted_request_clears_it(full_queue: str, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    layer = get_channel_layer()
+    await admission.admit(layer, "emb", TASK, "other-client", 2, time.time() + 60, 2)
+    monkeypatch.setattr(queue_state, "FULL_FOR_S", 0.05)
+    assert (await Exchange(full_queue).run())[0] == 503
+    assert queue_state.known_full("emb", TASK) is not None
+    await admission.leave(layer, "emb", TASK, "other-client", 2)
+    await sync_to_async(time.sleep)(0.06)
+    assert queue_state.known_full("emb", TASK) is None  # stale: this request asks the broker,
+    assert queue_state.known_full("emb", TASK) is not None  # the others wait for its answer
+    await sync_to_async(time.sleep)(0.06)  # that one never answered: another is let through
+    assert (await Exchange(full_queue).run())[0] == 504  # admitted (no worker here: it times out)
+    assert queue_state.known_full("emb", TASK) is None  # and its admission cleared the mark
+    queue_state.note_full("emb", TASK, 2, 2, 1)
+    queue_state.note_admitted("emb", TASK)
+    assert queue_state.known_full("emb", TASK) is None
