@@ -1,10 +1,11 @@
 """Writes the web need not wait for, sent together: one pipeline per event-loop turn, not a round trip each.
 
-A served request gives its admission places back and corrects its token charge to what
-the worker counted. Neither changes its answer, so they wait for the current turn of the
-event loop to end and go out with every other request's in one pipeline: under load,
-hundreds of requests share a round trip. Failures are logged and dropped: an admission
-entry expires at its deadline anyway, and a charge stays at the web's estimate.
+A served request corrects its token charge to what the worker counted; that changes no
+answer, so it waits for the current turn of the event loop to end and goes out with every
+other request's in one pipeline: under load, hundreds of requests share a round trip.
+Failures are logged and dropped: a charge stays at the web's estimate. (A served request's
+admission places are NOT given back here but at once, by the hand-off: a client sending
+its next request as soon as it has its answer found them still taken, and was refused.)
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What this web process last heard of each task's queue: a queue known full is refused before its body is read.
 
-The admission script's answers keep it fresh: a refusal at the interactive limit, or an
-admission that filled the queue to it, marks the task full for FULL_FOR_S (with the depth
-and Retry-After it was refused with), and any other admitted request clears the mark. While it is marked, a request for the task is
+The admission script's answers keep it fresh: a refusal at the interactive limit marks
+the task full for FULL_FOR_S (with the depth and Retry-After it was refused with), and
+any admitted request clears the mark. While it is marked, a request for the task is
 answered 503 at the cost of a /health answer (api.fast_refusal), without reading its
 body or making a round trip; once the mark is FULL_FOR_S old, one request at a time takes
 the full path, so the mark is renewed or cleared by the broker's own answer.

@@ -62,20 +62,21 @@ async def test_a_spent_limit_refuses_before_anything_is_queued(layer: HostingCha
     assert refused.value.headers["Retry-After"]
 
 
-async def test_the_request_that_fills_the_queue_marks_it_known_full_and_a_later_one_clears_it(
-        layer: HostingChannelLayer) -> None:
+async def test_a_refusal_marks_the_queue_known_full_and_an_admission_clears_it(layer: HostingChannelLayer) -> None:
+    from models_registry.api.errors import Overloaded
     from models_registry.broker import handoff, queue_state
 
     queue_state.reset()
-    await handoff._enqueue(layer, "m", "t", {"id": "a"}, places(layer, "a", 1, limit=2), 1, 2, 0.0, "interactive")
-    assert queue_state.known_full("m", "t") is None  # room for one more
-    await handoff._enqueue(layer, "m", "t", {"id": "b"}, places(layer, "b", 1, limit=2), 1, 2, 0.0, "batch")
+    await handoff._enqueue(layer, "m", "t", {"id": "a"}, places(layer, "a", 2, limit=2), 2, 2, 0.0, "interactive")
+    assert queue_state.known_full("m", "t") is None  # full, but a place frees with any answer: no mark
+    with pytest.raises(Overloaded):
+        await handoff._enqueue(layer, "m", "t", {"id": "b"}, places(layer, "b", 1, limit=1), 1, 1, 0.0, "batch")
     assert queue_state.known_full("m", "t") is None  # batch traffic's limit is not the task's
-    await admission.leave(layer, "m", "t", "b", 1)
-    await handoff._enqueue(layer, "m", "t", {"id": "c"}, places(layer, "c", 1, limit=2), 1, 2, 0.0, "interactive")
+    with pytest.raises(Overloaded):
+        await handoff._enqueue(layer, "m", "t", {"id": "c"}, places(layer, "c", 1, limit=2), 1, 2, 0.0, "interactive")
     mark = queue_state.known_full("m", "t")
     assert mark is not None and (mark.depth, mark.limit) == (2, 2)
-    await admission.leave(layer, "m", "t", "a", 1)
-    await handoff._enqueue(layer, "m", "t", {"id": "d"}, places(layer, "d", 1, limit=3), 1, 3, 0.0, "interactive")
+    await admission.leave(layer, "m", "t", "a", 2)
+    await handoff._enqueue(layer, "m", "t", {"id": "d"}, places(layer, "d", 1, limit=2), 1, 2, 0.0, "interactive")
     assert queue_state.known_full("m", "t") is None
     queue_state.reset()
