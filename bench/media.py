@@ -100,12 +100,12 @@ def _ceiling(source: str, task_kind: str, files: list[bytes], batch: int, second
     django.setup()
     from concurrent.futures import Future
 
+    from models_registry.core.batch_types import BatchPolicy
     from models_registry.inference.model_runner import PipelineRunner
     from models_registry.media import envelope
     from models_registry.media.decode import decode
     from models_registry.media.pending import PendingMedia
     from models_registry.registry.specs import ModelSpec, TaskSpec
-    from models_registry.worker.batch_types import BatchPolicy
 
     task = TaskSpec(name=task_kind, task=task_kind, parameters={}, pooling="mean", normalize=True,
                     policy=BatchPolicy(max_batch_size=batch), timeout_s=60)

@@ -85,9 +85,9 @@ def rerank_ceiling(path: Path, sentences: list[str], max_batch_size: int) -> flo
     """Pairs/s of the worker's own runner in process, batches of max_batch_size pairs (one thread per worker)."""
     import torch
 
+    from models_registry.core.batch_types import BatchPolicy
     from models_registry.inference.model_runner import PipelineRunner
     from models_registry.registry.specs import ModelSpec, TaskSpec
-    from models_registry.worker.batch_types import BatchPolicy
 
     torch.set_num_threads(1)
     task = TaskSpec(name="rank", task="text-ranking", parameters={}, pooling="mean", normalize=False,

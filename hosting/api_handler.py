@@ -29,8 +29,9 @@ from django.test.utils import override_settings
 from django.urls import set_script_prefix, set_urlconf
 
 from models_registry.api import fast_refusal, upfront
-from models_registry.api.errors import TooLarge, error_response
+from models_registry.api.errors import error_response
 from models_registry.api.middleware import request_id_from
+from models_registry.core.errors import TooLarge
 
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and headers around an uploaded file
 # Of a body over the limit, up to this much more is read and dropped before the 413, so a

@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from models_registry.observe import dashboard, metrics_view
+from models_registry.api import dashboard, metrics_view
 
 urlpatterns = [
     path("", include("models_registry.urls")),

@@ -10,14 +10,15 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import path
 from django.utils.html import format_html
 
+from models_registry.api import test_input_form
+from models_registry.api.sample_request import run_test_input
+from models_registry.core.model_state import ModelState, best_report
 from models_registry.models import ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
-from models_registry.observe import test_input_form, traffic_window
+from models_registry.observe import traffic_window
 from models_registry.observe.model_columns import PlacementColumns, live_states
-from models_registry.observe.sample_request import run_test_input
 from models_registry.policy.rate_limits import Usage
 from models_registry.policy.usage import token_usage
-from models_registry.registry.model_state import ModelState, best_report
-from models_registry.worker.heartbeats import live_workers
+from models_registry.registry.heartbeats import live_workers
 
 admin.site.site_header = "Model hosting"
 admin.site.site_title = "Model hosting admin"

@@ -11,10 +11,10 @@ from django.db import models
 from django.db.models.signals import m2m_changed
 from django.utils import timezone
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
+from models_registry.core.task_key import TaskKey
 from models_registry.registry import sources
 from models_registry.registry.task_inputs import SUPPORTED_TASKS, validate_parameters
-from models_registry.registry.task_key import TaskKey
 
 # Tasks whose answer depends only on the model, the parameters and the input (no sampling).
 CACHEABLE_TASKS = ("feature-extraction", "fill-mask", "text-classification", "token-classification",

@@ -9,7 +9,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from models_registry.api import payloads
-from models_registry.api.errors import HostingError
+from models_registry.core.errors import HostingError
 from models_registry.observe import metrics
 from models_registry.policy.gate import Served
 

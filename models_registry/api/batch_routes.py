@@ -13,16 +13,16 @@ from typing import Any
 
 import orjson
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParserError
 
-from models_registry.api import auth
-from models_registry.api.batch_shapes import list_object
-from models_registry.api.errors import TooLarge
 from models_registry.api.openai_routes import invalid, openai_view
+from models_registry.core.conf import conf
+from models_registry.core.errors import TooLarge
 from models_registry.jobs import files, lines, store
+from models_registry.jobs.shapes import list_object
 from models_registry.jobs.targets import route_check
+from models_registry.policy import auth
 from models_registry.registry import lookups
 from models_registry.registry.lookups import fresh_connection
 
@@ -78,19 +78,19 @@ def _checked_upload(request: HttpRequest, check: lines.RouteCheck) -> tuple[Any,
     upload = uploads.get("file")
     if upload is None:
         raise invalid("a 'file' part is required: the JSONL file of requests", "file")
-    limit = settings.HOSTING_BATCH_MAX_FILE_BYTES
+    limit = conf.BATCH_MAX_FILE_BYTES
     if upload.size > limit:
         raise TooLarge(f"the file is {upload.size} bytes; the limit is {limit} (HOSTING_BATCH_MAX_FILE_BYTES)")
     upload.seek(0)
-    cap = settings.HOSTING_MAX_BODY_BYTES
+    cap = conf.MAX_BODY_BYTES
     summary = lines.scan(lines.read_lines(upload, cap), max_line_bytes=cap,
-                         max_lines=settings.HOSTING_BATCH_MAX_LINES, check=check)
+                         max_lines=conf.BATCH_MAX_LINES, check=check)
     return upload, summary, ttl
 
 
 async def _upload(request: HttpRequest) -> HttpResponse:
     owner_id, grant = await _owner(request)
-    limit = settings.HOSTING_BATCH_MAX_FILE_BYTES
+    limit = conf.BATCH_MAX_FILE_BYTES
     raw_length = request.META.get("CONTENT_LENGTH") or "0"
     if not raw_length.isdigit():  # the API handler refuses these first; a view may be called without it
         raise invalid(f"malformed Content-Length {raw_length!r}", None)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
 from models_registry.registry.specs import TaskSpec
 
 KEYS = ("dimensions", "truncate_dim")  # OpenAI's name, sentence-transformers' name

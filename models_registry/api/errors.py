@@ -1,104 +1,10 @@
-"""One error hierarchy for the API, and the ONE place it becomes an HTTP response."""
+"""The ONE place an error of the hierarchy (core.errors) becomes an HTTP response."""
 
 from __future__ import annotations
 
 from django.http import JsonResponse
 
-
-class HostingError(Exception):
-    """Base of every error a client may see; subclasses set the slug and status."""
-
-    error_type = "internal"
-    status = 500
-
-    def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.headers = headers or {}
-
-
-class InvalidInput(HostingError):
-    """Malformed JSON, wrong types, parameters the task does not take."""
-
-    error_type, status = "invalid_input", 400
-
-
-class Unauthorized(HostingError):
-    """No token, or a token that is unknown, revoked or expired."""
-
-    error_type, status = "unauthorized", 401
-
-
-class Forbidden(HostingError):
-    """A valid token not allowed to use this model."""
-
-    error_type, status = "forbidden", 403
-
-
-class NotFound(HostingError):
-    """Unknown model or task."""
-
-    error_type, status = "not_found", 404
-
-
-class MethodNotAllowed(HostingError):
-    """The route exists but not for this HTTP method."""
-
-    error_type, status = "method_not_allowed", 405
-
-
-class Conflict(HostingError):
-    """The resource is in use (e.g. a file a running batch reads)."""
-
-    error_type, status = "conflict", 409
-
-
-class TooLarge(HostingError):
-    """Body over HOSTING_MAX_BODY_BYTES, or more inputs than the task allows."""
-
-    error_type, status = "too_large", 413
-
-
-class RateLimited(HostingError):
-    """The token's rate limit or quota is spent: with Retry-After and X-RateLimit-* headers."""
-
-    error_type, status = "rate_limited", 429
-
-
-class Overloaded(HostingError):
-    """The task's queue is full: answered at once, with Retry-After."""
-
-    error_type, status = "overloaded", 503
-
-
-class Unavailable(HostingError):
-    """Model disabled, loading, failed to load, or no live worker serves it."""
-
-    error_type, status = "unavailable", 503
-
-
-class Timeout(HostingError):
-    """No result within the task's timeout_s."""
-
-    error_type, status = "timeout", 504
-
-
-class Internal(HostingError):
-    """A pipeline error: message only, details in the server log."""
-
-    error_type, status = "internal", 500
-
-
-ERROR_CLASSES: dict[str, type[HostingError]] = {
-    cls.error_type: cls
-    for cls in (InvalidInput, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, TooLarge, RateLimited,
-                Overloaded, Unavailable, Timeout, Internal)
-}
-
-
-def from_wire(error_type: str, message: str) -> HostingError:
-    """Rebuild an error the worker sent back as {"error_type", "message"}."""
-    return ERROR_CLASSES.get(error_type, Internal)(message)
+from models_registry.core.errors import HostingError
 
 
 def error_response(error: HostingError, request_id: str | None = None) -> JsonResponse:

@@ -15,11 +15,12 @@ from typing import Any
 
 from django.http import HttpResponse
 
-from models_registry.api import auth
-from models_registry.api.errors import HostingError, Overloaded, error_response
+from models_registry.api.errors import error_response
 from models_registry.api.middleware import request_id_from
 from models_registry.broker import queue_state
+from models_registry.core.errors import HostingError, Overloaded
 from models_registry.observe import metrics
+from models_registry.policy import auth
 from models_registry.registry import lookups
 
 logger = logging.getLogger("models_registry.requests")

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from models_registry.api import media_requests
-from models_registry.api.errors import InvalidInput, NotFound
+from models_registry.core.errors import InvalidInput, NotFound
+from models_registry.core.task_key import TaskKey
 from models_registry.observe import media_counts
 from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.registry.task_key import TaskKey
 
 MODALITIES = ("image",)  # Infinity's "audio" is refused by the request's shape: no audio embedding task yet
 EMBEDDING_TASKS = {"image": "image-feature-extraction"}

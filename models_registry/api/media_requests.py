@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-
 from models_registry.api import payloads
-from models_registry.api.errors import InvalidInput
+from models_registry.core.conf import conf
+from models_registry.core.errors import InvalidInput
 from models_registry.media import envelope, fetch
 from models_registry.media.item import MediaItem
 from models_registry.observe import media_counts
@@ -43,11 +42,11 @@ async def read(raw: bytes, content_type: str, model: str, task: TaskSpec) -> tup
     """The request's JSON body ({} for a raw file) and its validated inputs as media items' wire dicts."""
     kind = media_kind(task.task) or ""
     media_type = content_type.split(";")[0].strip().lower()
-    if len(raw) > settings.HOSTING_MAX_BODY_BYTES:
-        payloads.parse_body(raw, media_type, settings.HOSTING_MAX_BODY_BYTES)  # its 413
+    if len(raw) > conf.MAX_BODY_BYTES:
+        payloads.parse_body(raw, media_type, conf.MAX_BODY_BYTES)  # its 413
     if is_json(media_type, raw):
-        body = payloads.parse_body(raw, "application/json", settings.HOSTING_MAX_BODY_BYTES)
-        parsed = payloads.read_request(body, task.task, task.parameters, settings.HOSTING_MAX_INPUTS)
+        body = payloads.parse_body(raw, "application/json", conf.MAX_BODY_BYTES)
+        parsed = payloads.read_request(body, task.task, task.parameters, conf.MAX_INPUTS)
         where = "inputs[{}]" if parsed.is_batch else "inputs"
         items = [await item_from_text(text, kind, where.format(i)) for i, text in enumerate(parsed.inputs)]
     elif media_type in _TEXT_TYPES:  # curl -d @photo.b64: the body is one base64 string or data URI
@@ -78,4 +77,4 @@ async def item_from_text(text: str, kind: str, where: str) -> MediaItem:
 
 
 def _probe(data: bytes, kind: str, where: str) -> MediaItem:
-    return envelope.probe(data, kind, where, settings.HOSTING_MAX_IMAGE_PIXELS, settings.HOSTING_MAX_AUDIO_SECONDS)
+    return envelope.probe(data, kind, where, conf.MAX_IMAGE_PIXELS, conf.MAX_AUDIO_SECONDS)

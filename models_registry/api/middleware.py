@@ -10,7 +10,8 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import DisallowedHost
 
-from models_registry.api.errors import InvalidInput, error_response
+from models_registry.api.errors import error_response
+from models_registry.core.errors import InvalidInput
 
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 

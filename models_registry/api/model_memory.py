@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_registry.registry.model_state import ModelState
+from models_registry.core.model_state import ModelState
 
 
 def placement(workers: list[Any], name: str) -> dict[str, Any]:

@@ -15,19 +15,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from pydantic import ValidationError
 
-from models_registry.api import answers, auth, dimensions, media_embeddings, payloads, request_models, views
-from models_registry.api.errors import Forbidden, HostingError, InvalidInput, NotFound, TooLarge
+from models_registry.api import answers, dimensions, media_embeddings, payloads, request_models, views
 from models_registry.api.views import AsyncView, api_view
-from models_registry.policy import gate, priority
+from models_registry.core.conf import conf
+from models_registry.core.errors import Forbidden, HostingError, InvalidInput, NotFound, TooLarge
+from models_registry.core.task_key import TaskKey
+from models_registry.policy import auth, gate, priority
 from models_registry.registry import lookups
 from models_registry.registry.shape_errors import keys, phrase
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.registry.task_key import TaskKey
 
 # Errors the SDK must not retry: a pipeline error repeats, and a timeout retried triples the wait.
 _NO_RETRY = {"internal", "timeout"}
@@ -168,12 +168,12 @@ def _body(request: HttpRequest) -> Any:
     try:
         raw = request.body
     except RequestDataTooBig:
-        raise TooLarge(f"request body is over the limit of {settings.HOSTING_MAX_BODY_BYTES} bytes") from None
+        raise TooLarge(f"request body is over the limit of {conf.MAX_BODY_BYTES} bytes") from None
     media = (request.content_type or "").split(";")[0].strip().lower()
     # The HF routes take plain text as one input; here only JSON names the model (curl -d JSON still works).
     if media == "text/plain" or (media == "application/x-www-form-urlencoded" and not raw.lstrip().startswith(b"{")):
         raise invalid('send a JSON body (Content-Type: application/json) like {"model": "...", "input": "..."}', None)
-    return payloads.parse_body(raw, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
+    return payloads.parse_body(raw, request.content_type or "", conf.MAX_BODY_BYTES)
 
 
 @openai_view("POST")
@@ -181,7 +181,7 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
     """OpenAI's POST /v1/embeddings over a feature-extraction task."""
     started = time.perf_counter()
     grant = await auth.authorize(request.headers.get("Authorization"), None)
-    wanted = read_embedding_request(_body(request), settings.HOSTING_MAX_INPUTS)
+    wanted = read_embedding_request(_body(request), conf.MAX_INPUTS)
     name = TaskKey.parse(wanted.model).model
     if grant is not None and not grant.allows(name):
         raise Forbidden(f"this API token is not allowed to use model {name!r}")

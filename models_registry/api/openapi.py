@@ -3,7 +3,7 @@
 Every body and answer is a pydantic shape (api.request_models, api.response_models,
 registry.task_parameters); this module only says which route takes and answers which
 (`operations`). Adding a route: its shapes in those modules, one `Operation` in
-`operations()`; its error statuses come from api.errors. Called with an API token, the
+`operations()`; its error statuses come from core.errors. Called with an API token, the
 document also describes each model the token may use at its own path
 (api.openapi_models), with that task's exact parameters: what the document allows there
 is what the server accepts.
@@ -15,15 +15,16 @@ import functools
 from dataclasses import dataclass
 from typing import Annotated, Any, Union
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from pydantic import Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
-from models_registry.api import auth, batch_models, openapi_models, request_models, response_models
-from models_registry.api.errors import ERROR_CLASSES, Conflict, HostingError
+from models_registry.api import batch_models, openapi_models, request_models, response_models
 from models_registry.api.views import api_view
+from models_registry.core.conf import conf
+from models_registry.core.errors import ERROR_CLASSES, Conflict, HostingError
+from models_registry.policy import auth
 from models_registry.registry import lookups
 from models_registry.registry.shape_errors import adapter
 from models_registry.registry.task_inputs import SUPPORTED_TASKS
@@ -55,7 +56,7 @@ ERROR_HEADERS = {
 
 
 def errors_by_status() -> dict[int, tuple[tuple[str, ...], str]]:
-    """status -> (error_type values, when), from the one error hierarchy of api.errors."""
+    """status -> (error_type values, when), from the one error hierarchy of core.errors."""
     table: dict[int, list[type[HostingError]]] = {}
     for cls in ERROR_CLASSES.values():
         table.setdefault(cls.status, []).append(cls)
@@ -270,16 +271,16 @@ def build_schema(max_inputs: int) -> dict[str, Any]:
 @api_view("GET")
 async def schema_view(request: HttpRequest) -> HttpResponse:
     """GET /api/openapi.json: public; with a valid token, also the models that token may use."""
-    document = build_schema(settings.HOSTING_MAX_INPUTS)
+    document = build_schema(conf.MAX_INPUTS)
     header = request.headers.get("Authorization")
-    if header or not settings.HOSTING_REQUIRE_API_TOKEN:
+    if header or not conf.REQUIRE_API_TOKEN:
         try:
             grant = await auth.authorize(header, None)
         except HostingError:
             return JsonResponse(document)  # a bad token still gets the public document
         specs = await lookups.get_specs()
         visible = {name: spec for name, spec in specs.items() if grant is None or grant.allows(name)}
-        document = openapi_models.with_models(document, visible, settings.HOSTING_MAX_INPUTS)
+        document = openapi_models.with_models(document, visible, conf.MAX_INPUTS)
     return JsonResponse(document)
 
 

@@ -9,8 +9,8 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from models_registry.broker.work_layer import work_layer
+from models_registry.core.model_state import ModelState, servable
 from models_registry.registry import lookups
-from models_registry.registry.model_state import ModelState, servable
 
 CHECK_TIMEOUT_S = 2.0
 

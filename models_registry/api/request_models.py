@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, NotRequired, Required
 from pydantic import Field, ValidationError, with_config
 from typing_extensions import TypedDict
 
-from models_registry.api.errors import HostingError, InvalidInput
+from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.registry import task_inputs
 from models_registry.registry.shape_errors import Shape, adapter, phrase, unknown_keys
 from models_registry.registry.task_parameters import (

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
-from models_registry.api.errors import ERROR_CLASSES
+from models_registry.core.errors import ERROR_CLASSES
 
 ErrorType = Literal[tuple(ERROR_CLASSES)]  # type: ignore[valid-type]
 OPEN = ConfigDict(extra="allow")  # answers may grow keys; clients ignore unknown ones

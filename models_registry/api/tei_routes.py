@@ -14,19 +14,27 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from pydantic import ValidationError
 
-from models_registry.api import answers, auth, payloads, request_models, tokenization, views
-from models_registry.api.errors import Forbidden, HostingError, Internal, InvalidInput, NotFound, TooLarge, Unavailable
+from models_registry.api import answers, payloads, request_models, tokenization, views
 from models_registry.api.views import api_view
+from models_registry.core.conf import conf
+from models_registry.core.errors import (
+    Forbidden,
+    HostingError,
+    Internal,
+    InvalidInput,
+    NotFound,
+    TooLarge,
+    Unavailable,
+)
+from models_registry.core.task_key import TaskKey
 from models_registry.observe import metrics
-from models_registry.policy import gate, priority
+from models_registry.policy import auth, gate, priority
 from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.registry.task_key import TaskKey
 
 logger = logging.getLogger("models_registry.requests")
 
@@ -160,11 +168,11 @@ def body_of(request: HttpRequest) -> Any:
     try:
         raw = request.body
     except RequestDataTooBig:
-        raise TooLarge(f"request body is over the limit of {settings.HOSTING_MAX_BODY_BYTES} bytes") from None
+        raise TooLarge(f"request body is over the limit of {conf.MAX_BODY_BYTES} bytes") from None
     media = (request.content_type or "").split(";")[0].strip().lower()
     if media == "text/plain":
         raise InvalidInput('send a JSON body (Content-Type: application/json) like {"model": "...", ...}')
-    return payloads.parse_body(raw, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
+    return payloads.parse_body(raw, request.content_type or "", conf.MAX_BODY_BYTES)
 
 
 async def resolve(model_id: str) -> tuple[ModelSpec, TaskSpec | None]:
@@ -208,7 +216,7 @@ async def tokenize(request: HttpRequest) -> HttpResponse:
     """TEI's POST /tokenize: token ids, strings and character offsets, from the web process alone."""
     started = time.perf_counter()
     grant = await auth.authorize(request.headers.get("Authorization"), None)
-    wanted = read_tokenize_request(body_of(request), settings.HOSTING_MAX_INPUTS)
+    wanted = read_tokenize_request(body_of(request), conf.MAX_INPUTS)
     spec, _ = await resolve(wanted.model)
     allowed(grant, spec.name)
     try:
@@ -245,7 +253,7 @@ async def rerank(request: HttpRequest) -> HttpResponse:
     """TEI's POST /rerank: each (query, text) pair is one batch item of the model's text-ranking task."""
     started = time.perf_counter()
     grant = await auth.authorize(request.headers.get("Authorization"), None)
-    wanted = read_rerank_request(body_of(request), settings.HOSTING_MAX_INPUTS)
+    wanted = read_rerank_request(body_of(request), conf.MAX_INPUTS)
     spec, named = await resolve(wanted.model)
     allowed(grant, spec.name)
     task = ranking_task(spec, named)

@@ -17,12 +17,12 @@ from typing import Any
 import orjson
 from django.http import HttpRequest, StreamingHttpResponse
 
-from models_registry.api.auth import TokenGrant
-from models_registry.api.errors import HostingError, InvalidInput
 from models_registry.api.payloads import InferenceRequest
 from models_registry.broker import stream_handoff
+from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.observe import metrics
 from models_registry.policy import gate, priority
+from models_registry.policy.auth import TokenGrant
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")

@@ -19,7 +19,7 @@ from typing import Any
 
 from tokenizers import Encoding, Tokenizer
 
-from models_registry.api.errors import NotFound, Unavailable
+from models_registry.core.errors import NotFound, Unavailable
 from models_registry.registry import sources
 
 logger = logging.getLogger(__name__)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 
-from models_registry.api import auth
-from models_registry.api.errors import HostingError, InvalidInput, error_response
+from models_registry.api.errors import error_response
 from models_registry.api.middleware import request_id_from
+from models_registry.core.errors import HostingError, InvalidInput
+from models_registry.policy import auth
 
 AUTH_FIRST = ("/v1/files",)  # routes with large bodies: the token is checked before the body is read
 

@@ -10,27 +10,20 @@ from functools import wraps
 from typing import Any
 
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from models_registry.api import answers, auth, dimensions, media_requests, model_memory, payloads, readiness, tgi_stream
-from models_registry.api.errors import (
-    HostingError,
-    Internal,
-    MethodNotAllowed,
-    NotFound,
-    TooLarge,
-    Unavailable,
-    error_response,
-)
+from models_registry.api import answers, dimensions, media_requests, model_memory, payloads, readiness, tgi_stream
+from models_registry.api.errors import error_response
 from models_registry.broker import admission, handoff
-from models_registry.policy import gate, priority, response_cache
+from models_registry.core.conf import conf
+from models_registry.core.errors import HostingError, Internal, MethodNotAllowed, NotFound, TooLarge, Unavailable
+from models_registry.core.model_state import ModelState, servable, shown_state
+from models_registry.core.task_key import TaskKey
+from models_registry.policy import auth, gate, priority, response_cache
 from models_registry.registry import lookups, sources
-from models_registry.registry.model_state import ModelState, servable, shown_state
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.registry.task_key import TaskKey
 
 logger = logging.getLogger("models_registry.requests")
 
@@ -130,14 +123,14 @@ async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: Mode
     try:
         raw = request.body
     except RequestDataTooBig:
-        raise TooLarge(f"request body is over the limit of {settings.HOSTING_MAX_BODY_BYTES} bytes") from None
+        raise TooLarge(f"request body is over the limit of {conf.MAX_BODY_BYTES} bytes") from None
     if media_requests.media_kind(task_spec.task):  # the file as the body, or base64 / data URIs in JSON
         body, parsed = await media_requests.read(raw, request.content_type or "", spec.name, task_spec)
         stream, tgi_options = False, {}
     else:
-        body = payloads.parse_body(raw, request.content_type or "", settings.HOSTING_MAX_BODY_BYTES)
+        body = payloads.parse_body(raw, request.content_type or "", conf.MAX_BODY_BYTES)
         body, stream, tgi_options = tgi_stream.split(body, task_spec.task)
-        parsed = payloads.read_request(body, task_spec.task, task_spec.parameters, settings.HOSTING_MAX_INPUTS)
+        parsed = payloads.read_request(body, task_spec.task, task_spec.parameters, conf.MAX_INPUTS)
     if stream:
         return await tgi_stream.respond(request, grant, spec, task_spec, parsed, tgi_options, _require_serving, started)
     parameters, wanted_dims = {**parsed.parameters, **tgi_options}, None

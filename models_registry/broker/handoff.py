@@ -12,9 +12,9 @@ from typing import Any
 
 from channels.exceptions import ChannelFull
 
-from models_registry.api.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
 from models_registry.broker import admission, deferred, enqueue, messages, queue_state
 from models_registry.broker.work_layer import WorkLayer, work_layer
+from models_registry.core.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
 
 BROKER_TIMEOUT_S = 1.0  # a broker that does not answer within a second is down
 SERVED_CHECK_EVERY_S = 1.0

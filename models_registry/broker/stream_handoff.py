@@ -15,9 +15,9 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from models_registry.api.errors import HostingError, Timeout, Unavailable, from_wire
 from models_registry.broker import admission, handoff, messages
 from models_registry.broker.work_layer import WorkLayer, work_layer
+from models_registry.core.errors import HostingError, Timeout, Unavailable, from_wire
 
 LATE_TOKENS_S = 2.0  # after the result, how long tokens still on their way are awaited
 EXTEND_EVERY_S = 1.0  # how often a live stream pushes its admission deadline forward

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from models_registry.api.errors import Timeout
+from models_registry.core.errors import Timeout
 
 _local = threading.local()
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
 from models_registry.inference import compute_deadline, packing
 from models_registry.inference.loading import LoadedModel
 from models_registry.inference.packed_forward import packed_inputs

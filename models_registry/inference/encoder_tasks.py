@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
 from models_registry.inference.task_common import max_positions, per_input, to_plain
 
 ZERO_SHOT_PAIRS_PER_FORWARD = 256  # (input, label) pairs in one forward pass

@@ -8,7 +8,7 @@ from typing import Any
 
 from transformers import StoppingCriteriaList
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
 from models_registry.inference.compute_deadline import StopAtDeadline
 from models_registry.inference.seeding import seeded
 from models_registry.inference.task_common import ModelBundle, max_positions, per_input, to_plain

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from models_registry.api.errors import HostingError, Internal, Timeout
+from models_registry.core.batch_types import ItemFailure
+from models_registry.core.errors import HostingError, Internal, Timeout
 from models_registry.inference import compute_deadline, encoder_tasks, generation, media_runs, ranking, streaming
 from models_registry.inference.containment import contained, describe
 from models_registry.inference.embeddings import embed
@@ -23,7 +24,6 @@ from models_registry.inference.memory_errors import is_out_of_memory
 from models_registry.inference.onnx_backend import OrtSettings
 from models_registry.inference.question_answering import question_answering
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.worker.batch_types import ItemFailure
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
 from models_registry.inference import compute_deadline
 from models_registry.inference.containment import contained, describe
 from models_registry.inference.task_common import ModelBundle, max_positions

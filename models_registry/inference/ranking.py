@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
 from models_registry.inference.task_common import ModelBundle, cpu_threads_for, max_positions
 
 PAIRS_PER_FORWARD = 16  # length-sorted pairs per forward pass: each pads only to its own longest

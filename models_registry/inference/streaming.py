@@ -16,7 +16,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
 from models_registry.inference.compute_deadline import StopAtDeadline
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS, _task_settings
 from models_registry.inference.seeding import seeded

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
 from models_registry.inference.media_models import Captioner, DualEncoder, ImageEncoder
 from models_registry.inference.task_common import per_input, to_plain
 from models_registry.media.pending import decoded

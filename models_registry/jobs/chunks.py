@@ -13,7 +13,7 @@ from typing import IO
 
 import orjson
 
-from models_registry.api.errors import HostingError
+from models_registry.core.errors import HostingError
 from models_registry.jobs.lines import JobLine, LongLine, parse_line, read_lines
 
 

@@ -23,9 +23,9 @@ from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.utils import timezone
 
+from models_registry.core.conf import conf
 from models_registry.jobs import files, leases, retention
 from models_registry.jobs.chunks import Chunk, ChunkOutcome, ChunkReader, Progress, answer_record, failure_record
 from models_registry.jobs.fair_share import FairShare
@@ -79,12 +79,12 @@ class JobDriver:
     def __init__(self, owner: str, caller: Any = None) -> None:
         self.owner = owner
         self.caller = caller or LineCaller()
-        self.chunk_lines = settings.HOSTING_BATCH_CHUNK_LINES
-        self.in_flight = settings.HOSTING_BATCH_IN_FLIGHT
+        self.chunk_lines = conf.BATCH_CHUNK_LINES
+        self.in_flight = conf.BATCH_IN_FLIGHT
         self.share = FairShare(self.in_flight)
-        self.max_jobs = max(1, settings.HOSTING_BATCH_MAX_JOBS)
-        self.max_retries = settings.HOSTING_BATCH_LINE_RETRIES
-        self.lease_s = settings.HOSTING_BATCH_LEASE_S
+        self.max_jobs = max(1, conf.BATCH_MAX_JOBS)
+        self.max_retries = conf.BATCH_LINE_RETRIES
+        self.lease_s = conf.BATCH_LEASE_S
         self.jobs: dict[int, tuple[leases.ClaimedJob, asyncio.Task[None]]] = {}
         self._failures: dict[int, int] = {}
         self._ended = asyncio.Event()
@@ -111,7 +111,7 @@ class JobDriver:
                     continue  # another owner's job may be waiting too
                 self._ended.clear()
                 try:  # the next poll, or at once when a job ends (a slot for another one)
-                    await asyncio.wait_for(self._ended.wait(), settings.HOSTING_BATCH_POLL_S)
+                    await asyncio.wait_for(self._ended.wait(), conf.BATCH_POLL_S)
                 except TimeoutError:
                     pass
         finally:
@@ -182,7 +182,7 @@ class JobDriver:
         """Run lines chunk by chunk, a few chunks ahead, committing in order; the progress reached."""
         handle = await asyncio.to_thread(files.open_file, job.input_file)
         try:
-            reader = ChunkReader(handle, progress, self.chunk_lines, settings.HOSTING_MAX_BODY_BYTES)
+            reader = ChunkReader(handle, progress, self.chunk_lines, conf.MAX_BODY_BYTES)
             ahead = max(2, -(-self.in_flight // self.chunk_lines) + 1)
             pending: deque[tuple[Chunk, asyncio.Task[ChunkOutcome]]] = deque()
             exhausted = False
@@ -263,7 +263,7 @@ class JobDriver:
             "the batch expired before this request ran"
         handle = await asyncio.to_thread(files.open_file, job.input_file)
         try:
-            reader = ChunkReader(handle, progress, max(self.chunk_lines, 4096), settings.HOSTING_MAX_BODY_BYTES)
+            reader = ChunkReader(handle, progress, max(self.chunk_lines, 4096), conf.MAX_BODY_BYTES)
             while (chunk := await asyncio.to_thread(reader.next_chunk)) is not None:
                 errors = [failure_record(line.custom_id, code, message) for line in chunk.lines]
                 errors += [failure_record(None, code, f"line {n}: {why}") for n, why in chunk.unreadable]

@@ -12,12 +12,12 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import IO, Any
 
-from django.conf import settings
 from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import storages
 from django.utils import timezone
 
+from models_registry.core.conf import conf
 from models_registry.models import ApiToken, BatchFile
 
 READ_BLOCK = 256 * 1024
@@ -35,7 +35,7 @@ def new_id(prefix: str) -> str:
 
 def expiry(ttl_s: int | None) -> datetime | None:
     """When a file made now expires: after ttl_s, or HOSTING_FILE_RETENTION_S (0: never)."""
-    seconds = settings.HOSTING_FILE_RETENTION_S if ttl_s is None else ttl_s
+    seconds = conf.FILE_RETENTION_S if ttl_s is None else ttl_s
     return timezone.now() + timedelta(seconds=seconds) if seconds > 0 else None
 
 

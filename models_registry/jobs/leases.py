@@ -10,11 +10,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from models_registry.core.conf import conf
 from models_registry.jobs import files
 from models_registry.jobs.chunks import Chunk, ChunkOutcome, Progress, advance
 from models_registry.models import BatchChunk, BatchFile, BatchJob
@@ -75,7 +75,7 @@ def renew(pk: int, owner: str, lease_s: float) -> str | None:
         return None
     status, expires_at, owner_id, revoked, token_expires = BatchJob.objects.filter(pk=pk).values_list(
         "status", "expires_at", "owner_id", "owner__revoked", "owner__expires_at").get()
-    if status == "in_progress" and settings.HOSTING_REQUIRE_API_TOKEN and (
+    if status == "in_progress" and conf.REQUIRE_API_TOKEN and (
             owner_id is None or revoked or (token_expires is not None and token_expires <= now)):
         return "revoking"
     if status == "in_progress" and expires_at is not None and expires_at <= now:

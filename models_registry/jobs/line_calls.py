@@ -13,8 +13,8 @@ import orjson
 from django.conf import settings
 from django.http import HttpRequest
 
-from models_registry.api import auth
 from models_registry.jobs.lines import JobLine
+from models_registry.policy import auth
 
 BATCH_PRIORITY = "batch"
 # A streamed answer has no place in a JSONL output, and a stream opened here would never be

@@ -14,8 +14,8 @@ from typing import IO, Any
 
 import orjson
 
-from models_registry.api.errors import Forbidden, HostingError, InvalidInput, TooLarge
-from models_registry.registry.task_key import TaskKey
+from models_registry.core.errors import Forbidden, HostingError, InvalidInput, TooLarge
+from models_registry.core.task_key import TaskKey
 
 FIELDS = ("custom_id", "method", "url", "body")
 MAX_CUSTOM_ID_CHARS = 512

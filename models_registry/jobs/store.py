@@ -9,10 +9,10 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from models_registry.api.batch_shapes import batch_object, file_object
-from models_registry.api.errors import Conflict, InvalidInput, NotFound
+from models_registry.core.errors import Conflict, InvalidInput, NotFound
 from models_registry.jobs import files, retention
 from models_registry.jobs.files import new_id
+from models_registry.jobs.shapes import batch_object, file_object
 from models_registry.models import BatchFile, BatchJob
 
 WINDOWS = {"24h": timedelta(hours=24)}

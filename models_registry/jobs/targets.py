@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_registry.api.auth import TokenGrant
-from models_registry.api.errors import Forbidden, InvalidInput
+from models_registry.core.errors import Forbidden, InvalidInput
 from models_registry.jobs.lines import EMBEDDINGS_URL, RouteCheck, model_of
+from models_registry.policy.auth import TokenGrant
 from models_registry.registry.specs import ModelSpec
 
 

@@ -14,7 +14,7 @@ import soundfile
 import soxr
 from PIL import Image, ImageOps
 
-from models_registry.api.errors import InvalidInput, TooLarge
+from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.media.envelope import IMAGE_FORMATS
 from models_registry.media.item import IMAGE, MediaItem
 

@@ -26,7 +26,7 @@ from PIL import (  # noqa: F401  (imported to register exactly these formats, wh
     WebPImagePlugin,
 )
 
-from models_registry.api.errors import InvalidInput, TooLarge
+from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.media.item import AUDIO, IMAGE, MediaItem
 
 # Our own limit (HOSTING_MAX_IMAGE_PIXELS) is checked against the header below; Pillow's

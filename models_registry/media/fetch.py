@@ -17,9 +17,9 @@ import socket
 from urllib.parse import urljoin, urlsplit
 
 import httpx
-from django.conf import settings
 
-from models_registry.api.errors import InvalidInput, TooLarge
+from models_registry.core.conf import conf
+from models_registry.core.errors import InvalidInput, TooLarge
 
 MAX_REDIRECTS = 3
 
@@ -31,14 +31,14 @@ def is_url(text: str) -> bool:
 
 async def fetch(url: str, where: str) -> tuple[bytes, str | None]:
     """The bytes at url and their Content-Type; InvalidInput when fetching is off or not allowed, TooLarge over the cap."""
-    hosts = settings.HOSTING_MEDIA_FETCH_HOSTS
+    hosts = conf.MEDIA_FETCH_HOSTS
     if not hosts:
         raise InvalidInput(f"{where} is a URL, and this server fetches none: send the file itself "
                            "(the body, base64 or a data URI)")
     try:
-        return await asyncio.wait_for(_follow(url, where, hosts), settings.HOSTING_MEDIA_FETCH_TIMEOUT_S)
+        return await asyncio.wait_for(_follow(url, where, hosts), conf.MEDIA_FETCH_TIMEOUT_S)
     except TimeoutError:
-        raise InvalidInput(f"{where}: fetching the URL took over {settings.HOSTING_MEDIA_FETCH_TIMEOUT_S:g} s") from None
+        raise InvalidInput(f"{where}: fetching the URL took over {conf.MEDIA_FETCH_TIMEOUT_S:g} s") from None
 
 
 async def _follow(url: str, where: str, hosts: list[str]) -> tuple[bytes, str | None]:
@@ -68,7 +68,7 @@ async def _follow(url: str, where: str, hosts: list[str]) -> tuple[bytes, str | 
 
 
 async def _read_capped(response: httpx.Response, where: str) -> bytes:
-    cap = settings.HOSTING_MEDIA_FETCH_MAX_BYTES
+    cap = conf.MEDIA_FETCH_MAX_BYTES
     declared = response.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > cap:
         raise TooLarge(f"{where}: the URL's file is {declared} bytes; the limit is {cap}")

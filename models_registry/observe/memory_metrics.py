@@ -8,7 +8,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from models_registry.worker.load_stats import LOAD_BUCKETS
+from models_registry.observe.load_stats import LOAD_BUCKETS
 
 
 def _families() -> dict[str, Metric]:
@@ -38,7 +38,7 @@ class MemoryCollector(Collector):
             "hosting_model_load_seconds", "Seconds from the start of a load to ready.", labels=["model"])]
 
     def collect(self) -> Iterator[Metric]:
-        from models_registry.worker.heartbeats import live_workers
+        from models_registry.registry.heartbeats import live_workers
 
         try:
             workers = live_workers()

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from django.conf import settings
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from models_registry.core.conf import conf
+from models_registry.core.task_key import TaskKey
 from models_registry.observe import traffic_window
-from models_registry.registry.task_key import TaskKey
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -72,11 +72,11 @@ def token_label(name: str, token_id: int) -> str:
     /metrics is open by default (no HOSTING_METRICS_TOKEN): token names there would tell
     anyone who the customers are. Past HOSTING_METRICS_MAX_TOKENS labels: "other" (bounded series).
     """
-    names = settings.HOSTING_METRICS_TOKEN_NAMES or bool(settings.HOSTING_METRICS_TOKEN)
+    names = conf.METRICS_TOKEN_NAMES or bool(conf.METRICS_TOKEN)
     name = name if names else f"id:{token_id}"
     if name in _token_labels:
         return name
-    if len(_token_labels) >= settings.HOSTING_METRICS_MAX_TOKENS:
+    if len(_token_labels) >= conf.METRICS_MAX_TOKENS:
         return "other"
     _token_labels.add(name)
     return name
@@ -114,7 +114,7 @@ class FleetCollector(Collector):
         ]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from models_registry.worker.heartbeats import live_workers
+        from models_registry.registry.heartbeats import live_workers
 
         depth = GaugeMetricFamily(
             "hosting_inference_queue_depth", "Items waiting on live workers.", labels=["model", "task"]

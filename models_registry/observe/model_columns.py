@@ -6,7 +6,7 @@ from typing import Any
 
 from django.contrib import admin
 
-from models_registry.registry.model_state import ModelState, best_report
+from models_registry.core.model_state import ModelState, best_report
 
 MIB = 2**20
 

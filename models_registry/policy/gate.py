@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from channels.layers import get_channel_layer
-from django.conf import settings
 
-from models_registry.api.auth import TokenGrant
-from models_registry.api.errors import HostingError, RateLimited, Unavailable
 from models_registry.broker import deferred, enqueue
 from models_registry.broker.handoff import InferenceResult
+from models_registry.core.conf import conf
+from models_registry.core.errors import HostingError, RateLimited, Unavailable
 from models_registry.observe import metrics
 from models_registry.policy import priority, rate_limits, response_cache
+from models_registry.policy.auth import TokenGrant
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ async def _admit(layer: Any, grant: TokenGrant | None, asked_priority: str | Non
     """
     klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
     charge = None
-    if grant is not None and settings.HOSTING_RATE_LIMITS:
+    if grant is not None and conf.RATE_LIMITS:
         tokens = rate_limits.estimate_tokens(inputs, task, parameters)
         charge = await _reserve(layer.connection(0), layer.prefix, grant, tokens)
     return _pass(layer, klass, grant, charge)
@@ -120,7 +120,7 @@ async def _send_charged(layer: Any, grant: TokenGrant | None, asked_priority: st
     from the script before anything was queued.
     """
     klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
-    if grant is None or not settings.HOSTING_RATE_LIMITS:
+    if grant is None or not conf.RATE_LIMITS:
         return await send(klass), _pass(layer, klass, None, None)
     now = time.time()
     label = metrics.token_label(grant.name, grant.token_id)
@@ -218,7 +218,7 @@ async def _lookup(conn: Any, key: str) -> response_cache.CachedResult | None:
 async def _store(conn: Any, key: str, result: InferenceResult, ttl_s: int) -> None:
     try:
         await asyncio.wait_for(response_cache.store(
-            conn, key, result.outputs, result.tokens, ttl_s, settings.HOSTING_CACHE_MAX_ENTRY_BYTES,
+            conn, key, result.outputs, result.tokens, ttl_s, conf.CACHE_MAX_ENTRY_BYTES,
         ), BROKER_TIMEOUT_S)
     except Exception as error:
         logger.warning("response cache store failed: %s", error)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_registry.api.errors import Forbidden, InvalidInput
+from models_registry.core.errors import Forbidden, InvalidInput
 
 INTERACTIVE = "interactive"
 BATCH = "batch"

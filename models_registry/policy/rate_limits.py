@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from models_registry.api.errors import HostingError, RateLimited, TooLarge
 from models_registry.broker import enqueue
 from models_registry.broker.lua import LuaScript
+from models_registry.core.errors import HostingError, RateLimited, TooLarge
 from models_registry.media import item as media_item
 from models_registry.registry import compute_cost
 

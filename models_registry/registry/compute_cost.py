@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
 from models_registry.registry.task_parameters import MAX_NEW_TOKENS
 
 GENERATION_TASKS = ("text-generation", "summarization", "translation", "text2text-generation")

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import close_old_connections
 
-from models_registry.registry.model_state import ModelState, best_report
+from models_registry.core.conf import conf
+from models_registry.core.model_state import ModelState, best_report
+from models_registry.core.task_key import TaskKey
+from models_registry.registry import heartbeats
 from models_registry.registry.specs import ModelSpec, read_specs
-from models_registry.registry.task_key import TaskKey
-from models_registry.worker import heartbeats
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,12 @@ class _Cached:
         self.lock: asyncio.Lock | None = None
 
     async def get(self) -> Any:
-        if time.monotonic() - self.loaded_at < settings.HOSTING_CONFIG_REFRESH_S:
+        if time.monotonic() - self.loaded_at < conf.CONFIG_REFRESH_S:
             return self.value
         if self.lock is None:
             self.lock = asyncio.Lock()
         async with self.lock:
-            if time.monotonic() - self.loaded_at >= settings.HOSTING_CONFIG_REFRESH_S:
+            if time.monotonic() - self.loaded_at >= conf.CONFIG_REFRESH_S:
                 self.value = await sync_to_async(fresh_connection(self.loader))()
                 self.loaded_at = time.monotonic()
         return self.value

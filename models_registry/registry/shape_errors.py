@@ -18,7 +18,7 @@ import typing_extensions
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import is_typeddict
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
 
 Shape = Any  # a TypedDict class
 _PRESENCE = {typing_extensions.Required, typing_extensions.NotRequired, typing.Required, typing.NotRequired}

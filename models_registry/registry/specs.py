@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from models_registry.worker.batch_types import BatchPolicy
+from models_registry.core.batch_types import BatchPolicy
 
 
 @dataclass(frozen=True)

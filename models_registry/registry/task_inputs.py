@@ -16,7 +16,7 @@ from typing import Annotated, Any, Required
 from pydantic import Field, ValidationError, with_config
 from typing_extensions import TypedDict
 
-from models_registry.api.errors import InvalidInput, TooLarge
+from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.registry import task_parameters as p
 from models_registry.registry.shape_errors import Shape, adapter, explain_parameters, keys
 from models_registry.registry.task_parameters import MAX_CANDIDATE_LABELS, MAX_DIMENSIONS, MAX_NEW_TOKENS

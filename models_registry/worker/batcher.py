@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from models_registry.worker.batch_types import (
+from models_registry.core.batch_types import (
     Batch,
     BatchPolicy,
     Item,

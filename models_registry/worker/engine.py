@@ -15,16 +15,16 @@ import time
 import uuid
 from typing import Any
 
-from models_registry.api.errors import HostingError, Internal, Overloaded, Unavailable
 from models_registry.broker.leases import REDELIVERED
 from models_registry.broker.messages import model_channel
 from models_registry.broker.work_layer import WorkLayer
+from models_registry.core.batch_types import QueueFull, UnknownKey
+from models_registry.core.errors import HostingError, Internal, Overloaded, Unavailable
+from models_registry.core.task_key import TaskKey
 from models_registry.inference.containment import contained, describe
 from models_registry.registry.specs import ModelSpec
-from models_registry.registry.task_key import TaskKey
 from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batch_memory import BatchMemory
-from models_registry.worker.batch_types import QueueFull, UnknownKey
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
 from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget, computed_tokens

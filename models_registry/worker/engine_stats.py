@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from models_registry.registry.model_state import ModelState
-from models_registry.registry.task_key import TaskKey
+from models_registry.core.model_state import ModelState
+from models_registry.core.task_key import TaskKey
 from models_registry.worker.model_slots import ModelSlots, memory_report
 
 COST_SMOOTHING = 0.3  # weight of the newest batch in the cost estimate

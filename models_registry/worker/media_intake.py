@@ -9,9 +9,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from django.conf import settings
-
-from models_registry.api.errors import InvalidInput
+from models_registry.core.conf import conf
+from models_registry.core.errors import InvalidInput
 from models_registry.media import pending
 from models_registry.media.item import MediaItem, is_media
 from models_registry.registry.task_inputs import TASK_KINDS
@@ -21,7 +20,7 @@ class MediaDecoder:
     """Starts decoding a request's media inputs in a pool of HOSTING_MEDIA_DECODE_THREADS threads."""
 
     def __init__(self, threads: int | None = None) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=threads or settings.HOSTING_MEDIA_DECODE_THREADS,
+        self.pool = ThreadPoolExecutor(max_workers=threads or conf.MEDIA_DECODE_THREADS,
                                        thread_name_prefix="decode")
 
     def prepare(self, loaded: Any, task: str, inputs: list[Any]) -> list[Any]:
@@ -34,7 +33,7 @@ class MediaDecoder:
         if not all(is_media(item) and item["media"] == kind for item in inputs):
             raise InvalidInput(f"{task} takes {kind} files only")
         return [pending.start(self.pool, MediaItem.from_wire(item), loaded.media_costs.sampling_rate,
-                              settings.HOSTING_MAX_IMAGE_PIXELS, settings.HOSTING_MAX_AUDIO_SECONDS)
+                              conf.MAX_IMAGE_PIXELS, conf.MAX_AUDIO_SECONDS)
                 for item in inputs]
 
     def shutdown(self) -> None:

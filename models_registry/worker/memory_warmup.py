@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from models_registry.core.task_key import TaskKey
 from models_registry.registry.specs import ModelSpec
-from models_registry.registry.task_key import TaskKey
 from models_registry.worker.batch_memory import BatchMemory
 
 # Task kinds whose input is one plain string (the others learn from their first real batches).

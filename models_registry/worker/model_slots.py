@@ -17,13 +17,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from models_registry.registry.model_state import ModelState
+from models_registry.core.model_state import ModelState
+from models_registry.core.task_key import TaskKey
+from models_registry.observe.load_stats import LoadStats
 from models_registry.registry.specs import ModelSpec
-from models_registry.registry.task_key import TaskKey
 from models_registry.worker import memory_warmup
 from models_registry.worker.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
-from models_registry.worker.load_stats import LoadStats
 from models_registry.worker.placement import Held, Limits, Wanted, load_choices, over_budget
 from models_registry.worker.replies import Replies
 

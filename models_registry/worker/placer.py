@@ -8,7 +8,7 @@ import time
 
 from models_registry.broker import model_holders
 from models_registry.broker.work_layer import WorkLayer
-from models_registry.registry.model_state import ModelState
+from models_registry.core.model_state import ModelState
 from models_registry.worker.model_slots import ModelSlots
 
 logger = logging.getLogger(__name__)

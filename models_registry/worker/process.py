@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.worker import Worker
-from django.conf import settings
 
 from models_registry.broker.messages import model_channel
 from models_registry.broker.work_layer import WorkLayer, require_work_layer
-from models_registry.jobs.driver import JobDriver
+from models_registry.core.conf import conf
+from models_registry.registry import heartbeats
 from models_registry.registry.specs import read_specs
-from models_registry.worker import heartbeats, quarantine
+from models_registry.worker import quarantine
 from models_registry.worker.engine import InferenceEngine
 from models_registry.worker.memory_budget import MemoryConfig
 
@@ -29,6 +30,10 @@ IDLE_WAIT_S = 1.0
 class InferenceWorker(Worker):
     """Pulls inference messages while the engine batches, computes and reports."""
 
+    # Long-running companions started with the pull loop, each given the worker's id (the runworker
+    # command adds the batch-job driver: jobs sit above the worker, so the worker cannot name it).
+    services: tuple[Callable[[str], Awaitable[None]], ...] = ()
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Refused here, before any model loads: a layer without leased pulls cannot feed the engine.
@@ -37,17 +42,17 @@ class InferenceWorker(Worker):
         from models_registry.inference.onnx_backend import OrtSettings
 
         self.runner = PipelineRunner(
-            settings.HOSTING_DEVICE, settings.HOSTING_TORCH_THREADS, packing=settings.HOSTING_SEQUENCE_PACKING,
-            torchscript=settings.HOSTING_TORCHSCRIPT,
-            ort=OrtSettings(settings.HOSTING_ONNX_CACHE_DIR, settings.HOSTING_INT8_MIN_COSINE),
-            fail_above_tokens=settings.HOSTING_TEST_OOM_ABOVE_TOKENS)
+            conf.DEVICE, conf.TORCH_THREADS, packing=conf.SEQUENCE_PACKING,
+            torchscript=conf.TORCHSCRIPT,
+            ort=OrtSettings(conf.ONNX_CACHE_DIR, conf.INT8_MIN_COSINE),
+            fail_above_tokens=conf.TEST_OOM_ABOVE_TOKENS)
         self.engine: InferenceEngine | None = None
 
     async def handle(self) -> None:
         """Run until SIGTERM/SIGINT, then stop taking work, drain, give back leases and exit."""
-        engine = InferenceEngine(self.layer, self.runner, settings.HOSTING_WORKER_MODELS, settings.HOSTING_BATCH_AGING_S,
-                                 MemoryConfig(settings.HOSTING_WORKER_MEMORY_BYTES, settings.HOSTING_MEMORY_CAP,
-                                              settings.HOSTING_MAX_LOADED_MODELS))
+        engine = InferenceEngine(self.layer, self.runner, conf.WORKER_MODELS, conf.BATCH_AGING_S,
+                                 MemoryConfig(conf.WORKER_MEMORY_BYTES, conf.MEMORY_CAP,
+                                              conf.MAX_LOADED_MODELS))
         self.engine = engine
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -64,9 +69,7 @@ class InferenceWorker(Worker):
             asyncio.ensure_future(engine.placer.run()),
         ]
         listeners = [asyncio.ensure_future(self._pull_loop(engine))]
-        # Batch jobs are driven from the workers: `make run` needs no extra process, and a
-        # job's own CPU (reading lines, writing records) runs at the workers' lower priority.
-        listeners.append(asyncio.ensure_future(JobDriver(engine.worker_id).run()))
+        listeners.extend(asyncio.ensure_future(service(engine.worker_id)) for service in self.services)
         logger.info("worker %s listening on %s", engine.worker_id, ", ".join(self.channels))
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait([stopped, *listeners, *background], return_when=asyncio.FIRST_COMPLETED)
@@ -163,7 +166,7 @@ class InferenceWorker(Worker):
 
     async def _config_loop(self, engine: InferenceEngine) -> None:
         while True:
-            await asyncio.sleep(settings.HOSTING_CONFIG_REFRESH_S)
+            await asyncio.sleep(conf.CONFIG_REFRESH_S)
             await self._refresh_config(engine)
 
     async def _beat(self, engine: InferenceEngine) -> None:
@@ -178,4 +181,4 @@ class InferenceWorker(Worker):
     async def _heartbeat_loop(self, engine: InferenceEngine) -> None:
         while True:
             await self._beat(engine)
-            await asyncio.sleep(settings.HOSTING_HEARTBEAT_S)
+            await asyncio.sleep(conf.HEARTBEAT_S)

@@ -12,8 +12,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from models_registry.api.errors import Internal
 from models_registry.broker.work_layer import WorkLayer
+from models_registry.core.errors import Internal
 from models_registry.worker.intake import InferenceRequest
 from models_registry.worker.replies import Replies
 

@@ -8,10 +8,10 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from models_registry.api.errors import HostingError, Internal, Unavailable
 from models_registry.broker import messages
 from models_registry.broker.work_layer import WorkLayer
-from models_registry.worker.batch_types import PendingRequest
+from models_registry.core.batch_types import PendingRequest
+from models_registry.core.errors import HostingError, Internal, Unavailable
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from models_registry.worker.batch_types import Batch
+from models_registry.core.batch_types import Batch
 
 logger = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from models_registry.api.errors import RateLimited
 from models_registry.broker import admission, enqueue
 from models_registry.broker.layer import HostingChannelLayer
+from models_registry.core.errors import RateLimited
 from models_registry.policy import rate_limits
 
 WORK = "inference.m"
@@ -63,8 +63,8 @@ async def test_a_spent_limit_refuses_before_anything_is_queued(layer: HostingCha
 
 
 async def test_a_refusal_marks_the_queue_known_full_and_an_admission_clears_it(layer: HostingChannelLayer) -> None:
-    from models_registry.api.errors import Overloaded
     from models_registry.broker import handoff, queue_state
+    from models_registry.core.errors import Overloaded
 
     queue_state.reset()
     await handoff._enqueue(layer, "m", "t", {"id": "a"}, places(layer, "a", 2, limit=2), 2, 2, 0.0, "interactive")

@@ -9,8 +9,8 @@ from typing import Any
 
 from models_registry.broker import messages, model_holders
 from models_registry.broker.layer import HostingChannelLayer
+from models_registry.core.batch_types import BatchPolicy
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.worker.batch_types import BatchPolicy
 from models_registry.worker.engine import InferenceEngine
 from models_registry.worker.memory_budget import MemoryConfig
 from models_registry.worker.placement import MIN_IDLE_S

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from models_registry.api import auth
 from models_registry.models import ApiToken, ModelTask, RegisteredModel, WorkerHeartbeat
+from models_registry.policy import auth
 from models_registry.registry import lookups
 
 

@@ -10,11 +10,12 @@ import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from models_registry.api.errors import Timeout
+from models_registry.api import dashboard
 from models_registry.broker import handoff as inference_client
 from models_registry.broker.handoff import InferenceResult
+from models_registry.core.errors import Timeout
 from models_registry.models import RegisteredModel, WorkerHeartbeat
-from models_registry.observe import dashboard, traffic_window
+from models_registry.observe import traffic_window
 
 CHANGELIST = "/admin/models_registry/registeredmodel/"
 HEARTBEATS = "/admin/models_registry/workerheartbeat/"

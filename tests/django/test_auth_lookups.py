@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from models_registry.api import auth
-from models_registry.api.errors import Unauthorized
+from models_registry.core.errors import Unauthorized
+from models_registry.policy import auth
 
 
 async def test_concurrent_requests_share_one_lookup(make_token: Callable[..., str], require_tokens: None,

@@ -84,7 +84,7 @@ def _rotate(name: str) -> str:
 
 async def test_a_rotated_owner_token_keeps_its_job_running(token: str, stub_worker: Any, settings: Any) -> None:
     settings.HOSTING_BATCH_CHUNK_LINES, settings.HOSTING_BATCH_IN_FLIGHT = 2, 1
-    from models_registry.api import auth
+    from models_registry.policy import auth
 
     rotated: list[str] = []
 

@@ -13,8 +13,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import AsyncClient
 
-from models_registry.api import auth
 from models_registry.models import RegisteredModel
+from models_registry.policy import auth
 from models_registry.registry import sources
 from tests.django.test_api_views import bearer, db, error_of, post
 

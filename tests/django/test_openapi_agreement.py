@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models_registry.api import dimensions, openapi, tgi_stream
-from models_registry.api.errors import InvalidInput, TooLarge
 from models_registry.api.openai_routes import read_embedding_request
 from models_registry.api.payloads import read_request
+from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.registry import lookups
 from models_registry.registry.shape_errors import keys
 from models_registry.registry.task_inputs import SUPPORTED_TASKS, TASK_KINDS

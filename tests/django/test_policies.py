@@ -23,8 +23,8 @@ from django.core.management import CommandError, call_command
 from django.test import AsyncClient
 
 from models_registry.api import views
-from models_registry.api.errors import RateLimited, TooLarge
 from models_registry.broker.handoff import InferenceResult
+from models_registry.core.errors import RateLimited, TooLarge
 from models_registry.models import ApiToken, ModelTask, RegisteredModel
 from models_registry.policy import rate_limits
 from models_registry.registry import lookups

@@ -10,8 +10,8 @@ import pytest
 from django.test import AsyncClient
 
 from models_registry.api import views
-from models_registry.api.errors import Timeout
 from models_registry.broker.handoff import InferenceResult
+from models_registry.core.errors import Timeout
 from models_registry.models import RegisteredModel
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]

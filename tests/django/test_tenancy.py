@@ -53,7 +53,7 @@ async def test_deleting_a_tokens_last_model_leaves_it_allowed_nothing(
     assert [m["name"] for m in (await get(client, "/models", token)).json()["models"]] == ["a"]
     await sync_to_async(a.delete)()
     lookups.reset()
-    from models_registry.api import auth
+    from models_registry.policy import auth
     auth.reset_cache()
     assert (await get(client, "/models", token)).json()["models"] == []
     refused = await post(client, token, "hello", path="/models/b")

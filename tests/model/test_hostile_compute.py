@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from models_registry.api.errors import HostingError
+from models_registry.core.batch_types import BatchPolicy, ItemFailure
+from models_registry.core.errors import HostingError
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.worker.batch_types import BatchPolicy, ItemFailure
 from tests import model_factory
 
 torch = pytest.importorskip("torch")
@@ -94,7 +94,7 @@ def test_an_embedding_batch_past_its_deadline_skips_its_remaining_forwards(tmp_p
                                                                            ) -> None:
     import time
 
-    from models_registry.api.errors import Timeout
+    from models_registry.core.errors import Timeout
     from models_registry.inference.compute_deadline import computing_until
     from models_registry.inference.embeddings import embed
 

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from models_registry.core.batch_types import BatchPolicy
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.worker.batch_types import BatchPolicy
 from tests import model_factory
 
 torch = pytest.importorskip("torch")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.batch_types import BatchPolicy, ItemFailure
+from models_registry.core.errors import InvalidInput
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.worker.batch_types import BatchPolicy, ItemFailure
 from tests import model_factory
 
 torch = pytest.importorskip("torch")

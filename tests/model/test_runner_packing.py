@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from models_registry.core.batch_types import BatchPolicy
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.worker.batch_types import BatchPolicy
 from tests import model_factory
 
 torch = pytest.importorskip("torch")

@@ -82,7 +82,7 @@ def test_a_stop_sequence_ends_the_sequence(gpt2: Any) -> None:
 
 
 def test_too_long_for_the_model_is_a_clear_400(gpt2: Any) -> None:
-    from models_registry.api.errors import InvalidInput
+    from models_registry.core.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="positions"):
         streaming.generate("text-generation", gpt2, ["word " * 100], {"max_new_tokens": 100}, [None])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models_registry.worker.batch_types import BatchPolicy, ItemFailure, QueueFull, UnknownKey
+from models_registry.core.batch_types import BatchPolicy, ItemFailure, QueueFull, UnknownKey
 from models_registry.worker.batcher import Batcher
 
 A = ("model-a", "task")

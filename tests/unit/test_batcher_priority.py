@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models_registry.worker.batch_types import BatchPolicy
+from models_registry.core.batch_types import BatchPolicy
 from models_registry.worker.batcher import Batcher
 
 A = ("model-a", "task")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models_registry.api.errors import InvalidInput
+from models_registry.core.errors import InvalidInput
 from models_registry.registry.compute_cost import ESTIMATE, TokenCounter, item_cost, request_cost
 
 

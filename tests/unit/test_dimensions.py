@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from models_registry.api import dimensions
-from models_registry.api.errors import InvalidInput
+from models_registry.core.batch_types import BatchPolicy
+from models_registry.core.errors import InvalidInput
 from models_registry.registry.specs import TaskSpec
 from models_registry.registry.task_inputs import validate_parameters
-from models_registry.worker.batch_types import BatchPolicy
 
 FE = "feature-extraction"
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from models_registry.api import errors
-from models_registry.api.errors import (
+from models_registry.api.errors import error_response
+from models_registry.core import errors
+from models_registry.core.errors import (
     Forbidden,
     HostingError,
     Internal,
@@ -19,7 +20,6 @@ from models_registry.api.errors import (
     TooLarge,
     Unauthorized,
     Unavailable,
-    error_response,
     from_wire,
 )
 

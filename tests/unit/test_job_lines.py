@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from models_registry.api.errors import Forbidden, InvalidInput, TooLarge
+from models_registry.core.errors import Forbidden, InvalidInput, TooLarge
 from models_registry.jobs import chunks, lines
 
 

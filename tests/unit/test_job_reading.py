@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from models_registry.api.errors import TooLarge
+from models_registry.core.errors import TooLarge
 from models_registry.jobs import chunks, lines
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from models_registry.api.errors import InvalidInput, TooLarge
+from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.media.decode import decode_audio, decode_image
 from tests import media_factory
 

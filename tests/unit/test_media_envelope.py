@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from models_registry.api.errors import InvalidInput, TooLarge
+from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.media import envelope
 from models_registry.media.item import AUDIO, IMAGE, MediaItem, estimated_tokens, identity, is_media
 from tests import media_factory

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from models_registry.api.errors import InvalidInput, TooLarge
+from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.media import fetch
 from tests import media_factory
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from models_registry.registry.model_state import NO_WORKER_YET, ModelState, best_report, servable, shown_state
-from models_registry.registry.task_key import TaskKey
+from models_registry.core.model_state import NO_WORKER_YET, ModelState, best_report, servable, shown_state
+from models_registry.core.task_key import TaskKey
 
 
 def test_ready_beats_loading_beats_error_whatever_the_order() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from models_registry.api.errors import InvalidInput, Overloaded, TooLarge
 from models_registry.api.openai_routes import embedding_ids, openai_error_body, read_embedding_request
+from models_registry.core.batch_types import BatchPolicy
+from models_registry.core.errors import InvalidInput, Overloaded, TooLarge
 from models_registry.registry.specs import ModelSpec, TaskSpec
-from models_registry.worker.batch_types import BatchPolicy
 
 
 def test_a_minimal_request_defaults_to_float() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models_registry.api.errors import InvalidInput, TooLarge
 from models_registry.api.payloads import decode_vector, dump_json, parse_body, read_request, shape_response
+from models_registry.core.errors import InvalidInput, TooLarge
 
 FE, FM, TC = "feature-extraction", "fill-mask", "text-classification"
 LIMIT = 1024

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from models_registry.api.errors import InvalidInput
 from models_registry.api.payloads import parse_body
+from models_registry.core.errors import InvalidInput
 
 
 @pytest.mark.parametrize("body", [rb'{"inputs": "\ud800"}', rb'{"inputs": ["ok", "x\uDFFFy"]}',

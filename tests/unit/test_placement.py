@@ -73,8 +73,8 @@ def test_models_over_the_limits_are_unloaded_least_recent_first() -> None:
 def test_a_backlog_over_two_full_batches_for_a_second_makes_a_model_hot(monkeypatch: Any) -> None:
     from types import SimpleNamespace
 
+    from models_registry.core.batch_types import BatchPolicy
     from models_registry.worker import placer as placer_module
-    from models_registry.worker.batch_types import BatchPolicy
 
     task = SimpleNamespace(policy=BatchPolicy(max_batch_size=8))
     slots = SimpleNamespace(specs={"m": SimpleNamespace(tasks={"t": task})})

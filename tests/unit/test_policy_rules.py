@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from models_registry.api.errors import Forbidden, InvalidInput
+from models_registry.core.errors import Forbidden, InvalidInput
 from models_registry.policy import priority, response_cache
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.worker.batcher import BatchPolicy

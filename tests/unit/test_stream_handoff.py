@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from models_registry.api.errors import InvalidInput, Unavailable
 from models_registry.broker import handoff, messages
 from models_registry.broker.stream_handoff import Stream
+from models_registry.core.errors import InvalidInput, Unavailable
 
 
 class FakeLayer:

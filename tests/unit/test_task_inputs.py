@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from models_registry.api.errors import InvalidInput, TooLarge
+from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.registry import task_inputs
 from models_registry.registry.task_inputs import normalize_inputs, validate_parameters
 

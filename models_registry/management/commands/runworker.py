@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -13,13 +14,27 @@ from django.core.management import CommandError
 
 from models_registry.broker.messages import INFERENCE_CHANNEL
 from models_registry.broker.work_layer import require_work_layer
+from models_registry.core.conf import conf
+from models_registry.jobs.driver import JobDriver
 from models_registry.worker.process import InferenceWorker
+
+
+def drive_batch_jobs(worker_id: str) -> Awaitable[None]:
+    """The batch-job driver of this worker (jobs/driver.py)."""
+    return JobDriver(worker_id).run()
+
+
+class JobDrivingWorker(InferenceWorker):
+    """The inference worker that also drives batch jobs: `make run` needs no extra process, and a
+    job's own CPU (reading lines, writing records) runs at the workers' lower priority."""
+
+    services = (drive_batch_jobs,)
 
 
 class Command(ChannelsRunworker):
     """Run an inference worker (drains on SIGTERM, heart-beats, loads models at start)."""
 
-    worker_class = InferenceWorker
+    worker_class = JobDrivingWorker
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Check the channel and the layer, start the embedded Redis if this install uses it, run the worker."""
@@ -33,10 +48,10 @@ class Command(ChannelsRunworker):
         # web server and Redis share with this worker, several times the CPU a sentence
         # needs. An operator's own setting wins.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        if settings.HOSTING_WORKER_NICE:
+        if conf.WORKER_NICE:
             # Where web servers share the cores, they answer first: /health and the
             # hand-off of requests and replies do not wait behind a forward pass.
-            os.nice(settings.HOSTING_WORKER_NICE)
+            os.nice(conf.WORKER_NICE)
         if settings.EMBEDDED_REDIS:
             from hosting import embedded_redis
 

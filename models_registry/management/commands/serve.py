@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from hosting.process_tie import die_with_this_process
+from models_registry.core.conf import conf
 from models_registry.worker import sizing
 
 DEMO_MODEL = "all-minilm-l6-v2"
@@ -35,7 +36,7 @@ class Command(BaseCommand):
                             help="inference worker processes (default: one per core on CPU, at most "
                                  f"{sizing.MAX_AUTO_WORKERS}, sharing the cores as torch threads; one on a GPU)")
         parser.add_argument("--server", choices=["uvicorn", "daphne"], default="uvicorn")
-        parser.add_argument("--web-processes", type=int, default=settings.HOSTING_WEB_PROCESSES,
+        parser.add_argument("--web-processes", type=int, default=conf.WEB_PROCESSES,
                             help="uvicorn processes on the port (default HOSTING_WEB_PROCESSES; 0: one per core, "
                                  f"at most {sizing.MAX_AUTO_WEBS})")
 
@@ -91,9 +92,9 @@ class Command(BaseCommand):
 
     def _worker_layout(self, workers: int) -> tuple[int, dict[str, str]]:
         """How many workers to start (0: the machine's default) and their environment."""
-        layout = sizing.default_layout(sizing.available_cores(), settings.HOSTING_DEVICE, workers=workers)
+        layout = sizing.default_layout(sizing.available_cores(), conf.DEVICE, workers=workers)
         env = dict(os.environ)
-        if settings.HOSTING_TORCH_THREADS is None:  # an explicit setting wins
+        if conf.TORCH_THREADS is None:  # an explicit setting wins
             env["HOSTING_TORCH_THREADS"] = str(layout.threads)
         self.stdout.write(f"starting {layout.workers} inference worker(s), "
                           f"{env['HOSTING_TORCH_THREADS']} torch thread(s) each")
@@ -152,7 +153,7 @@ class Command(BaseCommand):
             saved["admin_user"], saved["admin_password"] = "admin", secrets.token_urlsafe(12)
             users.objects.create_superuser("admin", "admin@localhost", saved["admin_password"])
             changed = True
-        if settings.HOSTING_REQUIRE_API_TOKEN:
+        if conf.REQUIRE_API_TOKEN:
             raw = saved.get("api_token", "")
             if not raw or not ApiToken.objects.filter(token_hash=hash_token(raw), revoked=False).exists():
                 raw = ApiToken.generate()

@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.conf import settings
 
 from models_registry.api import payloads
-from models_registry.api.errors import HostingError
 from models_registry.broker import handoff
+from models_registry.core.conf import conf
+from models_registry.core.errors import HostingError
+from models_registry.core.model_state import ModelState
+from models_registry.core.task_key import TaskKey
 from models_registry.media import envelope, samples
 from models_registry.models import ModelTask
-from models_registry.registry.model_state import ModelState
 from models_registry.registry.task_inputs import TASK_KINDS
-from models_registry.registry.task_key import TaskKey
 
 SAMPLE_SENTENCE = "The quick brown fox jumps over the lazy dog."
 SAMPLE_INPUTS = {"text-classification": "I really enjoyed this film, it was wonderful."}
@@ -72,8 +72,8 @@ def _media_input(task: ModelTask, upload: bytes | None) -> dict[str, Any] | None
     if kind is None:
         return None
     data = upload if upload is not None else samples.sample_image() if kind == "image" else samples.sample_clip()
-    return envelope.probe(data, kind, "the file", settings.HOSTING_MAX_IMAGE_PIXELS,
-                          settings.HOSTING_MAX_AUDIO_SECONDS).wire()
+    return envelope.probe(data, kind, "the file", conf.MAX_IMAGE_PIXELS,
+                          conf.MAX_AUDIO_SECONDS).wire()
 
 
 def run_test_input(task: ModelTask, state: str, upload: bytes | None = None) -> tuple[bool, str]:

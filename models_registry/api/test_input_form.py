@@ -11,8 +11,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 
+from models_registry.api.sample_request import run_test_input
 from models_registry.models import RegisteredModel
-from models_registry.observe.sample_request import run_test_input
 
 
 class TestInputForm(forms.Form):

@@ -17,13 +17,14 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
-from models_registry.api.errors import Forbidden, error_response
+from models_registry.api.errors import error_response
+from models_registry.core.errors import Forbidden
+from models_registry.core.model_state import best_report, shown_state
+from models_registry.core.task_key import TaskKey
 from models_registry.models import WorkerHeartbeat
 from models_registry.observe import media_counts, traffic_window
-from models_registry.registry.model_state import best_report, shown_state
+from models_registry.registry.heartbeats import live_workers
 from models_registry.registry.specs import read_specs
-from models_registry.registry.task_key import TaskKey
-from models_registry.worker.heartbeats import live_workers
 
 SERIES_S = 120  # seconds of history in the charts
 SUMMARY_S = 60  # the "last minute" numbers

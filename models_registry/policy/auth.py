@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from models_registry.api.errors import Forbidden, Unauthorized
+from models_registry.core.conf import conf
+from models_registry.core.errors import Forbidden, Unauthorized
 from models_registry.models import ApiToken, hash_token
 from models_registry.policy.rate_limits import Limits
 from models_registry.registry.lookups import fresh_connection
@@ -96,7 +96,7 @@ acting_token_id: ContextVar[int | None] = ContextVar("acting_token_id", default=
 
 async def authorize(authorization: str | None, model: str | None) -> TokenGrant | None:
     """Check the request's token (if tokens are required) and that it may use model."""
-    if not settings.HOSTING_REQUIRE_API_TOKEN:
+    if not conf.REQUIRE_API_TOKEN:
         return None
     acting = acting_token_id.get()
     if acting is not None:

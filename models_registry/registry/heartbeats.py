@@ -7,9 +7,9 @@ import os
 import socket
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 
+from models_registry.core.conf import conf
 from models_registry.models import WorkerHeartbeat
 
 
@@ -38,7 +38,7 @@ def forget(worker_id: str) -> None:
 
 def live_workers() -> list[WorkerHeartbeat]:
     """Workers whose heartbeat is younger than HOSTING_WORKER_STALE_S, newest first."""
-    cutoff = timezone.now() - dt.timedelta(seconds=settings.HOSTING_WORKER_STALE_S)
+    cutoff = timezone.now() - dt.timedelta(seconds=conf.WORKER_STALE_S)
     return list(WorkerHeartbeat.objects.filter(last_seen__gte=cutoff))
 
 

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import hmac
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from django_prometheus.exports import ExportToDjangoView
 
-from models_registry.api.auth import bearer_token
-from models_registry.api.errors import Unauthorized, error_response
+from models_registry.api.errors import error_response
+from models_registry.core.conf import conf
+from models_registry.core.errors import Unauthorized
+from models_registry.policy.auth import bearer_token
 
 
 @csrf_exempt  # no session or form here: a wrong method is a 405, not a CSRF 403
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     """The Prometheus text format; a bearer token is required only if one is configured."""
-    expected = settings.HOSTING_METRICS_TOKEN
+    expected = conf.METRICS_TOKEN
     if expected:
         given = bearer_token(request.headers.get("Authorization", "")) or ""
         if not hmac.compare_digest(given.encode(), expected.encode()):

@@ -1,0 +1,1 @@
+"""What every package needs: imports nothing of ours and no Django HTTP."""
