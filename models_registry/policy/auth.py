@@ -120,11 +120,16 @@ async def _grant(digest: str) -> TokenGrant | None:
         return cached[1]
     if not await _maybe_known(digest):
         return None
-    lookup = _lookups.get(digest)
+    return await _one_lookup(digest, _lookup, digest)
+
+
+async def _one_lookup(key: str, look_up: Callable[[Any], TokenGrant | None], argument: Any) -> TokenGrant | None:
+    """look_up(argument), cached under key; concurrent callers share the one lookup in flight."""
+    lookup = _lookups.get(key)
     if lookup is None:
-        lookup = asyncio.ensure_future(_look_up_and_cache(digest, _lookup, digest))
-        _lookups[digest] = lookup
-        lookup.add_done_callback(lambda _: _lookups.pop(digest, None))
+        lookup = asyncio.ensure_future(_look_up_and_cache(key, look_up, argument))
+        _lookups[key] = lookup
+        lookup.add_done_callback(lambda _: _lookups.pop(key, None))
     # shield: a client that leaves must not cancel the lookup the others wait on.
     return await asyncio.shield(lookup)
 
@@ -140,12 +145,7 @@ async def _acting_grant(token_id: int) -> TokenGrant | None:
     cached = _cache.get(key)
     if cached is not None and time.monotonic() - cached[0] <= _CACHE_TTL_S:
         return cached[1]
-    lookup = _lookups.get(key)
-    if lookup is None:
-        lookup = asyncio.ensure_future(_look_up_and_cache(key, _lookup_id, token_id))
-        _lookups[key] = lookup
-        lookup.add_done_callback(lambda _: _lookups.pop(key, None))
-    return await asyncio.shield(lookup)
+    return await _one_lookup(key, _lookup_id, token_id)
 
 
 async def _maybe_known(digest: str) -> bool:
