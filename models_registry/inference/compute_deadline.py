@@ -8,6 +8,7 @@ Every client of the batch has had its 504 by then: the work would be thrown away
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 
 from models_registry.core.errors import Timeout
 
+logger = logging.getLogger(__name__)
 _local = threading.local()
 
 
@@ -39,7 +41,13 @@ def passed() -> bool:
 def check() -> None:
     """Raise Timeout when the batch's deadline has passed (between parts of a long computation)."""
     if passed():
+        log_stop()
         raise Timeout("stopped: every request of this batch was past its deadline")
+
+
+def log_stop() -> None:
+    """Say in the worker's log that a batch's remaining compute was dropped at its deadline."""
+    logger.info("dropped the rest of a batch: every request of it was past its deadline")
 
 
 class StopAtDeadline:

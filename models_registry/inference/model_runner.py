@@ -91,6 +91,7 @@ class PipelineRunner:
             params = parameters[positions[0]]
             batch = [texts[p] for p in positions]
             if compute_deadline.passed():  # every client of this batch has had its 504: skip what is left
+                compute_deadline.log_stop()
                 for position in positions:
                     outputs[position] = ItemFailure(Timeout("stopped: past its deadline before compute"))
                 continue
