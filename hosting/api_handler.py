@@ -4,7 +4,11 @@ Django's ASGIHandler serves the admin well, but on the inference path it costs, 
 request, a new ThreadSensitiveContext (a fresh executor thread), a hop to it for the
 request_started receivers and another for response.close(): together they starve the
 event loop under load, so that even a 503 waits behind them. This handler
-keeps Django's request/response machinery and URL routing but:
+serves the inference routes (api.route_table: the HF, OpenAI and TEI ones) without Django's
+request, resolver, middleware or response: it reads the body, checks the Host header and
+runs the route (api.inference_route) on the bytes, and writes its answer straight to the
+connection. Every other API path keeps Django's request/response machinery and URL
+routing, but:
 
 - builds its middleware chain from settings.API_MIDDLEWARE (async-only, no sessions,
   CSRF or messages: API clients authenticate with bearer tokens);
@@ -28,10 +32,12 @@ from django.core.handlers.exception import response_for_exception
 from django.test.utils import override_settings
 from django.urls import set_script_prefix, set_urlconf
 
-from models_registry.api import fast_refusal, upfront
-from models_registry.api.errors import error_response
-from models_registry.api.middleware import request_id_from
-from models_registry.core.errors import TooLarge
+from models_registry.api import fast_refusal, inference_route, route_table, upfront
+from models_registry.api.answer import Answer
+from models_registry.api.call import from_scope, request_id_from
+from models_registry.api.errors import error_answer, error_response
+from models_registry.api.hosts import host_allowed
+from models_registry.core.errors import InvalidInput, TooLarge
 
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and headers around an uploaded file
 # Of a body over the limit, up to this much more is read and dropped before the 413, so a
@@ -64,6 +70,35 @@ def declared_length(scope: dict) -> int | None:  # type: ignore[type-arg]
             except ValueError:
                 return None
     return None
+
+
+def _header(headers, name: bytes) -> str | None:  # type: ignore[no-untyped-def]
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def send_answer(send, answer: Answer) -> None:  # type: ignore[no-untyped-def]
+    """Write answer to an ASGI connection: its body at once, or its events as they come."""
+    content_type = answer.content_type
+    if content_type.startswith("text/") and "charset" not in content_type:
+        content_type += "; charset=utf-8"
+    headers = [(b"content-type", content_type.encode("latin-1")), (b"x-content-type-options", b"nosniff")]
+    headers += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in answer.headers.items()]
+    if answer.events is None:
+        headers.append((b"content-length", str(len(answer.body)).encode("latin-1")))
+        await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+        await send({"type": "http.response.body", "body": answer.body})
+        return
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    events = answer.events
+    try:
+        async for chunk in events:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]  # its cleanup (closing the stream) runs now
+    await send({"type": "http.response.body", "body": b""})
 
 
 class ApiASGIHandler(ASGIHandler):
@@ -106,13 +141,20 @@ class ApiASGIHandler(ASGIHandler):
             heard = declared <= limit + DRAIN_BYTES and await self._drain(receive, declared)
             await self._too_large(scope, send, f"request body is {declared} bytes; the limit is {limit}", heard)
             return
+        matched = route_table.match(scope["path"]) if scope["method"] == "POST" else None
         try:
-            body_file = await self.read_limited_body(receive, limit)
+            if matched is not None:
+                body = await self.read_limited_bytes(receive, limit)
+            else:
+                body_file = await self.read_limited_body(receive, limit)
         except RequestAborted:
             return
         except BodyTooLarge as too_large:
             heard = too_large.ended or await self._drain(receive, DRAIN_BYTES)
             await self._too_large(scope, send, f"request body is over the limit of {limit} bytes", heard)
+            return
+        if matched is not None:
+            await self._until_disconnect(receive, self._serve_route(scope, send, *matched, body))
             return
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
@@ -134,11 +176,15 @@ class ApiASGIHandler(ASGIHandler):
                 pass  # client went away during the send
             return response
 
-        # A client that disconnects cancels its view (and so its queued inference).
-        tasks = [
-            asyncio.create_task(self.listen_for_disconnect(receive)),
-            asyncio.create_task(process_request()),
-        ]
+        response = await self._until_disconnect(receive, process_request())
+        if response is not None:
+            response.close()
+        body_file.close()
+
+    async def _until_disconnect(self, receive, work):  # type: ignore[no-untyped-def]
+        """work's result, unless the client disconnects first: then work is cancelled (and so its
+        queued inference) and None is the result."""
+        tasks = [asyncio.create_task(self.listen_for_disconnect(receive)), asyncio.create_task(work)]
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             if task.done():
@@ -153,8 +199,38 @@ class ApiASGIHandler(ASGIHandler):
                 except asyncio.CancelledError:
                     pass
         if not tasks[1].cancelled() and tasks[1].exception() is None:
-            tasks[1].result().close()
-        body_file.close()
+            return tasks[1].result()
+        return None
+
+    async def _serve_route(self, scope, send, route, path, body: bytes) -> None:  # type: ignore[no-untyped-def]
+        """An inference route served on the bytes of its body, its answer written straight to the connection."""
+        headers = scope.get("headers", ())
+        request_id = request_id_from(_header(headers, b"x-request-id"))
+        if not host_allowed(_header(headers, b"host"), scope.get("server")):
+            answer = error_answer(InvalidInput("this server does not answer for that Host header"), request_id)
+        else:
+            answer = await inference_route.serve(route, from_scope(scope, body, request_id), path)
+        answer.headers["X-Request-Id"] = request_id
+        try:
+            await send_answer(send, answer)
+        except asyncio.CancelledError:
+            pass  # client went away during the send
+
+    async def read_limited_bytes(self, receive, limit: int) -> bytes:  # type: ignore[no-untyped-def]
+        """The whole body in memory (an inference body's limit is small), BodyTooLarge past limit bytes."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise RequestAborted()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(ended=not message.get("more_body", False))
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def read_limited_body(self, receive, limit: int):  # type: ignore[no-untyped-def]
         """Django's read_body, raising BodyTooLarge as soon as more than limit bytes came."""

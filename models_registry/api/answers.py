@@ -6,9 +6,7 @@ import logging
 import time
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
-
-from models_registry.api import payloads
+from models_registry.api.answer import Answer, json_answer
 from models_registry.core.errors import HostingError
 from models_registry.observe import metrics
 from models_registry.policy.gate import Served
@@ -16,27 +14,27 @@ from models_registry.policy.gate import Served
 logger = logging.getLogger("models_registry.requests")
 
 
-def served_answer(request: HttpRequest, route: str, model: str, task: str, body: Any, served: Served, inputs: int,
-                  started: float) -> HttpResponse:
+def served_answer(request_id: str, route: str, model: str, task: str, body: Any, served: Served, inputs: int,
+                  started: float) -> Answer:
     """The JSON answer of a served request, with timing and policy headers, counted and logged."""
     result = served.result
-    response = payloads.json_response(body)
-    response["X-Queue-Time-Ms"] = f"{result.queue_ms:.2f}"
-    response["X-Inference-Time-Ms"] = f"{result.compute_ms:.2f}"
-    response["X-Batch-Size"] = str(result.batch_size)
-    for header, value in served.headers.items():
-        response[header] = value
+    answer = json_answer(body, headers={
+        "X-Queue-Time-Ms": f"{result.queue_ms:.2f}",
+        "X-Inference-Time-Ms": f"{result.compute_ms:.2f}",
+        "X-Batch-Size": str(result.batch_size),
+        **served.headers,
+    })
     elapsed = time.perf_counter() - started
     metrics.observe_success(model, task, elapsed, result.queue_ms / 1000, result.compute_ms / 1000, result.batch_size)
     logger.info("request id=%s model=%s task=%s route=%s status=200 inputs=%d queue_ms=%.1f compute_ms=%.1f "
-                "batch=%d total_ms=%.1f", request.request_id, model, task, route, inputs, result.queue_ms,
+                "batch=%d total_ms=%.1f", request_id, model, task, route, inputs, result.queue_ms,
                 result.compute_ms, result.batch_size, elapsed * 1000)
-    return response
+    return answer
 
 
-def failed(request: HttpRequest, route: str, model: str, task: str, error: HostingError, started: float) -> None:
+def failed(request_id: str, route: str, model: str, task: str, error: HostingError, started: float) -> None:
     """Count and log a request that ends in one of the API's errors (the caller re-raises it)."""
     elapsed = time.perf_counter() - started
     metrics.observe_failure(model, task, error.status, error.error_type, elapsed)
-    logger.info("request id=%s model=%s task=%s route=%s status=%d error_type=%s total_ms=%.1f", request.request_id,
+    logger.info("request id=%s model=%s task=%s route=%s status=%d error_type=%s total_ms=%.1f", request_id,
                 model, task, route, error.status, error.error_type, elapsed * 1000)

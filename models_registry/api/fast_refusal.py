@@ -15,8 +15,8 @@ from typing import Any
 
 from django.http import HttpResponse
 
+from models_registry.api.call import request_id_from
 from models_registry.api.errors import error_response
-from models_registry.api.middleware import request_id_from
 from models_registry.broker import queue_state
 from models_registry.core.errors import HostingError, Overloaded
 from models_registry.observe import metrics

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import re
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import DisallowedHost
 
+from models_registry.api.call import request_id_from
 from models_registry.api.errors import error_response
 from models_registry.core.errors import InvalidInput
-
-_VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
-
-
-def request_id_from(header: str | None) -> str:
-    """The client's X-Request-Id when it is sane, else a new one."""
-    if header and _VALID_ID.match(header):
-        return header
-    return uuid.uuid4().hex
 
 
 class RequestIdMiddleware:

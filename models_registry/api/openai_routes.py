@@ -9,22 +9,24 @@ text and `error.code`/`error.param`/`error.type` into its attributes; with our p
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from pydantic import ValidationError
 
-from models_registry.api import answers, dimensions, media_embeddings, payloads, request_models, views
+from models_registry.api import dimensions, inference_route, media_embeddings, payloads, request_models
+from models_registry.api.answer import Answer, json_answer, to_django
+from models_registry.api.call import ApiCall, from_django
+from models_registry.api.inference_route import Work
 from models_registry.api.views import AsyncView, api_view
+from models_registry.broker.handoff import InferenceResult
 from models_registry.core.conf import conf
-from models_registry.core.errors import Forbidden, HostingError, InvalidInput, NotFound, TooLarge
+from models_registry.core.errors import HostingError, InvalidInput, NotFound, TooLarge
 from models_registry.core.task_key import TaskKey
-from models_registry.policy import auth, gate, priority
+from models_registry.policy import auth
 from models_registry.registry import lookups
 from models_registry.registry.shape_errors import keys, phrase
 from models_registry.registry.specs import ModelSpec, TaskSpec
@@ -46,16 +48,19 @@ def openai_error_body(error: HostingError) -> dict[str, Any]:
     }
 
 
-def openai_error_response(error: HostingError, request_id: str | None) -> JsonResponse:
+def openai_error_answer(error: HostingError, request_id: str | None) -> Answer:
     """The HTTP answer for error on a /v1 route: same status and headers as everywhere."""
-    response = JsonResponse(openai_error_body(error), status=error.status)
-    for name, value in error.headers.items():
-        response[name] = value
+    answer = json_answer(openai_error_body(error), error.status, error.headers)
     if error.error_type in _NO_RETRY:
-        response["X-Should-Retry"] = "false"  # read by the openai SDK's retry loop
+        answer.headers["X-Should-Retry"] = "false"  # read by the openai SDK's retry loop
     if request_id:
-        response["X-Request-Id"] = request_id
-    return response
+        answer.headers["X-Request-Id"] = request_id
+    return answer
+
+
+def openai_error_response(error: HostingError, request_id: str | None) -> HttpResponse:
+    """openai_error_answer as a Django response."""
+    return to_django(openai_error_answer(error, request_id))
 
 
 def openai_view(*methods: str) -> Callable[[AsyncView], AsyncView]:
@@ -164,60 +169,63 @@ def _embedding(index: int, output: Any, encoding: str) -> dict[str, Any]:
     return {"object": "embedding", "index": index, "embedding": vector}
 
 
-def _body(request: HttpRequest) -> Any:
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        raise TooLarge(f"request body is over the limit of {conf.MAX_BODY_BYTES} bytes") from None
-    media = (request.content_type or "").split(";")[0].strip().lower()
+def _body(call: ApiCall) -> Any:
+    media = call.content_type.strip().lower()
     # The HF routes take plain text as one input; here only JSON names the model (curl -d JSON still works).
-    if media == "text/plain" or (media == "application/x-www-form-urlencoded" and not raw.lstrip().startswith(b"{")):
+    if media == "text/plain" or (media == "application/x-www-form-urlencoded" and not call.body.lstrip().startswith(b"{")):
         raise invalid('send a JSON body (Content-Type: application/json) like {"model": "...", "input": "..."}', None)
-    return payloads.parse_body(raw, request.content_type or "", conf.MAX_BODY_BYTES)
+    return payloads.parse_body(call.body, call.content_type, conf.MAX_BODY_BYTES)
+
+
+class EmbeddingsRoute:
+    """OpenAI's POST /v1/embeddings over a feature-extraction task: the model is named in the body."""
+
+    label = "v1"
+
+    def read(self, call: ApiCall, path: dict[str, str]) -> tuple[str, EmbeddingRequest]:
+        """The validated body and the model it names."""
+        wanted = read_embedding_request(_body(call), conf.MAX_INPUTS)
+        return TaskKey.parse(wanted.model).model, wanted
+
+    async def resolve(self, wanted: EmbeddingRequest) -> tuple[ModelSpec, TaskSpec]:
+        """The embedding task the model id names (an image one for modality "image")."""
+        if wanted.modality in media_embeddings.MODALITIES:
+            return await media_embeddings.resolve(wanted.model, wanted.modality)
+        return await _resolve(wanted.model)
+
+    async def prepare(self, call: ApiCall, wanted: EmbeddingRequest, spec: ModelSpec, task: TaskSpec) -> Work:
+        """The inputs (media items for images), the task's parameters, and OpenAI's list as the answer."""
+        inputs: list[Any] = wanted.inputs
+        if wanted.modality in media_embeddings.MODALITIES:
+            inputs = await media_embeddings.items(wanted.inputs, wanted.modality, spec, task)
+        dims_key = (spec.name, task.name, spec.load_key())
+        dimensions.check(wanted.dimensions, task, dimensions.known_native(dims_key))
+        parameters = dimensions.without_keys({k: v for k, v in task.parameters.items() if v is not None})
+        normalize = dimensions.effective_normalize(task, task.parameters)
+
+        def shape(result: InferenceResult) -> Any:
+            outputs = dimensions.shorten(result.outputs, wanted.dimensions, task, dims_key, normalize)
+            return {
+                "object": "list",
+                "data": [_embedding(i, output, wanted.encoding_format) for i, output in enumerate(outputs)],
+                "model": wanted.model,
+                "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens},
+            }
+
+        return Work(inputs, parameters, len(wanted.inputs), call.priority, shape)
+
+    def error(self, error: HostingError, request_id: str) -> Answer:
+        """OpenAI's error shape."""
+        return openai_error_answer(error, request_id)
+
+
+EMBEDDINGS = EmbeddingsRoute()
 
 
 @openai_view("POST")
 async def embeddings(request: HttpRequest) -> HttpResponse:
-    """OpenAI's POST /v1/embeddings over a feature-extraction task."""
-    started = time.perf_counter()
-    grant = await auth.authorize(request.headers.get("Authorization"), None)
-    wanted = read_embedding_request(_body(request), conf.MAX_INPUTS)
-    name = TaskKey.parse(wanted.model).model
-    if grant is not None and not grant.allows(name):
-        raise Forbidden(f"this API token is not allowed to use model {name!r}")
-    inputs: list[Any] = wanted.inputs
-    if wanted.modality in media_embeddings.MODALITIES:
-        spec, task = await media_embeddings.resolve(wanted.model, wanted.modality)
-        inputs = await media_embeddings.items(wanted.inputs, wanted.modality, spec, task)
-    else:
-        spec, task = await _resolve(wanted.model)
-    dims_key = (spec.name, task.name, spec.load_key())
-    try:
-        dimensions.check(wanted.dimensions, task, dimensions.known_native(dims_key))
-        served = await _infer(request, grant, spec, task, inputs)
-        result = served.result
-        normalize = dimensions.effective_normalize(task, task.parameters)
-        outputs = dimensions.shorten(result.outputs, wanted.dimensions, task, dims_key, normalize)
-    except HostingError as error:
-        answers.failed(request, "v1", spec.name, task.name, error, started)
-        raise
-    body = {
-        "object": "list",
-        "data": [_embedding(i, output, wanted.encoding_format) for i, output in enumerate(outputs)],
-        "model": wanted.model,
-        "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens},
-    }
-    return answers.served_answer(request, "v1", spec.name, task.name, body, served, len(wanted.inputs), started)
-
-
-async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec,
-                 inputs: list[Any]) -> gate.Served:
-    parameters = dimensions.without_keys({k: v for k, v in task.parameters.items() if v is not None})
-    return await gate.serve(
-        grant=grant, asked_priority=request.headers.get(priority.HEADER), spec=spec, task=task, inputs=inputs,
-        parameters=parameters,
-        send=lambda klass: views.send_to_worker(request, spec, task, inputs, parameters, klass),
-    )
+    """OpenAI's POST /v1/embeddings (Django's way in; the API's handler runs the same route directly)."""
+    return to_django(await inference_route.serve(EMBEDDINGS, from_django(request), {}))
 
 
 def _created_at() -> dict[str, int]:

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import orjson
-from django.http import HttpResponse
 
 from models_registry.api import request_models
 from models_registry.core.errors import InvalidInput, TooLarge
@@ -125,24 +124,9 @@ def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: 
 
 
 def decode_vector(output: Any) -> np.ndarray:
-    """A worker's [float32 bytes, shape] pair as a float32 array (dump_json writes it as numbers)."""
+    """A worker's [float32 bytes, shape] pair as a float32 array (answer.dump_json writes it as numbers)."""
     data, shape = output
     return np.frombuffer(data, dtype="<f4").reshape(shape)
-
-
-def dump_json(data: Any) -> bytes:
-    """JSON bytes; float32 arrays as their shortest round-tripping numbers.
-
-    orjson writes a numpy float32 array directly, an order of magnitude faster than
-    json.dumps of a float list, and in half the bytes (float32 values need 9 digits, not
-    float64's 17).
-    """
-    return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
-def json_response(data: Any, status: int = 200) -> HttpResponse:
-    """An application/json response encoded by dump_json."""
-    return HttpResponse(dump_json(data), status=status, content_type="application/json")
 
 
 def shape_response(task: str, outputs: list[Any], is_batch: bool) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from models_registry.api import payloads
+from models_registry.api import answer, payloads
 from models_registry.broker import handoff
 from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError
@@ -57,7 +57,7 @@ def _rounded(value: Any) -> Any:
 
 def _preview(output: Any) -> str:
     """The output as short JSON: floats to 4 places, a vector introduced by its length."""
-    output = json.loads(payloads.dump_json(output))  # vectors arrive as float32 arrays
+    output = json.loads(answer.dump_json(output))  # vectors arrive as float32 arrays
     text = json.dumps(_rounded(output))
     if isinstance(output, list) and output and all(isinstance(v, float) for v in output):
         text = f"{len(output)} floats {text}"

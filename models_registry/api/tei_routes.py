@@ -14,12 +14,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from pydantic import ValidationError
 
-from models_registry.api import answers, payloads, request_models, tokenization, views
+from models_registry.api import answers, inference_route, payloads, request_models, tokenization
+from models_registry.api.answer import Answer, json_answer, to_django
+from models_registry.api.call import ApiCall, from_django
+from models_registry.api.errors import error_answer
+from models_registry.api.inference_route import Work
 from models_registry.api.views import api_view
+from models_registry.broker.handoff import InferenceResult
 from models_registry.core.conf import conf
 from models_registry.core.errors import (
     Forbidden,
@@ -32,7 +36,7 @@ from models_registry.core.errors import (
 )
 from models_registry.core.task_key import TaskKey
 from models_registry.observe import metrics
-from models_registry.policy import auth, gate, priority
+from models_registry.policy import auth, gate
 from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
@@ -163,16 +167,11 @@ def ranks(scores: list[float], texts: list[str], return_text: bool) -> list[dict
     return [{"index": i, "score": scores[i], **({"text": texts[i]} if return_text else {})} for i in order]
 
 
-def body_of(request: HttpRequest) -> Any:
+def body_of(call: ApiCall) -> Any:
     """The request's JSON body (text/plain has no model name, so it is refused)."""
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        raise TooLarge(f"request body is over the limit of {conf.MAX_BODY_BYTES} bytes") from None
-    media = (request.content_type or "").split(";")[0].strip().lower()
-    if media == "text/plain":
+    if call.content_type.strip().lower() == "text/plain":
         raise InvalidInput('send a JSON body (Content-Type: application/json) like {"model": "...", ...}')
-    return payloads.parse_body(raw, request.content_type or "", conf.MAX_BODY_BYTES)
+    return payloads.parse_body(call.body, call.content_type, conf.MAX_BODY_BYTES)
 
 
 async def resolve(model_id: str) -> tuple[ModelSpec, TaskSpec | None]:
@@ -205,20 +204,16 @@ def ranking_task(spec: ModelSpec, named: TaskSpec | None) -> TaskSpec:
                    "register a cross-encoder with --task text-ranking")
 
 
-def allowed(grant: auth.TokenGrant | None, model: str) -> None:
-    """403 when the request's token may not use model."""
-    if grant is not None and not grant.allows(model):
-        raise Forbidden(f"this API token is not allowed to use model {model!r}")
-
-
 @api_view("POST")
 async def tokenize(request: HttpRequest) -> HttpResponse:
     """TEI's POST /tokenize: token ids, strings and character offsets, from the web process alone."""
     started = time.perf_counter()
-    grant = await auth.authorize(request.headers.get("Authorization"), None)
-    wanted = read_tokenize_request(body_of(request), conf.MAX_INPUTS)
+    call = from_django(request)
+    grant = await auth.authorize(call.authorization, None)
+    wanted = read_tokenize_request(body_of(call), conf.MAX_INPUTS)
     spec, _ = await resolve(wanted.model)
-    allowed(grant, spec.name)
+    if grant is not None and not grant.allows(spec.name):
+        raise Forbidden(f"this API token is not allowed to use model {spec.name!r}")
     try:
         if not spec.enabled:
             raise Unavailable(f"model {spec.name!r} is disabled")
@@ -236,44 +231,49 @@ async def tokenize(request: HttpRequest) -> HttpResponse:
             raise
         admitted.settle(sum(len(tokens) for tokens in result))
     except HostingError as error:
-        answers.failed(request, "tokenize", spec.name, TOKENIZE_TASK_LABEL, error, started)
+        answers.failed(call.request_id, "tokenize", spec.name, TOKENIZE_TASK_LABEL, error, started)
         raise
     elapsed = time.perf_counter() - started
     metrics.observe_success(spec.name, TOKENIZE_TASK_LABEL, elapsed, 0.0, 0.0, 0)
-    logger.info("request id=%s model=%s task=%s status=200 inputs=%d total_ms=%.1f", request.request_id,
+    logger.info("request id=%s model=%s task=%s status=200 inputs=%d total_ms=%.1f", call.request_id,
                 spec.name, TOKENIZE_TASK_LABEL, len(wanted.inputs), elapsed * 1000)
-    response = payloads.json_response([[asdict(token) for token in tokens] for tokens in result])
-    for name, value in admitted.headers.items():
-        response[name] = value
-    return response
+    return to_django(json_answer([[asdict(token) for token in tokens] for tokens in result], headers=admitted.headers))
+
+
+class RerankRoute:
+    """TEI's POST /rerank: each (query, text) pair is one batch item of the model's text-ranking task."""
+
+    label = "rerank"
+
+    def read(self, call: ApiCall, path: dict[str, str]) -> tuple[str, RerankRequest]:
+        """The validated body and the model it names."""
+        wanted = read_rerank_request(body_of(call), conf.MAX_INPUTS)
+        return TaskKey.parse(wanted.model).model, wanted
+
+    async def resolve(self, wanted: RerankRequest) -> tuple[ModelSpec, TaskSpec]:
+        """The text-ranking task of the model named."""
+        spec, named = await resolve(wanted.model)
+        return spec, ranking_task(spec, named)
+
+    async def prepare(self, call: ApiCall, wanted: RerankRequest, spec: ModelSpec, task: TaskSpec) -> Work:
+        """The pairs, as any client list (split across batches), and TEI's ranks as the answer."""
+        pairs = [{"query": wanted.query, "text": text} for text in wanted.texts]
+        parameters = {**{k: v for k, v in task.parameters.items() if v is not None}, **wanted.parameters}
+
+        def shape(result: InferenceResult) -> Any:
+            return ranks([float(score) for score in result.outputs], wanted.texts, wanted.return_text)
+
+        return Work(pairs, parameters, len(wanted.texts), call.priority, shape)
+
+    def error(self, error: HostingError, request_id: str) -> Answer:
+        """The API's one error shape."""
+        return error_answer(error, request_id)
+
+
+RERANK = RerankRoute()
 
 
 @api_view("POST")
 async def rerank(request: HttpRequest) -> HttpResponse:
-    """TEI's POST /rerank: each (query, text) pair is one batch item of the model's text-ranking task."""
-    started = time.perf_counter()
-    grant = await auth.authorize(request.headers.get("Authorization"), None)
-    wanted = read_rerank_request(body_of(request), conf.MAX_INPUTS)
-    spec, named = await resolve(wanted.model)
-    allowed(grant, spec.name)
-    task = ranking_task(spec, named)
-    try:
-        served = await _score(request, grant, spec, task, wanted)
-        result = served.result
-        answer = ranks([float(score) for score in result.outputs], wanted.texts, wanted.return_text)
-    except HostingError as error:
-        answers.failed(request, "rerank", spec.name, task.name, error, started)
-        raise
-    return answers.served_answer(request, "rerank", spec.name, task.name, answer, served, len(wanted.texts), started)
-
-
-async def _score(request: HttpRequest, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec,
-                 wanted: RerankRequest) -> gate.Served:
-    """The pairs through the token's policies and the workers, as any client list: split across batches."""
-    pairs = [{"query": wanted.query, "text": text} for text in wanted.texts]
-    parameters = {**{k: v for k, v in task.parameters.items() if v is not None}, **wanted.parameters}
-    return await gate.serve(
-        grant=grant, asked_priority=request.headers.get(priority.HEADER), spec=spec, task=task, inputs=pairs,
-        parameters=parameters,
-        send=lambda klass: views.send_to_worker(request, spec, task, pairs, parameters, klass),
-    )
+    """TEI's POST /rerank (Django's way in; the API's handler runs the same route directly)."""
+    return to_django(await inference_route.serve(RERANK, from_django(request), {}))

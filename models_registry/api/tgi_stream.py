@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from django.http import HttpRequest, StreamingHttpResponse
 
+from models_registry.api.answer import Answer
+from models_registry.api.call import ApiCall
 from models_registry.api.payloads import InferenceRequest
 from models_registry.broker import stream_handoff
 from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.observe import metrics
-from models_registry.policy import gate, priority
+from models_registry.policy import dispatch, gate, priority
 from models_registry.policy.auth import TokenGrant
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
@@ -59,18 +60,17 @@ def _sse(data: dict[str, Any]) -> bytes:
     return b"data:" + orjson.dumps(data) + b"\n\n"
 
 
-async def respond(request: HttpRequest, grant: TokenGrant | None, spec: ModelSpec, task: TaskSpec,
-                  parsed: InferenceRequest, options: dict[str, bool],
-                  serving: Callable[[ModelSpec, str], Awaitable[float]], started: float) -> StreamingHttpResponse:
+async def respond(call: ApiCall, grant: TokenGrant | None, spec: ModelSpec, task: TaskSpec,
+                  parsed: InferenceRequest, options: dict[str, bool], asked_priority: str | None,
+                  started: float) -> Answer:
     """Open the stream (errors raise here, before any byte) and answer its events as they come.
 
-    serving(spec, task name): the view's check that a live worker serves the model (its drain rate).
     The token's rate limits and priority apply as on every inference route (no response cache).
     """
     if parsed.is_batch:
         raise InvalidInput("a streamed request takes one prompt: send 'inputs' as a string, not a list")
-    drain_rate = await serving(spec, task.name)
-    admitted = await gate.admit_stream(grant=grant, asked_priority=request.headers.get(priority.HEADER),
+    drain_rate = await dispatch.require_serving(spec, task.name)
+    admitted = await gate.admit_stream(grant=grant, asked_priority=asked_priority,
                                        inputs=parsed.inputs, task=task.task,
                                        parameters={**task.parameters, **parsed.parameters})
     try:
@@ -108,13 +108,13 @@ async def respond(request: HttpRequest, grant: TokenGrant | None, spec: ModelSpe
             else:
                 metrics.observe_success(spec.name, task.name, elapsed, first_token_s, elapsed - first_token_s, 1)
             logger.info("request id=%s model=%s task=%s route=stream status=200 events=%d first_token_ms=%.1f "
-                        "total_ms=%.1f%s", request.request_id, spec.name, task.name, count, first_token_s * 1000,
+                        "total_ms=%.1f%s", call.request_id, spec.name, task.name, count, first_token_s * 1000,
                         elapsed * 1000, f" error_type={failure.error_type}" if failure else " client_gone" if gone else "")
 
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"  # proxies must pass events on at once
-    response["X-Time-To-First-Token-Ms"] = f"{first_token_s * 1000:.2f}"
-    for header, value in admitted.headers.items():
-        response[header] = value
-    return response
+    headers = {
+        "Cache-Control": "no-cache",
+        "X-Accel-Buffering": "no",  # proxies must pass events on at once
+        "X-Time-To-First-Token-Ms": f"{first_token_s * 1000:.2f}",
+        **admitted.headers,
+    }
+    return Answer(200, headers=headers, content_type="text/event-stream", events=events())

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 
+from models_registry.api.call import request_id_from
 from models_registry.api.errors import error_response
-from models_registry.api.middleware import request_id_from
 from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.policy import auth
 

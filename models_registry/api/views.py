@@ -4,26 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Any
 
 from channels.layers import get_channel_layer
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from models_registry.api import answers, dimensions, media_requests, model_memory, payloads, readiness, tgi_stream
+from models_registry.api import hf_route, inference_route, model_memory, readiness
+from models_registry.api.answer import to_django
+from models_registry.api.call import from_django
 from models_registry.api.errors import error_response
-from models_registry.broker import admission, handoff
-from models_registry.core.conf import conf
-from models_registry.core.errors import HostingError, Internal, MethodNotAllowed, NotFound, TooLarge, Unavailable
-from models_registry.core.model_state import ModelState, servable, shown_state
+from models_registry.broker import admission
+from models_registry.core.errors import HostingError, Internal, MethodNotAllowed, NotFound
+from models_registry.core.model_state import ModelState, shown_state
 from models_registry.core.task_key import TaskKey
-from models_registry.policy import auth, gate, priority, response_cache
+from models_registry.policy import auth
 from models_registry.registry import lookups, sources
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.registry.specs import ModelSpec
 
 logger = logging.getLogger("models_registry.requests")
 
@@ -61,41 +60,12 @@ def api_view(
     return decorate
 
 
-async def _model_and_task(name: str, task_name: str | None) -> tuple[ModelSpec, TaskSpec]:
-    specs = await lookups.get_specs()
-    spec = specs.get(name)
-    if spec is None:
-        raise NotFound(f"no model named {name!r}; GET /models lists them")
-    chosen = task_name or spec.default_task
-    task = spec.tasks.get(chosen)
-    if task is None:
-        known = ", ".join(spec.tasks) or "none"
-        raise NotFound(f"model {name!r} has no task {chosen!r}; its tasks: {known}")
-    return spec, task
-
-
-async def _require_serving(spec: ModelSpec, task_name: str) -> float:
-    """503 at once when no live worker can answer; else the items/s the task's queue drains at."""
-    if not spec.enabled:
-        raise Unavailable(f"model {spec.name!r} is disabled")
-    workers = await lookups.get_workers()
-    state = workers.model_states.get(spec.name)
-    if state is None:
-        raise Unavailable(f"no live worker serves model {spec.name!r}")
-    if not servable(state):
-        detail = f": {sources.LOAD_FAILED}" if state.get("state") == ModelState.ERROR else ""
-        raise Unavailable(f"model {spec.name!r} is {state.get('state')}{detail}")
-    key = str(TaskKey(spec.name, task_name))
-    # Measured cost per token: right also for a burst on an idle queue, whose drain rate reads 0.
-    return workers.capacities.get(key) or workers.drain_rates.get(key, 0.0)
-
-
 @api_view("POST", "GET")
 async def model_endpoint(request: HttpRequest, name: str) -> HttpResponse:
     """POST: inference on the model's default task. GET: the model's details."""
     if request.method == "GET":
         return await model_detail(request, name)
-    return await _inference(request, name, None)
+    return to_django(await inference_route.serve(hf_route.ROUTE, from_django(request), {"name": name}))
 
 
 @api_view("POST", "GET", allowed=("POST",))
@@ -103,71 +73,7 @@ async def model_task_endpoint(request: HttpRequest, name: str, task: str) -> Htt
     """POST: inference on a named task."""
     if request.method == "GET":
         raise MethodNotAllowed("use POST for inference", headers={"Allow": "POST"})
-    return await _inference(request, name, task)
-
-
-async def _inference(request: HttpRequest, name: str, task: str | None) -> HttpResponse:
-    started = time.perf_counter()
-    grant = await auth.authorize(request.headers.get("Authorization"), name)
-    spec, task_spec = await _model_and_task(name, task)
-    try:
-        response = await _infer(request, grant, spec, task_spec, started)
-    except HostingError as error:
-        answers.failed(request, "hf", spec.name, task_spec.name, error, started)
-        raise
-    return response
-
-
-async def _infer(request: HttpRequest, grant: auth.TokenGrant | None, spec: ModelSpec, task_spec: TaskSpec,
-                 started: float) -> HttpResponse:
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        raise TooLarge(f"request body is over the limit of {conf.MAX_BODY_BYTES} bytes") from None
-    if media_requests.media_kind(task_spec.task):  # the file as the body, or base64 / data URIs in JSON
-        body, parsed = await media_requests.read(raw, request.content_type or "", spec.name, task_spec)
-        stream, tgi_options = False, {}
-    else:
-        body = payloads.parse_body(raw, request.content_type or "", conf.MAX_BODY_BYTES)
-        body, stream, tgi_options = tgi_stream.split(body, task_spec.task)
-        parsed = payloads.read_request(body, task_spec.task, task_spec.parameters, conf.MAX_INPUTS)
-    if stream:
-        return await tgi_stream.respond(request, grant, spec, task_spec, parsed, tgi_options, _require_serving, started)
-    parameters, wanted_dims = {**parsed.parameters, **tgi_options}, None
-    if task_spec.task == "feature-extraction":
-        wanted_dims = dimensions.requested(parameters)
-        dims_key = (spec.name, task_spec.name, spec.load_key())
-        dimensions.check(wanted_dims, task_spec, dimensions.known_native(dims_key))
-        parameters = dimensions.without_keys(parameters)
-    served = await gate.serve(
-        grant=grant, asked_priority=priority.asked(request.headers.get(priority.HEADER), body), spec=spec,
-        task=task_spec, inputs=parsed.inputs, parameters=parameters, use_cache=response_cache.wanted(body),
-        send=lambda klass: send_to_worker(request, spec, task_spec, parsed.inputs, parameters, klass),
-    )
-    result = served.result
-    outputs = result.outputs
-    if task_spec.task == "feature-extraction":
-        outputs = dimensions.shorten(outputs, wanted_dims, task_spec, dims_key,
-                                     dimensions.effective_normalize(task_spec, parsed.parameters))
-    body = payloads.shape_response(task_spec.task, outputs, parsed.is_batch)
-    return answers.served_answer(request, "hf", spec.name, task_spec.name, body, served, len(parsed.inputs), started)
-
-
-async def send_to_worker(request: HttpRequest, spec: ModelSpec, task_spec: TaskSpec, inputs: list[Any],
-                         parameters: dict[str, Any], klass: str) -> handoff.InferenceResult:
-    """Hand the request to a live worker at priority klass (503 at once when none serves it)."""
-    drain_rate = await _require_serving(spec, task_spec.name)
-
-    async def still_served() -> bool:
-        state = (await lookups.get_workers()).model_states.get(spec.name)
-        return servable(state)
-
-    return await handoff.infer(
-        request_id=request.request_id, model=spec.name, task=task_spec.name, inputs=inputs,
-        parameters=parameters, timeout_s=task_spec.timeout_s,
-        max_queue_size=priority.queue_limit(klass, task_spec.policy.max_queue_size, task_spec.max_batch_queue_size),
-        drain_rate=drain_rate, still_served=still_served, priority=klass,
-    )
+    return to_django(await inference_route.serve(hf_route.ROUTE, from_django(request), {"name": name, "task": task}))
 
 
 def _model_summary(spec: ModelSpec, state: dict[str, str] | None) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from models_registry.core.conf import conf
 from models_registry.jobs import files, leases, retention
 from models_registry.jobs.chunks import Chunk, ChunkOutcome, ChunkReader, Progress, answer_record, failure_record
 from models_registry.jobs.fair_share import FairShare
-from models_registry.jobs.line_calls import LineAnswer, LineCaller
+from models_registry.jobs.line_calls import LineAnswer, LineCalls
 from models_registry.jobs.lines import JobLine
 from models_registry.registry.lookups import fresh_connection
 
@@ -76,9 +76,9 @@ class JobDriver:
     lines share its HOSTING_BATCH_IN_FLIGHT slots round-robin by owner (jobs/fair_share.py).
     """
 
-    def __init__(self, owner: str, caller: Any = None) -> None:
+    def __init__(self, owner: str, caller: LineCalls) -> None:
         self.owner = owner
-        self.caller = caller or LineCaller()
+        self.caller = caller
         self.chunk_lines = conf.BATCH_CHUNK_LINES
         self.in_flight = conf.BATCH_IN_FLIGHT
         self.share = FairShare(self.in_flight)

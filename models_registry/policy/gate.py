@@ -1,6 +1,6 @@
 """The policies around one inference call: the token's limits, its priority, the response cache.
 
-Views call `serve` with a function that reaches a worker; a cache hit never calls it.
+Routes call `serve`, which reaches a worker through policy.dispatch; a cache hit never does.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from models_registry.broker.handoff import InferenceResult
 from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, RateLimited, Unavailable
 from models_registry.observe import metrics
-from models_registry.policy import priority, rate_limits, response_cache
+from models_registry.policy import dispatch, priority, rate_limits, response_cache
 from models_registry.policy.auth import TokenGrant
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
@@ -160,19 +160,23 @@ async def _send_charged(layer: Any, grant: TokenGrant | None, asked_priority: st
 
 async def serve(
     *,
+    request_id: str,
     grant: TokenGrant | None,
     asked_priority: str | None,
     spec: ModelSpec,
     task: TaskSpec,
     inputs: list[Any],
     parameters: dict[str, Any],
-    send: Callable[[str], Awaitable[InferenceResult]],
     use_cache: bool = True,
 ) -> Served:
-    """Check the token's limits, answer from the cache or call send(priority); charge what it used.
+    """Check the token's limits, answer from the cache or hand the inputs to a worker; charge what it used.
 
     use_cache False: compute afresh (and store the new answer), as HF's options.use_cache asks.
     """
+
+    def send(klass: str) -> Awaitable[InferenceResult]:
+        return dispatch.to_worker(request_id, spec, task, inputs, parameters, klass)
+
     layer = get_channel_layer()
     conn = layer.connection(0)
     if not spec.enabled:  # before the cache: a disabled model answers nothing, cached or not

@@ -104,7 +104,7 @@ def stub_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[dict[str
     """
 
     def install(answer: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:
-        from models_registry.api import views
+        from models_registry.policy import dispatch
 
         seen: list[dict[str, Any]] = []
 
@@ -117,8 +117,8 @@ def stub_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[dict[str
             result = answer(kwargs)
             return await result if inspect.isawaitable(result) else result
 
-        monkeypatch.setattr(views, "_require_serving", serving)
-        monkeypatch.setattr(views.handoff, "infer", infer)
+        monkeypatch.setattr(dispatch, "require_serving", serving)
+        monkeypatch.setattr(dispatch.handoff, "infer", infer)
         return seen
 
     return install

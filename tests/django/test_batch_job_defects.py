@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
 from models_registry.api import tgi_stream
+from models_registry.api.line_caller import LineCaller
 from models_registry.broker.handoff import InferenceResult
 from models_registry.jobs.driver import JobDriver
 from models_registry.jobs.line_calls import LineAnswer
@@ -66,7 +67,7 @@ async def test_a_stream_line_is_refused_and_opens_no_stream(token: str, stub_wor
     client = AsyncClient()
     file_id = (await _upload(client, token, content)).json()["id"]
     batch_id = (await _batch(client, token, file_id, endpoint="/models/gpt")).json()["id"]
-    job = await _run_until(JobDriver("w1"), batch_id, ("completed",))
+    job = await _run_until(JobDriver("w1", LineCaller()), batch_id, ("completed",))
     assert opened == []
     errors = await _records(client, token, job.error_file.public_id)
     assert [(r["custom_id"], r["response"]["status_code"], r["error"]["code"]) for r in errors] == \
@@ -98,7 +99,7 @@ async def test_a_rotated_owner_token_keeps_its_job_running(token: str, stub_work
     client = AsyncClient()
     file_id = (await _upload(client, token, _jsonl(6))).json()["id"]
     batch_id = (await _batch(client, token, file_id)).json()["id"]
-    job = await _run_until(JobDriver("w1"), batch_id, ("completed",))
+    job = await _run_until(JobDriver("w1", LineCaller()), batch_id, ("completed",))
     assert (job.completed, job.failed) == (6, 0) and len(calls) == 6
     assert len(await _records(client, rotated[0], job.output_file.public_id)) == 6  # read with the new token
 
@@ -114,7 +115,7 @@ async def test_a_revoked_owner_token_stops_its_job(token: str, stub_worker: Any,
     client = AsyncClient()
     file_id = (await _upload(client, token, _jsonl(2000))).json()["id"]
     batch_id = (await _batch(client, token, file_id)).json()["id"]
-    task = asyncio.ensure_future(JobDriver("w1").run())
+    task = asyncio.ensure_future(JobDriver("w1", LineCaller()).run())
     try:
         while len(calls) < 8:
             await asyncio.sleep(0.01)
@@ -194,5 +195,5 @@ async def test_a_job_whose_owner_was_revoked_before_it_started_runs_no_line(toke
     client = AsyncClient()
     batch_id = (await _batch(client, token, (await _upload(client, token, _jsonl(5))).json()["id"])).json()["id"]
     await ApiToken.objects.filter(name="owner").aupdate(revoked=True)
-    job = await _run_until(JobDriver("w1"), batch_id, ("cancelled",))
+    job = await _run_until(JobDriver("w1", LineCaller()), batch_id, ("cancelled",))
     assert calls == [] and (job.completed, job.failed) == (0, 5) and job.errors[0]["code"] == "token_revoked"

@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
 from models_registry.broker.handoff import InferenceResult
+from models_registry.policy import dispatch
 from models_registry.registry import lookups
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
@@ -55,7 +56,6 @@ async def test_model_list_and_detail_show_state_placement_and_memory(
 
 async def test_a_request_for_a_model_loadable_on_demand_is_handed_to_the_workers(
         fleet: None, make_token: Callable[..., str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from models_registry.api import views
 
     seen: list[str] = []
 
@@ -64,7 +64,7 @@ async def test_a_request_for_a_model_loadable_on_demand_is_handed_to_the_workers
         assert await kwargs["still_served"]()  # a worker loads it: the view keeps waiting
         return InferenceResult(outputs=[[{"label": "a", "score": 1.0}]], queue_ms=1.0, compute_ms=1.0, batch_size=1)
 
-    monkeypatch.setattr(views.handoff, "infer", infer)
+    monkeypatch.setattr(dispatch.handoff, "infer", infer)
     token = await sync_to_async(make_token)("all")
     response = await AsyncClient().post("/models/cold", data={"inputs": "hello"}, content_type="application/json",
                                         headers={"Authorization": f"Bearer {token}"})

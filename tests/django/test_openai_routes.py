@@ -20,6 +20,7 @@ from models_registry.api import dimensions, views
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import Timeout
 from models_registry.models import RegisteredModel
+from models_registry.policy import dispatch
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 
@@ -213,7 +214,7 @@ async def test_a_timeout_is_504_the_sdk_must_not_retry(client: AsyncClient, toke
     async def late(**kwargs: Any) -> InferenceResult:
         raise Timeout("no result within 1 s")
 
-    monkeypatch.setattr(views.handoff, "infer", late)
+    monkeypatch.setattr(dispatch.handoff, "infer", late)
     response = await embed(client, {"model": "emb", "input": "x"}, token)
     openai_error(response, 504, "timeout")
     assert response["X-Should-Retry"] == "false"

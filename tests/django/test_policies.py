@@ -22,11 +22,10 @@ from channels.layers import get_channel_layer
 from django.core.management import CommandError, call_command
 from django.test import AsyncClient
 
-from models_registry.api import views
 from models_registry.broker.handoff import InferenceResult
-from models_registry.core.errors import RateLimited, TooLarge
+from models_registry.core.errors import RateLimited, TooLarge, Unavailable
 from models_registry.models import ApiToken, ModelTask, RegisteredModel
-from models_registry.policy import rate_limits
+from models_registry.policy import dispatch, rate_limits
 from models_registry.registry import lookups
 from tests.stack import RedisServer
 
@@ -185,10 +184,10 @@ async def test_failed_requests_are_refunded_their_tokens(
         return 0.0
 
     async def overloaded(**kwargs: Any) -> InferenceResult:
-        raise views.Unavailable("no worker")
+        raise Unavailable("no worker")
 
-    monkeypatch.setattr(views, "_require_serving", serving)
-    monkeypatch.setattr(views.handoff, "infer", overloaded)
+    monkeypatch.setattr(dispatch, "require_serving", serving)
+    monkeypatch.setattr(dispatch.handoff, "infer", overloaded)
     client = AsyncClient()
     text = "x" * 100  # about 27 tokens: a second one fits only if the first was refunded
     for _ in range(3):
@@ -340,8 +339,8 @@ async def test_rerank_counts_against_the_same_limit(
     async def infer(**kwargs: Any) -> InferenceResult:
         return InferenceResult(outputs=[0.5] * len(kwargs["inputs"]), queue_ms=1.0, compute_ms=1.0, batch_size=2)
 
-    monkeypatch.setattr(views, "_require_serving", serving)
-    monkeypatch.setattr(views.handoff, "infer", infer)
+    monkeypatch.setattr(dispatch, "require_serving", serving)
+    monkeypatch.setattr(dispatch.handoff, "infer", infer)
     client = AsyncClient()
     body = json.dumps({"model": "ranker", "query": "q", "texts": ["a", "b"]})
     headers = {"Authorization": f"Bearer {token}"}

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from django.test import AsyncClient
 
-from models_registry.api import views
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import Timeout
 from models_registry.models import RegisteredModel
+from models_registry.policy import dispatch
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 
@@ -115,8 +115,8 @@ async def test_worker_errors_pass_through(token: str, monkeypatch: pytest.Monkey
     async def late(**kwargs: Any) -> InferenceResult:
         raise Timeout("no result within 30 s")
 
-    monkeypatch.setattr(views, "_require_serving", serving)
-    monkeypatch.setattr(views.handoff, "infer", late)
+    monkeypatch.setattr(dispatch, "require_serving", serving)
+    monkeypatch.setattr(dispatch.handoff, "infer", late)
     response = await rerank({"model": "ranker", "query": "q", "texts": ["a"]}, token)
     assert response.status_code == 504 and response.json() == {"error": "no result within 30 s",
                                                                "error_type": "timeout"}

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError
 
+from models_registry.api.line_caller import LineCaller
 from models_registry.broker.messages import INFERENCE_CHANNEL
 from models_registry.broker.work_layer import require_work_layer
 from models_registry.core.conf import conf
@@ -21,7 +22,7 @@ from models_registry.worker.process import InferenceWorker
 
 def drive_batch_jobs(worker_id: str) -> Awaitable[None]:
     """The batch-job driver of this worker (jobs/driver.py)."""
-    return JobDriver(worker_id).run()
+    return JobDriver(worker_id, LineCaller()).run()
 
 
 class JobDrivingWorker(InferenceWorker):

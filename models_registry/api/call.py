@@ -1,0 +1,66 @@
+"""One API request as the inference routes read it, whatever brought it: ASGI, Django or a batch-job line."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest
+
+from models_registry.core.conf import conf
+from models_registry.core.errors import TooLarge
+
+_VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+def request_id_from(header: str | None) -> str:
+    """The client's X-Request-Id when it is sane, else a new one (random, 32 hex digits)."""
+    if header and _VALID_ID.match(header):
+        return header
+    return os.urandom(16).hex()  # what uuid4().hex carries, without building a UUID
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """What a route may read of a request: no transport, no Django request object."""
+
+    request_id: str
+    method: str
+    path: str
+    body: bytes
+    content_type: str  # the media type, without its parameters
+    authorization: str | None = None
+    priority: str | None = None  # the X-Priority header
+
+
+def media_type(header: str) -> str:
+    """The media type of a Content-Type header value (its parameters dropped)."""
+    return header.split(";", 1)[0].strip()
+
+
+def from_scope(scope: dict[str, Any], body: bytes, request_id: str) -> ApiCall:
+    """The call of an ASGI HTTP scope whose body was read."""
+    authorization = priority = None
+    content_type = ""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            authorization = value.decode("latin-1")
+        elif name == b"content-type":
+            content_type = media_type(value.decode("latin-1"))
+        elif name == b"x-priority":
+            priority = value.decode("latin-1")
+    return ApiCall(request_id, scope["method"], scope["path"], body, content_type, authorization, priority)
+
+
+def from_django(request: HttpRequest) -> ApiCall:
+    """The call of a Django request (its body read under the API's limit: 413 past it)."""
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise TooLarge(f"request body is over the limit of {conf.MAX_BODY_BYTES} bytes") from None
+    request_id = getattr(request, "request_id", None) or request_id_from(request.headers.get("X-Request-Id"))
+    return ApiCall(request_id, request.method or "GET", request.path, body, request.content_type or "",
+                   request.headers.get("Authorization"), request.headers.get("X-Priority"))

@@ -1,0 +1,26 @@
+"""Which inference route serves a path: the API's ASGI handler and the batch-job lines ask here."""
+
+from __future__ import annotations
+
+import re
+
+from models_registry.api import hf_route, openai_routes, tei_routes
+from models_registry.api.inference_route import InferenceRoute
+
+_MODEL_PATH = re.compile(r"^/models/([-a-zA-Z0-9_]+)(?:/([-a-zA-Z0-9_]+))?$")  # Django's <slug:...>
+_FIXED: dict[str, InferenceRoute] = {
+    "/v1/embeddings": openai_routes.EMBEDDINGS,
+    "/rerank": tei_routes.RERANK,
+}
+
+
+def match(path: str) -> tuple[InferenceRoute, dict[str, str]] | None:
+    """(the route, its path arguments) of an inference path, else None."""
+    fixed = _FIXED.get(path)
+    if fixed is not None:
+        return fixed, {}
+    found = _MODEL_PATH.match(path)
+    if found is None:
+        return None
+    name, task = found.groups()
+    return hf_route.ROUTE, {"name": name, "task": task} if task else {"name": name}
