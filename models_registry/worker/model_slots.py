@@ -24,6 +24,7 @@ from models_registry.registry.specs import ModelSpec
 from models_registry.worker import memory_warmup
 from models_registry.worker.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
+from models_registry.worker.delivery import Delivery
 from models_registry.worker.placement import Held, Limits, Wanted, load_choices, over_budget
 from models_registry.worker.replies import Replies
 
@@ -47,7 +48,7 @@ class ModelSlot:
 class ModelSlots:
     """Keeps the loaded models in line with the registry and the limits; a model loads while the others serve."""
 
-    def __init__(self, runner: Any, batcher: Batcher, replies: Replies, on_change: Callable[[], None],
+    def __init__(self, runner: Any, batcher: Batcher[Delivery], replies: Replies, on_change: Callable[[], None],
                  serve_models: list[str] | None = None, memory: BatchMemory | None = None,
                  limits: Limits | None = None) -> None:
         self.runner = runner
