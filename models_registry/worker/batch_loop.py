@@ -13,6 +13,7 @@ from models_registry.broker import admission
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.batch_types import Batch, ItemFailure
 from models_registry.core.errors import Internal, Unavailable
+from models_registry.inference.backend import ModelRunner
 from models_registry.inference.compute_deadline import computing_until
 from models_registry.inference.containment import contained, describe
 from models_registry.worker import suspects
@@ -34,8 +35,8 @@ ABANDON_CHECK_AFTER_S = 0.05
 class BatchLoop:
     """Runs forever: a batch at once when the device is idle, never two at a time."""
 
-    def __init__(self, layer: WorkLayer, batcher: Batcher[Delivery], slots: ModelSlots, runner: Any, replies: Replies,
-                 stats: EngineStats, memory: BatchMemory | None = None) -> None:
+    def __init__(self, layer: WorkLayer, batcher: Batcher[Delivery], slots: ModelSlots, runner: ModelRunner,
+                 replies: Replies, stats: EngineStats, memory: BatchMemory | None = None) -> None:
         self.layer = layer
         self.batcher = batcher
         self.slots = slots

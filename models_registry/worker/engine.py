@@ -21,6 +21,7 @@ from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.batch_types import QueueFull, UnknownKey
 from models_registry.core.errors import HostingError, Internal, Overloaded, Unavailable
 from models_registry.core.task_key import TaskKey
+from models_registry.inference.backend import ModelRunner
 from models_registry.inference.containment import contained, describe
 from models_registry.registry.specs import ModelSpec
 from models_registry.worker.batch_loop import BatchLoop
@@ -42,7 +43,7 @@ logger = logging.getLogger(__name__)
 class InferenceEngine:
     """Owns the batcher, the loaded models and the compute thread of one worker."""
 
-    def __init__(self, channel_layer: WorkLayer, runner: Any, serve_models: list[str] | None = None,
+    def __init__(self, channel_layer: WorkLayer, runner: ModelRunner, serve_models: list[str] | None = None,
                  batch_aging_s: float = 5.0, memory: MemoryConfig | None = None) -> None:
         self.layer = channel_layer
         self.runner = runner
