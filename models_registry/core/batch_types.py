@@ -1,13 +1,18 @@
 """What the batcher works with (pure data): a task's queue settings, requests and their items, batches,
-per-item failures, and the queue's errors."""
+per-item failures, and the queue's errors.
+
+Requests, items and batches are generic in D, what the caller attaches to each request and
+gets back with it (the worker's worker.delivery.Delivery); the batcher never looks inside.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 Key = Hashable  # (model name, task name): a registry.task_key.TaskKey in the worker
+D = TypeVar("D")  # what the caller attaches to a request (opaque to the batcher)
 
 
 class QueueFull(Exception):
@@ -50,7 +55,7 @@ class ItemFailure:
 
 
 @dataclass(eq=False)
-class PendingRequest:
+class PendingRequest(Generic[D]):
     """One accepted request: its items may be spread over several batches."""
 
     id: str
@@ -58,7 +63,7 @@ class PendingRequest:
     n_items: int
     arrival: float
     deadline: float
-    context: Any = None  # opaque to the batcher: reply channel, parameters...
+    delivery: D  # the caller's: where the answer goes, with what came with the request
     outputs: list[Any] = field(default_factory=list)
     remaining: int = 0
     error: Exception | None = None
@@ -69,10 +74,10 @@ class PendingRequest:
 
 
 @dataclass(eq=False)
-class Item:
+class Item(Generic[D]):
     """One input of a request, the unit the batcher packs."""
 
-    request: PendingRequest
+    request: PendingRequest[D]
     index: int
     payload: Any
     cost: int  # tokens (or a proxy): drives length sorting and the token budget
@@ -81,11 +86,11 @@ class Item:
 
 
 @dataclass
-class Batch:
+class Batch(Generic[D]):
     """Items to run together through one model task."""
 
     key: Key
-    items: list[Item]
+    items: list[Item[D]]
     reason: str  # what closed it: size, tokens, delay, idle
 
     def __len__(self) -> int:

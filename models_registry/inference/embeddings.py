@@ -13,6 +13,7 @@ import torch
 
 from models_registry.core.errors import InvalidInput
 from models_registry.inference import compute_deadline, packing
+from models_registry.inference.backend import PackedEncoder
 from models_registry.inference.loading import LoadedModel
 from models_registry.inference.packed_forward import packed_inputs
 from models_registry.inference.task_common import cpu_threads_for
@@ -43,8 +44,8 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
             raise InvalidInput(f"input is longer than the model's {loaded.max_tokens} tokens and truncate is false")
     normalize = task.normalize if params.get("normalize") is None else params["normalize"]
     direction = (params.get("truncation_direction") or "right").lower()
-    if loaded.pack_position_offset is not None:
-        return _embed_packed(loaded, pipe, task, texts, direction, normalize)
+    if loaded.packed_encoder is not None:  # set at load exactly where packing reproduces the model's outputs
+        return _embed_packed(loaded, loaded.packed_encoder, pipe, task, texts, direction, normalize)
     # Sorted by length and run in micro-batches: each forward pads only to its own
     # longest input, where one padded forward would pad every input to the batch's longest.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -58,26 +59,26 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
     return results
 
 
-def _embed_packed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], direction: str,
-                  normalize: bool) -> list[Any]:
+def _embed_packed(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, task: TaskSpec, texts: list[str],
+                  direction: str, normalize: bool) -> list[Any]:
     """Every input in packed rows: compute goes to real tokens only."""
     encoded = _tokenize(pipe.tokenizer, texts, direction, max_length=loaded.max_tokens)
     ids = encoded["input_ids"]
     with cpu_threads_for(sum(len(x) for x in ids), pipe.model.device):
-        return _pack_and_pool(loaded, pipe, task, ids, encoded.get("token_type_ids"), normalize)
+        return _pack_and_pool(loaded, encoder, pipe, task, ids, encoded.get("token_type_ids"), normalize)
 
 
-def _pack_and_pool(loaded: LoadedModel, pipe: Any, task: TaskSpec, ids: list[list[int]],
+def _pack_and_pool(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, task: TaskSpec, ids: list[list[int]],
                    types: list[list[int]] | None, normalize: bool) -> list[Any]:
     """Packed forwards over token ids, then pooling per input."""
     model, tokenizer = pipe.model, pipe.tokenizer
     pooled = None if task.pooling == "none" else torch.zeros(len(ids), model.config.hidden_size, device=model.device)
     tokens: list[Any] = [None] * len(ids)
-    for forward in packing.plan_packing([len(x) for x in ids], row_tokens=loaded.pack_row_tokens):
+    for forward in packing.plan_packing([len(x) for x in ids], row_tokens=encoder.row_tokens):
         compute_deadline.check()  # every client of the batch gone: skip the forwards left
         inputs, owner = packed_inputs(forward, ids, types, loaded.pack_position_offset or 0,
                                       tokenizer.pad_token_id or 0, model.device, model.dtype)
-        hidden = loaded.packed_encoder(inputs)
+        hidden = encoder(inputs)
         if task.pooling == "none":
             for place in forward.placements():
                 tokens[place.index] = hidden[place.row, place.start:place.start + place.length]

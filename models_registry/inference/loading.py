@@ -20,8 +20,8 @@ from transformers import (
 )
 
 from models_registry.inference import media_models, onnx_backend, onnx_logits, ranking, trace
-from models_registry.inference.packed_forward import eager_encoder, packed_position_offset
-from models_registry.inference.packing import DEFAULT_ROW_TOKENS
+from models_registry.inference.backend import PackedEncoder
+from models_registry.inference.packed_forward import EagerEncoder, packed_position_offset
 from models_registry.inference.task_common import ModelBundle
 from models_registry.media.item import is_media
 from models_registry.registry.compute_cost import DEFAULT_MAX_NEW_TOKENS, TokenCounter
@@ -52,8 +52,7 @@ class LoadedModel:
     # First position id of a packed input; None where packing did not reproduce the model's
     # own outputs at load (causal models, models that take no position ids...).
     pack_position_offset: int | None = None
-    packed_encoder: Any = None  # inputs -> last hidden state for packed forwards (eager, its trace, or ONNX Runtime)
-    pack_row_tokens: int = DEFAULT_ROW_TOKENS  # row width the packed encoder is fastest at
+    packed_encoder: PackedEncoder | None = None  # packed forwards: eager, its trace, or ONNX Runtime
     backend: dict[str, Any] = field(default_factory=lambda: {"backend": "torch"})  # what the heartbeat reports
     media_costs: media_models.MediaCosts = field(default_factory=media_models.MediaCosts)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # the model's own default generation length
@@ -169,11 +168,11 @@ def _prepare_packing(loaded: LoadedModel, embedder: Any, torchscript: bool, ort:
     loaded.backend = {**loaded.backend, **report.as_state()}  # the embeddings' backend is the model's headline
     logger.info("model %s: packed embeddings on %s%s", name, report.backend, f" ({report.reason})" if report.reason else "")
     if encoder is not None:
-        loaded.packed_encoder, loaded.pack_row_tokens = encoder, encoder.row_tokens
+        loaded.packed_encoder = encoder
         return
     if loaded.pack_position_offset is None:
         return
-    loaded.packed_encoder = eager_encoder(embedder.model)
+    loaded.packed_encoder = EagerEncoder(embedder.model)
     if torchscript:
         traced_encoder = trace.trace_packed_encoder(embedder.model, embedder.tokenizer, loaded.pack_position_offset)
         logger.info("model %s: TorchScript packed encoder %s", name, "on" if traced_encoder is not None else "off (eager)")

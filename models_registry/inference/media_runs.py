@@ -18,15 +18,18 @@ RUNS = {
 }
 
 
-def handles(task: TaskSpec, runner: Any) -> bool:
+def handles(task: TaskSpec, pipe: Any) -> bool:
     """Whether the task's batch runs here (a media task, or the text task of a CLIP model)."""
-    return task.task in MEDIA_TASKS or isinstance(runner, DualEncoder)
+    return task.task in MEDIA_TASKS or isinstance(pipe, DualEncoder)
 
 
-def run(task: TaskSpec, runner: Any, inputs: list[Any], params: dict[str, Any]) -> list[Any]:
-    """One output per input, in input order (the inputs are PendingMedia, or texts for a CLIP text task)."""
+def run(task: TaskSpec, pipe: Any, inputs: list[Any], params: dict[str, Any]) -> list[Any]:
+    """One output per input, in input order (the inputs are PendingMedia, or texts for a CLIP text task).
+
+    pipe: the task kind's loaded pipeline (a transformers pipeline or one of media_models' own).
+    """
     if task.task == "feature-extraction":
-        return vision_tasks.text_features(runner, inputs, params, task.normalize)
+        return vision_tasks.text_features(pipe, inputs, params, task.normalize)
     if task.task == "image-feature-extraction":
-        return vision_tasks.image_features(runner, inputs, params, task.pooling, task.normalize)
-    return RUNS[task.task](runner, inputs, params)
+        return vision_tasks.image_features(pipe, inputs, params, task.pooling, task.normalize)
+    return RUNS[task.task](pipe, inputs, params)

@@ -21,7 +21,7 @@ import torch
 from models_registry.inference import onnx_export, packing
 from models_registry.inference.packed_forward import (
     PACKING_CHECK_TEXTS,
-    eager_encoder,
+    EagerEncoder,
     output_tolerance,
     packed_inputs,
     relative_error,
@@ -82,7 +82,7 @@ class Int8Refused(ValueError):
 
 
 class OrtEncoder:
-    """A packed forward on ONNX Runtime with the torch encoders' interface: tensors in, last hidden state out."""
+    """A packed forward on ONNX Runtime (a backend.PackedEncoder, as the torch ones)."""
 
     def __init__(self, path: Path, threads: int) -> None:
         import onnxruntime as ort
@@ -99,7 +99,8 @@ class OrtEncoder:
         self.names = {i.name for i in self.session.get_inputs()}
         self.row_tokens = ROW_TOKENS
 
-    def __call__(self, inputs: dict[str, Any]) -> Any:
+    def __call__(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The last hidden state of one packed forward (copied through numpy on the CPU)."""
         feed = {name: tensor.cpu().numpy() for name, tensor in inputs.items() if name in self.names}
         return torch.from_numpy(self.session.run(None, feed)[0])
 
@@ -132,7 +133,7 @@ def mean_vectors(encoder: Any, tokenizer: Any, texts: tuple[str, ...] | list[str
 def check_encoder(model: Any, tokenizer: Any, encoder: OrtEncoder, offset: int) -> None:
     """Raise unless the ONNX forward reproduces the model's own on real inputs, in two packing shapes."""
     texts = PACKING_CHECK_TEXTS + SAMPLE_TEXTS[:8]
-    eager = eager_encoder(model)
+    eager = EagerEncoder(model)
     with torch.inference_mode():
         for row_tokens in (1, ROW_TOKENS):
             for inputs, _owner in _packed(tokenizer, texts, offset, row_tokens)[0]:

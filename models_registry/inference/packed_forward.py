@@ -57,9 +57,17 @@ def packed_inputs(forward: packing.PackedForward, ids: Sequence[Sequence[int]], 
     return inputs, owner_t
 
 
-def eager_encoder(model: Any) -> Any:
-    """The model's own forward as an encoder: inputs -> last hidden state."""
-    return lambda inputs: model(**inputs).last_hidden_state
+class EagerEncoder:
+    """The model's own forward as a packed encoder (backend.PackedEncoder): inputs -> last hidden state."""
+
+    row_tokens = packing.DEFAULT_ROW_TOKENS
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __call__(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The last hidden state of one packed forward."""
+        return self.model(**inputs).last_hidden_state
 
 
 def relative_error(got: Any, want: Any) -> float:
@@ -86,7 +94,7 @@ def packed_position_offset(model: Any, tokenizer: Any) -> int | None:
     pad = getattr(model.config, "pad_token_id", None)
     candidates = [0] + ([pad + 1] if isinstance(pad, int) and pad + 1 != 0 else [])
     (forward,) = packing.plan_packing([len(x) for x in ids], row_tokens=sum(len(x) for x in ids))  # one row
-    encoder = eager_encoder(model)
+    encoder = EagerEncoder(model)
     with torch.inference_mode():
         expected = []
         for position, row in enumerate(ids):

@@ -17,7 +17,7 @@ import torch
 from models_registry.inference import packing
 from models_registry.inference.packed_forward import (
     PACKING_CHECK_TEXTS,
-    eager_encoder,
+    EagerEncoder,
     output_tolerance,
     packed_inputs,
     relative_error,
@@ -50,12 +50,25 @@ def _example_inputs(tokenizer: Any, model: Any, offset: int) -> list[dict[str, A
             for forward in plans]
 
 
-def trace_packed_encoder(model: Any, tokenizer: Any, offset: int) -> Any | None:
-    """A callable inputs -> last hidden state that runs the trace; None where tracing fails or differs."""
+class TracedEncoder:
+    """A TorchScript trace of the packed forward as a packed encoder (backend.PackedEncoder)."""
+
+    row_tokens = packing.DEFAULT_ROW_TOKENS
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def __call__(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The last hidden state of one packed forward."""
+        return self.module(**inputs)
+
+
+def trace_packed_encoder(model: Any, tokenizer: Any, offset: int) -> TracedEncoder | None:
+    """The trace of the model's packed forward; None where tracing fails or differs from the eager outputs."""
     examples = _example_inputs(tokenizer, model, offset)
     if not examples:
         return None
-    eager = eager_encoder(model)
+    eager = EagerEncoder(model)
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer warnings about Python values: checked below instead
@@ -72,4 +85,4 @@ def trace_packed_encoder(model: Any, tokenizer: Any, offset: int) -> Any | None:
     except Exception as error:  # any model the tracer cannot take keeps its eager forward
         logger.info("no TorchScript packed encoder: %s: %s", type(error).__name__, error)
         return None
-    return lambda inputs: module(**inputs)
+    return TracedEncoder(module)

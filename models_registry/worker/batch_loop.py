@@ -13,11 +13,13 @@ from models_registry.broker import admission
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.batch_types import Batch, ItemFailure
 from models_registry.core.errors import Internal, Unavailable
+from models_registry.inference.backend import ModelRunner
 from models_registry.inference.compute_deadline import computing_until
 from models_registry.inference.containment import contained, describe
 from models_registry.worker import suspects
 from models_registry.worker.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
+from models_registry.worker.delivery import Delivery
 from models_registry.worker.engine_stats import EngineStats
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.replies import Replies
@@ -33,8 +35,8 @@ ABANDON_CHECK_AFTER_S = 0.05
 class BatchLoop:
     """Runs forever: a batch at once when the device is idle, never two at a time."""
 
-    def __init__(self, layer: WorkLayer, batcher: Batcher, slots: ModelSlots, runner: Any, replies: Replies,
-                 stats: EngineStats, memory: BatchMemory | None = None) -> None:
+    def __init__(self, layer: WorkLayer, batcher: Batcher[Delivery], slots: ModelSlots, runner: ModelRunner,
+                 replies: Replies, stats: EngineStats, memory: BatchMemory | None = None) -> None:
         self.layer = layer
         self.batcher = batcher
         self.slots = slots
@@ -76,7 +78,7 @@ class BatchLoop:
             expired = self.batcher.drop_expired(now)
             self.stats.expired += len(expired)  # their views answer 504 by themselves
             for request in expired:
-                self.replies.release(request.context.get("lease"))
+                self.replies.release(request.delivery.lease)
             if expired:
                 logger.info("dropped %d expired request(s) before compute", len(expired))
             batch = self.batcher.next_batch(now, idle=True)
@@ -121,7 +123,7 @@ class BatchLoop:
         except TimeoutError:
             pass
 
-    async def _without_abandoned(self, batch: Batch) -> Batch:
+    async def _without_abandoned(self, batch: Batch[Delivery]) -> Batch[Delivery]:
         """Drop items whose client has gone (timed out, disconnected) before computing them."""
         model, task = batch.key
         now = time.time()
@@ -140,20 +142,20 @@ class BatchLoop:
             if request.id in gone and not request.done:
                 request.done = True
                 self.stats.dropped += 1
-                self.replies.release(request.context.get("lease"))
+                self.replies.release(request.delivery.lease)
         kept = [item for item in batch.items if item.request.id not in gone]
         logger.info("dropped %d item(s) of %s/%s: client gone before compute", len(batch.items) - len(kept), model, task)
         batch.items = kept
         return batch
 
-    def _run_batch(self, batch: Batch, sinks: list[Any]) -> list[Any]:
+    def _run_batch(self, batch: Batch[Delivery], sinks: list[Any]) -> list[Any]:
         model, task_name = batch.key
         slot = self.slots.get(model)
         if slot is None or slot.loaded is None or task_name not in slot.spec.tasks:
             return [ItemFailure(Unavailable(f"model {model!r} was unloaded"))] * len(batch)
         task = slot.spec.tasks[task_name]
         texts = [item.payload for item in batch.items]
-        params = [{**task.parameters, **item.request.context["parameters"]} for item in batch.items]
+        params = [{**task.parameters, **item.request.delivery.parameters} for item in batch.items]
         # Past the latest deadline of the batch nobody waits for it: generation and long runs stop there.
         # A stream's deadline is pushed forward while its client listens: its sink stops it instead.
         deadline = None if any(sinks) else max(item.request.deadline for item in batch.items)

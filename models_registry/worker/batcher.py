@@ -14,12 +14,13 @@ arriving behind a small one waits less. Without interactive traffic they are ful
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic
 
 from models_registry.core.batch_types import (
     Batch,
     BatchPolicy,
+    D,
     Item,
     ItemFailure,
     Key,
@@ -34,8 +35,11 @@ BULK_SHARE = 4  # batch-only batches hold max_batch_size // BULK_SHARE items whi
 MemoryLimit = Callable[[Key, int, int], bool]
 
 
-class Batcher:
-    """Per-key FIFO queues closed into batches by size, token budget, delay or idleness."""
+class Batcher(Generic[D]):
+    """Per-key FIFO queues closed into batches by size, token budget, delay or idleness.
+
+    D: what each request carries for the caller (opaque here; the worker's Delivery).
+    """
 
     def __init__(self, idle_quiet_s: float = 0.0005, aging_s: float = 5.0, recent_s: float = 1.0,
                  memory_limit: MemoryLimit | None = None) -> None:
@@ -48,7 +52,7 @@ class Batcher:
         self.memory_limit = memory_limit
         self._last_interactive: dict[Key, float] = {}
         self._policies: dict[Key, BatchPolicy] = {}
-        self._queues: dict[Key, list[Item]] = {}
+        self._queues: dict[Key, list[Item[D]]] = {}
         self._last_arrival: dict[Key, float] = {}
         self._seq = itertools.count()
 
@@ -58,7 +62,7 @@ class Batcher:
         self._policies[key] = policy
         self._queues.setdefault(key, [])
 
-    def remove(self, key: Key) -> list[PendingRequest]:
+    def remove(self, key: Key) -> list[PendingRequest[D]]:
         """Stop serving key; returns the unfinished requests that were queued on it."""
         self._policies.pop(key, None)
         self._last_arrival.pop(key, None)
@@ -94,9 +98,9 @@ class Batcher:
         costs: Sequence[int],
         now: float,
         deadline: float,
-        context: Any = None,
+        delivery: D,
         priority: str = "interactive",
-    ) -> PendingRequest:
+    ) -> PendingRequest[D]:
         """Queue a request's inputs; raises UnknownKey or QueueFull (nothing queued then)."""
         policy = self.policy(key)
         if len(payloads) != len(costs) or not payloads:
@@ -106,7 +110,7 @@ class Batcher:
             raise QueueFull(key, len(queue), policy.max_queue_size)
         request = PendingRequest(
             id=request_id, key=key, n_items=len(payloads), arrival=now, deadline=deadline,
-            context=context, outputs=[None] * len(payloads), remaining=len(payloads), priority=priority,
+            delivery=delivery, outputs=[None] * len(payloads), remaining=len(payloads), priority=priority,
         )
         for index, (payload, cost) in enumerate(zip(payloads, costs)):
             queue.append(Item(request, index, payload, max(1, int(cost)), now, next(self._seq)))
@@ -116,11 +120,11 @@ class Batcher:
         return request
 
     # --- scheduling --------------------------------------------------------------------
-    def drop_expired(self, now: float) -> list[PendingRequest]:
+    def drop_expired(self, now: float) -> list[PendingRequest[D]]:
         """Remove queued items of requests past their deadline (or already failed)."""
-        expired: list[PendingRequest] = []
+        expired: list[PendingRequest[D]] = []
         for key, queue in self._queues.items():
-            keep: list[Item] = []
+            keep: list[Item[D]] = []
             for item in queue:
                 request = item.request
                 if request.done:
@@ -152,7 +156,7 @@ class Batcher:
             return "idle"
         return None
 
-    def next_batch(self, now: float, idle: bool = True) -> Batch | None:
+    def next_batch(self, now: float, idle: bool = True) -> Batch[D] | None:
         """Close and return the most overdue batch, or None if none is due yet.
 
         Among due keys one with interactive (or aged) items goes first, then the one whose
@@ -186,16 +190,16 @@ class Batcher:
                 times.append(min(i.request.deadline for i in queue))
         return min(times) if times else None
 
-    def urgent(self, item: Item, now: float) -> bool:
+    def urgent(self, item: Item[D], now: float) -> bool:
         """Interactive, or a batch-priority item that has waited aging_s."""
         return item.request.priority != BATCH or now - item.arrival >= self.aging_s
 
-    def _rank(self, queue: list[Item], now: float) -> tuple[int, int]:
+    def _rank(self, queue: list[Item[D]], now: float) -> tuple[int, int]:
         """(0, oldest urgent item's seq) when the queue holds urgent items, else (1, oldest seq)."""
         first = next((i for i in queue if self.urgent(i, now)), None)
         return (0, first.seq) if first is not None else (1, queue[0].seq)
 
-    def _take(self, key: Key, now: float) -> list[Item]:
+    def _take(self, key: Key, now: float) -> list[Item[D]]:
         """Pick the next batch: urgent items alone when there are any, else batch items.
 
         Within the class, the oldest item plus those closest to it in length: small
@@ -230,7 +234,7 @@ class Batcher:
         self._queues[key] = [i for i in queue if id(i) not in taken]
         return chosen
 
-    def _within(self, key: Key, policy: BatchPolicy, items: Sequence[Item]) -> bool:
+    def _within(self, key: Key, policy: BatchPolicy, items: Sequence[Item[D]]) -> bool:
         """Whether items fit one batch: the token budget and the memory limit."""
         if policy.max_batch_tokens and _padded(items) > policy.max_batch_tokens:
             return False
@@ -239,7 +243,7 @@ class Batcher:
         return self.memory_limit(key, len(items), max(i.cost for i in items))
 
     # --- results -----------------------------------------------------------------------
-    def complete(self, batch: Batch, outputs: Sequence[Any]) -> list[PendingRequest]:
+    def complete(self, batch: Batch[D], outputs: Sequence[Any]) -> list[PendingRequest[D]]:
         """Record a batch's outputs (one per item, ItemFailure for a failed one).
 
         Returns the requests that just finished: all their items are in, or one failed
@@ -247,7 +251,7 @@ class Batcher:
         """
         if len(outputs) != len(batch.items):
             raise ValueError(f"expected {len(batch.items)} outputs, got {len(outputs)}")
-        finished: list[PendingRequest] = []
+        finished: list[PendingRequest[D]] = []
         for item, output in zip(batch.items, outputs):
             request = item.request
             if request.done:
@@ -271,12 +275,12 @@ class Batcher:
             self._queues[key] = [i for i in self._queues[key] if not i.request.done]
 
 
-def _padded(queue: Sequence[Item]) -> int:
+def _padded(queue: Sequence[Item[D]]) -> int:
     return max(i.cost for i in queue) * len(queue)
 
 
-def _unique_requests(requests: Any) -> list[PendingRequest]:
-    seen: dict[int, PendingRequest] = {}
+def _unique_requests(requests: Iterable[PendingRequest[D]]) -> list[PendingRequest[D]]:
+    seen: dict[int, PendingRequest[D]] = {}
     for request in requests:
         seen.setdefault(id(request), request)
     return list(seen.values())

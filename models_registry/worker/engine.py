@@ -21,6 +21,7 @@ from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.batch_types import QueueFull, UnknownKey
 from models_registry.core.errors import HostingError, Internal, Overloaded, Unavailable
 from models_registry.core.task_key import TaskKey
+from models_registry.inference.backend import ModelRunner
 from models_registry.inference.containment import contained, describe
 from models_registry.registry.specs import ModelSpec
 from models_registry.worker.batch_loop import BatchLoop
@@ -33,7 +34,8 @@ from models_registry.worker.memory_budget import MemoryConfig, model_bytes, work
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.placement import Limits
 from models_registry.worker.placer import Placer
-from models_registry.worker.replies import Lease, Replies
+from models_registry.worker.delivery import Delivery, Lease
+from models_registry.worker.replies import Replies
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ logger = logging.getLogger(__name__)
 class InferenceEngine:
     """Owns the batcher, the loaded models and the compute thread of one worker."""
 
-    def __init__(self, channel_layer: WorkLayer, runner: Any, serve_models: list[str] | None = None,
+    def __init__(self, channel_layer: WorkLayer, runner: ModelRunner, serve_models: list[str] | None = None,
                  batch_aging_s: float = 5.0, memory: MemoryConfig | None = None) -> None:
         self.layer = channel_layer
         self.runner = runner
@@ -50,7 +52,7 @@ class InferenceEngine:
                                   enabled=memory.cap_batches)
         # No quiet time: the pull loop hands over everything waiting in Redis at once, so an
         # idle device has nothing more to wait for (an idle worker starts at once).
-        self.batcher = Batcher(idle_quiet_s=0.0, aging_s=batch_aging_s,
+        self.batcher: Batcher[Delivery] = Batcher(idle_quiet_s=0.0, aging_s=batch_aging_s,
                                memory_limit=self.memory.allows if memory.cap_batches else None)
         self.stats = EngineStats()
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -91,8 +93,8 @@ class InferenceEngine:
             payloads = self.media.prepare(slot.loaded, slot.spec.tasks[request.task].task, request.inputs)
             self.batcher.submit(
                 key, request.id, payloads, costs, time.time(), request.deadline,
-                context={"reply": request.reply, "parameters": request.parameters, "lease": lease,
-                         "tokens": charged, "suspect": bool(message.get(REDELIVERED))},
+                delivery=Delivery(reply=request.reply, parameters=request.parameters, lease=lease, tokens=charged,
+                                  suspect=bool(message.get(REDELIVERED))),
                 priority=request.priority,
             )
         except QueueFull as full:

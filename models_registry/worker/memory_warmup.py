@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from models_registry.core.task_key import TaskKey
-from models_registry.registry.specs import ModelSpec
+from models_registry.inference.backend import ModelRunner
+from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.worker.batch_memory import BatchMemory
+
+if TYPE_CHECKING:
+    from models_registry.inference.loading import LoadedModel  # torch: not imported at run time
 
 # Task kinds whose input is one plain string (the others learn from their first real batches).
 WARM_TASKS = {"feature-extraction", "text-classification", "token-classification", "fill-mask"}
 
 
-def _text(loaded: Any, task_kind: str, tokens: int) -> str:
+def _text(loaded: LoadedModel, task_kind: str, tokens: int) -> str:
     words = ["hello"] * max(1, tokens - 2)  # one token per word, plus the two special tokens
     if task_kind == "fill-mask":
         pipe = loaded.pipelines.get("fill-mask")
@@ -20,7 +24,7 @@ def _text(loaded: Any, task_kind: str, tokens: int) -> str:
     return " ".join(words)
 
 
-def warm_up(memory: BatchMemory, runner: Any, spec: ModelSpec, loaded: Any) -> None:
+def warm_up(memory: BatchMemory, runner: ModelRunner, spec: ModelSpec, loaded: LoadedModel) -> None:
     """Measure a few batch shapes of each plain-text task of the model just loaded (in the loader thread)."""
     if not memory.enabled:
         return
@@ -29,7 +33,7 @@ def warm_up(memory: BatchMemory, runner: Any, spec: ModelSpec, loaded: Any) -> N
             continue
         key = TaskKey(spec.name, task.name)
 
-        def run_shape(items: int, tokens: int, task: Any = task, key: TaskKey = key) -> None:
+        def run_shape(items: int, tokens: int, task: TaskSpec = task, key: TaskKey = key) -> None:
             text = _text(loaded, task.task, tokens)
             cost = loaded.count_tokens(text)
             params = dict(task.parameters)

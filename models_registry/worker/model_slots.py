@@ -15,17 +15,22 @@ from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from models_registry.core.model_state import ModelState
 from models_registry.core.task_key import TaskKey
+from models_registry.inference.backend import ModelRunner
 from models_registry.observe.load_stats import LoadStats
 from models_registry.registry.specs import ModelSpec
 from models_registry.worker import memory_warmup
 from models_registry.worker.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
+from models_registry.worker.delivery import Delivery
 from models_registry.worker.placement import Held, Limits, Wanted, load_choices, over_budget
 from models_registry.worker.replies import Replies
+
+if TYPE_CHECKING:
+    from models_registry.inference.loading import LoadedModel  # torch: not imported at run time
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +42,7 @@ class ModelSlot:
     spec: ModelSpec
     state: ModelState = ModelState.LOADING  # then READY or ERROR
     error: str = ""
-    loaded: Any = None  # inference.loading.LoadedModel once ready
+    loaded: LoadedModel | None = None  # once ready
     why: str = "start"  # what made this worker load it: start, keep_loaded, demand, hot, preload
     memory_bytes: int = 0  # resident bytes the load added (0 while loading)
     last_used: float = field(default_factory=time.time)
@@ -47,7 +52,7 @@ class ModelSlot:
 class ModelSlots:
     """Keeps the loaded models in line with the registry and the limits; a model loads while the others serve."""
 
-    def __init__(self, runner: Any, batcher: Batcher, replies: Replies, on_change: Callable[[], None],
+    def __init__(self, runner: ModelRunner, batcher: Batcher[Delivery], replies: Replies, on_change: Callable[[], None],
                  serve_models: list[str] | None = None, memory: BatchMemory | None = None,
                  limits: Limits | None = None) -> None:
         self.runner = runner
@@ -185,7 +190,7 @@ class ModelSlots:
         """Stop a load in progress (models die with the process)."""
         self._loader.shutdown(wait=False, cancel_futures=True)
 
-    def _load_measured(self, spec: ModelSpec) -> tuple[Any, int]:
+    def _load_measured(self, spec: ModelSpec) -> tuple[LoadedModel, int]:
         """Load (in the loader thread) and measure the resident bytes the model added, then warm up its batches."""
         with self.memory.lock:  # between batches: a batch's transient memory is not the model's
             before = self.memory.probe.resting()

@@ -12,10 +12,10 @@ from models_registry.broker import messages
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.batch_types import PendingRequest
 from models_registry.core.errors import HostingError, Internal, Unavailable
+from models_registry.worker.delivery import Delivery, Lease
 
 logger = logging.getLogger(__name__)
 
-Lease = tuple[str, bytes]  # (channel, message as the layer holds it in this worker's in-flight set)
 ERROR_REPLY_WINDOW_S = 10.0  # how long an error answer is retried when the request's deadline is unknown
 RETRY_FIRST_S, RETRY_MAX_S = 0.1, 1.0
 
@@ -34,7 +34,7 @@ class Replies:
         """Replies still being sent and leases still to release."""
         return len(self._tasks) + len(self._to_release)
 
-    def batch(self, requests: list[PendingRequest], started: float, compute_s: float) -> None:
+    def batch(self, requests: list[PendingRequest[Delivery]], started: float, compute_s: float) -> None:
         """Answer every request a batch finished."""
         self._spawn(self._reply_all(requests, started, compute_s))
 
@@ -47,12 +47,11 @@ class Replies:
         until = deadline if deadline is not None else time.time() + ERROR_REPLY_WINDOW_S
         self._spawn(self._send_then_release(reply, message, lease, until))
 
-    def fail(self, requests: list[PendingRequest], why: str) -> None:
+    def fail(self, requests: list[PendingRequest[Delivery]], why: str) -> None:
         """Answer queued requests that can no longer run (model unloaded, task removed) with 503."""
         for request in requests:
             request.done = True
-            self.error(request.id, request.context["reply"], Unavailable(why), request.context.get("lease"),
-                       request.deadline)
+            self.error(request.id, request.delivery.reply, Unavailable(why), request.delivery.lease, request.deadline)
 
     def release(self, lease: Lease | None) -> None:
         """Forget a leased message soon (answered or dropped); one round trip per burst."""
@@ -67,11 +66,11 @@ class Replies:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _reply_all(self, requests: list[PendingRequest], started: float, compute_s: float) -> None:
+    async def _reply_all(self, requests: list[PendingRequest[Delivery]], started: float, compute_s: float) -> None:
         """All of a batch's replies in one round trip."""
-        replies = [(r.context["reply"], self._result_message(r, started, compute_s)) for r in requests]
+        replies = [(r.delivery.reply, self._result_message(r, started, compute_s)) for r in requests]
         deadline = max(r.deadline for r in requests)
-        leases = [lease for lease in (r.context.get("lease") for r in requests) if lease is not None]
+        leases = [r.delivery.lease for r in requests if r.delivery.lease is not None]
 
         async def send_all() -> None:
             sent = await self.layer.send_replies(replies, self.worker_id, leases)
@@ -82,7 +81,7 @@ class Replies:
             for lease in leases:
                 self.release(lease)
 
-    def _result_message(self, request: PendingRequest, started: float, compute_s: float) -> dict[str, Any]:
+    def _result_message(self, request: PendingRequest[Delivery], started: float, compute_s: float) -> dict[str, Any]:
         queue_ms = max(0.0, ((request.started_at or started) - request.arrival) * 1000)
         batch_size = max(request.batch_sizes or [0])
         if request.error is not None:
@@ -94,7 +93,7 @@ class Replies:
         return messages.result_message(
             request_id=request.id, outputs=request.outputs, queue_ms=queue_ms,
             compute_ms=compute_s * 1000, batch_size=batch_size, worker=self.worker_id,
-            tokens=request.context.get("tokens", 0),
+            tokens=request.delivery.tokens,
         )
 
     async def _send_then_release(self, channel: str, message: dict[str, Any], lease: Lease | None,

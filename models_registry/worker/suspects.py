@@ -12,27 +12,29 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from models_registry.core.batch_types import Batch
+from models_registry.core.batch_types import Batch, Item
+from models_registry.worker.delivery import Delivery, Lease
 
 logger = logging.getLogger(__name__)
 
-RunPart = Callable[[Batch, list[Any]], Awaitable[list[Any]]]
+RunPart = Callable[[Batch[Delivery], list[Any]], Awaitable[list[Any]]]
 Mark = Callable[[str, bytes | None], Awaitable[None]]  # (channel, leased message or None)
 
 
-def _suspect(item: Any) -> bool:
-    context = item.request.context or {}
-    return bool(context.get("suspect")) and context.get("lease") is not None
+def _suspect_lease(item: Item[Delivery]) -> Lease | None:
+    """The lease of a redelivered item (the one to name as computing); None for the others."""
+    delivery = item.request.delivery
+    return delivery.lease if delivery.suspect else None
 
 
-async def run_isolating(batch: Batch, sinks: list[Any], run: RunPart, mark: Mark) -> list[Any]:
+async def run_isolating(batch: Batch[Delivery], sinks: list[Any], run: RunPart, mark: Mark) -> list[Any]:
     """Outputs for batch in item order: suspect items one at a time, each named first, then the rest together."""
-    suspects = [position for position, item in enumerate(batch.items) if _suspect(item)]
+    suspects = {position: lease for position, item in enumerate(batch.items)
+                if (lease := _suspect_lease(item)) is not None}
     if not suspects:
         return await run(batch, sinks)
     outputs: list[Any] = [None] * len(batch.items)
-    for position in suspects:
-        channel, member = batch.items[position].request.context["lease"]
+    for position, (channel, member) in suspects.items():
         try:
             await mark(channel, member)
         except Exception as error:  # broker away: nothing could be requeued either, compute anyway
@@ -42,7 +44,7 @@ async def run_isolating(batch: Batch, sinks: list[Any], run: RunPart, mark: Mark
             await mark(channel, None)
         except Exception:
             pass  # a stale name is harmless: that message is answered and released
-    rest = [position for position in range(len(batch.items)) if position not in set(suspects)]
+    rest = [position for position in range(len(batch.items)) if position not in suspects]
     if rest:
         part = Batch(batch.key, [batch.items[p] for p in rest], batch.reason)
         for position, output in zip(rest, await run(part, [sinks[p] for p in rest])):

@@ -18,7 +18,8 @@ from typing import Any
 
 from models_registry.broker import admission, messages
 from models_registry.broker.work_layer import WorkLayer
-from models_registry.worker.batcher import Batch
+from models_registry.core.batch_types import Batch
+from models_registry.worker.delivery import Delivery
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +66,15 @@ class TokenStreams:
         self._checked_at = 0.0
         self.source = uuid.uuid4().hex[:12]  # this worker, in every token message
 
-    def open(self, batch: Batch) -> list[StreamSink | None]:
+    def open(self, batch: Batch[Delivery]) -> list[StreamSink | None]:
         """A sink for each item of batch that streams (None for the others); call on the event loop."""
         self._loop = asyncio.get_running_loop()
         model, task = batch.key
         sinks: list[StreamSink | None] = []
         for item in batch.items:
             request = item.request
-            if request.context["parameters"].get("stream"):
-                sink = StreamSink(self, request.id, request.context["reply"], model, task)
+            if request.delivery.streams:
+                sink = StreamSink(self, request.id, request.delivery.reply, model, task)
                 self._open[request.id] = sink
                 sinks.append(sink)
             else:

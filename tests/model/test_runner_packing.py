@@ -14,7 +14,8 @@ from tests import model_factory
 
 torch = pytest.importorskip("torch")
 from models_registry.inference.model_runner import PipelineRunner  # noqa: E402
-from models_registry.inference.packed_forward import packed_position_offset  # noqa: E402
+from models_registry.inference.packed_forward import EagerEncoder, packed_position_offset  # noqa: E402
+from models_registry.inference.trace import TracedEncoder  # noqa: E402
 
 WORDS = "the model server packs short and long sentences into rows so no compute goes to padding".split()
 
@@ -104,8 +105,8 @@ def test_torchscript_encoder_gives_the_eager_vectors() -> None:
     spec = _spec(model_factory.minilm_path())
     traced_runner, eager_runner = PipelineRunner(torchscript=True), PipelineRunner(torchscript=False)
     traced, eager = traced_runner.load(spec), eager_runner.load(spec)
-    assert traced.packed_encoder.__qualname__.startswith("trace_packed_encoder")
-    assert eager.packed_encoder.__qualname__.startswith("eager_encoder")
+    assert isinstance(traced.packed_encoder, TracedEncoder)
+    assert isinstance(eager.packed_encoder, EagerEncoder)
     texts = _sentences()
     task = spec.tasks["embed"]
     got = _arrays(traced_runner.run(traced, task, texts, [{}] * len(texts)))

@@ -14,7 +14,7 @@ KEY = ("m", "t")
 
 def queue(batcher: Batcher, costs: list[int]) -> None:
     for n, cost in enumerate(costs):
-        batcher.submit(KEY, f"r{n}", [f"x{n}"], [cost], now=0.0, deadline=100.0)
+        batcher.submit(KEY, f"r{n}", [f"x{n}"], [cost], now=0.0, deadline=100.0, delivery=None)
 
 
 def test_memory_limit_closes_and_caps_batches() -> None:

@@ -20,7 +20,7 @@ def make(policy: BatchPolicy = BatchPolicy(max_batch_size=4, max_batch_delay_s=0
 
 def submit(batcher: Batcher, key: tuple[str, str], rid: str, n: int, now: float, costs: list[int] | None = None,
            deadline: float = 100.0):
-    return batcher.submit(key, rid, [f"{rid}-{i}" for i in range(n)], costs or [5] * n, now, deadline)
+    return batcher.submit(key, rid, [f"{rid}-{i}" for i in range(n)], costs or [5] * n, now, deadline, delivery=None)
 
 
 def test_deadline_is_counted_from_first_item_and_not_reset_by_later_arrivals() -> None:
@@ -71,8 +71,8 @@ def test_client_list_larger_than_a_batch_is_split_and_reassembled_in_order() -> 
 
 def test_outputs_return_to_their_own_request_when_sorted_by_length() -> None:
     batcher = make(BatchPolicy(max_batch_size=8, max_batch_delay_s=0.0))
-    r1 = batcher.submit(A, "r1", ["long", "short"], [50, 3], 0.0, 100.0)
-    r2 = batcher.submit(A, "r2", ["mid"], [20], 0.0, 100.0)
+    r1 = batcher.submit(A, "r1", ["long", "short"], [50, 3], 0.0, 100.0, delivery=None)
+    r2 = batcher.submit(A, "r2", ["mid"], [20], 0.0, 100.0, delivery=None)
     batch = batcher.next_batch(now=0.0, idle=True)
     assert [i.cost for i in batch.items] == [3, 20, 50]  # sorted: small padding
     done = batcher.complete(batch, [f"out:{i.payload}" for i in batch.items])
@@ -129,8 +129,8 @@ def test_a_failed_item_fails_only_its_request_and_drops_its_queued_items() -> No
 def test_token_budget_limits_padded_tokens_and_keeps_the_oldest() -> None:
     policy = BatchPolicy(max_batch_size=64, max_batch_tokens=100, max_batch_delay_s=0.0)
     batcher = make(policy)
-    batcher.submit(A, "first", ["x"], [40], 0.0, 100.0)
-    batcher.submit(A, "rest", [f"y{i}" for i in range(6)], [10, 37, 12, 43, 90, 39], 0.0, 100.0)
+    batcher.submit(A, "first", ["x"], [40], 0.0, 100.0, delivery=None)
+    batcher.submit(A, "rest", [f"y{i}" for i in range(6)], [10, 37, 12, 43, 90, 39], 0.0, 100.0, delivery=None)
     batch = batcher.next_batch(now=0.0, idle=True)
     assert batch.reason == "tokens"
     assert "first" in {i.request.id for i in batch.items}
@@ -140,7 +140,7 @@ def test_token_budget_limits_padded_tokens_and_keeps_the_oldest() -> None:
 
 def test_a_single_input_over_the_budget_still_runs_alone() -> None:
     batcher = make(BatchPolicy(max_batch_size=8, max_batch_tokens=16, max_batch_delay_s=0.0))
-    batcher.submit(A, "huge", ["x", "y"], [500, 4], 0.0, 100.0)
+    batcher.submit(A, "huge", ["x", "y"], [500, 4], 0.0, 100.0, delivery=None)
     first = batcher.next_batch(now=0.0, idle=True)
     assert [i.cost for i in first.items] == [500]
     second = batcher.next_batch(now=0.0, idle=True)

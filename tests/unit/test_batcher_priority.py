@@ -19,7 +19,7 @@ def make(aging_s: float = 1.0) -> Batcher:
 
 def submit(batcher: Batcher, key: tuple[str, str], rid: str, now: float, priority: str = "interactive",
            n: int = 1, cost: int = 5) -> None:
-    batcher.submit(key, rid, [f"{rid}-{i}" for i in range(n)], [cost] * n, now, 100.0, priority=priority)
+    batcher.submit(key, rid, [f"{rid}-{i}" for i in range(n)], [cost] * n, now, 100.0, delivery=None, priority=priority)
 
 
 def ids(batcher: Batcher, now: float) -> list[str]:
