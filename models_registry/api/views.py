@@ -17,12 +17,13 @@ from django.views.decorators.csrf import csrf_exempt
 from models_registry.api import answers, dimensions, media_requests, model_memory, payloads, readiness, tgi_stream
 from models_registry.api.errors import error_response
 from models_registry.broker import admission, handoff
+from models_registry.core import sources
 from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, Internal, MethodNotAllowed, NotFound, TooLarge, Unavailable
 from models_registry.core.model_state import ModelState, servable, shown_state
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth, gate, priority, response_cache
-from models_registry.registry import lookups, sources
+from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")

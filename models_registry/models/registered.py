@@ -6,10 +6,10 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from models_registry.core import sources
 from models_registry.core.errors import InvalidInput
 from models_registry.core.task_key import TaskKey
-from models_registry.registry import sources
-from models_registry.registry.task_inputs import SUPPORTED_TASKS, validate_parameters
+from models_registry.tasks.task_inputs import SUPPORTED_TASKS, validate_parameters
 
 # Tasks whose answer depends only on the model, the parameters and the input (no sampling).
 CACHEABLE_TASKS = ("feature-extraction", "fill-mask", "text-classification", "token-classification",
