@@ -18,6 +18,7 @@ import numpy as np
 from bench import ceiling, comparison, corpus, loadgen, ort_ceiling, tiny
 from bench.procstat import CpuMeter, wait_quiet
 from bench.report import aggregate, evaluate_targets, render
+from bench.stack_setup import stopped_on_failure
 from models_registry.worker import sizing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +78,7 @@ def start_stack(args: argparse.Namespace, source: str) -> tuple[Any, list[str], 
     from tests.stack import Stack
 
     stack = Stack.create({"HOSTING_TORCH_THREADS": str(args.torch_threads)})
-    try:
+    with stopped_on_failure(stack):
         stack.manage("register_model", MODEL, "--source", source, "--task", "feature-extraction",
                      "--pooling", "mean", "--normalize", "--max-batch-size", str(args.max_batch_size),
                      "--max-batch-delay-ms", str(args.max_batch_delay_ms), "--timeout", "60")
@@ -86,10 +87,6 @@ def start_stack(args: argparse.Namespace, source: str) -> tuple[Any, list[str], 
             stack.start_worker()
         urls = [stack.start_web(args.server) for _ in range(args.webs)]
         stack.wait_ready([MODEL])
-    except BaseException:
-        print(stack.logs(), file=sys.stderr)
-        stack.stop()
-        raise
     return stack, urls, token
 
 

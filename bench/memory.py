@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from typing import Any
 
 from bench import corpus
 from bench.policies import requests_for, run
 from bench.procstat import CpuMeter
+from bench.stack_setup import stopped_on_failure
 
 CASES = {"capped": "1", "uncapped": "0"}  # model name -> HOSTING_MEMORY_CAP of the worker serving it
 
@@ -40,7 +40,7 @@ def start_stack() -> tuple[Any, str, str]:
     from tests.stack import Stack
 
     stack = Stack.create({"HOSTING_TORCH_THREADS": "1"})
-    try:
+    with stopped_on_failure(stack):
         for name in CASES:
             stack.manage("register_model", name, "--source", str(minilm_path()), "--task", "feature-extraction",
                          "--pooling", "mean", "--normalize", "--max-batch-size", "32", "--timeout", "60")
@@ -49,10 +49,6 @@ def start_stack() -> tuple[Any, str, str]:
             stack.start_worker(env={"HOSTING_WORKER_MODELS": name, "HOSTING_MEMORY_CAP": cap})
         url = stack.start_web()
         stack.wait_ready(list(CASES))
-    except BaseException:
-        print(stack.logs(), file=sys.stderr)
-        stack.stop()
-        raise
     return stack, url, token
 
 

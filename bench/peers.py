@@ -106,6 +106,15 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def wait_until_healthy(url: str, process: subprocess.Popen[bytes], what: str, log: Path, poll_s: float = 1.0) -> None:
+    """Poll url's /health until it answers 200; RuntimeError when the process exits first or 240 s pass."""
+    deadline = time.time() + 240
+    while not _healthy(url):
+        if process.poll() is not None or time.time() > deadline:
+            raise RuntimeError(f"{what} did not start (see {log})")
+        time.sleep(poll_s)
+
+
 @contextmanager
 def running(bin_dir: Path, engine: str, port: int) -> Iterator[tuple[str, int]]:
     """An Infinity server for one engine on 127.0.0.1:port: (base URL, pid); stopped on exit."""
@@ -124,11 +133,7 @@ def _serve(bin_dir: Path, engine: str, port: int, log: Any) -> Iterator[tuple[st
         cwd=model, env=_env(), stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 240
-        while not _healthy(url):
-            if process.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"Infinity ({engine}) did not start (see {HOME / f'server-{engine}.log'})")
-            time.sleep(1)
+        wait_until_healthy(url, process, f"Infinity ({engine})", HOME / f"server-{engine}.log")
         yield url, process.pid
     finally:
         process.terminate()

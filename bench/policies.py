@@ -22,6 +22,7 @@ from typing import Any
 from bench import corpus, loadgen
 from bench.http_client import build_request
 from bench.procstat import CpuMeter
+from bench.stack_setup import stopped_on_failure
 from models_registry.worker import sizing
 
 MODEL = "all-minilm-l6-v2"
@@ -53,7 +54,7 @@ def start_stack(args: argparse.Namespace) -> tuple[Any, dict[str, str], dict[str
 
     layout = sizing.default_layout(sizing.available_cores(), workers=args.workers)
     stack = Stack.create({"HOSTING_TORCH_THREADS": str(layout.threads)})
-    try:
+    with stopped_on_failure(stack):
         for task_name, extra in ((MODEL, ()), (CACHED, ("--cache-ttl", "3600"))):
             stack.manage("register_model", MODEL, "--source", str(minilm_path()), "--task", "feature-extraction",
                          "--task-name", "feature-extraction" if task_name == MODEL else task_name, "--pooling",
@@ -69,10 +70,6 @@ def start_stack(args: argparse.Namespace) -> tuple[Any, dict[str, str], dict[str
         stack.env = env
         urls["on"] = stack.start_web()
         stack.wait_ready([MODEL])
-    except BaseException:
-        print(stack.logs(), file=sys.stderr)
-        stack.stop()
-        raise
     return stack, urls, tokens
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from bench import corpus, loadgen, profiling, tiny_peers
 from bench.comparison import _free_port
 from bench.procstat import CpuMeter
+from bench.stack_setup import stopped_on_failure
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "tiny-bert"
@@ -136,7 +137,7 @@ def _start_product(model_dir: Path, layout: Any, extra: dict[str, str], webs: in
     from tests.stack import Stack
 
     stack = Stack.create({"HOSTING_TORCH_THREADS": str(layout.threads), **extra})
-    try:
+    with stopped_on_failure(stack):
         stack.manage("register_model", MODEL, "--source", str(model_dir), "--task", "feature-extraction",
                      "--pooling", "mean", "--normalize", "--max-batch-size", "32", "--max-batch-delay-ms", "5",
                      "--timeout", "60", "--max-queue-size", "4096")
@@ -145,10 +146,6 @@ def _start_product(model_dir: Path, layout: Any, extra: dict[str, str], webs: in
             stack.start_worker()
         urls = [stack.start_web(processes=sizing.web_processes(sizing.available_cores(), webs))]
         stack.wait_ready([MODEL])
-    except BaseException:
-        print(stack.logs(), file=sys.stderr)
-        stack.stop()
-        raise
     return stack, urls, token
 
 

@@ -10,8 +10,6 @@ import os
 import subprocess
 import sys
 import sysconfig
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -92,14 +90,6 @@ def available(model_dir: Path, port_of: Any) -> tuple[list[Peer], dict[str, str]
     return found, skipped
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 @contextmanager
 def running(peer: Peer, log_dir: Path) -> Iterator[tuple[str, int]]:
     """The peer serving on loopback: (base URL, pid); stopped (its whole group) on exit."""
@@ -109,11 +99,7 @@ def running(peer: Peer, log_dir: Path) -> Iterator[tuple[str, int]]:
         process = subprocess.Popen(peer.command, cwd=peer.cwd, env=peer.env, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         try:
-            deadline = time.time() + 240
-            while not _healthy(url):
-                if process.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"{peer.name} did not start (see {log_dir / f'{peer.name}.log'})")
-                time.sleep(0.5)
+            peers.wait_until_healthy(url, process, peer.name, log_dir / f"{peer.name}.log", poll_s=0.5)
             yield url, process.pid
         finally:
             try:

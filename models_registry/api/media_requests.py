@@ -16,8 +16,8 @@ from models_registry.core.errors import InvalidInput
 from models_registry.media import envelope, fetch
 from models_registry.media.item import MediaItem
 from models_registry.observe import media_counts
-from models_registry.registry import task_inputs
 from models_registry.registry.specs import TaskSpec
+from models_registry.tasks import task_inputs
 
 _JSON_TYPES = ("application/json",)
 _RAW_TYPES = ("application/octet-stream", "")

@@ -28,8 +28,8 @@ from models_registry.core.errors import HostingError, InvalidInput, NotFound, To
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
 from models_registry.registry import lookups
-from models_registry.registry.shape_errors import keys, phrase
 from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.tasks.shape_errors import keys, phrase
 
 # Errors the SDK must not retry: a pipeline error repeats, and a timeout retried triples the wait.
 _NO_RETRY = {"internal", "timeout"}

@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document (GET /api/openapi.json), generated from the shapes the views validate with.
 
 Every body and answer is a pydantic shape (api.request_models, api.response_models,
-registry.task_parameters); this module only says which route takes and answers which
+tasks.task_parameters); this module only says which route takes and answers which
 (`operations`). Adding a route: its shapes in those modules, one `Operation` in
 `operations()`; its error statuses come from core.errors. Called with an API token, the
 document also describes each model the token may use at its own path
@@ -26,8 +26,8 @@ from models_registry.core.conf import conf
 from models_registry.core.errors import ERROR_CLASSES, Conflict, HostingError
 from models_registry.policy import auth
 from models_registry.registry import lookups
-from models_registry.registry.shape_errors import adapter
-from models_registry.registry.task_inputs import SUPPORTED_TASKS
+from models_registry.tasks.shape_errors import adapter
+from models_registry.tasks.task_inputs import SUPPORTED_TASKS
 
 JSON = "application/json"
 REF = "#/components/schemas/{model}"

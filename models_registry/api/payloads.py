@@ -12,7 +12,7 @@ import orjson
 
 from models_registry.api import request_models
 from models_registry.core.errors import InvalidInput, TooLarge
-from models_registry.registry import task_inputs
+from models_registry.tasks import task_inputs
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 VECTOR_TASKS = ("feature-extraction", "image-feature-extraction")  # outputs are [float32 bytes, shape]

@@ -22,9 +22,9 @@ from pydantic import Field, ValidationError, with_config
 from typing_extensions import TypedDict
 
 from models_registry.core.errors import HostingError, InvalidInput
-from models_registry.registry import task_inputs
-from models_registry.registry.shape_errors import Shape, adapter, phrase, unknown_keys
-from models_registry.registry.task_parameters import (
+from models_registry.tasks import task_inputs
+from models_registry.tasks.shape_errors import Shape, adapter, phrase, unknown_keys
+from models_registry.tasks.task_parameters import (
     MAX_DIMENSIONS,
     SHAPE_CONFIG,
     FeatureExtractionParameters,

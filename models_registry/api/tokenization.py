@@ -19,8 +19,8 @@ from typing import Any
 
 from tokenizers import Encoding, Tokenizer
 
+from models_registry.core import sources
 from models_registry.core.errors import NotFound, Unavailable
-from models_registry.registry import sources
 
 logger = logging.getLogger(__name__)
 

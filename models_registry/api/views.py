@@ -17,11 +17,12 @@ from models_registry.api.answer import to_django
 from models_registry.api.call import from_django
 from models_registry.api.errors import error_response
 from models_registry.broker import admission
+from models_registry.core import sources
 from models_registry.core.errors import HostingError, Internal, MethodNotAllowed, NotFound
 from models_registry.core.model_state import ModelState, shown_state
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
-from models_registry.registry import lookups, sources
+from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec
 
 logger = logging.getLogger("models_registry.requests")

@@ -12,7 +12,7 @@ from models_registry.core.errors import InvalidInput
 from models_registry.inference.compute_deadline import StopAtDeadline
 from models_registry.inference.seeding import seeded
 from models_registry.inference.task_common import ModelBundle, max_positions, per_input, to_plain
-from models_registry.registry.task_parameters import MAX_NEW_TOKENS
+from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
 DEFAULT_MAX_NEW_TOKENS = 100  # when neither the request nor the model's generation config sets a length (TGI's)
 SEQ2SEQ_OUTPUT_KEYS = {"summarization": "summary_text", "translation": "translation_text",

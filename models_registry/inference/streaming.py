@@ -21,7 +21,7 @@ from models_registry.inference.compute_deadline import StopAtDeadline
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS, _task_settings
 from models_registry.inference.seeding import seeded
 from models_registry.inference.task_common import ModelBundle, max_positions
-from models_registry.registry.task_inputs import MAX_NEW_TOKENS
+from models_registry.tasks.task_inputs import MAX_NEW_TOKENS
 
 SAMPLING = ("temperature", "top_k", "top_p", "typical_p", "repetition_penalty")
 TASKS = ("text-generation", "text2text-generation")

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from models_registry.broker import handoff
+from models_registry.core import sources
 from models_registry.core.errors import Unavailable
 from models_registry.core.model_state import ModelState, servable
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import priority
-from models_registry.registry import lookups, sources
+from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
 

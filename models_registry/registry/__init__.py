@@ -1,1 +1,1 @@
-"""Snapshots of the database for the hot paths and what each task accepts."""
+"""Snapshots of the database for the hot paths, worker heartbeats, and what a request costs."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models_registry.core.errors import InvalidInput
-from models_registry.registry.task_parameters import MAX_NEW_TOKENS
+from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
 GENERATION_TASKS = ("text-generation", "summarization", "translation", "text2text-generation")
 DEFAULT_MAX_NEW_TOKENS = 100  # as inference.generation: when neither the request nor the model sets a length

@@ -27,6 +27,7 @@ from models_registry.registry.specs import ModelSpec
 from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
+from models_registry.worker.delivery import Delivery, Lease
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
 from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget, computed_tokens
 from models_registry.worker.media_intake import MediaDecoder
@@ -34,7 +35,6 @@ from models_registry.worker.memory_budget import MemoryConfig, model_bytes, work
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.placement import Limits
 from models_registry.worker.placer import Placer
-from models_registry.worker.delivery import Delivery, Lease
 from models_registry.worker.replies import Replies
 
 logger = logging.getLogger(__name__)

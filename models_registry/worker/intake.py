@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from models_registry.core import sources
 from models_registry.core.errors import InvalidInput, TooLarge, Unavailable
 from models_registry.core.model_state import ModelState
 from models_registry.media.item import is_media
-from models_registry.registry import sources
 from models_registry.registry.compute_cost import is_plain_length, request_cost
 from models_registry.worker.model_slots import ModelSlot
 

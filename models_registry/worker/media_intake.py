@@ -13,7 +13,7 @@ from models_registry.core.conf import conf
 from models_registry.core.errors import InvalidInput
 from models_registry.media import pending
 from models_registry.media.item import MediaItem, is_media
-from models_registry.registry.task_inputs import TASK_KINDS
+from models_registry.tasks.task_inputs import TASK_KINDS
 
 
 class MediaDecoder:

@@ -1,4 +1,4 @@
-"""Fixtures of the Django tier: the test database, a registered model, tokens, heartbeats.
+"""Fixtures of the Django tier: the test database, a registered model, tokens, heartbeats, a stub worker, Redis.
 
 The async views reach the ORM from asgiref's executor thread, which has its own database
 connection: rows a test writes must be committed to be seen there, so API fixtures use
@@ -13,11 +13,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 from django.utils import timezone
 
+from models_registry.broker.handoff import InferenceResult
 from models_registry.models import ApiToken, ModelTask, RegisteredModel, WorkerHeartbeat
 from models_registry.policy import auth
 from models_registry.registry import lookups
+from tests.stack import RedisServer
+
+LABELS = [[{"label": "POSITIVE", "score": 0.875}, {"label": "NEGATIVE", "score": 0.125}]]
 
 
 @pytest.fixture(autouse=True)
@@ -122,3 +127,47 @@ def stub_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[dict[str
         return seen
 
     return install
+
+
+@pytest.fixture
+def calls(stub_worker: Callable[..., list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every hand-off to a (stub) worker, which answers a classification with 7 input tokens."""
+
+    def answer(kwargs: dict[str, Any]) -> InferenceResult:
+        return InferenceResult(outputs=LABELS * len(kwargs["inputs"]), queue_ms=1.0, compute_ms=2.0,
+                               batch_size=1, tokens=7)
+
+    return stub_worker(answer)
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private redis-server for the module asking for it (the Django tier has no broker of its own)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def layer_on_redis(redis_server: RedisServer, settings: Any) -> Callable[..., str]:
+    """layer_on_redis(**config): the channel layer on the module's private Redis, emptied first; its URL.
+
+    config joins the layer's CONFIG beside its hosts (batch_delay_s, for one).
+    """
+
+    def point(**config: Any) -> str:
+        redis.Redis.from_url(redis_server.url).flushdb()
+        settings.CHANNEL_LAYERS = {"default": {
+            "BACKEND": "models_registry.broker.layer.HostingChannelLayer",
+            "CONFIG": {"hosts": [{"address": redis_server.url, "socket_timeout": None}], **config},
+        }}
+        return redis_server.url
+
+    return point
+
+
+@pytest.fixture
+def broker(layer_on_redis: Callable[..., str], settings: Any) -> str:
+    """The channel layer and the admin's usage reads on the module's private Redis, emptied."""
+    settings.REDIS_URL = url = layer_on_redis(batch_delay_s=5.0)
+    return url

@@ -19,14 +19,20 @@ def scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
             "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 5555)}
 
 
-async def serve(path: str, headers: list[tuple[bytes, bytes]], chunks: int) -> tuple[int, dict[str, Any], int]:
-    """(status, JSON body, body chunks the handler asked for) for a body of chunks * CHUNK bytes."""
+async def serve(path: str, headers: list[tuple[bytes, bytes]], chunks: int,
+                client_waits: bool = False) -> tuple[int, dict[str, Any], int]:
+    """(status, JSON body, body chunks the handler asked for) for a body of chunks * CHUNK bytes.
+
+    client_waits: once the body is over, the client waits for its answer (a receive then never returns).
+    """
     read = 0
     sent: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
         nonlocal read
         read += 1
+        if client_waits and read > chunks:
+            await asyncio.Event().wait()
         return {"type": "http.request", "body": b"x" * CHUNK, "more_body": read < chunks}
 
     async def send(message: dict[str, Any]) -> None:
@@ -35,7 +41,7 @@ async def serve(path: str, headers: list[tuple[bytes, bytes]], chunks: int) -> t
     await ApiASGIHandler()(scope(path, [(b"host", b"127.0.0.1"), *headers]), receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], json.loads(body), read
+    return start["status"], json.loads(body), min(read, chunks) if client_waits else read
 
 
 @pytest.mark.parametrize("path", ["/models/any", "/v1/embeddings"])

@@ -29,6 +29,7 @@ from tests.django.test_batch_routes import (  # noqa: F401
     _records,
     _run_until,
     _upload,
+    _wait_status,
     file_storage,
 )
 
@@ -120,11 +121,7 @@ async def test_a_revoked_owner_token_stops_its_job(token: str, stub_worker: Any,
         while len(calls) < 8:
             await asyncio.sleep(0.01)
         await ApiToken.objects.filter(name="owner").aupdate(revoked=True)
-        for _ in range(200):
-            job = await BatchJob.objects.aget(public_id=batch_id)
-            if job.status == "cancelled":
-                break
-            await asyncio.sleep(0.05)
+        job = await _wait_status(batch_id, "cancelled", tries=200)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -166,22 +163,15 @@ async def test_a_rate_limited_owner_does_not_block_another_owners_job(
     driver = JobDriver("w1", caller)
     task = asyncio.ensure_future(driver.run())
     try:
-        for _ in range(200):
-            done = await BatchJob.objects.aget(public_id=second)
-            if done.status == "completed":
-                break
-            await asyncio.sleep(0.05)
+        done = await _wait_status(second, "completed", tries=200)
         limited = await BatchJob.objects.aget(public_id=first)
         # The other owner's job ended while the rate-limited one, older, was still waiting on its limit.
         assert done.status == "completed" and (done.completed, done.failed) == (40, 0)
         assert limited.status == "in_progress"
         # The limited owner backs off: one try per Retry-After, not a spin over its lines.
         assert sum(1 for limited, _ in caller.calls if limited) < 12
-        for _ in range(400):  # and its lines give up after their retries, into the error file
-            limited = await BatchJob.objects.aget(public_id=first)
-            if limited.status == "completed":
-                break
-            await asyncio.sleep(0.05)
+        # and its lines give up after their retries, into the error file
+        limited = await _wait_status(first, "completed")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -268,8 +268,9 @@ async def test_an_expired_job_closes_its_remaining_lines(token: str, settings: A
     assert sorted(r["custom_id"] for r in output + errors) == sorted(f"r{i}" for i in range(400))
 
 
-async def _wait_status(batch_id: str, status: str) -> BatchJob:
-    for _ in range(400):
+async def _wait_status(batch_id: str, status: str, tries: int = 400) -> BatchJob:
+    """The job once it has status, polled every 50 ms; AssertionError when it has not after tries polls."""
+    for _ in range(tries):
         job = await BatchJob.objects.aget(public_id=batch_id)
         if job.status == status:
             return job

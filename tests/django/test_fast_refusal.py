@@ -9,37 +9,23 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from hosting.api_handler import ApiASGIHandler
 from models_registry.broker import admission, queue_state
 from models_registry.models import RegisteredModel
-from tests.stack import RedisServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
 TASK = "feature-extraction"
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A private redis-server for this module (the Django tier has no broker of its own)."""
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def broker(redis_server: RedisServer, settings: Any) -> Iterator[str]:
+def broker(layer_on_redis: Callable[..., str]) -> Iterator[str]:
     """The channel layer on the private Redis, emptied; no queue marks from earlier tests."""
-    redis.Redis.from_url(redis_server.url).flushdb()
-    settings.CHANNEL_LAYERS = {"default": {
-        "BACKEND": "models_registry.broker.layer.HostingChannelLayer",
-        "CONFIG": {"hosts": [{"address": redis_server.url, "socket_timeout": None}]},
-    }}
+    url = layer_on_redis()
     queue_state.reset()
-    yield redis_server.url
+    yield url
     queue_state.reset()
 
 

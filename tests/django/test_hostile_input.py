@@ -13,9 +13,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import AsyncClient
 
+from models_registry.core import sources
 from models_registry.models import RegisteredModel
 from models_registry.policy import auth
-from models_registry.registry import sources
 from tests.django.test_api_views import bearer, db, error_of, post
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]

@@ -14,7 +14,6 @@ from django.test import AsyncClient
 from models_registry.broker.handoff import InferenceResult
 from models_registry.models import RegisteredModel
 from tests import model_factory
-from tests.django.test_policies import broker, redis_server  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
 

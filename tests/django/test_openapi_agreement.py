@@ -20,9 +20,9 @@ from models_registry.api.openai_routes import read_embedding_request
 from models_registry.api.payloads import read_request
 from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.registry import lookups
-from models_registry.registry.shape_errors import keys
-from models_registry.registry.task_inputs import SUPPORTED_TASKS, TASK_KINDS
-from models_registry.registry.task_parameters import MAX_DIMENSIONS
+from models_registry.tasks.shape_errors import keys
+from models_registry.tasks.task_inputs import SUPPORTED_TASKS, TASK_KINDS
+from models_registry.tasks.task_parameters import MAX_DIMENSIONS
 
 MAX_INPUTS = 4
 DEFAULTS = {"zero-shot-classification": {"candidate_labels": ["a", "b"]}}  # its one required parameter
@@ -232,7 +232,7 @@ def test_tei_bodies_agree(path: str, body: Any) -> None:
 
 async def test_answers_have_their_documented_shapes(per_model: Any) -> None:
     from models_registry.api import response_models as r
-    from models_registry.registry.shape_errors import adapter
+    from models_registry.tasks.shape_errors import adapter
 
     _, token = per_model
     client, auth_header = AsyncClient(), {"Authorization": f"Bearer {token}"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -27,43 +27,8 @@ from models_registry.core.errors import RateLimited, TooLarge, Unavailable
 from models_registry.models import ApiToken, ModelTask, RegisteredModel
 from models_registry.policy import dispatch, rate_limits
 from models_registry.registry import lookups
-from tests.stack import RedisServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
-
-LABELS = [[{"label": "POSITIVE", "score": 0.875}, {"label": "NEGATIVE", "score": 0.125}]]
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A private redis-server for this module (the Django tier has no broker of its own)."""
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def broker(redis_server: RedisServer, settings: Any) -> Iterator[str]:
-    """The channel layer and the admin's usage reads pointed at the private Redis, emptied."""
-    redis.Redis.from_url(redis_server.url).flushdb()
-    settings.REDIS_URL = redis_server.url
-    settings.CHANNEL_LAYERS = {"default": {
-        "BACKEND": "models_registry.broker.layer.HostingChannelLayer",
-        "CONFIG": {"hosts": [{"address": redis_server.url, "socket_timeout": None}], "batch_delay_s": 5.0},
-    }}
-    yield redis_server.url
-
-
-@pytest.fixture
-def calls(stub_worker: Callable[..., list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Every hand-off to a (stub) worker, which answers a classification with 7 input tokens."""
-
-    def answer(kwargs: dict[str, Any]) -> InferenceResult:
-        return InferenceResult(outputs=LABELS * len(kwargs["inputs"]), queue_ms=1.0, compute_ms=2.0,
-                               batch_size=1, tokens=7)
-
-    return stub_worker(answer)
-
 
 @pytest.fixture
 def cls(make_model: Callable[..., RegisteredModel]) -> RegisteredModel:

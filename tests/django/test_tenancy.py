@@ -13,10 +13,8 @@ from django.apps import apps as django_apps
 from django.core.management import call_command
 from django.test import AsyncClient
 
-from models_registry.broker.handoff import InferenceResult
 from models_registry.models import ApiToken, ModelTask, RegisteredModel
 from models_registry.registry import lookups
-from tests.django.test_policies import LABELS, broker, redis_server  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 
@@ -101,15 +99,6 @@ def test_adding_models_in_the_admin_limits_the_token(admin_client: Any) -> None:
 
 
 # --- the response cache --------------------------------------------------------------------
-
-
-@pytest.fixture
-def calls(stub_worker: Callable[..., list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    def answer(kwargs: dict[str, Any]) -> InferenceResult:
-        return InferenceResult(outputs=LABELS * len(kwargs["inputs"]), queue_ms=1.0, compute_ms=2.0,
-                               batch_size=1, tokens=7)
-
-    return stub_worker(answer)
 
 
 @pytest.mark.usefixtures("broker")

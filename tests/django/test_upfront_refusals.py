@@ -6,41 +6,17 @@ how much of it was asked for.
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 
-from hosting.api_handler import ApiASGIHandler
-from tests.django.test_api_handler_limits import CHUNK, scope
+from tests.django.test_api_handler_limits import CHUNK, serve
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 
 UPLOAD = 150 * 1024 * 1024  # the 150 MB upload of the issue, announced but never sent
-
-
-async def serve(path: str, headers: list[tuple[bytes, bytes]], chunks: int) -> tuple[int, dict[str, Any], int]:
-    """(status, JSON body, body chunks the handler asked for) for a body of chunks * CHUNK bytes."""
-    read = 0
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal read
-        read += 1
-        if read > chunks:  # the body is over: the client waits for its answer
-            await asyncio.Event().wait()
-        return {"type": "http.request", "body": b"x" * CHUNK, "more_body": read < chunks}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await ApiASGIHandler()(scope(path, [(b"host", b"127.0.0.1"), *headers]), receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], json.loads(body), min(read, chunks)
 
 
 @pytest.mark.parametrize("authorization", [None, b"Bearer hst_not-a-token", b"Basic abc"])
@@ -50,7 +26,7 @@ async def test_an_upload_without_a_valid_token_is_refused_before_its_body_is_rea
     headers = [(b"content-type", b"multipart/form-data; boundary=x"), (b"content-length", str(UPLOAD).encode())]
     if authorization:
         headers.append((b"authorization", authorization))
-    status, body, read = await serve("/v1/files", headers, chunks=UPLOAD // CHUNK)
+    status, body, read = await serve("/v1/files", headers, chunks=UPLOAD // CHUNK, client_waits=True)
     assert status == 401 and read == 0
     assert body["error"]["code"] == "unauthorized"  # OpenAI's error shape, as on the route itself
 
@@ -59,7 +35,7 @@ async def test_a_valid_token_still_uploads(make_token: Callable[..., str], setti
     token = await sync_to_async(make_token)("owner")
     headers = [(b"content-type", b"multipart/form-data; boundary=x"), (b"content-length", str(2 * CHUNK).encode()),
                (b"authorization", f"Bearer {token}".encode())]
-    status, body, read = await serve("/v1/files", headers, chunks=2)
+    status, body, read = await serve("/v1/files", headers, chunks=2, client_waits=True)
     assert status == 400 and read == 2  # read, parsed, and found to be no multipart body
     assert body["error"]["code"] == "invalid_input"
 
@@ -70,6 +46,6 @@ async def test_a_malformed_content_length_is_a_400(path: str, length: bytes, mak
     token = await sync_to_async(make_token)("owner")
     headers = [(b"content-length", length), (b"authorization", f"Bearer {token}".encode()),
                (b"content-type", b"multipart/form-data; boundary=x")]
-    status, body, read = await serve(path, headers, chunks=1)
+    status, body, read = await serve(path, headers, chunks=1, client_waits=True)
     assert status == 400 and read == 0
     assert "malformed Content-Length" in str(body) and "invalid_input" in str(body)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from models_registry.registry.sources import LOAD_FAILED
+from models_registry.core.sources import LOAD_FAILED
 from tests import model_factory
 from tests.integration.admin_session import AdminSession
 from tests.integration.common import MiniLMReference, post_many, sentences, wrong_answers

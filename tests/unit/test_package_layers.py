@@ -1,5 +1,5 @@
 """The app's packages import only downward: api -> jobs -> policy -> worker -> broker -> observe -> inference
--> registry -> media -> core (README, Architecture). An upward import is a cut in the wrong place."""
+-> registry -> models -> tasks -> media -> core (README, Architecture). An upward import is a cut in the wrong place."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 APP = Path(__file__).resolve().parents[2] / "models_registry"
-# Bottom first; a package may import its own modules and any package below it.
-LAYERS = ("core", "media", "registry", "inference", "observe", "broker", "worker", "policy", "jobs", "api")
+# Bottom first; a package may import its own modules and any package below it. models (Django's, a package
+# since it was split) sits below registry, whose snapshots read it, and above tasks, whose shapes validate it.
+LAYERS = ("core", "media", "tasks", "models", "registry", "inference", "observe", "broker", "worker", "policy", "jobs",
+          "api")
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from models_registry.api import payloads
 from models_registry.core.errors import InvalidInput, TooLarge
-from models_registry.registry.task_inputs import normalize_inputs, validate_parameters
+from models_registry.tasks.task_inputs import normalize_inputs, validate_parameters
 
 RANK = "text-ranking"
 

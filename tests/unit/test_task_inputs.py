@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from models_registry.core.errors import InvalidInput, TooLarge
-from models_registry.registry import task_inputs
-from models_registry.registry.task_inputs import normalize_inputs, validate_parameters
+from models_registry.tasks import task_inputs
+from models_registry.tasks.task_inputs import normalize_inputs, validate_parameters
 
 FE, FM, TC = "feature-extraction", "fill-mask", "text-classification"
 TOK, QA, ZS = "token-classification", "question-answering", "zero-shot-classification"

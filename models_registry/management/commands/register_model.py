@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from models_registry.models import ModelTask, RegisteredModel
-from models_registry.registry.task_inputs import SUPPORTED_TASKS
+from models_registry.tasks.task_inputs import SUPPORTED_TASKS
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 """The parameters each pipeline task takes, as typed shapes (pydantic TypedDicts, no torch).
 
 These shapes are the one definition of a task's parameters: the web validates requests
-with them (registry.task_inputs), the admin validates a task's defaults with them, and
+with them (tasks.task_inputs), the admin validates a task's defaults with them, and
 the OpenAPI document is generated from them (api.openapi). To add a parameter, add a key
 here with its type and bounds; a bound goes in `Field(...)` so that validation and the
 document agree. `Says` gives the phrase of the 400 message where the type alone cannot

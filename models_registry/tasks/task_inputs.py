@@ -2,7 +2,7 @@
 
 The view validates a request here before anything is queued, so a bad request is a 400
 in the web process and never reaches a worker. The shapes are pydantic TypedDicts
-(registry.task_parameters); the same shapes generate the OpenAPI document, so what the
+(tasks.task_parameters); the same shapes generate the OpenAPI document, so what the
 document allows is what this module accepts. A new task: its parameters shape in
 task_parameters, one TaskKind below.
 """
@@ -17,9 +17,9 @@ from pydantic import Field, ValidationError, with_config
 from typing_extensions import TypedDict
 
 from models_registry.core.errors import InvalidInput, TooLarge
-from models_registry.registry import task_parameters as p
-from models_registry.registry.shape_errors import Shape, adapter, explain_parameters, keys
-from models_registry.registry.task_parameters import MAX_CANDIDATE_LABELS, MAX_DIMENSIONS, MAX_NEW_TOKENS
+from models_registry.tasks import task_parameters as p
+from models_registry.tasks.shape_errors import Shape, adapter, explain_parameters, keys
+from models_registry.tasks.task_parameters import MAX_CANDIDATE_LABELS, MAX_DIMENSIONS, MAX_NEW_TOKENS
 
 __all__ = ["FEATURE_TOP_LEVEL_KEYS", "MAX_CANDIDATE_LABELS", "MAX_DIMENSIONS", "MAX_NEW_TOKENS", "SUPPORTED_TASKS",
            "TASK_KINDS", "TaskKind", "as_items", "check_required", "inputs_shape", "normalize_inputs",

@@ -1,0 +1,14 @@
+"""The app's database models (Django finds them through these imports): the registry, tokens, workers, batches."""
+
+from models_registry.models.batches import BatchChunk, BatchFile, BatchJob
+from models_registry.models.registered import (
+    CACHEABLE_TASKS,
+    DEFAULT_MAX_REQUEST_TOKENS,
+    ModelTask,
+    RegisteredModel,
+)
+from models_registry.models.tokens import ApiToken, hash_token
+from models_registry.models.workers import QuarantinedRequest, WorkerHeartbeat
+
+__all__ = ["CACHEABLE_TASKS", "DEFAULT_MAX_REQUEST_TOKENS", "ApiToken", "BatchChunk", "BatchFile", "BatchJob",
+           "ModelTask", "QuarantinedRequest", "RegisteredModel", "WorkerHeartbeat", "hash_token"]
