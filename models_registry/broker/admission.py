@@ -9,6 +9,7 @@ its requests still have a waiting client, and drops the others.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from models_registry.broker.lua import LuaScript
@@ -22,6 +23,15 @@ redis.call('EXPIRE', KEYS[1], 3600)
 return depth
 """
 _admit = LuaScript(_ADMIT)
+
+
+@dataclass(frozen=True)
+class Places:
+    """A request's places in its task's admission set: the set's key and members(request_id, count)."""
+
+    pending_key: str
+    request_id: str
+    count: int
 
 
 def pending_key(layer: Any, model: str, task: str) -> str:

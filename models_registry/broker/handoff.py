@@ -160,6 +160,7 @@ async def infer(
                 return True  # broker away: wait for it to return (or for the deadline)
 
         reply = await _await_reply(receiver, deadline, timeout_s, model, still_served, still_queued)
+        admitted = not reply.get("left")  # the worker gave the places back with its answer
     finally:
         layer.forget_reply(reply_channel)
         if admitted:

@@ -21,6 +21,7 @@ from channels_redis.core import RedisChannelLayer
 from redis.exceptions import NoScriptError
 
 from models_registry.broker import enqueue
+from models_registry.broker.admission import Places
 from models_registry.broker.leases import LeasedPulls
 from models_registry.broker.lua import LuaScript
 
@@ -40,13 +41,27 @@ end
 return 1
 """
 
+# KEYS: the reply channels (n), then the admission sets named by the replies. ARGV: now, expiry, n,
+# then per reply: message, capacity, admission set (its index after the n channels; 0: none),
+# request id, input count. The request's admission places go in the same script as its answer,
+# so a view never sees its places gone before its reply came (views.handoff skips its own leave).
 _SEND_REPLIES = """
-local now, expiry = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now, expiry, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local sent = 0
-for i = 1, #KEYS do
+for i = 1, n do
+  local at = 4 + 5 * (i - 1)
+  local pending = tonumber(ARGV[at + 2])
+  if pending > 0 then
+    local members = {}
+    for j = 0, tonumber(ARGV[at + 4]) - 1 do
+      members[#members + 1] = ARGV[at + 3] .. ':' .. j
+      if #members == 1000 then redis.call('ZREM', KEYS[n + pending], unpack(members)); members = {} end
+    end
+    if #members > 0 then redis.call('ZREM', KEYS[n + pending], unpack(members)) end
+  end
   redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, now - expiry)
-  if redis.call('ZCARD', KEYS[i]) < tonumber(ARGV[2 + 2 * i]) then
-    redis.call('ZADD', KEYS[i], now, ARGV[1 + 2 * i])
+  if redis.call('ZCARD', KEYS[i]) < tonumber(ARGV[at + 1]) then
+    redis.call('ZADD', KEYS[i], now, ARGV[at])
     redis.call('EXPIRE', KEYS[i], expiry)
     sent = sent + 1
   end
@@ -123,35 +138,47 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         return status, depth
 
     async def send_replies(self, replies: list[tuple[str, dict[str, Any]]], worker_id: str = "",
-                           leases: list[tuple[str, bytes]] = ()) -> int:  # type: ignore[assignment]
+                           leases: list[tuple[str, bytes]] = (),  # type: ignore[assignment]
+                           places: list[Places | None] | None = None) -> int:
         """Send many replies (process-specific channels) in one round trip per server; how many fit.
 
-        A worker answers a whole batch at once: one script instead of a send per request, and
-        the answered messages' leases (channel, member) of worker_id released in the same round trip.
+        A worker answers a whole batch at once: one script instead of a send per request, the
+        answered messages' leases (channel, member) of worker_id released in the same round trip,
+        and (places, one per reply) each request's admission places given back in the script that
+        sends its answer; such a reply says `left`, and its view gives nothing back itself.
         """
-        by_server: dict[int, tuple[list[str], list[Any]]] = {}
-        for channel, message in replies:
+        by_server: dict[int, tuple[list[str], list[Any], dict[str, int]]] = {}
+        for position, (channel, message) in enumerate(replies):
             assert "!" in channel, "send_replies takes process-specific reply channels only"
-            keys, args = by_server.setdefault(self._index(channel), ([], []))
+            index = self._index(channel)
+            keys, args, pending_keys = by_server.setdefault(index, ([], [], {}))
             keys.append(self._key(channel))
-            args += [self.serialize({**message, "__asgi_channel__": channel}), self.get_capacity(channel)]
+            place = places[position] if places else None
+            if place is not None and index == 0:  # the admission sets live on the first server
+                pending = pending_keys.setdefault(place.pending_key, len(pending_keys) + 1)
+                message = {**message, "left": 1}
+                leave = [pending, place.request_id, place.count]
+            else:
+                leave = [0, "", 0]
+            args.append([self.serialize({**message, "__asgi_channel__": channel}), self.get_capacity(channel), *leave])
         releases: dict[int, dict[str, list[bytes]]] = {}
         for channel, member in leases:
             releases.setdefault(self._index(channel), {}).setdefault(channel, []).append(member)
         sent = 0
         for index in set(by_server) | set(releases):
-            keys, args = by_server.get(index, ([], []))
+            keys, per_reply, pending_keys = by_server.get(index, ([], [], {}))
+            script_keys = keys + list(pending_keys)
+            script_args = [repr(time.time()), int(self.expiry), len(keys), *(a for reply in per_reply for a in reply)]
             conn = self.connection(index)
             async with conn.pipeline(transaction=False) as pipe:
                 if keys:  # the replies first: a lease goes only with (or after) its answer
-                    pipe.evalsha(self._send_replies_script.sha, len(keys), *keys, repr(time.time()),
-                                 int(self.expiry), *args)
+                    pipe.evalsha(self._send_replies_script.sha, len(script_keys), *script_keys, *script_args)
                 for channel, members in releases.get(index, {}).items():
                     pipe.zrem(self.inflight_key(channel, worker_id), *members)
                 try:
                     results = await pipe.execute()
                 except NoScriptError:  # a restarted Redis: the leases went; load the script with the replies
-                    results = [await self._send_replies_script(conn, keys, [repr(time.time()), int(self.expiry), *args])]
+                    results = [await self._send_replies_script(conn, script_keys, script_args)]
             sent += int(results[0]) if keys else 0
         return sent
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from models_registry.broker import messages
+from models_registry.broker import admission, messages
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.batch_types import PendingRequest
 from models_registry.core.errors import HostingError, Internal, Unavailable
@@ -71,9 +71,11 @@ class Replies:
         replies = [(r.delivery.reply, self._result_message(r, started, compute_s)) for r in requests]
         deadline = max(r.deadline for r in requests)
         leases = [r.delivery.lease for r in requests if r.delivery.lease is not None]
+        # Each request's admission places go with its answer: its view need not give them back.
+        places = [admission.Places(admission.pending_key(self.layer, *r.key), r.id, r.n_items) for r in requests]
 
         async def send_all() -> None:
-            sent = await self.layer.send_replies(replies, self.worker_id, leases)
+            sent = await self.layer.send_replies(replies, self.worker_id, leases, places)
             if sent < len(replies):
                 logger.warning("%d of %d replies did not fit their channels", len(replies) - sent, len(replies))
 

@@ -130,3 +130,52 @@ async def test_replies_release_their_leases_in_the_same_call(layer: HostingChann
                                     [(WORK, lease) for lease, _ in pulled])
     assert sent == 2 and await inflight(layer, WORK, "w1") == 0
     assert [r["id"] for r in await asyncio.wait_for(asyncio.gather(*futures), 2)] == ["0", "1"]
+
+
+async def test_replies_give_back_their_requests_admission_places(layer: HostingChannelLayer) -> None:
+    from models_registry.broker import admission
+
+    conn = layer.connection(0)
+    for request_id, count in (("a", 3), ("b", 1), ("other", 2)):
+        assert (await admission.admit(layer, "m", "t", request_id, count, time.time() + 60, 100))[0]
+    key = admission.pending_key(layer, "m", "t")
+    channels = [await layer.new_channel() for _ in range(3)]
+    futures = [layer.expect_reply(c) for c in channels]
+    places = [admission.Places(key, "a", 3), admission.Places(key, "b", 1), None]
+    sent = await layer.send_replies([(c, {"id": str(i)}) for i, c in enumerate(channels)], "w1", [], places)
+    replies = await asyncio.wait_for(asyncio.gather(*futures), 2)
+    assert sent == 3 and [r.get("left") for r in replies] == [1, 1, None]
+    assert sorted(await conn.zrange(key, 0, -1)) == [b"other:0", b"other:1"]  # only the answered requests' places
+
+
+async def test_a_view_gives_back_only_places_its_reply_did_not(layer: HostingChannelLayer,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hand-off leaves the admission set itself only when the worker's reply did not say `left`."""
+    from models_registry.broker import admission, handoff
+
+    left: list[str] = []
+
+    async def leave(layer: object, model: str, task: str, request_id: str, count: int) -> None:
+        left.append(request_id)
+
+    monkeypatch.setattr(handoff, "work_layer", lambda: layer)
+    monkeypatch.setattr(admission, "leave", leave)
+
+    async def worker(leaves: bool) -> None:
+        pulled: list = []
+        for _ in range(200):  # until the hand-off has sent it
+            pulled = await layer.pull("inference.m", "w1", 1)
+            if pulled:
+                break
+            await asyncio.sleep(0.01)
+        (_, request), = pulled
+        places = [admission.Places(admission.pending_key(layer, "m", "t"), request["id"], 1)] if leaves else None
+        await layer.send_replies([(request["reply"], {"id": request["id"], "outputs": [1]})], "w1", [], places)
+
+    for leaves in (True, False):
+        result, _ = await asyncio.gather(
+            handoff.infer(request_id="r", model="m", task="t", inputs=["x"], parameters={}, timeout_s=5,
+                          max_queue_size=10), worker(leaves))
+        assert result.outputs == [1]
+        await asyncio.sleep(0.05)  # the hand-off's own leave runs in the background
+        assert len(left) == (0 if leaves else 1)
