@@ -20,6 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from models_registry.broker import turn_pipeline
 from models_registry.broker.lua import LuaScript
 
 DONE, RATE_REFUSED, QUEUE_FULL, CHANNEL_FULL = 0, 1, 2, 3
@@ -151,7 +152,7 @@ async def run(conn: Any, plan: ChargePlan | None, admission: Admission | None = 
     if send is not None:
         keys += [send.channel_key, send.doorbell_key]
         args += [send.message, repr(send.score), send.expiry, send.capacity, repr(send.now)]
-    result = await _enqueue(conn, keys, args)
+    result = await turn_pipeline.shared.call(conn, _enqueue, keys, args)  # with this turn's other requests
     status, refused = int(result[0]), int(result[1])
     if plan is not None:
         plan.outcome = (status, refused, [int(v) for v in result[2:5]])

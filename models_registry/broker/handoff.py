@@ -199,5 +199,10 @@ async def _await_reply(
         # An entry also leaves the set at its deadline (any admit prunes expired ones): near
         # it, a missing entry means time is up, not that the broker lost the request.
         if not await still_queued() and not receiver.done() and time.time() < deadline - SERVED_CHECK_EVERY_S:
+            # A worker takes the entry away in the script that sends its answer, which may still be
+            # on its way to this process (the reply pump): lost only if it does not come in time.
+            done, _ = await asyncio.wait({receiver}, timeout=SERVED_CHECK_EVERY_S)
+            if done:
+                return receiver.result()
             raise Unavailable("the message broker lost this request (it restarted); retry",
                               headers={"Retry-After": "1"})
