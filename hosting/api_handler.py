@@ -183,24 +183,31 @@ class ApiASGIHandler(ASGIHandler):
 
     async def _until_disconnect(self, receive, work):  # type: ignore[no-untyped-def]
         """work's result, unless the client disconnects first: then work is cancelled (and so its
-        queued inference) and None is the result."""
-        tasks = [asyncio.create_task(self.listen_for_disconnect(receive)), asyncio.create_task(work)]
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-            else:
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-        if not tasks[1].cancelled() and tasks[1].exception() is None:
-            return tasks[1].result()
-        return None
+        queued inference) and None is the result. work runs in this task; only the watch is a task."""
+        current = asyncio.current_task()
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            try:
+                await self.listen_for_disconnect(receive)
+            except RequestAborted:
+                gone = True
+                current.cancel()  # type: ignore[union-attr]
+
+        watcher = asyncio.create_task(watch())
+        try:
+            result = await work
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            current.uncancel()  # type: ignore[union-attr]  # the client's going, not ours: the request just ends
+            return None
+        finally:
+            watcher.cancel()
+        if gone and current.cancelling():  # type: ignore[union-attr]  # work swallowed it (gone mid-send)
+            current.uncancel()  # type: ignore[union-attr]
+        return result
 
     async def _serve_route(self, scope, send, route, path, body: bytes) -> None:  # type: ignore[no-untyped-def]
         """An inference route served on the bytes of its body, its answer written straight to the connection."""
