@@ -10,6 +10,7 @@ depth, live workers) are read from the workers' heartbeats at scrape time.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -82,15 +83,31 @@ def token_label(name: str, token_id: int) -> str:
     return name
 
 
+# The metrics of a served request, per (model, task): labels() takes a lock and builds a key
+# on every call, five times per request, while the (model, task) pairs are the registered few.
+_served: dict[tuple[str, str], tuple[Any, Any, Any, Any, Any]] = {}
+
+
+def _served_metrics(model: str, task: str) -> tuple[Any, Any, Any, Any, Any]:
+    found = _served.get((model, task))
+    if found is None:
+        found = _served[(model, task)] = (
+            REQUESTS.labels(model, task, "200"), REQUEST_DURATION.labels(model, task),
+            QUEUE_DURATION.labels(model, task), COMPUTE_DURATION.labels(model, task), BATCH_SIZE.labels(model, task),
+        )
+    return found
+
+
 def observe_success(model: str, task: str, duration_s: float, queue_s: float, compute_s: float,
                     batch_size: int) -> None:
     """Record an answered request and what the worker reported about it."""
-    REQUESTS.labels(model, task, "200").inc()
-    REQUEST_DURATION.labels(model, task).observe(duration_s)
+    requests, duration, queue, compute, batch = _served_metrics(model, task)
+    requests.inc()
+    duration.observe(duration_s)
     if batch_size:  # 0: answered from the response cache, no worker involved
-        QUEUE_DURATION.labels(model, task).observe(queue_s)
-        COMPUTE_DURATION.labels(model, task).observe(compute_s)
-        BATCH_SIZE.labels(model, task).observe(batch_size)
+        queue.observe(queue_s)
+        compute.observe(compute_s)
+        batch.observe(batch_size)
     traffic_window.WINDOW.record_success(model, task, duration_s, queue_s, compute_s, batch_size)
 
 
