@@ -34,7 +34,7 @@ from django.urls import set_script_prefix, set_urlconf
 
 from models_registry.api import fast_refusal, inference_route, route_table, upfront
 from models_registry.api.answer import Answer
-from models_registry.api.call import from_scope, request_id_from
+from models_registry.api.call import from_scope, header, request_id_from
 from models_registry.api.errors import error_answer, error_response
 from models_registry.api.hosts import host_allowed
 from models_registry.core.errors import InvalidInput, TooLarge
@@ -69,13 +69,6 @@ def declared_length(scope: dict) -> int | None:  # type: ignore[type-arg]
                 return int(value)
             except ValueError:
                 return None
-    return None
-
-
-def _header(headers, name: bytes) -> str | None:  # type: ignore[no-untyped-def]
-    for key, value in headers:
-        if key == name:
-            return value.decode("latin-1")
     return None
 
 
@@ -211,9 +204,8 @@ class ApiASGIHandler(ASGIHandler):
 
     async def _serve_route(self, scope, send, route, path, body: bytes) -> None:  # type: ignore[no-untyped-def]
         """An inference route served on the bytes of its body, its answer written straight to the connection."""
-        headers = scope.get("headers", ())
-        request_id = request_id_from(_header(headers, b"x-request-id"))
-        if not host_allowed(_header(headers, b"host"), scope.get("server")):
+        request_id = request_id_from(header(scope, b"x-request-id"))
+        if not host_allowed(header(scope, b"host"), scope.get("server")):
             answer = error_answer(InvalidInput("this server does not answer for that Host header"), request_id)
         else:
             answer = await inference_route.serve(route, from_scope(scope, body, request_id), path)
@@ -223,9 +215,8 @@ class ApiASGIHandler(ASGIHandler):
         except asyncio.CancelledError:
             pass  # client went away during the send
 
-    async def read_limited_bytes(self, receive, limit: int) -> bytes:  # type: ignore[no-untyped-def]
-        """The whole body in memory (an inference body's limit is small), BodyTooLarge past limit bytes."""
-        chunks: list[bytes] = []
+    async def _limited_chunks(self, receive, limit: int):  # type: ignore[no-untyped-def]
+        """The body's chunks as they come; RequestAborted on a disconnect, BodyTooLarge past limit bytes."""
         size = 0
         while True:
             message = await receive()
@@ -235,28 +226,23 @@ class ApiASGIHandler(ASGIHandler):
             size += len(chunk)
             if size > limit:
                 raise BodyTooLarge(ended=not message.get("more_body", False))
-            chunks.append(chunk)
+            yield chunk
             if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                return
+
+    async def read_limited_bytes(self, receive, limit: int) -> bytes:  # type: ignore[no-untyped-def]
+        """The whole body in memory (an inference body's limit is small)."""
+        return b"".join([chunk async for chunk in self._limited_chunks(receive, limit)])
 
     async def read_limited_body(self, receive, limit: int):  # type: ignore[no-untyped-def]
-        """Django's read_body, raising BodyTooLarge as soon as more than limit bytes came."""
-        # Handed to the request, which closes it (as Django's read_body does).
+        """Django's read_body on _limited_chunks: a spooled file, handed to the request (which closes it)."""
         body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")  # noqa: SIM115
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                body_file.close()
-                raise RequestAborted()
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                body_file.close()
-                raise BodyTooLarge(ended=not message.get("more_body", False))
-            body_file.write(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            async for chunk in self._limited_chunks(receive, limit):
+                body_file.write(chunk)
+        except BaseException:
+            body_file.close()
+            raise
         body_file.seek(0)
         return body_file
 

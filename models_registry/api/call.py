@@ -36,6 +36,14 @@ class ApiCall:
     priority: str | None = None  # the X-Priority header
 
 
+def header(scope: dict[str, Any], name: bytes) -> str | None:
+    """The value of an ASGI scope's header name (lowercase bytes), or None."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
 def media_type(header: str) -> str:
     """The media type of a Content-Type header value (its parameters dropped)."""
     return header.split(";", 1)[0].strip()

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.http import HttpResponse
 
-from models_registry.api.call import request_id_from
+from models_registry.api.call import header, request_id_from
 from models_registry.api.errors import error_response
 from models_registry.broker import queue_state
 from models_registry.core.errors import HostingError, Overloaded
@@ -36,13 +36,6 @@ def _route(scope: dict[str, Any]) -> tuple[str, str | None] | None:
     return parts[2], parts[3] if len(parts) == 4 else None
 
 
-def _header(scope: dict[str, Any], name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
 async def refusal(scope: dict[str, Any]) -> HttpResponse | None:
     """The 503 answer when scope's task is known full, else None (serve it normally)."""
     if not queue_state.any_full():
@@ -61,10 +54,10 @@ async def refusal(scope: dict[str, Any]) -> HttpResponse | None:
     if mark is None:
         return None
     try:  # a stranger learns nothing of the queue: the normal path answers 401/403
-        await auth.authorize(_header(scope, b"authorization"), model)
+        await auth.authorize(header(scope, b"authorization"), model)
     except HostingError:
         return None
-    request_id = request_id_from(_header(scope, b"x-request-id"))
+    request_id = request_id_from(header(scope, b"x-request-id"))
     error = Overloaded(f"{model}/{task} has {mark.depth} items queued (limit {mark.limit}); "
                        f"retry in {mark.retry_after_s} s", headers={"Retry-After": str(mark.retry_after_s)})
     response = error_response(error, request_id)

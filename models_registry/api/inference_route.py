@@ -19,7 +19,7 @@ from models_registry.api import answers
 from models_registry.api.answer import Answer
 from models_registry.api.call import ApiCall
 from models_registry.broker.handoff import InferenceResult
-from models_registry.core.errors import Forbidden, HostingError, Internal, MethodNotAllowed
+from models_registry.core.errors import HostingError, Internal, MethodNotAllowed
 from models_registry.policy import auth, gate
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
@@ -77,8 +77,7 @@ async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> 
         raise MethodNotAllowed(f"{call.method} is not allowed here; use POST", headers={"Allow": "POST"})
     grant = await auth.authorize(call.authorization, None)
     name, wanted = route.read(call, path)
-    if grant is not None and not grant.allows(name):
-        raise Forbidden(f"this API token is not allowed to use model {name!r}")
+    auth.require_allowed(grant, name)
     spec, task = await route.resolve(wanted)
     try:
         work = await route.prepare(call, wanted, spec, task)

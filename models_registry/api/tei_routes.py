@@ -26,7 +26,6 @@ from models_registry.api.views import api_view
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.conf import conf
 from models_registry.core.errors import (
-    Forbidden,
     HostingError,
     Internal,
     InvalidInput,
@@ -212,8 +211,7 @@ async def tokenize(request: HttpRequest) -> HttpResponse:
     grant = await auth.authorize(call.authorization, None)
     wanted = read_tokenize_request(body_of(call), conf.MAX_INPUTS)
     spec, _ = await resolve(wanted.model)
-    if grant is not None and not grant.allows(spec.name):
-        raise Forbidden(f"this API token is not allowed to use model {spec.name!r}")
+    auth.require_allowed(grant, spec.name)
     try:
         if not spec.enabled:
             raise Unavailable(f"model {spec.name!r} is disabled")

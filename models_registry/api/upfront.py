@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 
-from models_registry.api.call import request_id_from
+from models_registry.api.call import header, request_id_from
 from models_registry.api.errors import error_response
 from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.policy import auth
@@ -18,20 +18,13 @@ from models_registry.policy import auth
 AUTH_FIRST = ("/v1/files",)  # routes with large bodies: the token is checked before the body is read
 
 
-def _header(scope: dict, name: bytes) -> str | None:  # type: ignore[type-arg]
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
 def is_chunked(scope: dict) -> bool:  # type: ignore[type-arg]
     """Whether the body comes in chunks of unannounced size (else Content-Length, or no body)."""
-    return "chunked" in (_header(scope, b"transfer-encoding") or "").lower()
+    return "chunked" in (header(scope, b"transfer-encoding") or "").lower()
 
 
 def _check_length(scope: dict) -> None:  # type: ignore[type-arg]
-    length = _header(scope, b"content-length")
+    length = header(scope, b"content-length")
     if length is not None and not length.strip().isdigit():
         raise InvalidInput(f"malformed Content-Length header {length[:40]!r}: send the body's size in bytes")
 
@@ -41,9 +34,9 @@ async def refusal(scope: dict) -> HttpResponse | None:  # type: ignore[type-arg]
     try:
         _check_length(scope)
         if scope["path"].startswith(AUTH_FIRST):
-            await auth.authorize(_header(scope, b"authorization"), None)
+            await auth.authorize(header(scope, b"authorization"), None)
     except HostingError as error:
-        request_id = request_id_from(_header(scope, b"x-request-id"))
+        request_id = request_id_from(header(scope, b"x-request-id"))
         if scope["path"].startswith("/v1/"):
             from models_registry.api.openai_routes import openai_error_response
 

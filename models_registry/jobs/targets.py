@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_registry.core.errors import Forbidden, InvalidInput
+from models_registry.core.errors import InvalidInput
 from models_registry.jobs.lines import EMBEDDINGS_URL, RouteCheck, model_of
+from models_registry.policy import auth
 from models_registry.policy.auth import TokenGrant
 from models_registry.registry.specs import ModelSpec
 
@@ -28,8 +29,7 @@ def route_check(specs: dict[str, ModelSpec], grant: TokenGrant | None) -> RouteC
         task = spec.tasks.get(task_name or spec.default_task)
         if task is None:
             raise InvalidInput(f"model {name!r} has no task {task_name!r}; its tasks: {', '.join(spec.tasks) or 'none'}")
-        if grant is not None and not grant.allows(name):
-            raise Forbidden(f"this API token is not allowed to use model {name!r}")
+        auth.require_allowed(grant, name)
         if url == EMBEDDINGS_URL and (task.task != "feature-extraction" or task.pooling == "none"):
             raise InvalidInput(f"{body.get('model')!r} is not an embedding model; GET /v1/models lists the embedding ids")
 

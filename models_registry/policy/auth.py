@@ -108,9 +108,15 @@ async def authorize(authorization: str | None, model: str | None) -> TokenGrant 
         grant = await _grant(hash_token(raw))
     if grant is None:
         raise Unauthorized("invalid, revoked or expired API token")
-    if model is not None and not grant.allows(model):
-        raise Forbidden(f"this API token is not allowed to use model {model!r}")
+    if model is not None:
+        require_allowed(grant, model)
     return grant
+
+
+def require_allowed(grant: TokenGrant | None, model: str) -> None:
+    """403 when the request's token may not use model (None: tokens are off)."""
+    if grant is not None and not grant.allows(model):
+        raise Forbidden(f"this API token is not allowed to use model {model!r}")
 
 
 async def _grant(digest: str) -> TokenGrant | None:
