@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 from models_registry.api import hf_route, openai_routes, tei_routes
 from models_registry.api.inference_route import InferenceRoute
+from models_registry.jobs.lines import MODEL_URL
 
-_MODEL_PATH = re.compile(r"^/models/([-a-zA-Z0-9_]+)(?:/([-a-zA-Z0-9_]+))?$")  # Django's <slug:...>
 _FIXED: dict[str, InferenceRoute] = {
     "/v1/embeddings": openai_routes.EMBEDDINGS,
     "/rerank": tei_routes.RERANK,
@@ -19,7 +17,7 @@ def match(path: str) -> tuple[InferenceRoute, dict[str, str]] | None:
     fixed = _FIXED.get(path)
     if fixed is not None:
         return fixed, {}
-    found = _MODEL_PATH.match(path)
+    found = MODEL_URL.match(path)
     if found is None:
         return None
     name, task = found.groups()
