@@ -19,7 +19,7 @@ from bench import ceiling, comparison, corpus, loadgen, ort_ceiling, tiny
 from bench.procstat import CpuMeter, wait_quiet
 from bench.report import aggregate, evaluate_targets, render
 from bench.stack_setup import stopped_on_failure
-from models_registry.worker import sizing
+from models_registry.capacity import sizing
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "all-minilm-l6-v2"

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [int(v) for v in args.lengths.split(",")]
     levels = [int(v) for v in args.levels.split(",")]
     sys.path.insert(0, str(ROOT))
-    from models_registry.worker import sizing
+    from models_registry.capacity import sizing
     from tests.model_factory import minilm_path
     from tests.stack import Stack, wait_until
 

@@ -20,7 +20,7 @@ import httpx
 
 from bench import corpus, loadgen
 from bench.__main__ import MODEL, model_path, start_stack
-from models_registry.worker import sizing
+from models_registry.capacity import sizing
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 0.9  # job lines/s >= this x the best interactive req/s

@@ -23,7 +23,7 @@ from bench import corpus, loadgen
 from bench.http_client import build_request
 from bench.procstat import CpuMeter
 from bench.stack_setup import stopped_on_failure
-from models_registry.worker import sizing
+from models_registry.capacity import sizing
 
 MODEL = "all-minilm-l6-v2"
 CACHED = "cached"

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run every measurement and print/write the tables."""
     args = parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from models_registry.worker import sizing
+    from models_registry.capacity import sizing
     from tests import model_factory
     from tests.stack import Stack
 

@@ -119,7 +119,7 @@ def start_product(args: argparse.Namespace, model_dir: Path, root: Path | None =
 
     root: another checkout of the product to start instead of this one (--baseline).
     """
-    from models_registry.worker import sizing
+    from models_registry.capacity import sizing
     from tests import stack as stack_module
 
     layout = sizing.default_layout(sizing.available_cores(), workers=args.workers)
@@ -133,7 +133,7 @@ def start_product(args: argparse.Namespace, model_dir: Path, root: Path | None =
 
 
 def _start_product(model_dir: Path, layout: Any, extra: dict[str, str], webs: int) -> tuple[Any, list[str], str]:
-    from models_registry.worker import sizing
+    from models_registry.capacity import sizing
     from tests.stack import Stack
 
     stack = Stack.create({"HOSTING_TORCH_THREADS": str(layout.threads), **extra})

@@ -168,7 +168,7 @@ HOSTING_MAX_BODY_BYTES = int(os.environ.get("HOSTING_MAX_BODY_BYTES", 1024 * 102
 HOSTING_DEVICE = os.environ.get("HOSTING_DEVICE", "cpu")
 HOSTING_TORCH_THREADS = int(os.environ["HOSTING_TORCH_THREADS"]) if os.environ.get("HOSTING_TORCH_THREADS") else None
 # Web server processes `manage.py serve` (make run) starts on its port; 0: one per core, at most 8
-# (models_registry.worker.sizing.web_processes). The image's entrypoint reads the same variable.
+# (models_registry.capacity.sizing.web_processes). The image's entrypoint reads the same variable.
 HOSTING_WEB_PROCESSES = int(os.environ.get("HOSTING_WEB_PROCESSES") or 0)
 # Embedding batches run as packed rows (no padding) where a load-time check shows equal outputs.
 HOSTING_SEQUENCE_PACKING = _flag("HOSTING_SEQUENCE_PACKING", True)

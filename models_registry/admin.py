@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import path
 from django.utils.html import format_html
 
-from models_registry.api import test_input_form
+from models_registry.api import sample_input_form
 from models_registry.api.sample_request import run_test_input
 from models_registry.core.model_state import ModelState, best_report
 from models_registry.models import ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
@@ -87,7 +87,7 @@ class RegisteredModelAdmin(PlacementColumns, admin.ModelAdmin):
 
     def test_input_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """Upload a file and run it through one of the model's tasks on a live worker."""
-        return test_input_form.view(self, request, pk, lambda name: _best_state(_live_states().get(name)))
+        return sample_input_form.view(self, request, pk, lambda name: _best_state(_live_states().get(name)))
 
     @admin.display(description="test input")
     def test_input(self, obj: RegisteredModel) -> str:

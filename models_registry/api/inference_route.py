@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from models_registry.api import answers
+from models_registry.api import request_record
 from models_registry.api.answer import Answer
 from models_registry.api.call import ApiCall
 from models_registry.broker.handoff import InferenceResult
@@ -89,7 +89,7 @@ async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> 
         )
         body = work.shape(served.result) if work.shape is not None else served.result.outputs
     except HostingError as error:
-        answers.failed(call.request_id, route.label, spec.name, task.name, error, started)
+        request_record.failed(call.request_id, route.label, spec.name, task.name, error, started)
         raise
-    return answers.served_answer(call.request_id, route.label, spec.name, task.name, body, served,
+    return request_record.served_answer(call.request_id, route.label, spec.name, task.name, body, served,
                                  work.counted_inputs, started)

@@ -17,7 +17,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from pydantic import ValidationError
 
-from models_registry.api import answers, inference_route, payloads, request_models, tokenization
+from models_registry.api import request_record, inference_route, payloads, request_models, tokenization
 from models_registry.api.answer import Answer, json_answer, to_django
 from models_registry.api.call import ApiCall, from_django
 from models_registry.api.errors import error_answer
@@ -229,7 +229,7 @@ async def tokenize(request: HttpRequest) -> HttpResponse:
             raise
         admitted.settle(sum(len(tokens) for tokens in result))
     except HostingError as error:
-        answers.failed(call.request_id, "tokenize", spec.name, TOKENIZE_TASK_LABEL, error, started)
+        request_record.failed(call.request_id, "tokenize", spec.name, TOKENIZE_TASK_LABEL, error, started)
         raise
     elapsed = time.perf_counter() - started
     metrics.observe_success(spec.name, TOKENIZE_TASK_LABEL, elapsed, 0.0, 0.0, 0)

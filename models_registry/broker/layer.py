@@ -22,7 +22,7 @@ from redis.exceptions import NoScriptError
 
 from models_registry.broker import enqueue
 from models_registry.broker.admission import Places
-from models_registry.broker.leases import LeasedPulls
+from models_registry.broker.message_leases import LeasedPulls
 from models_registry.broker.lua import LuaScript
 
 logger = logging.getLogger(__name__)

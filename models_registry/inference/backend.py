@@ -15,8 +15,6 @@ from models_registry.registry.specs import ModelSpec, TaskSpec
 if TYPE_CHECKING:
     import torch
 
-    from models_registry.inference.loading import LoadedModel
-
 
 @runtime_checkable
 class PackedEncoder(Protocol):
@@ -29,6 +27,24 @@ class PackedEncoder(Protocol):
         ...
 
 
+class LoadedHandle(Protocol):
+    """What the worker reads of a loaded model (inference.loading.LoadedModel is one): nothing concrete here."""
+
+    spec: ModelSpec
+    device: str
+    pipelines: dict[str, Any]
+    backend: dict[str, Any]  # what the heartbeat reports
+    media_costs: Any
+
+    def cost_counter(self) -> Any:
+        """The model's tokenizer and lengths, for what a request makes it compute."""
+        ...
+
+    def count_tokens(self, item: Any) -> int:
+        """Tokens an input becomes, capped at the model's length."""
+        ...
+
+
 @runtime_checkable
 class ModelRunner(Protocol):
     """Loads models and runs batches of one task; every call blocks (the worker calls it from its own threads).
@@ -38,11 +54,11 @@ class ModelRunner(Protocol):
 
     default_device: str  # where models go when their registry entry names no device
 
-    def load(self, spec: ModelSpec) -> LoadedModel:
+    def load(self, spec: ModelSpec) -> LoadedHandle:
         """Every pipeline the model's tasks use, warmed up (may raise)."""
         ...
 
-    def run(self, loaded: LoadedModel, task: TaskSpec, texts: Sequence[Any], parameters: Sequence[dict[str, Any]],
+    def run(self, loaded: LoadedHandle, task: TaskSpec, texts: Sequence[Any], parameters: Sequence[dict[str, Any]],
             sinks: Sequence[Any] | None = None) -> list[Any]:
         """One output (or core.batch_types.ItemFailure) per input, in input order; sinks: streamed generation."""
         ...

@@ -132,7 +132,7 @@ class PipelineRunner:
             if not contained(error):
                 raise
             if is_out_of_memory(error):
-                raise  # not this input's fault: the worker splits the batch (worker.batch_memory)
+                raise  # not this input's fault: the worker splits the batch (capacity.batch_memory)
             if len(texts) == 1:
                 logger.exception("pipeline %s/%s failed on one input", loaded.spec.name, task.name)
                 return [ItemFailure(Internal(f"the model failed on this input: {describe(error)}"))]

@@ -26,7 +26,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from models_registry.core.conf import conf
-from models_registry.jobs import files, leases, retention
+from models_registry.jobs import files, job_leases, retention
 from models_registry.jobs.chunks import Chunk, ChunkOutcome, ChunkReader, Progress, answer_record, failure_record
 from models_registry.jobs.fair_share import FairShare
 from models_registry.jobs.line_calls import LineAnswer, LineCalls
@@ -49,7 +49,7 @@ class LeaseLost(Exception):
     """Another driver holds the job now: drop everything not committed."""
 
 
-def _fits_window(job: leases.ClaimedJob, wait_s: float) -> bool:
+def _fits_window(job: job_leases.ClaimedJob, wait_s: float) -> bool:
     """Whether a retry wait_s from now still falls inside the job's completion window."""
     return job.expires_at is None or timezone.now() + timedelta(seconds=wait_s) < job.expires_at
 
@@ -85,7 +85,7 @@ class JobDriver:
         self.max_jobs = max(1, conf.BATCH_MAX_JOBS)
         self.max_retries = conf.BATCH_LINE_RETRIES
         self.lease_s = conf.BATCH_LEASE_S
-        self.jobs: dict[int, tuple[leases.ClaimedJob, asyncio.Task[None]]] = {}
+        self.jobs: dict[int, tuple[job_leases.ClaimedJob, asyncio.Task[None]]] = {}
         self._failures: dict[int, int] = {}
         self._ended = asyncio.Event()
 
@@ -99,7 +99,7 @@ class JobDriver:
                 if len(self.jobs) < self.max_jobs:
                     try:
                         busy = {held.owner_id for held, _ in self.jobs.values()}
-                        job = await _db(leases.claim)(self.owner, self.lease_s, busy)
+                        job = await _db(job_leases.claim)(self.owner, self.lease_s, busy)
                         backoff = 1.0
                     except Exception:
                         logger.exception("claiming a batch job failed; retrying in %.0f s", backoff)
@@ -120,13 +120,13 @@ class JobDriver:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _guarded(self, job: leases.ClaimedJob) -> None:
+    async def _guarded(self, job: job_leases.ClaimedJob) -> None:
         """Drive one job; a failure is logged, and the job is taken up again after a pause."""
         try:
             await self.drive(job)
             self._failures.pop(job.pk, None)
         except asyncio.CancelledError:  # a clean stop: another worker resumes the job at once
-            await _db(leases.release)(job.pk, self.owner)
+            await _db(job_leases.release)(job.pk, self.owner)
             raise
         except LeaseLost:
             logger.warning("lost the lease of batch %s; another worker resumes it", job.public_id)
@@ -139,13 +139,13 @@ class JobDriver:
             self.jobs.pop(job.pk, None)
             self._ended.set()
 
-    async def drive(self, job: leases.ClaimedJob) -> None:
+    async def drive(self, job: job_leases.ClaimedJob) -> None:
         """Run job from its committed progress to its end (or until stopped or taken)."""
         logger.info("driving batch %s from line %d", job.public_id, job.progress.next_line)
         if job.status == "validating":
-            await _db(leases.set_status)(job.pk, self.owner, ("validating",), "in_progress")
+            await _db(job_leases.set_status)(job.pk, self.owner, ("validating",), "in_progress")
         watch = _Watch(self, job)
-        if await _db(leases.renew)(job.pk, self.owner, self.lease_s) == "revoking":
+        if await _db(job_leases.renew)(job.pk, self.owner, self.lease_s) == "revoking":
             watch.status = "revoking"  # its owner was revoked while it waited: no line runs as a 401
         watcher = asyncio.ensure_future(watch.run())
         try:
@@ -153,13 +153,13 @@ class JobDriver:
             if watch.status in ("validating", "in_progress"):
                 progress = await self._run_lines(job, progress, watch)
             if watch.status in ("validating", "in_progress"):  # every line answered
-                if await _db(leases.set_status)(job.pk, self.owner, ("in_progress",), "finalizing"):
+                if await _db(job_leases.set_status)(job.pk, self.owner, ("in_progress",), "finalizing"):
                     watch.status = "finalizing"
                 else:
-                    watch.status = await _db(leases.renew)(job.pk, self.owner, self.lease_s) or "lost"
+                    watch.status = await _db(job_leases.renew)(job.pk, self.owner, self.lease_s) or "lost"
             code = None
             if watch.status == "revoking":
-                if not await _db(leases.stop_revoked)(job.pk, self.owner):
+                if not await _db(job_leases.stop_revoked)(job.pk, self.owner):
                     raise LeaseLost()
                 watch.status, code = "cancelling", "token_revoked"
             final = {"finalizing": "completed", "cancelling": "cancelled", "expiring": "expired"}.get(watch.status)
@@ -169,16 +169,16 @@ class JobDriver:
                 code = code or ("batch_cancelled" if final == "cancelled" else "batch_expired")
                 await self._close_remaining(job, progress, code)
             # Assembling a big output takes a while: not on the thread the heartbeats' queries use.
-            if await sync_to_async(fresh_connection(leases.finish), thread_sensitive=False)(job.pk, self.owner, final):
+            if await sync_to_async(fresh_connection(job_leases.finish), thread_sensitive=False)(job.pk, self.owner, final):
                 logger.info("batch %s %s", job.public_id, final)
         except FileNotFoundError as error:
             logger.error("batch %s: input file missing from storage (%s)", job.public_id, error)
-            await _db(leases.fail)(job.pk, self.owner, "input_file_missing",
+            await _db(job_leases.fail)(job.pk, self.owner, "input_file_missing",
                                    f"the input file {job.input_file.public_id} is no longer in the file storage")
         finally:
             watcher.cancel()
 
-    async def _run_lines(self, job: leases.ClaimedJob, progress: Progress, watch: _Watch) -> Progress:
+    async def _run_lines(self, job: job_leases.ClaimedJob, progress: Progress, watch: _Watch) -> Progress:
         """Run lines chunk by chunk, a few chunks ahead, committing in order; the progress reached."""
         handle = await asyncio.to_thread(files.open_file, job.input_file)
         try:
@@ -211,14 +211,14 @@ class JobDriver:
         finally:
             await asyncio.to_thread(handle.close)
 
-    async def _run_chunk(self, job: leases.ClaimedJob, chunk: Chunk, watch: _Watch) -> ChunkOutcome:
+    async def _run_chunk(self, job: job_leases.ClaimedJob, chunk: Chunk, watch: _Watch) -> ChunkOutcome:
         results = await asyncio.gather(*(self._run_line(job, line, watch) for line in chunk.lines))
         output = [record for ok, record in results if ok]
         errors = [record for ok, record in results if not ok]
         errors += [failure_record(None, "invalid_line", f"line {n}: {why}") for n, why in chunk.unreadable]
         return ChunkOutcome(output=output, errors=errors)
 
-    async def _run_line(self, job: leases.ClaimedJob, line: JobLine, watch: _Watch) -> tuple[bool, bytes]:
+    async def _run_line(self, job: job_leases.ClaimedJob, line: JobLine, watch: _Watch) -> tuple[bool, bytes]:
         timeouts, retries, backoff = 0, 0, 0.2
         lane = job.owner_id
         while True:
@@ -245,19 +245,19 @@ class JobDriver:
             # Overloaded, unavailable (worker or broker restarting): wait, then again.
             await asyncio.sleep(min(MAX_BACKOFF_S, wait) * random.uniform(0.8, 1.2))
 
-    async def _commit(self, job: leases.ClaimedJob, progress: Progress, chunk: Chunk,
+    async def _commit(self, job: job_leases.ClaimedJob, progress: Progress, chunk: Chunk,
                       outcome: ChunkOutcome) -> Progress:
         parts = (
             await asyncio.to_thread(files.write_part, job.public_id, chunk.index, "output", outcome.output),
             await asyncio.to_thread(files.write_part, job.public_id, chunk.index, "errors", outcome.errors),
         )
-        after = await _db(leases.commit_chunk)(job.pk, self.owner, progress, chunk, outcome, parts)
+        after = await _db(job_leases.commit_chunk)(job.pk, self.owner, progress, chunk, outcome, parts)
         if after is None:
             await asyncio.to_thread(files.delete_quietly, parts)
             raise LeaseLost()
         return after
 
-    async def _close_remaining(self, job: leases.ClaimedJob, progress: Progress, code: str) -> None:
+    async def _close_remaining(self, job: job_leases.ClaimedJob, progress: Progress, code: str) -> None:
         """Put every line not yet committed in the error file with code (no inference)."""
         message = "the batch was cancelled before this request ran" if code == "batch_cancelled" else \
             "the batch expired before this request ran"
@@ -275,7 +275,7 @@ class JobDriver:
 class _Watch:
     """Renews the lease and follows the job's status (cancel, expiry) while it runs."""
 
-    def __init__(self, driver: JobDriver, job: leases.ClaimedJob) -> None:
+    def __init__(self, driver: JobDriver, job: job_leases.ClaimedJob) -> None:
         self.driver = driver
         self.job = job
         self.status = "in_progress" if job.status == "validating" else job.status
@@ -285,7 +285,7 @@ class _Watch:
         while True:
             await asyncio.sleep(STATUS_EVERY_S)
             try:
-                status = await _db(leases.renew)(self.job.pk, self.driver.owner, self.driver.lease_s)
+                status = await _db(job_leases.renew)(self.job.pk, self.driver.owner, self.driver.lease_s)
             except Exception as error:  # the database is away: keep running, try again
                 logger.warning("could not renew a batch lease: %s", error)
                 continue

@@ -31,7 +31,7 @@ from models_registry.core.batch_types import (
 
 BATCH = "batch"  # the priority class served behind the others (see policy.priority)
 BULK_SHARE = 4  # batch-only batches hold max_batch_size // BULK_SHARE items while interactive traffic is about
-# (key, items, longest input's tokens) -> whether such a batch fits in memory (worker.batch_memory)
+# (key, items, longest input's tokens) -> whether such a batch fits in memory (capacity.batch_memory)
 MemoryLimit = Callable[[Key, int, int], bool]
 
 

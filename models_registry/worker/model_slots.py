@@ -1,6 +1,6 @@
 """The models one worker holds: loading them in a thread of their own, measuring, evicting, task policies.
 
-Which model to load next is decided by worker.placement (pure); worker.placer feeds it
+Which model to load next is decided by capacity.placement_plan (pure); worker.placer feeds it
 what the fleet looks like (backlogs, other holders). Here: the slots themselves, a load
 with its memory measured and its batch shapes warmed up, and an unload.
 """
@@ -22,11 +22,11 @@ from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
 from models_registry.observe.load_stats import LoadStats
 from models_registry.registry.specs import ModelSpec
-from models_registry.worker import memory_warmup
-from models_registry.worker.batch_memory import BatchMemory
+from models_registry.capacity import memory_warmup
+from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery
-from models_registry.worker.placement import Held, Limits, Wanted, load_choices, over_budget
+from models_registry.capacity.placement_plan import Held, Limits, Wanted, load_choices, over_budget
 from models_registry.worker.replies import Replies
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from models_registry.registry import heartbeats
 from models_registry.registry.specs import read_specs
 from models_registry.worker import quarantine
 from models_registry.worker.engine import InferenceEngine
-from models_registry.worker.memory_budget import MemoryConfig
+from models_registry.capacity.memory_budget import MemoryConfig
 
 logger = logging.getLogger(__name__)
 

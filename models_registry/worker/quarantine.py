@@ -1,7 +1,7 @@
 """Poison messages: a request in flight at two worker deaths is answered 500, recorded, and never computed again.
 
 The broker's requeue script counts the deaths each leased message lived through and puts
-a message at its second on the poison list (broker.leases); a live worker takes it from
+a message at its second on the poison list (broker.message_leases); a live worker takes it from
 there, answers its client, and records it for the admin and `hosting_poison_requests_total`.
 """
 

@@ -1,7 +1,7 @@
 """Requests redelivered after a worker death are computed alone, each named in Redis first.
 
 A message that was in flight when a worker died may be what killed it. Its next worker
-runs it in a batch of its own after naming it as computing (broker.leases): if that
+runs it in a batch of its own after naming it as computing (broker.message_leases): if that
 worker dies too, the requeue quarantines that message alone as poison, never the
 requests that happened to be leased or batched beside it.
 """

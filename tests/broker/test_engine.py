@@ -17,7 +17,7 @@ from models_registry.registry.compute_cost import TokenCounter
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.worker.batch_loop import ABANDON_CHECK_AFTER_S
 from models_registry.worker.engine import InferenceEngine
-from models_registry.worker.memory_budget import MemoryConfig
+from models_registry.capacity.memory_budget import MemoryConfig
 
 CHANNEL = messages.model_channel("m")
 

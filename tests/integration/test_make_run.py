@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from models_registry.worker import sizing
+from models_registry.capacity import sizing
 from tests.stack import ROOT, Stack, free_port, http_json, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

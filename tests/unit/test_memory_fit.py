@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models_registry.worker.memory_fit import MIN_SAMPLES, MemoryFit, nonnegative_lstsq
+from models_registry.capacity.memory_fit import MIN_SAMPLES, MemoryFit, nonnegative_lstsq
 
 
 def peak(items: int, longest: int) -> float:

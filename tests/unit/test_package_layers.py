@@ -1,5 +1,6 @@
-"""The app's packages import only downward: api -> jobs -> policy -> worker -> broker -> observe -> inference
--> registry -> models -> tasks -> media -> core (README, Architecture). An upward import is a cut in the wrong place."""
+"""The app's packages import only downward: api -> jobs -> policy -> worker -> broker -> observe -> capacity
+-> inference -> registry -> models -> tasks -> media -> core (docs/architecture.md). An upward import is a cut in the
+wrong place. Only inference/ imports the model libraries, and no module imports relatively (so no import hides)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import pytest
 APP = Path(__file__).resolve().parents[2] / "models_registry"
 # Bottom first; a package may import its own modules and any package below it. models (Django's, a package
 # since it was split) sits below registry, whose snapshots read it, and above tasks, whose shapes validate it.
-LAYERS = ("core", "media", "tasks", "models", "registry", "inference", "observe", "broker", "worker", "policy", "jobs",
-          "api")
+LAYERS = ("core", "media", "tasks", "models", "registry", "inference", "capacity", "observe", "broker", "worker",
+          "policy", "jobs", "api")
+# The libraries that load or run models: heavy to import and device-bound, so they stay behind inference/.
+MODEL_LIBRARIES = ("torch", "transformers", "onnxruntime", "onnx", "optimum", "accelerate")
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 
 
@@ -61,6 +64,53 @@ def test_core_imports_no_django_http(tmp_path: Path) -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
                 assert not node.module.startswith(("django.http", "models_registry.")), f"{path.name}: {node.module}"
+
+
+def model_library_imports(path: Path) -> list[str]:
+    """Every import of a model library in path, lazy ones included, as 'module:line'."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        found += [f"{name}:{node.lineno}" for name in names if name.split(".")[0] in MODEL_LIBRARIES]
+    return found
+
+
+def test_only_inference_imports_model_libraries() -> None:
+    """torch, transformers and ONNX Runtime are imported in inference/ alone (TYPE_CHECKING imports included)."""
+    roots = [APP, APP.parent / "hosting"]
+    wrong = [f"{path.relative_to(APP.parent)} imports {hit}"
+             for root in roots for path in sorted(root.rglob("*.py"))
+             if "inference" not in path.relative_to(APP.parent).parts[:2] and "migrations" not in path.parts
+             for hit in model_library_imports(path)]
+    assert wrong == []
+
+
+def test_no_relative_imports() -> None:
+    """A relative import would slip past the layer check; the app spells every import out."""
+    wrong = [f"{path.relative_to(APP.parent)}:{node.lineno}"
+             for path in sorted(APP.rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.ImportFrom) and node.level > 0]
+    assert wrong == []
+
+
+def test_the_protocol_module_depends_on_nothing_concrete() -> None:
+    """inference/backend.py declares the contracts: it imports no other inference module, not even for types."""
+    path = APP / "inference" / "backend.py"
+    inference_imports = [line for package, line in imported_packages(path) if package == "inference"]
+    assert inference_imports == []
+
+
+def test_the_checks_see_model_libraries_and_relative_imports(tmp_path: Path) -> None:
+    """The rules can fail: a lazy torch import and a relative import are both found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    import torch.cuda\n    from . import sibling\n")
+    assert model_library_imports(bad) == ["torch.cuda:2"]
+    assert any(isinstance(n, ast.ImportFrom) and n.level == 1 for n in ast.walk(ast.parse(bad.read_text())))
 
 
 def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:

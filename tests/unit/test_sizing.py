@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models_registry.worker.sizing import MAX_AUTO_WEBS, WorkerLayout, available_cores, default_layout, web_processes
+from models_registry.capacity.sizing import MAX_AUTO_WEBS, WorkerLayout, available_cores, default_layout, web_processes
 
 
 def test_small_cpu_machines_get_one_single_threaded_worker_per_core() -> None:

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from hosting.process_tie import die_with_this_process
 from models_registry.core.conf import conf
-from models_registry.worker import sizing
+from models_registry.capacity import sizing
 
 DEMO_MODEL = "all-minilm-l6-v2"
 RESTART_BACKOFF_S = 2.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models_registry.worker import sizing
-from models_registry.worker.peak_memory import device_total_bytes
+from models_registry.capacity import sizing
+from models_registry.capacity.peak_memory import device_total_bytes
 
 CPU_SHARE = 0.8  # of the machine's (or cgroup's) memory, shared by the workers `make run` starts there
 GPU_SHARE = 0.9  # of the GPU's memory (one worker per accelerator)

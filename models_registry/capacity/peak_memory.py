@@ -8,6 +8,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from models_registry.inference import device_memory
+
 logger = logging.getLogger(__name__)
 
 _STATUS = Path("/proc/self/status")
@@ -82,11 +84,7 @@ class PeakProbe:
     def start(self) -> int:
         """Reset the peak counter; the resting bytes (the models and the runtime) it measures from."""
         if self.cuda:
-            import torch
-
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self.baseline = int(torch.cuda.memory_allocated(self.device))
+            self.baseline = device_memory.reset_peak(self.device)
             return self.baseline
         _trim()
         _mmap_threshold(MEASURED_MMAP_THRESHOLD)
@@ -100,10 +98,7 @@ class PeakProbe:
     def peak(self) -> int:
         """Bytes over the baseline at the peak since start()."""
         if self.cuda:
-            import torch
-
-            torch.cuda.synchronize(self.device)
-            return max(0, int(torch.cuda.max_memory_allocated(self.device)) - self.baseline)
+            return max(0, device_memory.peak_allocated(self.device) - self.baseline)
         peak = _status_bytes("VmHWM").get("VmHWM", 0)
         _mmap_threshold(SERVING_MMAP_THRESHOLD)
         return max(0, peak - self.baseline)
@@ -111,27 +106,21 @@ class PeakProbe:
     def resting(self) -> int:
         """Bytes in use between batches (after giving freed pages back)."""
         if self.cuda:
-            import torch
-
-            return int(torch.cuda.memory_allocated(self.device))
+            return device_memory.allocated(self.device)
         _trim()
         return resident_bytes()
 
     def release_cache(self) -> None:
         """After an out-of-memory error or an unload: hand cached blocks back."""
         if self.cuda:
-            import torch
-
-            torch.cuda.empty_cache()
+            device_memory.release_cache()
         _trim()
 
 
 def device_total_bytes(device: str) -> int:
     """What the device holds in all: the GPU's memory, or on CPU the machine's or cgroup's limit (lower)."""
     if device.startswith("cuda"):
-        import torch
-
-        return int(torch.cuda.mem_get_info(device)[1])
+        return device_memory.total_bytes(device)
     limits = []
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
