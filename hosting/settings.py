@@ -204,8 +204,8 @@ HOSTING_MAX_CONNECTIONS = int(os.environ.get("HOSTING_MAX_CONNECTIONS", "1000"))
 HOSTING_WORKER_MEMORY_BYTES = _bytes("HOSTING_WORKER_MEMORY_BYTES")
 HOSTING_MAX_LOADED_MODELS = int(os.environ.get("HOSTING_MAX_LOADED_MODELS") or 0)
 HOSTING_MEMORY_CAP = _flag("HOSTING_MEMORY_CAP", True)
-# Tests only: the runner fails like an exhausted allocator on batches over this many padded tokens (0 = never).
-HOSTING_TEST_OOM_ABOVE_TOKENS = int(os.environ.get("HOSTING_TEST_OOM_ABOVE_TOKENS") or 0)
+# The class a worker runs models with (dotted path; called as PipelineRunner is): wrap it to trace or test.
+HOSTING_MODEL_RUNNER = os.environ.get("HOSTING_MODEL_RUNNER") or "models_registry.inference.model_runner.PipelineRunner"
 # Media tasks (README "Media"): a declared size over these is a 413 read from the file's header.
 HOSTING_MAX_IMAGE_PIXELS = int(os.environ.get("HOSTING_MAX_IMAGE_PIXELS", 40_000_000))
 HOSTING_MAX_AUDIO_SECONDS = float(os.environ.get("HOSTING_MAX_AUDIO_SECONDS", "60"))

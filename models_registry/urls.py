@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from models_registry.api import batch_routes, openai_routes, openapi, tei_routes, views
+from models_registry.api import batch_routes, openai_routes, openapi, tei_routes, tokenize_route, views
 
 urlpatterns = [
     path("models", views.model_list, name="model-list"),
@@ -16,7 +16,7 @@ urlpatterns = [
     path("v1/batches", batch_routes.batch_collection, name="openai-batches"),
     path("v1/batches/<str:batch_id>", batch_routes.batch_detail, name="openai-batch"),
     path("v1/batches/<str:batch_id>/cancel", batch_routes.batch_cancel, name="openai-batch-cancel"),
-    path("tokenize", tei_routes.tokenize, name="tei-tokenize"),
+    path("tokenize", tokenize_route.tokenize, name="tei-tokenize"),
     path("rerank", tei_routes.rerank, name="tei-rerank"),
     path("health", views.health, name="health"),
     path("ready", views.ready, name="ready"),

@@ -34,6 +34,8 @@ class ApiCall:
     content_type: str  # the media type, without its parameters
     authorization: str | None = None
     priority: str | None = None  # the X-Priority header
+    # A batch-job line acts as its job's owner: that token record's id (never set from HTTP).
+    acting_token_id: int | None = None
 
 
 def header(scope: dict[str, Any], name: bytes) -> str | None:

@@ -13,7 +13,6 @@ from models_registry.api import inference_route, route_table
 from models_registry.api.call import ApiCall
 from models_registry.jobs.line_calls import LineAnswer
 from models_registry.jobs.lines import JobLine
-from models_registry.policy import auth
 
 BATCH_PRIORITY = "batch"
 # A streamed answer has no place in a JSONL output, and a stream opened here would never be
@@ -39,12 +38,8 @@ class LineCaller:
             return LineAnswer(404, NOT_SERVED)
         route, path = matched
         call = ApiCall(request_id, "POST", line.url, orjson.dumps(line.body), "application/json",
-                       priority=BATCH_PRIORITY)
-        acting = auth.acting_token_id.set(owner_id)
-        try:
-            answer = await inference_route.serve(route, call, path)
-        finally:
-            auth.acting_token_id.reset(acting)
+                       priority=BATCH_PRIORITY, acting_token_id=owner_id)
+        answer = await inference_route.serve(route, call, path)
         retry = answer.headers.get("Retry-After")
         return LineAnswer(answer.status, answer.body,
                           float(retry) if retry and retry.replace(".", "", 1).isdigit() else None)

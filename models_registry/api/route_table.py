@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from models_registry.api import hf_route, openai_routes, tei_routes
+from models_registry.api import hf_route, openai_routes, tei_routes, tokenize_route
 from models_registry.api.inference_route import InferenceRoute
 from models_registry.jobs.lines import MODEL_URL
 
 _FIXED: dict[str, InferenceRoute] = {
     "/v1/embeddings": openai_routes.EMBEDDINGS,
     "/rerank": tei_routes.RERANK,
+    "/tokenize": tokenize_route.TOKENIZE,
 }
 
 

@@ -1,4 +1,4 @@
-"""Text Embeddings Inference's routes: POST /tokenize (web process) and POST /rerank (workers).
+"""Text Embeddings Inference's routes: POST /rerank (workers), and the request shapes of POST /tokenize.
 
 The model is named in the body (`model`: a registered model, or `model/task`), as TEI
 clients send it to a multi-model server; errors use the one JSON shape of every route.
@@ -6,19 +6,17 @@ clients send it to a multi-model server; errors use the one JSON shape of every 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from pydantic import ValidationError
 
-from models_registry.api import request_record, inference_route, payloads, request_models, tokenization
-from models_registry.api.answer import Answer, json_answer, to_django
+from models_registry.api import inference_route, payloads, request_models
+from models_registry.api.answer import Answer, to_django
 from models_registry.api.call import ApiCall, from_django
 from models_registry.api.errors import error_answer
 from models_registry.api.inference_route import Work
@@ -31,11 +29,8 @@ from models_registry.core.errors import (
     InvalidInput,
     NotFound,
     TooLarge,
-    Unavailable,
 )
 from models_registry.core.task_key import TaskKey
-from models_registry.observe import metrics
-from models_registry.policy import auth, gate
 from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
@@ -44,8 +39,6 @@ logger = logging.getLogger("models_registry.requests")
 TOKENIZE_FIELDS = ("model", "inputs", "add_special_tokens")
 RERANK_FIELDS = ("model", "query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction")
 RANKING_TASK = "text-ranking"
-TOKENIZE_TASK_LABEL = "tokenize"  # the metrics' task label: no pipeline task runs
-INLINE_CHARS = 20_000  # tokenize larger requests in a thread, not on the event loop
 
 
 @dataclass(frozen=True)
@@ -201,41 +194,6 @@ def ranking_task(spec: ModelSpec, named: TaskSpec | None) -> TaskSpec:
             return task
     raise NotFound(f"model {spec.name!r} has no text-ranking task, so it cannot serve /rerank; "
                    "register a cross-encoder with --task text-ranking")
-
-
-@api_view("POST")
-async def tokenize(request: HttpRequest) -> HttpResponse:
-    """TEI's POST /tokenize: token ids, strings and character offsets, from the web process alone."""
-    started = time.perf_counter()
-    call = from_django(request)
-    grant = await auth.authorize(call.authorization, None)
-    wanted = read_tokenize_request(body_of(call), conf.MAX_INPUTS)
-    spec, _ = await resolve(wanted.model)
-    auth.require_allowed(grant, spec.name)
-    try:
-        if not spec.enabled:
-            raise Unavailable(f"model {spec.name!r} is disabled")
-        # Metered as every model route: the token's rate limits and quotas, charged the tokens it returns.
-        admitted = await gate.admit_direct(grant=grant, inputs=wanted.inputs)
-        try:
-            tokenizer = await tokenization.get(spec.source, spec.revision)
-            if sum(len(t) for t in wanted.inputs) > INLINE_CHARS:
-                result = await asyncio.to_thread(tokenization.tokenize, tokenizer, wanted.inputs,
-                                                 wanted.add_special_tokens)
-            else:
-                result = tokenization.tokenize(tokenizer, wanted.inputs, wanted.add_special_tokens)
-        except BaseException:
-            admitted.settle(0)
-            raise
-        admitted.settle(sum(len(tokens) for tokens in result))
-    except HostingError as error:
-        request_record.failed(call.request_id, "tokenize", spec.name, TOKENIZE_TASK_LABEL, error, started)
-        raise
-    elapsed = time.perf_counter() - started
-    metrics.observe_success(spec.name, TOKENIZE_TASK_LABEL, elapsed, 0.0, 0.0, 0)
-    logger.info("request id=%s model=%s task=%s status=200 inputs=%d total_ms=%.1f", call.request_id,
-                spec.name, TOKENIZE_TASK_LABEL, len(wanted.inputs), elapsed * 1000)
-    return to_django(json_answer([[asdict(token) for token in tokens] for tokens in result], headers=admitted.headers))
 
 
 class RerankRoute:

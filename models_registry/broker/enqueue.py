@@ -16,7 +16,6 @@ charge), and the parts keep the semantics of the scripts they replace:
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,11 +105,6 @@ class ChargePlan:
 
 class ChargeRefused(Exception):
     """A rate limit refused the request in the enqueue script (the gate answers 429 from the plan)."""
-
-
-# The plan of the request this task is serving: set by the policy gate around its call to the
-# hand-off (every inference route reaches the hand-off through the gate's `send` callback).
-charge_plan: ContextVar[ChargePlan | None] = ContextVar("charge_plan", default=None)
 
 
 @dataclass(frozen=True)

@@ -82,9 +82,9 @@ async def send_request(layer: WorkLayer, model: str, message: dict[str, Any]) ->
 
 
 async def _enqueue(layer: WorkLayer, model: str, task: str, message: dict[str, Any], places: enqueue.Admission,
-                   count: int, max_queue_size: int, drain_rate: float, priority: str) -> None:
-    """Charge, admit and send; Overloaded (with Retry-After), ChargeRefused or Unavailable when not."""
-    plan = enqueue.charge_plan.get()
+                   count: int, max_queue_size: int, drain_rate: float, priority: str,
+                   plan: enqueue.ChargePlan | None) -> None:
+    """Charge (plan), admit and send; Overloaded (with Retry-After), ChargeRefused or Unavailable when not."""
     try:
         status, depth = await asyncio.wait_for(
             layer.enqueue(messages.model_channel(model), message, places, plan), BROKER_TIMEOUT_S)
@@ -126,9 +126,12 @@ async def infer(
     drain_rate: float = 0.0,
     still_served: Callable[[], Awaitable[bool]] | None = None,
     priority: str = "interactive",
+    charge: enqueue.ChargePlan | None = None,
 ) -> InferenceResult:
     """Run inputs through model/task on some worker; raises a HostingError on failure.
 
+    charge: the token's rate-limit charge (policy.gate's plan), made in the same script as the
+    admission and the send; its outcome lands in the plan, and a refusal raises ChargeRefused.
     request_id is the client's (logs and the response header): clients reuse theirs on
     retries, so admission, the message and its reply are keyed on an id made here.
     """
@@ -149,7 +152,7 @@ async def infer(
         # The token's charge (from the policy gate), admission and the send: one round trip.
         await _enqueue(layer, model, task, message, enqueue.Admission(pending_key, members, deadline, max_queue_size,
                                                                       time.time()),
-                       count, max_queue_size, drain_rate, priority)
+                       count, max_queue_size, drain_rate, priority, charge)
         admitted = True
 
         async def still_queued() -> bool:

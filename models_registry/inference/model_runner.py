@@ -44,10 +44,8 @@ class PipelineRunner:
     """Builds transformers pipelines and runs batches of inputs through them."""
 
     def __init__(self, default_device: str = "cpu", torch_threads: int | None = None, packing: bool = True,
-                 torchscript: bool = True, ort: OrtSettings | None = None, fail_above_tokens: int = 0) -> None:
+                 torchscript: bool = True, ort: OrtSettings | None = None) -> None:
         self.default_device = default_device
-        # Tests only (HOSTING_TEST_OOM_ABOVE_TOKENS): an allocator that fails on batches over this many padded tokens.
-        self.fail_above_tokens = fail_above_tokens
         self.packing = packing
         self.torchscript = torchscript
         self.ort = ort  # None: packed embeddings stay on torch
@@ -79,10 +77,6 @@ class PipelineRunner:
         retried one by one so a bad input fails only its own request. sinks: where each
         streamed generation input sends its tokens as they come (None: not streamed).
         """
-        if self.fail_above_tokens and texts:
-            padded = len(texts) * max(loaded.count_tokens(t) for t in texts)
-            if padded > self.fail_above_tokens:
-                raise MemoryError(f"test allocator: {padded} padded tokens > {self.fail_above_tokens}")
         outputs: list[Any] = [None] * len(texts)
         groups: dict[str, list[int]] = {}
         for position, params in enumerate(parameters):

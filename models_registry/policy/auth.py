@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,20 +86,18 @@ def bearer_token(authorization: str) -> str | None:
     return value.strip()
 
 
-# A batch job's lines run through these views inside a worker process, on behalf of the
-# token that created the job. The job driver names that token by its record's id here
-# (in-process only; nothing an HTTP client sends sets it): a job goes on under its owner's
-# current scope and limits when the token is rotated, and stops when it is revoked.
-acting_token_id: ContextVar[int | None] = ContextVar("acting_token_id", default=None)
+async def authorize(authorization: str | None, model: str | None,
+                    acting_token_id: int | None = None) -> TokenGrant | None:
+    """Check the request's token (if tokens are required) and that it may use model.
 
-
-async def authorize(authorization: str | None, model: str | None) -> TokenGrant | None:
-    """Check the request's token (if tokens are required) and that it may use model."""
+    acting_token_id: a batch job's line runs, inside a worker process, as the token record that
+    created the job (nothing an HTTP client sends sets it): the job goes on under its owner's
+    current scope and limits when the token is rotated, and stops when it is revoked.
+    """
     if not conf.REQUIRE_API_TOKEN:
         return None
-    acting = acting_token_id.get()
-    if acting is not None:
-        grant = await _acting_grant(acting)
+    if acting_token_id is not None:
+        grant = await _acting_grant(acting_token_id)
     else:
         raw = bearer_token(authorization or "")
         if raw is None:

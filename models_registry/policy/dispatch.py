@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from models_registry.broker import handoff
+from models_registry.broker.enqueue import ChargePlan
 from models_registry.core import sources
 from models_registry.core.errors import Unavailable
 from models_registry.core.model_state import ModelState, servable
@@ -31,8 +32,11 @@ async def require_serving(spec: ModelSpec, task_name: str) -> float:
 
 
 async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: list[Any], parameters: dict[str, Any],
-                    klass: str) -> handoff.InferenceResult:
-    """Hand the request to a live worker at priority klass (503 at once when none serves it)."""
+                    klass: str, charge: ChargePlan | None = None) -> handoff.InferenceResult:
+    """Hand the request to a live worker at priority klass (503 at once when none serves it).
+
+    charge: the token's rate-limit charge, made by the hand-off's one script (a 429 before anything is queued).
+    """
     drain_rate = await require_serving(spec, task.name)
 
     async def still_served() -> bool:
@@ -43,5 +47,5 @@ async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: li
         request_id=request_id, model=spec.name, task=task.name, inputs=inputs,
         parameters=parameters, timeout_s=task.timeout_s,
         max_queue_size=priority.queue_limit(klass, task.policy.max_queue_size, task.max_batch_queue_size),
-        drain_rate=drain_rate, still_served=still_served, priority=klass,
+        drain_rate=drain_rate, still_served=still_served, priority=klass, charge=charge,
     )

@@ -69,6 +69,10 @@ async def _reserve(conn: Any, prefix: str, grant: TokenGrant, tokens: int) -> ra
     return charge
 
 
+# The hand-off at a priority class, with the charge to make in its script (None: nothing to charge).
+Send = Callable[[str, "enqueue.ChargePlan | None"], Awaitable[InferenceResult]]
+
+
 @dataclass
 class StreamPass:
     """A request let through (streamed or not): its priority class, the limit headers, and its charge to settle."""
@@ -113,15 +117,14 @@ def _pass(layer: Any, klass: str, grant: TokenGrant | None, charge: rate_limits.
 
 
 async def _send_charged(layer: Any, grant: TokenGrant | None, asked_priority: str | None, tokens: int,
-                        send: Callable[[str], Awaitable[InferenceResult]]) -> tuple[InferenceResult, StreamPass]:
-    """send(priority) with the token's charge made in the hand-off's own script (one round trip for both).
+                        send: Send) -> tuple[InferenceResult, StreamPass]:
+    """send(priority, plan) with the token's charge made in the hand-off's own script (one round trip for both).
 
-    The charge plan reaches the hand-off through broker.enqueue.charge_plan; a 429 comes back
-    from the script before anything was queued.
+    A 429 comes back from the script (ChargeRefused) before anything was queued.
     """
     klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
     if grant is None or not conf.RATE_LIMITS:
-        return await send(klass), _pass(layer, klass, None, None)
+        return await send(klass, None), _pass(layer, klass, None, None)
     now = time.time()
     label = metrics.token_label(grant.name, grant.token_id)
     try:
@@ -129,9 +132,8 @@ async def _send_charged(layer: Any, grant: TokenGrant | None, asked_priority: st
     except HostingError:  # more tokens than any window could take: 413
         metrics.RATE_LIMITED.labels(label, "size").inc()
         raise
-    reset = enqueue.charge_plan.set(plan)
     try:
-        result = await send(klass)
+        result = await send(klass, plan)
     except enqueue.ChargeRefused:
         metrics.RATE_LIMITED.labels(label, "rate").inc()
         rate_limits.outcome(plan, grant.limits, now)  # raises the 429 with its headers
@@ -141,17 +143,6 @@ async def _send_charged(layer: Any, grant: TokenGrant | None, asked_priority: st
             metrics.TOKEN_REQUESTS.labels(label).inc()
             _pass(layer, klass, grant, rate_limits.outcome(plan, grant.limits, now)).settle(0)
         raise
-    finally:
-        enqueue.charge_plan.reset(reset)
-    if plan.outcome is None:  # a send that did not go through the broker's hand-off (a stub): charged after
-        try:
-            status, _ = await asyncio.wait_for(enqueue.run(layer.connection(0), plan), BROKER_TIMEOUT_S)
-        except Exception as error:  # fail open, as _reserve does
-            logger.warning("rate limits not checked: the broker did not answer (%s)", type(error).__name__)
-            return result, _pass(layer, klass, None, None)
-        if status == enqueue.RATE_REFUSED:
-            metrics.RATE_LIMITED.labels(label, "rate").inc()
-            rate_limits.outcome(plan, grant.limits, now)  # raises the 429
     metrics.TOKEN_REQUESTS.labels(label).inc()
     admitted = _pass(layer, klass, grant, rate_limits.outcome(plan, grant.limits, now))
     admitted.settle(result.tokens)
@@ -174,8 +165,8 @@ async def serve(
     use_cache False: compute afresh (and store the new answer), as HF's options.use_cache asks.
     """
 
-    def send(klass: str) -> Awaitable[InferenceResult]:
-        return dispatch.to_worker(request_id, spec, task, inputs, parameters, klass)
+    def send(klass: str, plan: enqueue.ChargePlan | None) -> Awaitable[InferenceResult]:
+        return dispatch.to_worker(request_id, spec, task, inputs, parameters, klass, plan)
 
     layer = get_channel_layer()
     conn = layer.connection(0)
@@ -201,7 +192,7 @@ async def serve(
                                          tokens=hit.tokens)
                 admitted.settle(hit.tokens)
                 return Served(result, headers)
-        result = await send(admitted.klass)
+        result = await send(admitted.klass, None)  # charged already, before the cache was asked
     except BaseException:
         admitted.settle(0)  # refused or failed: it still counts as a request, its tokens do not
         raise

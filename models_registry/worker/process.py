@@ -10,15 +10,16 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.worker import Worker
+from django.utils.module_loading import import_string
 
 from models_registry.broker.messages import model_channel
 from models_registry.broker.work_layer import WorkLayer, require_work_layer
+from models_registry.capacity.memory_budget import MemoryConfig
 from models_registry.core.conf import conf
 from models_registry.registry import heartbeats
 from models_registry.registry.specs import read_specs
 from models_registry.worker import quarantine
 from models_registry.worker.engine import InferenceEngine
-from models_registry.capacity.memory_budget import MemoryConfig
 
 logger = logging.getLogger(__name__)
 
@@ -38,14 +39,14 @@ class InferenceWorker(Worker):
         super().__init__(*args, **kwargs)
         # Refused here, before any model loads: a layer without leased pulls cannot feed the engine.
         self.layer: WorkLayer = require_work_layer(self.channel_layer)
-        from models_registry.inference.model_runner import PipelineRunner  # torch loads here, not at import
-        from models_registry.inference.onnx_backend import OrtSettings
+        from models_registry.inference.onnx_backend import OrtSettings  # torch loads here, not at import
 
-        self.runner = PipelineRunner(
+        # The runner class is a setting: a team may wrap the pipeline runner (a tracing or a test one).
+        runner_class = import_string(conf.MODEL_RUNNER)
+        self.runner = runner_class(
             conf.DEVICE, conf.TORCH_THREADS, packing=conf.SEQUENCE_PACKING,
             torchscript=conf.TORCHSCRIPT,
-            ort=OrtSettings(conf.ONNX_CACHE_DIR, conf.INT8_MIN_COSINE),
-            fail_above_tokens=conf.TEST_OOM_ABOVE_TOKENS)
+            ort=OrtSettings(conf.ONNX_CACHE_DIR, conf.INT8_MIN_COSINE))
         self.engine: InferenceEngine | None = None
 
     async def handle(self) -> None:

@@ -293,19 +293,13 @@ def test_cache_ttl_only_on_deterministic_tasks(transactional_db: None, tmp_path:
 
 
 async def test_rerank_counts_against_the_same_limit(
-    make_model: Callable[..., RegisteredModel], make_token: Callable[..., str], monkeypatch: pytest.MonkeyPatch,
+    make_model: Callable[..., RegisteredModel], make_token: Callable[..., str],
+    stub_worker: Callable[..., list[dict[str, Any]]],
 ) -> None:
     await sync_to_async(make_model)("ranker", task="text-ranking")
     token = await sync_to_async(make_token)("ranking", requests_per_minute=1)
-
-    async def serving(spec: Any, task: str) -> float:
-        return 0.0
-
-    async def infer(**kwargs: Any) -> InferenceResult:
-        return InferenceResult(outputs=[0.5] * len(kwargs["inputs"]), queue_ms=1.0, compute_ms=1.0, batch_size=2)
-
-    monkeypatch.setattr(dispatch, "require_serving", serving)
-    monkeypatch.setattr(dispatch.handoff, "infer", infer)
+    stub_worker(lambda kwargs: InferenceResult(outputs=[0.5] * len(kwargs["inputs"]), queue_ms=1.0, compute_ms=1.0,
+                                               batch_size=2))
     client = AsyncClient()
     body = json.dumps({"model": "ranker", "query": "q", "texts": ["a", "b"]})
     headers = {"Authorization": f"Bearer {token}"}

@@ -16,7 +16,7 @@ import pytest
 from django.test import AsyncClient
 
 from hosting.api_handler import ApiASGIHandler
-from models_registry.api import hf_route, openai_routes, route_table, tei_routes
+from models_registry.api import hf_route, openai_routes, route_table, tei_routes, tokenize_route
 from models_registry.api.line_caller import LineCaller
 from models_registry.broker.handoff import InferenceResult
 from models_registry.jobs.lines import JobLine
@@ -80,7 +80,8 @@ def test_the_route_table_names_every_inference_route() -> None:
     assert route_table.match("/models/cls/sentiment") == (hf_route.ROUTE, {"name": "cls", "task": "sentiment"})
     assert route_table.match("/v1/embeddings") == (openai_routes.EMBEDDINGS, {})
     assert route_table.match("/rerank") == (tei_routes.RERANK, {})
-    for other in ("/models", "/models/", "/models/a/b/c", "/models/a b", "/v1/files", "/tokenize", "/health"):
+    assert route_table.match("/tokenize") == (tokenize_route.TOKENIZE, {})
+    for other in ("/models", "/models/", "/models/a/b/c", "/models/a b", "/v1/files", "/tokenize/x", "/health"):
         assert route_table.match(other) is None, other
 
 

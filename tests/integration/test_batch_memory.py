@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests import model_factory
+from tests import exhausting_runner, model_factory
 from tests.stack import Stack, http_json, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -22,6 +22,7 @@ OOM = "tiny-oom"
 MINILM_BYTES = 120 * 2**20  # about what MiniLM adds to a worker (measured at load: 90-130 MiB here)
 BATCH_ROOM = 80 * 2**20  # what the budget leaves for batches over the resting worker
 FAKE_OOM_TOKENS = 64  # the tiny model's worker fails like an exhausted allocator over this many padded tokens
+EXHAUSTING_RUNNER = "tests.exhausting_runner.ExhaustingRunner"
 # Shapes beyond every warm-up shape (padded tokens over 2 x 512), in increasing size, so each is
 # measured and predicted before the fit has seen it: (items, tokens per input).
 HELD_OUT = [(3, 400), (6, 250), (16, 120), (10, 256), (24, 128)]
@@ -54,7 +55,8 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.manage("register_model", OOM, "--source", str(tiny), "--task", "text-classification",
                      "--max-batch-size", "8", "--max-batch-delay-ms", "50", "--timeout", "60")
         stack.create_token("all")
-        stack.start_worker(env={"HOSTING_WORKER_MODELS": OOM, "HOSTING_TEST_OOM_ABOVE_TOKENS": str(FAKE_OOM_TOKENS)})
+        stack.start_worker(env={"HOSTING_WORKER_MODELS": OOM, "HOSTING_MODEL_RUNNER": EXHAUSTING_RUNNER,
+                                exhausting_runner.LIMIT_ENV: str(FAKE_OOM_TOKENS)})
         stack.start_web()
         stack.wait_ready([OOM])
         ready = time.monotonic()
