@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import AsyncClient
 from django.utils import timezone
 
 from models_registry.jobs import files, retention
 from models_registry.jobs.driver import JobDriver
 from models_registry.models import BatchFile, BatchJob, RegisteredModel
+from tests.asgi_client import AsyncClient
 from tests.django.test_batch_routes import (  # noqa: F401
     FakeCaller,
     _auth,

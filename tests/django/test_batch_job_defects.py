@@ -13,7 +13,6 @@ from typing import Any
 import orjson
 import pytest
 from asgiref.sync import sync_to_async
-from django.test import AsyncClient
 
 from models_registry.api import tgi_stream
 from models_registry.api.line_caller import LineCaller
@@ -22,6 +21,7 @@ from models_registry.jobs.driver import JobDriver
 from models_registry.jobs.line_calls import LineAnswer
 from models_registry.jobs.lines import JobLine
 from models_registry.models import ApiToken, BatchJob, RegisteredModel
+from tests.asgi_client import AsyncClient
 from tests.django.test_batch_routes import (  # noqa: F401
     _auth,
     _batch,

@@ -11,7 +11,6 @@ import orjson
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import AsyncClient
 from django.utils import timezone
 from pydantic import TypeAdapter
 
@@ -21,6 +20,7 @@ from models_registry.jobs.driver import JobDriver
 from models_registry.jobs.line_calls import LineAnswer
 from models_registry.jobs.lines import JobLine
 from models_registry.models import BatchChunk, BatchJob, RegisteredModel
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 

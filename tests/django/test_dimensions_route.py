@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from django.test import AsyncClient
 
 from models_registry.api import dimensions
 from models_registry.broker.handoff import InferenceResult
 from models_registry.models import RegisteredModel
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.test import AsyncClient
 
 from models_registry.core import sources
 from models_registry.models import RegisteredModel
 from models_registry.policy import auth
+from tests.asgi_client import AsyncClient
 from tests.django.test_api_views import bearer, db, error_of, post
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]

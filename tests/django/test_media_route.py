@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.test import AsyncClient
 
 from models_registry.broker.handoff import InferenceResult
 from models_registry.media.item import is_media
 from models_registry.models import RegisteredModel
 from tests import media_factory
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.test import AsyncClient
 
 from models_registry.broker.handoff import InferenceResult
 from models_registry.models import RegisteredModel
 from tests import model_factory
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
 

@@ -10,9 +10,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.test import AsyncClient, Client
+from django.test import Client
 
 from models_registry.models import RegisteredModel
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 

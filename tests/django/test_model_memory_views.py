@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.test import AsyncClient
 
 from models_registry.broker.handoff import InferenceResult
 from models_registry.policy import dispatch
 from models_registry.registry import lookups
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 

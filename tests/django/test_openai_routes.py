@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 from asgiref.sync import sync_to_async
-from django.test import AsyncClient
 
 from models_registry.api import dimensions, views
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import Timeout
 from models_registry.models import RegisteredModel
 from models_registry.policy import dispatch
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from django.contrib.staticfiles import finders
-from django.test import AsyncClient
+
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 

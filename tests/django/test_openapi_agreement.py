@@ -11,7 +11,6 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
-from django.test import AsyncClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from models_registry.registry import lookups
 from models_registry.tasks.shape_errors import keys
 from models_registry.tasks.task_inputs import SUPPORTED_TASKS, TASK_KINDS
 from models_registry.tasks.task_parameters import MAX_DIMENSIONS
+from tests.asgi_client import AsyncClient
 
 MAX_INPUTS = 4
 DEFAULTS = {"zero-shot-classification": {"candidate_labels": ["a", "b"]}}  # its one required parameter

@@ -20,13 +20,13 @@ import redis
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.core.management import CommandError, call_command
-from django.test import AsyncClient
 
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import RateLimited, TooLarge, Unavailable
 from models_registry.models import ApiToken, ModelTask, RegisteredModel
 from models_registry.policy import dispatch, rate_limits
 from models_registry.registry import lookups
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
 

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.test import AsyncClient
 
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import Timeout
 from models_registry.models import RegisteredModel
 from models_registry.policy import dispatch
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.test import AsyncClient
 
 from hosting.api_handler import ApiASGIHandler
 from models_registry.api import hf_route, openai_routes, route_table, tei_routes, tokenize_route
@@ -21,6 +20,7 @@ from models_registry.api.line_caller import LineCaller
 from models_registry.broker.handoff import InferenceResult
 from models_registry.jobs.lines import JobLine
 from models_registry.models import RegisteredModel
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 

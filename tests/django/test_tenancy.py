@@ -11,10 +11,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.apps import apps as django_apps
 from django.core.management import call_command
-from django.test import AsyncClient
 
 from models_registry.models import ApiToken, ModelTask, RegisteredModel
 from models_registry.registry import lookups
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 

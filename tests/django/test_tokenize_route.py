@@ -7,11 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.test import AsyncClient
 
 from models_registry.api import tokenization
 from models_registry.models import RegisteredModel
 from tests import model_factory
+from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
 
