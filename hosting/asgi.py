@@ -1,4 +1,4 @@
-"""ASGI entry point: HTTP only (the inference API on a lean handler, the rest on Django's).
+"""ASGI entry point: HTTP only (the API on its front door, models_registry.api.front_door; the rest on Django's).
 
 Inference messages never reach an ASGI application: workers pull them from Redis
 (models_registry.worker.process), leased, in batches.
@@ -15,8 +15,9 @@ site_application = get_asgi_application()  # sets Django up before the imports b
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from hosting.api_handler import ApiASGIHandler  # noqa: E402
+from models_registry.api.front_door import ApiASGIHandler  # noqa: E402
 from models_registry.broker.work_layer import work_layer  # noqa: E402
+from models_registry.core.paths import FRONT_DOOR_PREFIXES  # noqa: E402
 
 if settings.EMBEDDED_REDIS:
     from hosting import embedded_redis
@@ -28,8 +29,8 @@ work_layer()  # a channel layer without the hosting operations fails the start, 
 
 
 async def http_application(scope, receive, send):  # type: ignore[no-untyped-def]
-    """The inference API on the lean handler, everything else on the full stack."""
-    if scope["path"].startswith(settings.API_PATH_PREFIXES):
+    """The API on its front door (models_registry.api.front_door), everything else on Django's full stack."""
+    if scope["path"].startswith(FRONT_DOOR_PREFIXES):
         return await api_application(scope, receive, send)
     return await site_application(scope, receive, send)
 

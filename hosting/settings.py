@@ -70,7 +70,6 @@ API_MIDDLEWARE = [
     "models_registry.api.middleware.RequestIdMiddleware",
     "models_registry.api.middleware.ApiGuardMiddleware",
 ]
-API_PATH_PREFIXES = ("/models", "/v1/", "/health", "/ready", "/rerank", "/tokenize")
 
 ROOT_URLCONF = "hosting.urls"
 ASGI_APPLICATION = "hosting.asgi.application"

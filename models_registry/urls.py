@@ -1,13 +1,15 @@
 """Routes of the HTTP API, the OpenAI-compatible routes and the API's own description."""
 
-from django.urls import path
+from django.urls import path, re_path
 
 from models_registry.api import batch_routes, openai_routes, openapi, tei_routes, tokenize_route, views
+from models_registry.core import paths
 
 urlpatterns = [
     path("models", views.model_list, name="model-list"),
-    path("models/<slug:name>", views.model_endpoint, name="model"),
-    path("models/<slug:name>/<slug:task>", views.model_task_endpoint, name="model-task"),
+    # /models/<name>[/<task>]: the path table's patterns (core.paths), as the front door matches them.
+    re_path(rf"^{paths.MODEL_ROUTE}$", views.model_endpoint, name="model"),
+    re_path(rf"^{paths.MODEL_TASK_ROUTE}$", views.model_task_endpoint, name="model-task"),
     path("v1/embeddings", openai_routes.embeddings, name="openai-embeddings"),
     path("v1/models", openai_routes.list_models, name="openai-models"),
     path("v1/files", batch_routes.file_collection, name="openai-files"),

@@ -1,6 +1,6 @@
 """Django's AsyncClient, entering by the door production uses: the project's ASGI application.
 
-API paths (settings.API_PATH_PREFIXES) go through hosting.asgi's API handler, exactly as uvicorn hands
+API paths (core.paths.FRONT_DOOR_PREFIXES) go through hosting.asgi's API handler, exactly as uvicorn hands
 them over (the route table, the upfront refusals, the Host check, the route skeleton); the admin, the
 dashboard and /metrics go through Django's handler as before, which is also what production runs for them.
 The answer comes back as the HttpResponse a Django test expects (status, headers, cookies, json() through the
@@ -13,10 +13,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from django.test import AsyncClient as DjangoAsyncClient
 from django.test.client import AsyncClientHandler
+
+from models_registry.core.paths import FRONT_DOOR_PREFIXES
 
 Message = dict[str, Any]
 
@@ -25,7 +26,7 @@ class ProductionDoorHandler(AsyncClientHandler):
     """Runs API paths through the project's ASGI application; other paths through Django's test handler."""
 
     async def __call__(self, scope: dict[str, Any]) -> HttpResponse:
-        if not scope["path"].startswith(settings.API_PATH_PREFIXES):
+        if not scope["path"].startswith(FRONT_DOOR_PREFIXES):
             return await super().__call__(scope)
         from hosting.asgi import application
 

@@ -18,6 +18,7 @@ from django.http import HttpResponse
 from models_registry.api.call import header, request_id_from
 from models_registry.api.errors import error_response
 from models_registry.broker import queue_state
+from models_registry.core import paths
 from models_registry.core.errors import HostingError, Overloaded
 from models_registry.observe import metrics
 from models_registry.policy import auth
@@ -30,10 +31,7 @@ def _route(scope: dict[str, Any]) -> tuple[str, str | None] | None:
     """(model, task or None for its default) of an HF inference POST, else None."""
     if scope.get("method") != "POST":
         return None
-    parts = scope["path"].split("/")
-    if len(parts) not in (3, 4) or parts[1] != "models" or not parts[2] or (len(parts) == 4 and not parts[3]):
-        return None
-    return parts[2], parts[3] if len(parts) == 4 else None
+    return paths.model_path(scope["path"])
 
 
 async def refusal(scope: dict[str, Any]) -> HttpResponse | None:

@@ -18,8 +18,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from pydantic import ValidationError
 
 from models_registry.api import dimensions, inference_route, media_embeddings, payloads, request_models
-from models_registry.api.answer import Answer, json_answer, to_django
+from models_registry.api.answer import Answer, to_django
 from models_registry.api.call import ApiCall, from_django
+from models_registry.api.errors import openai_error_answer, openai_error_response
 from models_registry.api.inference_route import Work
 from models_registry.api.views import AsyncView, api_view
 from models_registry.broker.handoff import InferenceResult
@@ -30,37 +31,6 @@ from models_registry.policy import auth
 from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.tasks.shape_errors import keys, phrase
-
-# Errors the SDK must not retry: a pipeline error repeats, and a timeout retried triples the wait.
-_NO_RETRY = {"internal", "timeout"}
-
-
-def openai_error_body(error: HostingError) -> dict[str, Any]:
-    """OpenAI's error object for one of our errors (our slug as `code` and `error_type`)."""
-    return {
-        "error": {
-            "message": error.message,
-            "type": "server_error" if error.status >= 500 else "invalid_request_error",
-            "param": getattr(error, "param", None),
-            "code": error.error_type,
-        },
-        "error_type": error.error_type,
-    }
-
-
-def openai_error_answer(error: HostingError, request_id: str | None) -> Answer:
-    """The HTTP answer for error on a /v1 route: same status and headers as everywhere."""
-    answer = json_answer(openai_error_body(error), error.status, error.headers)
-    if error.error_type in _NO_RETRY:
-        answer.headers["X-Should-Retry"] = "false"  # read by the openai SDK's retry loop
-    if request_id:
-        answer.headers["X-Request-Id"] = request_id
-    return answer
-
-
-def openai_error_response(error: HostingError, request_id: str | None) -> HttpResponse:
-    """openai_error_answer as a Django response."""
-    return to_django(openai_error_answer(error, request_id))
 
 
 def openai_view(*methods: str) -> Callable[[AsyncView], AsyncView]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from models_registry.api import hf_route, openai_routes, tei_routes, tokenize_route
 from models_registry.api.inference_route import InferenceRoute
-from models_registry.jobs.lines import MODEL_URL
+from models_registry.core import paths
 
 _FIXED: dict[str, InferenceRoute] = {
-    "/v1/embeddings": openai_routes.EMBEDDINGS,
-    "/rerank": tei_routes.RERANK,
-    "/tokenize": tokenize_route.TOKENIZE,
+    paths.EMBEDDINGS_PATH: openai_routes.EMBEDDINGS,
+    paths.RERANK_PATH: tei_routes.RERANK,
+    paths.TOKENIZE_PATH: tokenize_route.TOKENIZE,
 }
 
 
@@ -18,8 +18,8 @@ def match(path: str) -> tuple[InferenceRoute, dict[str, str]] | None:
     fixed = _FIXED.get(path)
     if fixed is not None:
         return fixed, {}
-    found = MODEL_URL.match(path)
+    found = paths.model_path(path)
     if found is None:
         return None
-    name, task = found.groups()
+    name, task = found
     return hf_route.ROUTE, {"name": name, "task": task} if task else {"name": name}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.http import HttpResponse
 
 from models_registry.api.call import header, request_id_from
-from models_registry.api.errors import error_response
+from models_registry.api.errors import error_response_for
 from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.policy import auth
 
@@ -36,10 +36,5 @@ async def refusal(scope: dict) -> HttpResponse | None:  # type: ignore[type-arg]
         if scope["path"].startswith(AUTH_FIRST):
             await auth.authorize(header(scope, b"authorization"), None)
     except HostingError as error:
-        request_id = request_id_from(header(scope, b"x-request-id"))
-        if scope["path"].startswith("/v1/"):
-            from models_registry.api.openai_routes import openai_error_response
-
-            return openai_error_response(error, request_id)
-        return error_response(error, request_id)
+        return error_response_for(scope["path"], error, request_id_from(header(scope, b"x-request-id")))
     return None

@@ -7,13 +7,13 @@ skipped (by the upload check and the job driver alike, so line numbers agree).
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 import orjson
 
+from models_registry.core import paths
 from models_registry.core.errors import Forbidden, HostingError, InvalidInput, TooLarge
 from models_registry.core.task_key import TaskKey
 
@@ -21,8 +21,7 @@ FIELDS = ("custom_id", "method", "url", "body")
 MAX_CUSTOM_ID_CHARS = 512
 MAX_DISTINCT_URLS = 64
 _SKIP_BLOCK = 256 * 1024  # how much of a line over the cap is read at a time (and dropped)  # a file's distinct urls are kept on its row
-EMBEDDINGS_URL = "/v1/embeddings"
-MODEL_URL = re.compile(r"^/models/([A-Za-z0-9_-]+)(?:/([A-Za-z0-9_-]+))?$")  # /models/<name>[/<task>], as Django's <slug:...> (api.route_table uses it too)
+EMBEDDINGS_URL = paths.EMBEDDINGS_PATH
 
 # What a route check is given: (url, body); it raises a HostingError for a line it refuses.
 RouteCheck = Callable[[str, dict[str, Any]], None]
@@ -61,15 +60,12 @@ def model_of(url: str, body: dict[str, Any]) -> tuple[str, str | None] | None:
             return None
         name, task = TaskKey.parse(model)
         return name, task or None
-    match = MODEL_URL.match(url)
-    if match is None:
-        return None
-    return match.group(1), match.group(2)
+    return paths.model_path(url)
 
 
 def is_served_url(url: str) -> bool:
     """Whether url is one of the routes a batch may call."""
-    return url == EMBEDDINGS_URL or MODEL_URL.match(url) is not None
+    return url == EMBEDDINGS_URL or paths.model_path(url) is not None
 
 
 def _line_error(number: int, error: HostingError) -> HostingError:

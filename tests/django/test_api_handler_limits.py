@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hosting.api_handler import DRAIN_BYTES, ApiASGIHandler
+from models_registry.api.front_door import DRAIN_BYTES, ApiASGIHandler
 
 CHUNK = 64 * 1024
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from hosting.api_handler import ApiASGIHandler
+from models_registry.api.front_door import ApiASGIHandler
 from models_registry.broker import admission, messages
 from models_registry.broker.work_layer import work_layer
 from models_registry.models import RegisteredModel

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from hosting.api_handler import ApiASGIHandler
 from models_registry.api import hf_route, openai_routes, route_table, tei_routes, tokenize_route
+from models_registry.api.front_door import ApiASGIHandler
 from models_registry.api.line_caller import LineCaller
 from models_registry.broker.handoff import InferenceResult
 from models_registry.jobs.lines import JobLine

@@ -1,4 +1,4 @@
-"""An ASGI handler for the inference API: lean middleware, no thread hops per request.
+"""The API's front door: the ASGI handler of every API path (core.paths), lean, no thread hops per request.
 
 Django's ASGIHandler serves the admin well, but on the inference path it costs, per
 request, a new ThreadSensitiveContext (a fresh executor thread), a hop to it for the
@@ -35,7 +35,7 @@ from django.urls import set_script_prefix, set_urlconf
 from models_registry.api import fast_refusal, inference_route, route_table, upfront
 from models_registry.api.answer import Answer
 from models_registry.api.call import from_scope, header, request_id_from
-from models_registry.api.errors import error_answer, error_response
+from models_registry.api.errors import error_answer, error_response_for
 from models_registry.api.hosts import host_allowed
 from models_registry.core.errors import InvalidInput, TooLarge
 
@@ -262,12 +262,7 @@ class ApiASGIHandler(ASGIHandler):
         """413; unless the whole body was read (heard), the connection is closed after it."""
         headers = dict(scope.get("headers", ()))
         request_id = request_id_from(headers.get(b"x-request-id", b"").decode("latin-1") or None)
-        if scope["path"].startswith("/v1/"):
-            from models_registry.api.openai_routes import openai_error_response
-
-            response = openai_error_response(TooLarge(message), request_id)
-        else:
-            response = error_response(TooLarge(message), request_id)
+        response = error_response_for(scope["path"], TooLarge(message), request_id)
         await self._answer_early(send, response, heard)
 
     async def _answer_early(self, send, response, heard: bool) -> None:  # type: ignore[no-untyped-def]
