@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
-from models_registry.api.errors import error_response
+from models_registry.api.error_answers import error_response
 from models_registry.core.errors import Forbidden
 from models_registry.core.model_state import best_report, shown_state
 from models_registry.core.task_key import TaskKey

@@ -16,7 +16,7 @@ from typing import Any
 from django.http import HttpResponse
 
 from models_registry.api.call import header, request_id_from
-from models_registry.api.errors import error_response
+from models_registry.api.error_answers import error_response
 from models_registry.broker import queue_state
 from models_registry.core import paths
 from models_registry.core.errors import HostingError, Overloaded

@@ -35,8 +35,9 @@ from django.urls import set_script_prefix, set_urlconf
 from models_registry.api import fast_refusal, inference_route, route_table, upfront
 from models_registry.api.answer import Answer
 from models_registry.api.call import from_scope, header, request_id_from
-from models_registry.api.errors import error_answer, error_response_for
+from models_registry.api.error_answers import error_answer, error_response_for
 from models_registry.api.hosts import host_allowed
+from models_registry.core import paths
 from models_registry.core.errors import InvalidInput, TooLarge
 
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and headers around an uploaded file
@@ -56,7 +57,7 @@ class BodyTooLarge(Exception):
 
 def body_limit(path: str) -> int:
     """Bytes a request body may have on path: batch input files are larger than inference bodies."""
-    if path.startswith("/v1/files"):
+    if path.startswith(paths.FILES_PREFIX):
         return settings.HOSTING_BATCH_MAX_FILE_BYTES + MULTIPART_OVERHEAD
     return settings.HOSTING_MAX_BODY_BYTES
 

@@ -7,7 +7,7 @@ from typing import Any
 from models_registry.api import dimensions, media_requests, payloads, tgi_stream
 from models_registry.api.answer import Answer
 from models_registry.api.call import ApiCall
-from models_registry.api.errors import error_answer
+from models_registry.api.error_answers import error_answer
 from models_registry.api.inference_route import Work
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.conf import conf

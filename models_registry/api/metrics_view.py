@@ -9,7 +9,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from django_prometheus.exports import ExportToDjangoView
 
-from models_registry.api.errors import error_response
+from models_registry.api.error_answers import error_response
 from models_registry.core.conf import conf
 from models_registry.core.errors import Unauthorized
 from models_registry.policy.auth import bearer_token

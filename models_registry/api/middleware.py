@@ -9,7 +9,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import DisallowedHost
 
 from models_registry.api.call import request_id_from
-from models_registry.api.errors import error_response
+from models_registry.api.error_answers import error_response
 from models_registry.core.errors import InvalidInput
 
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from models_registry.api import dimensions, inference_route, media_embeddings, payloads, request_models
 from models_registry.api.answer import Answer, to_django
 from models_registry.api.call import ApiCall, from_django
-from models_registry.api.errors import openai_error_answer, openai_error_response
+from models_registry.api.error_answers import openai_error_answer, openai_error_response
 from models_registry.api.inference_route import Work
 from models_registry.api.views import AsyncView, api_view
 from models_registry.broker.handoff import InferenceResult

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from models_registry.api import inference_route, payloads, request_models
 from models_registry.api.answer import Answer, to_django
 from models_registry.api.call import ApiCall, from_django
-from models_registry.api.errors import error_answer
+from models_registry.api.error_answers import error_answer
 from models_registry.api.inference_route import Work
 from models_registry.api.views import api_view
 from models_registry.broker.handoff import InferenceResult

@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from models_registry.api import inference_route, request_record, tei_routes, tokenization
 from models_registry.api.answer import Answer, to_django
 from models_registry.api.call import ApiCall, from_django
-from models_registry.api.errors import error_answer
+from models_registry.api.error_answers import error_answer
 from models_registry.api.inference_route import Work
 from models_registry.api.views import api_view
 from models_registry.broker.handoff import InferenceResult

@@ -11,11 +11,12 @@ from __future__ import annotations
 from django.http import HttpResponse
 
 from models_registry.api.call import header, request_id_from
-from models_registry.api.errors import error_response_for
+from models_registry.api.error_answers import error_response_for
+from models_registry.core import paths
 from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.policy import auth
 
-AUTH_FIRST = ("/v1/files",)  # routes with large bodies: the token is checked before the body is read
+AUTH_FIRST = (paths.FILES_PREFIX,)  # routes with large bodies: the token is checked before the body is read
 
 
 def is_chunked(scope: dict) -> bool:  # type: ignore[type-arg]

@@ -15,7 +15,7 @@ from django.views.decorators.csrf import csrf_exempt
 from models_registry.api import hf_route, inference_route, model_memory, readiness
 from models_registry.api.answer import to_django
 from models_registry.api.call import from_django
-from models_registry.api.errors import error_response
+from models_registry.api.error_answers import error_response
 from models_registry.broker import admission
 from models_registry.core import sources
 from models_registry.core.errors import HostingError, Internal, MethodNotAllowed, NotFound
@@ -38,7 +38,7 @@ def api_view(
     """Allow only methods, and turn every error into a JSON answer (never a trace).
 
     allowed: what a 405's Allow header lists, when the view itself refuses some of methods.
-    render: the error shape (api.errors' by default; the OpenAI routes pass their own).
+    render: the error shape (api.error_answers' by default; the OpenAI routes pass their own).
     """
 
     def decorate(view: AsyncView) -> AsyncView:

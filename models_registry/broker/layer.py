@@ -22,8 +22,8 @@ from redis.exceptions import NoScriptError
 
 from models_registry.broker import enqueue
 from models_registry.broker.admission import Places
-from models_registry.broker.message_leases import LeasedPulls
 from models_registry.broker.lua import LuaScript
+from models_registry.broker.message_leases import LeasedPulls
 
 logger = logging.getLogger(__name__)
 REPLY_BATCH = 64

@@ -15,11 +15,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from models_registry.capacity.memory_fit import MemoryFit
+from models_registry.capacity.peak_memory import PeakProbe
 from models_registry.core.batch_types import ItemFailure, Key
 from models_registry.core.errors import TooLarge
 from models_registry.inference.memory_errors import is_out_of_memory
-from models_registry.capacity.memory_fit import MemoryFit
-from models_registry.capacity.peak_memory import PeakProbe
 
 logger = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ EMBEDDINGS_PATH = "/v1/embeddings"
 RERANK_PATH = "/rerank"
 TOKENIZE_PATH = "/tokenize"
 OPENAI_PREFIX = "/v1/"  # errors in OpenAI's shape
+FILES_PREFIX = "/v1/files"  # batch input uploads: a larger body limit, the token checked before the body
 # Paths the API's front door serves (the rest, such as /admin/ and /dashboard/, go to Django's full stack).
 FRONT_DOOR_PREFIXES = ("/models", OPENAI_PREFIX, "/health", "/ready", RERANK_PATH, TOKENIZE_PATH)
 

@@ -11,13 +11,13 @@ from typing import Any
 
 from models_registry.broker import admission
 from models_registry.broker.work_layer import WorkLayer
+from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.batch_types import Batch, ItemFailure
 from models_registry.core.errors import Internal, Unavailable
 from models_registry.inference.backend import ModelRunner
 from models_registry.inference.compute_deadline import computing_until
 from models_registry.inference.containment import contained, describe
 from models_registry.worker import suspects
-from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery
 from models_registry.worker.engine_stats import EngineStats

@@ -18,6 +18,9 @@ from typing import Any
 from models_registry.broker.message_leases import REDELIVERED
 from models_registry.broker.messages import model_channel
 from models_registry.broker.work_layer import WorkLayer
+from models_registry.capacity.batch_memory import BatchMemory
+from models_registry.capacity.memory_budget import MemoryConfig, model_bytes, worker_budget
+from models_registry.capacity.placement_plan import Limits
 from models_registry.core.batch_types import QueueFull, UnknownKey
 from models_registry.core.errors import HostingError, Internal, Overloaded, Unavailable
 from models_registry.core.task_key import TaskKey
@@ -25,15 +28,12 @@ from models_registry.inference.backend import ModelRunner
 from models_registry.inference.containment import contained, describe
 from models_registry.registry.specs import ModelSpec
 from models_registry.worker.batch_loop import BatchLoop
-from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery, Lease
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
 from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget, computed_tokens
 from models_registry.worker.media_intake import MediaDecoder
-from models_registry.capacity.memory_budget import MemoryConfig, model_bytes, worker_budget
 from models_registry.worker.model_slots import ModelSlots
-from models_registry.capacity.placement_plan import Limits
 from models_registry.worker.placer import Placer
 from models_registry.worker.replies import Replies
 

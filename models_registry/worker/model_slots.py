@@ -17,16 +17,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from models_registry.capacity import memory_warmup
+from models_registry.capacity.batch_memory import BatchMemory
+from models_registry.capacity.placement_plan import Held, Limits, Wanted, load_choices, over_budget
 from models_registry.core.model_state import ModelState
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
 from models_registry.observe.load_stats import LoadStats
 from models_registry.registry.specs import ModelSpec
-from models_registry.capacity import memory_warmup
-from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery
-from models_registry.capacity.placement_plan import Held, Limits, Wanted, load_choices, over_budget
 from models_registry.worker.replies import Replies
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from hosting.process_tie import die_with_this_process
-from models_registry.core.conf import conf
 from models_registry.capacity import sizing
+from models_registry.core.conf import conf
 
 DEMO_MODEL = "all-minilm-l6-v2"
 RESTART_BACKOFF_S = 2.0
