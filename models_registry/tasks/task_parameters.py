@@ -10,6 +10,7 @@ say it ("parameter 'x' must <phrase>"); simple types get theirs from the schema.
 
 from __future__ import annotations
 
+import string
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, with_config
@@ -17,6 +18,7 @@ from typing_extensions import TypedDict
 
 MAX_NEW_TOKENS = 512  # generation bound: one request must not hold the device for minutes
 MAX_CANDIDATE_LABELS = 100  # zero-shot runs one forward pass per (input, label) pair
+MAX_LABEL_CHARS = 500  # a label is a phrase in a hypothesis the model must read whole (the worker checks its tokens)
 MAX_DIMENSIONS = 65_536  # beyond any model's hidden size; the model's own size is checked on its answer
 
 # Strict: JSON types only (no "5" for 5, no true for 1); a key nobody declared is a 400.
@@ -54,6 +56,14 @@ def Number(low: float, high: float) -> Any:
     return Annotated[float, Field(gt=low, le=high)] | None
 
 
+def Scale(low: float, high: float) -> Any:
+    """A number from low to high (inclusive), or null: a divisor of the logits, so never near zero."""
+    return Annotated[float, Field(ge=low, le=high)] | None
+
+
+# Sampling divides the logits by the temperature (a repetition penalty divides some): below this a float32
+# logit overflows to inf and sampling fails; for greedy text leave do_sample false instead.
+MIN_LOGIT_DIVISOR = 1e-3
 Bool = bool | None
 Text = str | None
 NonBlank = Annotated[str, Field(pattern=NOT_BLANK)]
@@ -66,7 +76,8 @@ def _as_list(value: str | list[str]) -> list[str]:
 def _labels(value: str | list[str]) -> list[str]:
     # A comma-separated string is what the transformers pipeline (and older HF clients) take.
     labels = [label.strip() for label in value.split(",") if label.strip()] if isinstance(value, str) else value
-    if not labels or len(labels) > MAX_CANDIDATE_LABELS or len(set(labels)) != len(labels):
+    if not labels or len(labels) > MAX_CANDIDATE_LABELS or len(set(labels)) != len(labels) \
+            or max(len(label) for label in labels) > MAX_LABEL_CHARS:
         raise ValueError("labels")
     return labels
 
@@ -85,6 +96,15 @@ def StrList(max_items: int, min_items: int = 1) -> Any:
     ]
 
 
+# A stop sequence is text the model writes: no control characters (a NUL is no token of most vocabularies).
+StopText = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$")]
+StopList = Annotated[
+    Annotated[list[StopText], Field(min_length=1, max_length=16)] | None,
+    Says("be a list of at most 16 non-empty strings of at most 200 characters, without control characters "
+         "(tab and newlines are fine)"),
+]
+
+
 # fill-mask scores every target's token ids: without a bound one request can send a million.
 MAX_TARGETS, MAX_TARGET_CHARS = 1000, 100
 TargetText = Annotated[str, Field(pattern=NOT_BLANK, max_length=MAX_TARGET_CHARS)]
@@ -97,14 +117,37 @@ Targets = Annotated[
 Labels = Annotated[
     Annotated[
         Annotated[str, Field(pattern=f"[^,{_SPACE}]")]
-        | Annotated[list[Annotated[str, Field(min_length=1)]],
+        | Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_LABEL_CHARS)]],
                     Field(min_length=1, max_length=MAX_CANDIDATE_LABELS, json_schema_extra={"uniqueItems": True})],
         AfterValidator(_labels),
     ] | None,
-    Says(f"be a list of at most {MAX_CANDIDATE_LABELS} distinct non-empty strings, or a comma-separated string"),
+    Says(f"be a list of at most {MAX_CANDIDATE_LABELS} distinct non-empty strings of at most {MAX_LABEL_CHARS} "
+         "characters, or a comma-separated string"),
 ]
-Template = Annotated[Annotated[str, Field(pattern=r"\{\}")] | None,
-                     Says("be a string with {} where the label goes, e.g. 'This is {}.'")]
+MAX_TEMPLATE_CHARS = 500  # a hypothesis is read by a model of a few hundred tokens
+# The same rule as _template, for the schema (clients and the fuzzer): literal text and {{ }}, one {} inside.
+_TEMPLATE_PATTERN = r"^(?:[^{}]|\{\{|\}\})*\{\}(?:[^{}]|\{\{|\}\})*$"
+
+
+def _template(value: str) -> str:
+    # Parsed as str.format will read it: exactly one bare {} and nothing else to fill in. A width
+    # ("{:>10000000}"), a second field or a name would pad, fail or raise inside the pipeline.
+    try:
+        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(value)
+                  if name is not None]
+    except ValueError:
+        raise ValueError("template") from None
+    if fields != [("", "", None)]:
+        raise ValueError("template")
+    return value
+
+
+Template = Annotated[
+    Annotated[str, Field(max_length=MAX_TEMPLATE_CHARS, pattern=_TEMPLATE_PATTERN), AfterValidator(_template)] | None,
+    Says(f"be a string with {{}} where the label goes, once, and no other {{...}} field (no name, index, width or "
+         f"format in it; write {{{{ and }}}} for a literal brace), of at most {MAX_TEMPLATE_CHARS} characters, "
+         "e.g. 'This is {}.'"),
+]
 Prompts = Annotated[dict[str, str], Says("map prompt names to prefix strings")]
 Dimensions = Int(1, MAX_DIMENSIONS)
 Sizes = Annotated[
@@ -197,11 +240,11 @@ class TextGenerationParameters(TypedDict, total=False):
 
     do_sample: Bool
     max_new_tokens: Int(1, MAX_NEW_TOKENS)
-    repetition_penalty: Number(0, 100)
+    repetition_penalty: Scale(MIN_LOGIT_DIVISOR, 100)
     return_full_text: Bool
     seed: Int(0, 2**63 - 1)
-    stop: StrList(16)
-    temperature: Number(0, 100)
+    stop: StopList
+    temperature: Scale(MIN_LOGIT_DIVISOR, 100)
     top_k: Int(1, 10_000)
     top_p: Number(0, 1)
     typical_p: Number(0, 1)
@@ -223,8 +266,8 @@ class GenerateParameters(TypedDict, total=False):
     min_new_tokens: Int(0, MAX_NEW_TOKENS)
     no_repeat_ngram_size: Int(0, 100)
     num_beams: Int(1, 16)
-    repetition_penalty: Number(0, 100)
-    temperature: Number(0, 100)
+    repetition_penalty: Scale(MIN_LOGIT_DIVISOR, 100)
+    temperature: Scale(MIN_LOGIT_DIVISOR, 100)
     top_k: Int(0, 10_000)
     top_p: Number(0, 1)
     typical_p: Number(0, 1)
