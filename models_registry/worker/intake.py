@@ -100,7 +100,7 @@ def answer_bytes(task: str, inputs: list[Any], params: dict[str, Any], slot: Mod
     """The estimated JSON bytes of the answer, where it can outweigh what the model reads (fill-mask); else 0."""
     if task != "fill-mask":
         return 0
-    tokenizer = getattr(slot.loaded.pipelines.get("fill-mask"), "tokenizer", None)
+    tokenizer = getattr(getattr(slot.loaded, "pipelines", {}).get("fill-mask"), "tokenizer", None)
     mask = str(getattr(tokenizer, "mask_token", None) or "")
     return sum(answer_size.fill_mask_bytes(text, mask, params) for text in inputs if isinstance(text, str))
 
@@ -108,5 +108,8 @@ def answer_bytes(task: str, inputs: list[Any], params: dict[str, Any], slot: Mod
 def readable(request: InferenceRequest, slot: ModelSlot) -> InferenceRequest:
     """request with each text cut to what the model reads, before any tokenizer sees it (registry.readable_text)."""
     task = slot.spec.tasks[request.task]
-    inputs = cut_inputs(task.task, request.inputs, {**task.parameters, **request.parameters}, slot.loaded.max_tokens)
+    max_tokens = getattr(slot.loaded, "max_tokens", 0)  # a runner that counts no tokens reads no length
+    if not max_tokens:
+        return request
+    inputs = cut_inputs(task.task, request.inputs, {**task.parameters, **request.parameters}, max_tokens)
     return request if inputs is request.inputs else replace(request, inputs=inputs)
