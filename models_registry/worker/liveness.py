@@ -63,24 +63,29 @@ class LivenessThread:
         return time.monotonic() - self.ticked > self.hung_s
 
     def _run(self) -> None:
-        asyncio.run(self._announce_loop())
-        close_old_connections()
-
-    async def _announce_loop(self) -> None:
-        next_beat = 0.0
-        while not self._stop.is_set():
-            if self.loop_hung():
-                logger.error("worker %s: event loop silent for over %.0f s; no longer announced alive",
-                             self.worker_id, self.hung_s)
-            else:
-                try:
-                    await self.layer.announce(self.worker_id, self.ttl_s)
-                except Exception as error:
-                    logger.warning("could not announce liveness: %s", error)
-                if time.monotonic() >= next_beat and self.snapshot is not None:
-                    next_beat = time.monotonic() + self.heartbeat_s
-                    self._beat(self.snapshot)  # this thread's own database connection; blocks only this loop
-            await asyncio.sleep(min(self.ttl_s / 3, self.heartbeat_s))
+        # An event loop of its own for the layer's async client, run only while announcing: the database
+        # heartbeat is written between its runs (Django refuses ORM calls where a loop is running).
+        loop = asyncio.new_event_loop()
+        next_beat, said_hung = 0.0, False
+        try:
+            while not self._stop.is_set():
+                hung = self.loop_hung()
+                if hung and not said_hung:
+                    logger.error("worker %s: event loop silent for over %.0f s; no longer announced alive",
+                                 self.worker_id, self.hung_s)
+                said_hung = hung
+                if not hung:
+                    try:
+                        loop.run_until_complete(self.layer.announce(self.worker_id, self.ttl_s))
+                    except Exception as error:
+                        logger.warning("could not announce liveness: %s", error)
+                    if time.monotonic() >= next_beat and self.snapshot is not None:
+                        next_beat = time.monotonic() + self.heartbeat_s
+                        self._beat(self.snapshot)
+                self._stop.wait(min(self.ttl_s / 3, self.heartbeat_s))
+        finally:
+            loop.close()  # channels_redis closes this loop's pool with it
+            close_old_connections()
 
     def _beat(self, snapshot: tuple[Any, ...]) -> None:
         try:
