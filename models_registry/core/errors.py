@@ -94,11 +94,16 @@ class Quarantined(Internal):
     exposed = True  # our own sentence, no exception text
 
 
-def public_message(error: HostingError, request_id: str) -> str:
+def public_message(error: HostingError, request_id: str | None) -> str:
     """What a client may read of error: its message, or for an internal one only that and the request id."""
     if getattr(error, "exposed", True):
         return error.message
     return f"internal error (request id {request_id}); the details are in the server log"
+
+
+def internal_error(request_id: str | None) -> Internal:
+    """The 500 a client gets for an unexpected failure: that it is internal, and its request id."""
+    return Internal(public_message(Internal(""), request_id))
 
 
 ERROR_CLASSES: dict[str, type[HostingError]] = {
