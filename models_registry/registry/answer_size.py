@@ -17,7 +17,7 @@ from models_registry.core.errors import TooLarge
 MAX_MASKS_PER_INPUT = 32  # the pipeline answers each mask on its own; no sentence needs more
 FILL_MASK_DEFAULT_TOP_K = 5  # the pipeline's
 ENTRY_BYTES = 160  # one answer entry's JSON besides the text it repeats: score, token, token_str, keys
-ANSWER_BYTES_PER_TOKEN = 64  # an answer's charge: one token per this many bytes (typical answers weigh less)
+ANSWER_BYTES_PER_TOKEN = 1024  # an answer is charged a token per KiB: one at HOSTING_MAX_ANSWER_BYTES, 16 K tokens
 PIXELS_PER_TOKEN = 4096  # a decoded image's charge: one token per 64x64 pixels (typical images cost their patches)
 
 

@@ -242,3 +242,24 @@ async def test_images_over_the_request_pixel_budget_are_a_413_before_any_is_deco
     response = await post(client, "/models/vit", {"inputs": [big] * 20}, raw)
     message = error_of(response, 413, "too_large")
     assert "720000000 pixels together" in message and "HOSTING_MAX_REQUEST_PIXELS" in message
+
+
+def test_decoded_pixels_and_large_answers_are_charged_and_bounded(settings: Any) -> None:
+    from models_registry.core.errors import TooLarge
+    from models_registry.registry import answer_size
+    from models_registry.worker.intake import media_tokens
+
+    image = {"media": "image", "data": b"x", "width": 6000, "height": 6000}
+    # A 224-pixel image costs its patches; a 36 MP one what decoding and holding its pixels weighs.
+    assert media_tokens([{**image, "width": 224, "height": 224}], [197]) == 197
+    assert media_tokens([image], [197]) == answer_size.pixel_tokens(36_000_000) == 8790
+    settings.HOSTING_MAX_REQUEST_PIXELS = 100_000_000
+    with pytest.raises(TooLarge, match="HOSTING_MAX_REQUEST_PIXELS"):
+        media_tokens([image] * 3, [197] * 3)  # 108 MP: refused before the worker decodes any
+    params = {"top_k": 100}
+    assert answer_size.fill_mask_bytes("Paris is the [MASK].", "[MASK]", {}) == 5 * (160 + 20)
+    with pytest.raises(TooLarge, match="33 mask tokens"):
+        answer_size.fill_mask_bytes("[MASK] " * 33, "[MASK]", params)
+    with pytest.raises(TooLarge, match="HOSTING_MAX_ANSWER_BYTES"):
+        answer_size.check_answer_bytes(32 * answer_size.fill_mask_bytes("[MASK] " * 30, "[MASK]", params), 16 << 20)
+    assert answer_size.answer_tokens(16 << 20) == 16_384  # an answer at the budget is charged 16 K tokens
