@@ -93,7 +93,7 @@ def main() -> None:
         stack.start_worker()
         stack.start_worker()
         stack.start_web()
-        stack.wait_ready([QA, EMBED, NLI, MLM, "vit"])
+        stack.wait_ready([QA, EMBED, NLI, MLM, "vit"], timeout_s=600)
         text = "word " * 200_000
         attacks = {
             "zero-shot template {{}}{:>10000000}": lambda: _post(stack, NLI, {
