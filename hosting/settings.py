@@ -208,6 +208,12 @@ HOSTING_MODEL_RUNNER = os.environ.get("HOSTING_MODEL_RUNNER") or "models_registr
 # Media tasks (README "Media"): a declared size over these is a 413 read from the file's header.
 HOSTING_MAX_IMAGE_PIXELS = int(os.environ.get("HOSTING_MAX_IMAGE_PIXELS", 40_000_000))
 HOSTING_MAX_AUDIO_SECONDS = float(os.environ.get("HOSTING_MAX_AUDIO_SECONDS", "60"))
+# Pixels all the images of one request may hold together: what one request makes a worker decode and hold
+# (3 bytes each as RGB, several copies while a processor resizes them). 100 MP: two or three large photos.
+HOSTING_MAX_REQUEST_PIXELS = int(os.environ.get("HOSTING_MAX_REQUEST_PIXELS", 100_000_000))
+# What one request's answer may weigh (JSON bytes, estimated before compute): a fill-mask input full of masks
+# with top_k 100 answers every mask with top_k copies of the text. Over it: 413 before anything is computed.
+HOSTING_MAX_ANSWER_BYTES = int(os.environ.get("HOSTING_MAX_ANSWER_BYTES", 16 * 1024 * 1024))
 # Hosts whose http(s) URLs a media input may name (comma list; empty = no URL is ever fetched).
 HOSTING_MEDIA_FETCH_HOSTS = [h.strip().lower() for h in os.environ.get("HOSTING_MEDIA_FETCH_HOSTS", "").split(",")
                              if h.strip()]
@@ -217,6 +223,9 @@ HOSTING_MEDIA_FETCH_MAX_BYTES = int(os.environ.get("HOSTING_MEDIA_FETCH_MAX_BYTE
 HOSTING_MEDIA_DECODE_THREADS = int(os.environ.get("HOSTING_MEDIA_DECODE_THREADS", "2"))
 HOSTING_HEARTBEAT_S = 1.0
 HOSTING_WORKER_STALE_S = 10.0
+# A worker whose event loop has not ticked this long stops being announced alive (its liveness
+# thread vouches for it while it computes, however long a batch takes): its messages are requeued.
+HOSTING_WORKER_HUNG_S = float(os.environ.get("HOSTING_WORKER_HUNG_S", "120"))
 HOSTING_CONFIG_REFRESH_S = 1.0
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(HOSTING_MAX_BODY_BYTES, 2_621_440)

@@ -19,7 +19,7 @@ from models_registry.api import request_record
 from models_registry.api.answer import Answer
 from models_registry.api.call import ApiCall
 from models_registry.broker.handoff import InferenceResult
-from models_registry.core.errors import HostingError, Internal, MethodNotAllowed
+from models_registry.core.errors import HostingError, MethodNotAllowed, internal_error
 from models_registry.policy import auth, gate
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
@@ -68,7 +68,7 @@ async def serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> A
         return route.error(error, call.request_id)
     except Exception:
         logger.exception("unhandled error in %s (request %s)", call.path, call.request_id)
-        return route.error(Internal("internal server error"), call.request_id)
+        return route.error(internal_error(call.request_id), call.request_id)
 
 
 async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> Answer:

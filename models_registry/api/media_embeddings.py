@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from models_registry.api import media_requests
+from models_registry.core.conf import conf
 from models_registry.core.errors import InvalidInput, NotFound
 from models_registry.core.task_key import TaskKey
+from models_registry.media import envelope
 from models_registry.observe import media_counts
 from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
@@ -38,5 +40,6 @@ async def items(inputs: list[str], modality: str, spec: ModelSpec, task: TaskSpe
     """The inputs (data URIs, base64, or an allowed host's URLs) as media items' wire dicts, headers checked."""
     where = "input[{}]" if len(inputs) > 1 else "input"
     found = [await media_requests.item_from_text(text, modality, where.format(i)) for i, text in enumerate(inputs)]
+    envelope.check_request_pixels(found, conf.MAX_REQUEST_PIXELS)
     media_counts.count(spec.name, task.name, found)
     return [item.wire() for item in found]

@@ -61,6 +61,7 @@ async def read(raw: bytes, content_type: str, model: str, task: TaskSpec) -> tup
         body, items = {}, [_probe(raw, kind, "the request body")]
         parsed = payloads.InferenceRequest(inputs=[], is_batch=False, parameters=dict(task.parameters))
     task_inputs.check_required(task.task, parsed.parameters)
+    envelope.check_request_pixels(items, conf.MAX_REQUEST_PIXELS)  # before a worker decodes any of them
     media_counts.count(model, task.name, items)
     return body, payloads.InferenceRequest(inputs=[item.wire() for item in items], is_batch=parsed.is_batch,
                                            parameters=parsed.parameters)

@@ -23,15 +23,9 @@ from typing_extensions import TypedDict
 
 from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.tasks import task_inputs
+from models_registry.tasks.parameter_types import MAX_DIMENSIONS, SHAPE_CONFIG, Says, integer
 from models_registry.tasks.shape_errors import Shape, adapter, phrase, unknown_keys
-from models_registry.tasks.task_parameters import (
-    MAX_DIMENSIONS,
-    SHAPE_CONFIG,
-    FeatureExtractionParameters,
-    Says,
-    TextGenerationParameters,
-    integer,
-)
+from models_registry.tasks.task_parameters import FeatureExtractionParameters, TextGenerationParameters
 
 
 def validate(shape: Shape, payload: Any, explain: Callable[[Any, ValidationError], HostingError]) -> Any:

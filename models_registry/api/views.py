@@ -18,7 +18,7 @@ from models_registry.api.call import from_django
 from models_registry.api.error_answers import error_response
 from models_registry.broker import admission
 from models_registry.core import sources
-from models_registry.core.errors import HostingError, Internal, MethodNotAllowed, NotFound
+from models_registry.core.errors import HostingError, MethodNotAllowed, NotFound, internal_error
 from models_registry.core.model_state import ModelState, shown_state
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
@@ -54,7 +54,7 @@ def api_view(
                 return render(error, request_id)
             except Exception:
                 logger.exception("unhandled error in %s (request %s)", request.path, request_id)
-                return render(Internal("internal server error"), request_id)
+                return render(internal_error(request_id), request_id)
 
         return csrf_exempt(wrapper)
 
@@ -192,4 +192,5 @@ def api_not_found(request: HttpRequest, exception: Exception | None = None) -> H
 
 def api_server_error(request: HttpRequest) -> HttpResponse:
     """JSON 500 when Django itself fails (never a stack trace)."""
-    return error_response(Internal("internal server error"), getattr(request, "request_id", None))
+    request_id = getattr(request, "request_id", None)
+    return error_response(internal_error(request_id), request_id)

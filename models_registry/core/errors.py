@@ -82,9 +82,28 @@ class Timeout(HostingError):
 
 
 class Internal(HostingError):
-    """A pipeline error: message only, details in the server log."""
+    """A pipeline error: the client reads only that it is internal and its request id, the server log the rest."""
 
     error_type, status = "internal", 500
+    exposed = False  # its message may quote an exception: never sent to a client (public_message)
+
+
+class Quarantined(Internal):
+    """A request in flight at two worker deaths: answered 500 with why, never computed again."""
+
+    exposed = True  # our own sentence, no exception text
+
+
+def public_message(error: HostingError, request_id: str | None) -> str:
+    """What a client may read of error: its message, or for an internal one only that and the request id."""
+    if getattr(error, "exposed", True):
+        return error.message
+    return f"internal error (request id {request_id}); the details are in the server log"
+
+
+def internal_error(request_id: str | None) -> Internal:
+    """The 500 a client gets for an unexpected failure: that it is internal, and its request id."""
+    return Internal(public_message(Internal(""), request_id))
 
 
 ERROR_CLASSES: dict[str, type[HostingError]] = {

@@ -15,7 +15,7 @@ import soxr
 from PIL import Image, ImageOps
 
 from models_registry.core.errors import InvalidInput, TooLarge
-from models_registry.media.envelope import IMAGE_FORMATS
+from models_registry.media.envelope import IMAGE_FORMATS, MAX_SAMPLE_RATE, MIN_AUDIO_SECONDS
 from models_registry.media.item import IMAGE, MediaItem
 
 _HIGH_DEPTH = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")
@@ -67,8 +67,11 @@ def decode_audio(data: bytes, sampling_rate: int | None, max_seconds: float) -> 
         info = soundfile.info(io.BytesIO(data))
         if info.duration > max_seconds:
             raise TooLarge(f"the clip lasts {info.duration:.1f} s; the limit is {max_seconds:g} s")
+        if not 0 < info.samplerate <= MAX_SAMPLE_RATE or info.duration < MIN_AUDIO_SECONDS:
+            raise InvalidInput(f"the clip has {info.frames} samples at {info.samplerate} Hz: it must last at least "
+                               f"{MIN_AUDIO_SECONDS * 1000:g} ms at a rate from 1 to {MAX_SAMPLE_RATE} Hz")
         samples, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
-    except TooLarge:
+    except (TooLarge, InvalidInput):
         raise
     except Exception as error:
         raise InvalidInput(f"the audio could not be decoded ({type(error).__name__}: {error})"[:300]) from None

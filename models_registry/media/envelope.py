@@ -35,6 +35,9 @@ Image.MAX_IMAGE_PIXELS = None
 # The formats a served image may have: the common web ones. Every other Pillow plugin (and
 # its parser's attack surface) stays closed.
 IMAGE_FORMATS = ("PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF")  # JPEG also opens multi-picture (MPO) files
+MAX_SAMPLE_RATE = 768_000  # above any recording's rate: a higher one is a forged header
+# A speech model's first convolutions read 25 ms windows (wav2vec2: 400 samples at 16 kHz): a shorter clip fails there.
+MIN_AUDIO_SECONDS = 0.1
 _DATA_URI = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[\w.+-]+)*)(?P<b64>;base64)?,",
                        re.ASCII)
 
@@ -103,15 +106,27 @@ def _probe_audio(data: bytes, where: str, max_seconds: float) -> MediaItem:
     except Exception as error:
         raise InvalidInput(f"{where} is not an audio file this server reads (WAV, FLAC, OGG, MP3...): "
                            f"{type(error).__name__}") from None
-    if info.samplerate <= 0 or info.channels <= 0:
-        raise InvalidInput(f"{where} declares {info.samplerate} Hz and {info.channels} channels")
+    if not 0 < info.samplerate <= MAX_SAMPLE_RATE or info.channels <= 0:
+        raise InvalidInput(f"{where} declares {info.samplerate} Hz and {info.channels} channels: the sample rate "
+                           f"must be from 1 to {MAX_SAMPLE_RATE} Hz, with at least one channel")
     seconds = max(float(info.duration), _declared_wav_seconds(data))
     if seconds > max_seconds:
         raise TooLarge(f"{where} lasts {seconds:.1f} s by its header; the limit is {max_seconds:g} s "
                        "(HOSTING_MAX_AUDIO_SECONDS): send a shorter clip")
     if info.frames <= 0:
         raise InvalidInput(f"{where} holds no audio samples")
+    if info.duration < MIN_AUDIO_SECONDS:
+        raise InvalidInput(f"{where} lasts {info.duration * 1000:.1f} ms ({info.frames} samples at {info.samplerate} "
+                           f"Hz); a clip must last at least {MIN_AUDIO_SECONDS * 1000:g} ms for a model to hear it")
     return MediaItem(kind=AUDIO, data=data, format=str(info.format), seconds=float(info.duration))
+
+
+def check_request_pixels(items: list[MediaItem], max_pixels: int) -> None:
+    """413 for a request whose images hold more pixels together than one request may make a worker decode."""
+    total = sum(item.width * item.height for item in items if item.kind == IMAGE)
+    if total > max_pixels:
+        raise TooLarge(f"the request's images hold {total} pixels together; one request may hold {max_pixels} "
+                       "(HOSTING_MAX_REQUEST_PIXELS): send fewer or smaller images per request")
 
 
 def _declared_wav_seconds(data: bytes) -> float:

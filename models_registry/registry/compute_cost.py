@@ -34,6 +34,7 @@ class TokenCounter:
     tokens: Callable[[str], int]
     max_tokens: int = ASSUMED_MAX_TOKENS
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # the model's default generation length
+    exact: bool = True  # the model's own tokenizer (the web's estimate is not: it refuses nothing by length)
 
 
 def estimated_tokens(text: str) -> int:
@@ -41,7 +42,7 @@ def estimated_tokens(text: str) -> int:
     return math.ceil(len(text.encode()) / 4) + SPECIALS
 
 
-ESTIMATE = TokenCounter(estimated_tokens)
+ESTIMATE = TokenCounter(estimated_tokens, exact=False)
 
 
 def is_plain_length(task: str, params: dict[str, Any]) -> bool:
@@ -72,7 +73,9 @@ def item_cost(task: str, item: Any, params: dict[str, Any], counter: TokenCounte
         labels = _labels(params.get("candidate_labels"))
         template = params.get("hypothesis_template") or ZERO_SHOT_TEMPLATE
         own = counter.tokens(text)
-        return sum(min(own + counter.tokens(template.format(label)) - 1, cap) for label in labels) or min(own, cap)
+        hypotheses = [counter.tokens(template.format(label)) for label in labels]
+        _check_hypotheses(labels, hypotheses, counter)
+        return sum(min(own + hypothesis - 1, cap) for hypothesis in hypotheses) or min(own, cap)
     if task == "token-classification" and params.get("stride"):
         return _strided_cost(counter.tokens(text), int(params["stride"]), counter)
     if task in GENERATION_TASKS:
@@ -80,6 +83,18 @@ def item_cost(task: str, item: Any, params: dict[str, Any], counter: TokenCounte
         new_tokens = min(int(asked or counter.max_new_tokens or DEFAULT_MAX_NEW_TOKENS), MAX_NEW_TOKENS)
         return min(counter.tokens(text), cap) + new_tokens
     return min(counter.tokens(text), cap)
+
+
+def _check_hypotheses(labels: list[str], hypotheses: list[int], counter: TokenCounter) -> None:
+    """400 for a label whose hypothesis leaves no room for the text in the model's length (a 500 in the pipeline)."""
+    if not counter.exact or not hypotheses:
+        return
+    longest = max(range(len(hypotheses)), key=hypotheses.__getitem__)
+    # [CLS] text [SEP] hypothesis [SEP]: a hypothesis counted with its 2 specials, one more, and one text token.
+    if hypotheses[longest] + 2 > counter.max_tokens:
+        raise InvalidInput(f"the hypothesis of label {labels[longest][:50]!r} takes {hypotheses[longest]} tokens; "
+                           f"this model reads {counter.max_tokens} tokens for the text and the hypothesis together: "
+                           "send a shorter label or hypothesis_template")
 
 
 def _prompt(params: dict[str, Any]) -> str:

@@ -18,8 +18,14 @@ from typing_extensions import TypedDict
 
 from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.tasks import task_parameters as p
+from models_registry.tasks.parameter_types import (
+    MAX_CANDIDATE_LABELS,
+    MAX_DIMENSIONS,
+    MAX_NEW_TOKENS,
+    SHAPE_CONFIG,
+    NonBlank,
+)
 from models_registry.tasks.shape_errors import Shape, adapter, explain_parameters, keys
-from models_registry.tasks.task_parameters import MAX_CANDIDATE_LABELS, MAX_DIMENSIONS, MAX_NEW_TOKENS
 
 __all__ = ["FEATURE_TOP_LEVEL_KEYS", "MAX_CANDIDATE_LABELS", "MAX_DIMENSIONS", "MAX_NEW_TOKENS", "SUPPORTED_TASKS",
            "TASK_KINDS", "TaskKind", "as_items", "check_required", "inputs_shape", "normalize_inputs",
@@ -31,12 +37,12 @@ FEATURE_TOP_LEVEL_KEYS = ("normalize", "truncate", "truncation_direction", "prom
 _HF_RETRY_HINT = " (The following `model_kwargs` are not used by the model: {unknown})"
 
 
-@with_config(p.SHAPE_CONFIG)
+@with_config(SHAPE_CONFIG)
 class QuestionContext(TypedDict):
     """One question-answering input."""
 
-    question: Required[p.NonBlank]
-    context: Required[p.NonBlank]
+    question: Required[NonBlank]
+    context: Required[NonBlank]
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,7 @@ def _ranking_inputs(max_inputs: int) -> Any:
         "sentences": Required[Annotated[list[str], Field(min_length=1, max_length=max_inputs)]],
     })
     shape.__doc__ = "text-ranking: the query and the texts scored against it (sentence-similarity's shape)."
-    return with_config(p.SHAPE_CONFIG)(shape)
+    return with_config(SHAPE_CONFIG)(shape)
 
 
 @functools.cache
@@ -133,7 +139,7 @@ def inputs_shape(task: str, max_inputs: int) -> Any:
     kind = TASK_KINDS[task]
     if kind.ranking:
         return _ranking_inputs(max_inputs)
-    one: Any = QuestionContext if kind.question_context else str if task == "feature-extraction" else p.NonBlank
+    one: Any = QuestionContext if kind.question_context else str if task == "feature-extraction" else NonBlank
     return one | Annotated[list[one], Field(min_length=1, max_length=max_inputs)]
 
 

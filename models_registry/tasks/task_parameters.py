@@ -12,107 +12,28 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, with_config
+from pydantic import AfterValidator, Field, with_config
 from typing_extensions import TypedDict
 
-MAX_NEW_TOKENS = 512  # generation bound: one request must not hold the device for minutes
-MAX_CANDIDATE_LABELS = 100  # zero-shot runs one forward pass per (input, label) pair
-MAX_DIMENSIONS = 65_536  # beyond any model's hidden size; the model's own size is checked on its answer
-
-# Strict: JSON types only (no "5" for 5, no true for 1); a key nobody declared is a 400.
-SHAPE_CONFIG = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-# What Python's str.strip() removes, spelled out so that every regex engine (pydantic's,
-# the fuzzer's, a client's) agrees on what a blank string is.
-_SPACE = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-NOT_BLANK = f"[^{_SPACE}]"
-
-
-class Says:
-    """The phrase a 400 uses for a value of this shape: "parameter 'x' must <phrase>"."""
-
-    def __init__(self, phrase: str) -> None:
-        self.phrase = phrase
-
-
-def _integral(value: Any) -> Any:
-    # JSON has one number type: 2.0 is the integer 2 (JSON Schema agrees), 2.5 is not an integer.
-    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**64 else value
-
-
-def integer(low: int, high: int) -> Any:
-    """An integer from low to high (inclusive); the bounds before the float check, so the schema shows them."""
-    return Annotated[int, Field(ge=low, le=high), BeforeValidator(_integral)]
-
-
-def Int(low: int, high: int) -> Any:
-    """An integer from low to high (inclusive), or null."""
-    return integer(low, high) | None
-
-
-def Number(low: float, high: float) -> Any:
-    """A number above low, up to high (inclusive), or null."""
-    return Annotated[float, Field(gt=low, le=high)] | None
-
-
-Bool = bool | None
-Text = str | None
-NonBlank = Annotated[str, Field(pattern=NOT_BLANK)]
-
-
-def _as_list(value: str | list[str]) -> list[str]:
-    return [value] if isinstance(value, str) else value
-
-
-def _labels(value: str | list[str]) -> list[str]:
-    # A comma-separated string is what the transformers pipeline (and older HF clients) take.
-    labels = [label.strip() for label in value.split(",") if label.strip()] if isinstance(value, str) else value
-    if not labels or len(labels) > MAX_CANDIDATE_LABELS or len(set(labels)) != len(labels):
-        raise ValueError("labels")
-    return labels
-
-
-def _distinct(values: list[int]) -> list[int]:
-    if len(set(values)) != len(values):
-        raise ValueError("repeated")
-    return values
-
-
-def StrList(max_items: int, min_items: int = 1) -> Any:
-    """A list of non-empty strings, or null."""
-    return Annotated[
-        Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=min_items, max_length=max_items)] | None,
-        Says(f"be a list of at most {max_items} non-empty strings"),
-    ]
-
-
-# fill-mask scores every target's token ids: without a bound one request can send a million.
-MAX_TARGETS, MAX_TARGET_CHARS = 1000, 100
-TargetText = Annotated[str, Field(pattern=NOT_BLANK, max_length=MAX_TARGET_CHARS)]
-Targets = Annotated[
-    Annotated[TargetText | Annotated[list[TargetText], Field(min_length=1, max_length=MAX_TARGETS)],
-              AfterValidator(_as_list)] | None,
-    Says(f"be a non-empty string or a list of at most {MAX_TARGETS} non-blank strings of at most "
-         f"{MAX_TARGET_CHARS} characters"),
-]
-Labels = Annotated[
-    Annotated[
-        Annotated[str, Field(pattern=f"[^,{_SPACE}]")]
-        | Annotated[list[Annotated[str, Field(min_length=1)]],
-                    Field(min_length=1, max_length=MAX_CANDIDATE_LABELS, json_schema_extra={"uniqueItems": True})],
-        AfterValidator(_labels),
-    ] | None,
-    Says(f"be a list of at most {MAX_CANDIDATE_LABELS} distinct non-empty strings, or a comma-separated string"),
-]
-Template = Annotated[Annotated[str, Field(pattern=r"\{\}")] | None,
-                     Says("be a string with {} where the label goes, e.g. 'This is {}.'")]
-Prompts = Annotated[dict[str, str], Says("map prompt names to prefix strings")]
-Dimensions = Int(1, MAX_DIMENSIONS)
-Sizes = Annotated[
-    Annotated[list[integer(1, MAX_DIMENSIONS)], Field(min_length=1),
-              AfterValidator(_distinct),
-              Field(json_schema_extra={"uniqueItems": True})],
-    Says(f"be a list of distinct sizes from 1 to {MAX_DIMENSIONS}, e.g. [768, 512, 256, 128, 64]"),
-]
+from models_registry.tasks.parameter_types import (
+    MAX_NEW_TOKENS,
+    MIN_LOGIT_DIVISOR,
+    SHAPE_CONFIG,
+    Bool,
+    Dimensions,
+    Int,
+    Labels,
+    Number,
+    Prompts,
+    Says,
+    Scale,
+    Sizes,
+    StopList,
+    StrList,
+    Targets,
+    Template,
+    Text,
+)
 
 
 @with_config(SHAPE_CONFIG)
@@ -197,11 +118,11 @@ class TextGenerationParameters(TypedDict, total=False):
 
     do_sample: Bool
     max_new_tokens: Int(1, MAX_NEW_TOKENS)
-    repetition_penalty: Number(0, 100)
+    repetition_penalty: Scale(MIN_LOGIT_DIVISOR, 100)
     return_full_text: Bool
     seed: Int(0, 2**63 - 1)
-    stop: StrList(16)
-    temperature: Number(0, 100)
+    stop: StopList
+    temperature: Scale(MIN_LOGIT_DIVISOR, 100)
     top_k: Int(1, 10_000)
     top_p: Number(0, 1)
     typical_p: Number(0, 1)
@@ -223,8 +144,8 @@ class GenerateParameters(TypedDict, total=False):
     min_new_tokens: Int(0, MAX_NEW_TOKENS)
     no_repeat_ngram_size: Int(0, 100)
     num_beams: Int(1, 16)
-    repetition_penalty: Number(0, 100)
-    temperature: Number(0, 100)
+    repetition_penalty: Scale(MIN_LOGIT_DIVISOR, 100)
+    temperature: Scale(MIN_LOGIT_DIVISOR, 100)
     top_k: Int(0, 10_000)
     top_p: Number(0, 1)
     typical_p: Number(0, 1)

@@ -31,7 +31,13 @@ from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery, Lease
 from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
-from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget, computed_tokens
+from models_registry.worker.intake import (
+    InferenceRequest,
+    check_servable,
+    check_token_budget,
+    computed_tokens,
+    readable,
+)
 from models_registry.worker.media_intake import MediaDecoder
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.placer import Placer
@@ -87,6 +93,7 @@ class InferenceEngine:
             return
         try:
             slot = check_servable(request, self.models.get(request.model), self.draining)
+            request = readable(request, slot)  # a 1 MB text costs what the model's length costs
             costs = [slot.loaded.count_tokens(item) for item in request.inputs]
             charged = computed_tokens(request, slot, costs)  # what is charged: what the model will compute
             check_token_budget(charged, slot.spec.tasks[request.task].max_request_tokens)

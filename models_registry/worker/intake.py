@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from models_registry.core import sources
+from models_registry.core.conf import conf
 from models_registry.core.errors import InvalidInput, TooLarge, Unavailable
 from models_registry.core.model_state import ModelState
 from models_registry.media.item import is_media
+from models_registry.registry import answer_size
 from models_registry.registry.compute_cost import is_plain_length, request_cost
+from models_registry.registry.readable_text import cut_inputs
 from models_registry.worker.model_slots import ModelSlot
 
 
@@ -72,9 +75,41 @@ def computed_tokens(request: InferenceRequest, slot: ModelSlot, costs: list[int]
     media inputs cost what the model's own count says (patch tokens, encoder frames).
     """
     if any(is_media(item) for item in request.inputs):
-        return sum(costs)
+        return media_tokens(request.inputs, costs)
     task = slot.spec.tasks[request.task]
     params = {**task.parameters, **request.parameters}
+    answer = answer_bytes(task.task, request.inputs, params, slot)
+    answer_size.check_answer_bytes(answer, conf.MAX_ANSWER_BYTES)
     if is_plain_length(task.task, params):
-        return sum(costs)  # the common case: no second tokenization
-    return sum(request_cost(task.task, request.inputs, params, slot.loaded.cost_counter()))
+        tokens = sum(costs)  # the common case: no second tokenization
+    else:
+        tokens = sum(request_cost(task.task, request.inputs, params, slot.loaded.cost_counter()))
+    return max(tokens, answer_size.answer_tokens(answer))  # a large answer is charged what it weighs
+
+
+def media_tokens(inputs: list[Any], costs: list[int]) -> int:
+    """The model's own cost of media inputs, or what their decoded pixels weigh; 413 over HOSTING_MAX_REQUEST_PIXELS."""
+    pixels = [int(item.get("width") or 0) * int(item.get("height") or 0) if is_media(item) else 0 for item in inputs]
+    if sum(pixels) > conf.MAX_REQUEST_PIXELS:  # the web refuses it first; a batch line or a forged message here
+        raise TooLarge(f"the request's images hold {sum(pixels)} pixels together; one request may hold "
+                       f"{conf.MAX_REQUEST_PIXELS} (HOSTING_MAX_REQUEST_PIXELS): send fewer or smaller images")
+    return sum(max(cost, answer_size.pixel_tokens(count)) for cost, count in zip(costs, pixels))
+
+
+def answer_bytes(task: str, inputs: list[Any], params: dict[str, Any], slot: ModelSlot) -> int:
+    """The estimated JSON bytes of the answer, where it can outweigh what the model reads (fill-mask); else 0."""
+    if task != "fill-mask":
+        return 0
+    tokenizer = getattr(getattr(slot.loaded, "pipelines", {}).get("fill-mask"), "tokenizer", None)
+    mask = str(getattr(tokenizer, "mask_token", None) or "")
+    return sum(answer_size.fill_mask_bytes(text, mask, params) for text in inputs if isinstance(text, str))
+
+
+def readable(request: InferenceRequest, slot: ModelSlot) -> InferenceRequest:
+    """request with each text cut to what the model reads, before any tokenizer sees it (registry.readable_text)."""
+    task = slot.spec.tasks[request.task]
+    max_tokens = getattr(slot.loaded, "max_tokens", 0)  # a runner that counts no tokens reads no length
+    if not max_tokens:
+        return request
+    inputs = cut_inputs(task.task, request.inputs, {**task.parameters, **request.parameters}, max_tokens)
+    return request if inputs is request.inputs else replace(request, inputs=inputs)

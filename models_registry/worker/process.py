@@ -20,6 +20,7 @@ from models_registry.registry import heartbeats
 from models_registry.registry.specs import read_specs
 from models_registry.worker import quarantine
 from models_registry.worker.engine import InferenceEngine
+from models_registry.worker.liveness import LivenessThread
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,11 @@ class InferenceWorker(Worker):
             loop.add_signal_handler(sig, stop.set)
 
         await self._announce(engine)
+        # Liveness and the heartbeat from a thread of their own: a busy worker is alive (worker.liveness).
+        self.liveness = LivenessThread(self.layer, engine.worker_id, ALIVE_TTL_S, conf.HEARTBEAT_S,
+                                       conf.WORKER_HUNG_S, self._write_beat)
+        self._report(engine)
+        self.liveness.start()
         await self._refresh_config(engine)  # load models at start, not on first use
         background = [
             asyncio.ensure_future(engine.run_batches()),
@@ -82,10 +88,15 @@ class InferenceWorker(Worker):
         engine.draining = True
         for task in listeners:
             task.cancel()
-        await self._beat(engine)
+        self._report(engine)
+        try:
+            await sync_to_async(self._write_beat)(self.liveness.snapshot)  # draining: seen at once
+        except Exception:
+            logger.exception("could not write the heartbeat")
         await engine.drain(DRAIN_TIMEOUT_S)
         for task in background:
             task.cancel()
+        await sync_to_async(self.liveness.stop)()  # before the leases go back and the heartbeat is forgotten
         try:
             requeued = await self.layer.retire(engine.worker_id)
             if requeued:
@@ -144,10 +155,9 @@ class InferenceWorker(Worker):
             logger.warning("could not announce liveness: %s", error)
 
     async def _liveness_loop(self, engine: InferenceEngine) -> None:
-        """Keep our liveness key fresh and requeue the messages of dead workers."""
+        """Requeue the messages of dead workers (our own liveness key is kept by the liveness thread)."""
         while True:
             await asyncio.sleep(ALIVE_TTL_S / 3)
-            await self._announce(engine)
             try:
                 moved = await self.layer.recover_dead_workers(engine.worker_id)
                 if moved:
@@ -170,16 +180,16 @@ class InferenceWorker(Worker):
             await asyncio.sleep(conf.CONFIG_REFRESH_S)
             await self._refresh_config(engine)
 
-    async def _beat(self, engine: InferenceEngine) -> None:
-        try:
-            await sync_to_async(heartbeats.beat)(
-                engine.worker_id, self.runner.default_device, engine.models_state(),
-                engine.queue_depths(), engine.stats.started_at, engine.draining,
-            )
-        except Exception:
-            logger.exception("could not write the heartbeat")
+    def _report(self, engine: InferenceEngine) -> None:
+        """Hand the liveness thread this worker's state (read here, on the loop that owns it)."""
+        self.liveness.report((engine.worker_id, self.runner.default_device, engine.models_state(),
+                              engine.queue_depths(), engine.stats.started_at, engine.draining))
+
+    @staticmethod
+    def _write_beat(snapshot: tuple[Any, ...]) -> None:
+        heartbeats.beat(*snapshot)
 
     async def _heartbeat_loop(self, engine: InferenceEngine) -> None:
         while True:
-            await self._beat(engine)
+            self._report(engine)
             await asyncio.sleep(conf.HEARTBEAT_S)

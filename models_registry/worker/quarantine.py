@@ -13,7 +13,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from models_registry.broker.work_layer import WorkLayer
-from models_registry.core.errors import Internal
+from models_registry.core.errors import Quarantined
 from models_registry.worker.intake import InferenceRequest
 from models_registry.worker.replies import Replies
 
@@ -40,7 +40,7 @@ async def answer_poison(layer: WorkLayer, replies: Replies) -> int:
     for request in requests:
         logger.error("quarantined request %s on %s/%s: in flight at two worker deaths", request.id,
                      request.model, request.task)
-        replies.error(request.id, request.reply, Internal(POISON_MESSAGE), deadline=request.deadline)
+        replies.error(request.id, request.reply, Quarantined(POISON_MESSAGE), deadline=request.deadline)
     if requests:
         try:
             await sync_to_async(_record)(requests)

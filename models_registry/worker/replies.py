@@ -11,7 +11,7 @@ from typing import Any
 from models_registry.broker import admission, messages
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.batch_types import PendingRequest
-from models_registry.core.errors import HostingError, Internal, Unavailable
+from models_registry.core.errors import HostingError, Internal, Unavailable, public_message
 from models_registry.worker.delivery import Delivery, Lease
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,8 @@ class Replies:
     def error(self, request_id: str, reply: str, error: HostingError, lease: Lease | None = None,
               deadline: float | None = None) -> None:
         """Answer one request with an error (and release its lease once sent)."""
-        message = messages.result_message(request_id=request_id, error_type=error.error_type, error=error.message)
+        message = messages.result_message(request_id=request_id, error_type=error.error_type,
+                                          error=self._public(request_id, error))
         if "Retry-After" in error.headers:
             message["retry_after"] = error.headers["Retry-After"]
         until = deadline if deadline is not None else time.time() + ERROR_REPLY_WINDOW_S
@@ -83,13 +84,21 @@ class Replies:
             for lease in leases:
                 self.release(lease)
 
+    @staticmethod
+    def _public(request_id: str, error: HostingError) -> str:
+        """The error's message for the client; an internal one's text goes to this log only."""
+        public = public_message(error, request_id)
+        if public != error.message:
+            logger.error("request %s answered 500: %s", request_id, error.message)
+        return public
+
     def _result_message(self, request: PendingRequest[Delivery], started: float, compute_s: float) -> dict[str, Any]:
         queue_ms = max(0.0, ((request.started_at or started) - request.arrival) * 1000)
         batch_size = max(request.batch_sizes or [0])
         if request.error is not None:
             error = request.error if isinstance(request.error, HostingError) else Internal(str(request.error))
             return messages.result_message(
-                request_id=request.id, error_type=error.error_type, error=error.message,
+                request_id=request.id, error_type=error.error_type, error=self._public(request.id, error),
                 queue_ms=queue_ms, compute_ms=compute_s * 1000, batch_size=batch_size, worker=self.worker_id,
             )
         return messages.result_message(

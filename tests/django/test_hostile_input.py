@@ -165,3 +165,101 @@ def test_register_model_sets_the_per_request_token_budget() -> None:
     call_command("register_model", "m", "--source", "org/m", "--task", "fill-mask", "--max-request-tokens", "0",
                  stdout=io.StringIO())
     assert ModelTask.objects.get(model__name="m").max_request_tokens == 0
+
+
+# --- issue 27: client mistakes that were 500s, and what one request may make a worker hold ----------------
+def _wav(samples: int, rate: int) -> bytes:
+    """A 16-bit mono WAV of samples zeros whose header says rate (4 samples: the issue's 52 bytes)."""
+    import struct
+
+    data = b"\0\0" * samples
+    return (b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, rate,
+            rate * 2 % 2**32, 2, 16) + b"data" + struct.pack("<I", len(data)) + data)
+
+
+@pytest.fixture
+def zero_shot(make_model: Callable[..., RegisteredModel]) -> RegisteredModel:
+    return make_model("nli", task="zero-shot-classification")
+
+
+@pytest.mark.parametrize("template", ["{{}}{:>10000000}", "This is {} {}", "{} {x}", "{} {", "{0}", "{!r}",
+                                      "{:>9}", "x" * 600 + " {}"])
+async def test_a_hypothesis_template_with_anything_but_one_bare_field_is_a_400(
+        client: AsyncClient, token: str, zero_shot: RegisteredModel, template: str) -> None:
+    # The check looked for the text "{}" only: "{{}}{:>10000000}" padded each hypothesis to 10 million characters.
+    body = {"inputs": "the cat sat", "parameters": {"candidate_labels": ["a", "b"], "hypothesis_template": template}}
+    message = error_of(await post(client, "/models/nli", body, token), 400, "invalid_input")
+    assert "'hypothesis_template' must be a string with {} where the label goes, once" in message
+
+
+async def test_a_label_longer_than_a_hypothesis_can_be_is_a_400(client: AsyncClient, token: str,
+                                                                zero_shot: RegisteredModel) -> None:
+    body = {"inputs": "the cat sat", "parameters": {"candidate_labels": ["x " * 3000, "b"]}}
+    message = error_of(await post(client, "/models/nli", body, token), 400, "invalid_input")
+    assert "at most 500 characters" in message
+
+
+@pytest.mark.parametrize("parameters", [{"do_sample": True, "temperature": 1e-300},
+                                        {"do_sample": True, "temperature": 1e-45},
+                                        {"do_sample": True, "repetition_penalty": 1e-300},
+                                        {"stop": ["\u0000"]}])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_generation_values_that_break_sampling_are_a_400(
+        client: AsyncClient, make_model: Callable[..., RegisteredModel], make_token: Callable[..., str],
+        parameters: dict[str, Any], stream: bool) -> None:
+    await db(make_model, "gen", task="text-generation")
+    raw = await db(make_token, "gen")
+    body = {"inputs": "Once", "parameters": parameters, **({"stream": True} if stream else {})}
+    message = error_of(await post(client, "/models/gen", body, raw), 400, "invalid_input")
+    assert "must be" in message
+
+
+@pytest.mark.parametrize(("wav", "says"), [(_wav(4, 16_000), "at least 100 ms"),
+                                           (_wav(4, 2**31 - 1), "from 1 to 768000 Hz"),
+                                           (_wav(16_000, 2**31 - 1), "from 1 to 768000 Hz")],
+                         ids=["4-samples", "rate-2^31-1", "rate-2^31-1-long"])
+async def test_a_clip_no_model_can_hear_is_a_400_sent_alone(
+        client: AsyncClient, make_model: Callable[..., RegisteredModel], make_token: Callable[..., str],
+        wav: bytes, says: str) -> None:
+    await db(make_model, "ast", task="audio-classification")
+    raw = await db(make_token, "ast")
+    response = await post(client, "/models/ast", wav, raw, content_type="audio/wav")
+    assert says in error_of(response, 400, "invalid_input")
+
+
+async def test_images_over_the_request_pixel_budget_are_a_413_before_any_is_decoded(
+        client: AsyncClient, make_model: Callable[..., RegisteredModel], make_token: Callable[..., str]) -> None:
+    import base64
+
+    from PIL import Image
+
+    await db(make_model, "vit", task="image-classification")
+    raw = await db(make_token, "vit")
+    out = io.BytesIO()
+    Image.new("1", (6000, 6000)).save(out, format="PNG")  # 36 MP, under the 40 MP per image
+    big = base64.b64encode(out.getvalue()).decode()
+    assert len(big) < 50_000  # the issue's 35 KB
+    response = await post(client, "/models/vit", {"inputs": [big] * 20}, raw)
+    message = error_of(response, 413, "too_large")
+    assert "720000000 pixels together" in message and "HOSTING_MAX_REQUEST_PIXELS" in message
+
+
+def test_decoded_pixels_and_large_answers_are_charged_and_bounded(settings: Any) -> None:
+    from models_registry.core.errors import TooLarge
+    from models_registry.registry import answer_size
+    from models_registry.worker.intake import media_tokens
+
+    image = {"media": "image", "data": b"x", "width": 6000, "height": 6000}
+    # A 224-pixel image costs its patches; a 36 MP one what decoding and holding its pixels weighs.
+    assert media_tokens([{**image, "width": 224, "height": 224}], [197]) == 197
+    assert media_tokens([image], [197]) == answer_size.pixel_tokens(36_000_000) == 8790
+    settings.HOSTING_MAX_REQUEST_PIXELS = 100_000_000
+    with pytest.raises(TooLarge, match="HOSTING_MAX_REQUEST_PIXELS"):
+        media_tokens([image] * 3, [197] * 3)  # 108 MP: refused before the worker decodes any
+    params = {"top_k": 100}
+    assert answer_size.fill_mask_bytes("Paris is the [MASK].", "[MASK]", {}) == 5 * (160 + 20)
+    with pytest.raises(TooLarge, match="33 mask tokens"):
+        answer_size.fill_mask_bytes("[MASK] " * 33, "[MASK]", params)
+    with pytest.raises(TooLarge, match="HOSTING_MAX_ANSWER_BYTES"):
+        answer_size.check_answer_bytes(32 * answer_size.fill_mask_bytes("[MASK] " * 30, "[MASK]", params), 16 << 20)
+    assert answer_size.answer_tokens(16 << 20) == 16_384  # an answer at the budget is charged 16 K tokens

@@ -107,3 +107,57 @@ def test_an_embedding_batch_past_its_deadline_skips_its_remaining_forwards(tmp_p
             embed(model, model.pipelines["feature-extraction"], task, texts, {})
     with computing_until(time.time() + 60):
         assert not any(isinstance(o, ItemFailure) for o in runner.run(model, task, texts[:4], [{}] * 4))
+
+
+# --- issue 27 -----------------------------------------------------------------------------------------------
+def test_sampling_at_the_smallest_temperature_and_penalty_taken_is_finite(gpt2: tuple) -> None:
+    # Below MIN_LOGIT_DIVISOR (1e-45, 1e-300) sampling failed: "probability tensor contains inf/nan" (a 500).
+    from models_registry.tasks.task_parameters import MIN_LOGIT_DIVISOR
+
+    runner, model, task = gpt2
+    params = {"do_sample": True, "temperature": MIN_LOGIT_DIVISOR, "repetition_penalty": MIN_LOGIT_DIVISOR,
+              "max_new_tokens": 8, "seed": 1}
+    [answer] = runner.run(model, task, ["The cat"], [params])
+    assert not isinstance(answer, ItemFailure), answer
+
+
+@pytest.fixture(scope="module")
+def mlm(tmp_path_factory: pytest.TempPathFactory) -> tuple[PipelineRunner, object, TaskSpec]:
+    return _loaded(model_factory.build_masked_lm(tmp_path_factory.mktemp("mlm") / "m"), "fill-mask")
+
+
+@pytest.mark.parametrize(("text", "params"), [("[MASK] " * 20, {"top_k": 100}), ("a [MASK] b [MASK] c", {}),
+                                              ("the [MASK] sat on the mat " * 3, {"top_k": 7})])
+def test_the_fill_mask_answer_estimate_is_an_upper_bound(mlm: tuple, text: str, params: dict) -> None:
+    import json
+
+    from models_registry.registry.answer_size import fill_mask_bytes
+
+    runner, model, task = mlm
+    [answer] = runner.run(model, task, [text], [params])
+    assert not isinstance(answer, ItemFailure), answer
+    actual = len(json.dumps(answer).encode())
+    estimate = fill_mask_bytes(text, model.pipelines["fill-mask"].tokenizer.mask_token, params)
+    assert actual <= estimate <= 4 * actual  # bounds the answer, yet refuses nothing far under the budget
+
+
+@pytest.fixture(scope="module")
+def nli(tmp_path_factory: pytest.TempPathFactory) -> tuple[PipelineRunner, object, TaskSpec]:
+    return _loaded(model_factory.build_zero_shot_classifier(tmp_path_factory.mktemp("nli") / "m"),
+                   "zero-shot-classification")
+
+
+def test_a_label_the_model_cannot_read_beside_the_text_is_refused_before_compute(nli: tuple) -> None:
+    # "x " * 3000 reached the pipeline: "The size of tensor a (3010) must match the size of tensor b (128)".
+    from models_registry.core.errors import InvalidInput
+    from models_registry.registry.compute_cost import request_cost
+
+    runner, model, task = nli
+    counter = model.cost_counter()
+    long_label = "x " * (counter.max_tokens - 3)
+    with pytest.raises(InvalidInput, match="send a shorter label"):
+        request_cost(task.task, ["the cat sat"], {"candidate_labels": [long_label, "b"]}, counter)
+    fits = "x " * (counter.max_tokens - 12)  # "This example is x x ... ." with room for the text
+    request_cost(task.task, ["the cat sat"], {"candidate_labels": [fits]}, counter)
+    [answer] = runner.run(model, task, ["the cat sat " * 100], [{"candidate_labels": [fits, "b"]}])
+    assert not isinstance(answer, ItemFailure), answer

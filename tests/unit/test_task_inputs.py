@@ -302,8 +302,14 @@ def test_text_generation_parameters() -> None:
     [
         ("max_new_tokens", 513, "'max_new_tokens' must be an integer from 1 to 512"),
         ("max_new_tokens", 0, "'max_new_tokens' must be an integer from 1 to 512"),
-        ("temperature", 0, "'temperature' must be a number above 0 to 100"),
-        ("temperature", "hot", "'temperature' must be a number above 0 to 100"),
+        ("temperature", 0, "'temperature' must be a number from 0.001 to 100"),
+        ("temperature", "hot", "'temperature' must be a number from 0.001 to 100"),
+        # Sampling divides the logits by it: a float32 logit over 1e-45 or 1e-300 is inf, and sampling failed (500).
+        ("temperature", 1e-45, "'temperature' must be a number from 0.001 to 100"),
+        ("temperature", 1e-300, "'temperature' must be a number from 0.001 to 100"),
+        ("repetition_penalty", 1e-300, "'repetition_penalty' must be a number from 0.001 to 100"),
+        ("stop", ["\u0000"], "'stop' must be a list of at most 16 non-empty strings of at most 200 characters, "
+                             "without control characters"),
         ("top_p", 1.5, "'top_p' must be a number above 0 to 1"),
         ("do_sample", 1, "'do_sample' must be true or false"),
         ("stop", "END", "'stop' must be a list of at most 16 non-empty strings"),
