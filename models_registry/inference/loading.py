@@ -19,7 +19,7 @@ from transformers import (
     pipeline,
 )
 
-from models_registry.inference import intake_tokens, media_models, onnx_backend, onnx_logits, ranking, trace
+from models_registry.inference import half_precision, intake_tokens, media_models, onnx_backend, onnx_logits, ranking, trace
 from models_registry.inference.backend import PackedEncoder
 from models_registry.inference.packed_forward import EagerEncoder, packed_position_offset
 from models_registry.inference.task_common import ModelBundle
@@ -125,8 +125,11 @@ def load_pipeline(task: str, source: str, revision: str | None, device: str, dty
 
 
 def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript: bool,
-               ort: onnx_backend.OrtSettings | None = None) -> LoadedModel:
-    """Load every pipeline task kind the model's tasks use, and prepare packed embeddings (blocking, may raise)."""
+               ort: onnx_backend.OrtSettings | None = None, half_dtypes: tuple[str, ...] | None = None) -> LoadedModel:
+    """Load every pipeline task kind the model's tasks use, and prepare packed embeddings (blocking, may raise).
+
+    half_dtypes: what dtype auto tries (None: half_precision's defaults, float16 and bfloat16 on CUDA only).
+    """
     device = resolve_device(spec.device or default_device)
     loaded = LoadedModel(spec=spec, device=device)
     shared: dict[str, Any] = {}  # one loaded copy of a CLIP-style model for its text and image tasks
@@ -139,6 +142,8 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
             task, spec.source, revision=spec.revision or None, device=device, dtype=DTYPES.get(spec.dtype, "auto"),
         )
     loaded.media_costs = media_models.costs(loaded.pipelines)
+    # Before the packing check and the trace: they must see the dtype the model serves in.
+    chosen = half_precision.choose(loaded.pipelines, device, half_dtypes) if spec.dtype == "auto" else None
     first = next(iter(loaded.pipelines.values()), None)
     tokenizer = getattr(first, "tokenizer", None)
     if tokenizer is not None and hasattr(tokenizer, "backend_tokenizer"):
@@ -161,6 +166,8 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     elif spec.dtype == "int8":
         raise ValueError("dtype int8 serves packed embeddings only: it needs a feature-extraction task "
                          "and sequence packing on (HOSTING_SEQUENCE_PACKING)")
+    if chosen is not None:
+        loaded.backend = {**loaded.backend, **chosen.as_state()}
     return loaded
 
 
