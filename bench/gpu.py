@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-gpu-"))
     model_dir = gpu_ceiling.build_model(workdir / "model")
     reference, ceilings = gpu_ceiling.measure(model_dir, sentences, args.device, seconds=min(args.seconds, 4.0))
+    gpu_ceiling.release(args.device)
     print("in process:", ceilings, flush=True)
     stack, url, token, layout = start_product(args, model_dir)
     rows: list[dict[str, Any]] = []
