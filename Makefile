@@ -7,7 +7,7 @@ PORT ?= 8000
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv run test test-fast test-unit bench bench-tiny bench-jobs bench-policies bench-media bench-memory migrate clean
+.PHONY: venv run test test-fast test-unit bench bench-tiny bench-gpu bench-jobs bench-policies bench-media bench-memory migrate clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-model.txt
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ bench: venv
 ## The hop alone: a tiny model through the product, Infinity and LitServe side by side, CPU per process, web profile.
 bench-tiny: venv
 	$(PY) -m bench.tiny
+
+## A MiniLM-shaped encoder on the GPU (issue 26): in-process ceilings, then the product at 1-1,024
+## clients and lists of 32, every answer checked, GPU busy and CPU per role -> docs/bench/gpu-<device>.md.
+## Offline GPU machine: sh bench/gpu_wheels.sh here, then sh bench/gpu_run.sh there. CPU trial: ARGS="--device cpu --quick".
+bench-gpu: venv
+	$(PY) -m bench.gpu $(ARGS)
 
 ## Batch jobs against interactive traffic: job lines/s vs interactive req/s, p50 at c=8 with and without a job.
 bench-jobs: venv

@@ -5,7 +5,8 @@
 #                          One process per core (at most 8; WEB_CONCURRENCY or
 #                          HOSTING_WEB_PROCESSES override). Extra args go to uvicorn,
 #                          e.g. --forwarded-allow-ips '*' behind a proxy.
-#   worker [args]          inference worker: manage.py runworker inference
+#   worker [args]          inference worker: manage.py runworker inference (on CUDA,
+#                          several sharing the device: manage.py serve --workers-only)
 #   migrate [args]         manage.py migrate --noinput
 #   init                   migrate, then register the bundled demo model (idempotent)
 #   anything else          run as given, e.g. python manage.py create_api_token ci
@@ -42,6 +43,14 @@ case "$role" in
         ;;
     worker)
         shift
+        # On a GPU one container runs several workers sharing the device (issue 26: one
+        # worker's host work saturates a core while the GPU waits): `manage.py serve
+        # --workers-only` sizes them from cores and device memory (capacity.sizing;
+        # --workers N or HOSTING_WORKERS_PER_CONTAINER wins) and supervises them.
+        # On CPU one worker per container: scale with --scale worker=N.
+        case "${HOSTING_DEVICE:-cpu}" in
+            cuda*) exec python manage.py serve --workers-only --workers "${HOSTING_WORKERS_PER_CONTAINER:-0}" "$@" ;;
+        esac
         exec python manage.py runworker inference "$@"
         ;;
     migrate)

@@ -99,13 +99,14 @@ class RegisteredModelAdmin(PlacementColumns, admin.ModelAdmin):
 
     @admin.display(description="backend in use")
     def live_backend(self, obj: RegisteredModel) -> str:
-        """The embedding backend the workers' load check chose (configured: obj.backend), why, and int8's cosine."""
+        """The embedding backend the workers' load check chose (configured: obj.backend), why, int8's cosine, the dtype."""
         best = best_report(getattr(self, "_states", {}).get(obj.name, {}).get("states", [])) or {}
         if not best.get("backend"):
             return f"{obj.backend} (not loaded yet)"
         shown = best["backend"] + (f" ({best['backend_reason']})" if best.get("backend_reason") else "")
         cosine = best.get("int8_cosine")
-        return shown + (f", cosine to fp32 min {cosine['min']:.4f} / median {cosine['median']:.4f}" if cosine else "")
+        shown += f", cosine to fp32 min {cosine['min']:.4f} / median {cosine['median']:.4f}" if cosine else ""
+        return shown + (f"; dtype {best['active_dtype']} ({best.get('dtype_reason', '')})" if best.get("active_dtype") else "")
 
     @admin.display(description="state")
     def live_state(self, obj: RegisteredModel) -> str:

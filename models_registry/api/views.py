@@ -99,11 +99,15 @@ def _model_summary(spec: ModelSpec, state: dict[str, str] | None) -> dict[str, A
 
 
 def _active_backend(state: dict[str, Any] | None) -> dict[str, Any]:
-    """What a worker's load check chose for the embedding forwards, and int8's cosine to fp32 (the reason: admin)."""
+    """What a worker's load check chose for the embedding forwards (the reason: admin), int8's cosine, dtype auto's choice."""
     state = state or {}
     shown = {"active_backend": state.get("backend", "")}
     if "int8_cosine" in state:
         shown["int8_cosine"] = state["int8_cosine"]
+    # dtype auto's choice and the probe's figures (inference.half_precision): no local paths in them.
+    for key in ("active_dtype", "dtype_reason", "half_min_cosine"):
+        if key in state:
+            shown[key] = state[key]
     return shown
 
 

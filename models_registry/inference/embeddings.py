@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from models_registry.core.errors import InvalidInput
-from models_registry.inference import compute_deadline, packing
+from models_registry.inference import compute_deadline, intake_tokens, packing
 from models_registry.inference.backend import PackedEncoder
 from models_registry.inference.loading import LoadedModel
 from models_registry.inference.packed_forward import packed_inputs
@@ -62,10 +62,15 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
 def _embed_packed(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, task: TaskSpec, texts: list[str],
                   direction: str, normalize: bool) -> list[Any]:
     """Every input in packed rows: compute goes to real tokens only."""
-    encoded = _tokenize(pipe.tokenizer, texts, direction, max_length=loaded.max_tokens)
-    ids = encoded["input_ids"]
+    counted = intake_tokens.reusable(texts) if direction == "right" else None  # a prompt made new strs
+    if counted is not None:  # tokenized once, at intake, exactly as below (checked at load)
+        ids: list[list[int]] = [t.ids for t in counted]
+        types = None if counted[0].types is None else [t.types for t in counted]
+    else:
+        encoded = _tokenize(pipe.tokenizer, texts, direction, max_length=loaded.max_tokens)
+        ids, types = encoded["input_ids"], encoded.get("token_type_ids")
     with cpu_threads_for(sum(len(x) for x in ids), pipe.model.device):
-        return _pack_and_pool(loaded, encoder, pipe, task, ids, encoded.get("token_type_ids"), normalize)
+        return _pack_and_pool(loaded, encoder, pipe, task, ids, types, normalize)
 
 
 def _pack_and_pool(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, task: TaskSpec, ids: list[list[int]],

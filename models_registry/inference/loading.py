@@ -19,7 +19,7 @@ from transformers import (
     pipeline,
 )
 
-from models_registry.inference import media_models, onnx_backend, onnx_logits, ranking, trace
+from models_registry.inference import half_precision, intake_tokens, media_models, onnx_backend, onnx_logits, ranking, trace
 from models_registry.inference.backend import PackedEncoder
 from models_registry.inference.packed_forward import EagerEncoder, packed_position_offset
 from models_registry.inference.task_common import ModelBundle
@@ -56,6 +56,9 @@ class LoadedModel:
     backend: dict[str, Any] = field(default_factory=lambda: {"backend": "torch"})  # what the heartbeat reports
     media_costs: media_models.MediaCosts = field(default_factory=media_models.MediaCosts)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # the model's own default generation length
+    # A truncating tokenizer copy whose ids equal the forward's (checked at load) and whether
+    # token types go to the model: intake encodes each text once with it (intake_tokens).
+    intake: tuple[Tokenizer, bool] | None = None
 
     def cost_counter(self) -> TokenCounter:
         """This model's tokenizer and lengths, for what a request makes it compute (registry.compute_cost)."""
@@ -77,6 +80,17 @@ class LoadedModel:
         if self.counter is None:
             return max(1, len(item) // 4 + 2)
         return min(len(self.counter.encode(item).ids), self.max_tokens)
+
+    def count_inputs(self, task: str, inputs: list[Any]) -> tuple[list[Any], list[int]]:
+        """The inputs as the batch carries them, and each one's tokens (count_tokens).
+
+        Plain texts are encoded in one batch call; a feature-extraction request's texts keep
+        their ids (intake_tokens.TokenizedText) so the forward does not tokenize them again.
+        """
+        if self.intake is not None and inputs and all(type(item) is str for item in inputs):
+            encoded = intake_tokens.encode(*self.intake, inputs)
+            return (encoded if task == "feature-extraction" else inputs), [len(item.ids) for item in encoded]
+        return inputs, [self.count_tokens(item) for item in inputs]
 
 
 def resolve_device(requested: str) -> str:
@@ -111,8 +125,11 @@ def load_pipeline(task: str, source: str, revision: str | None, device: str, dty
 
 
 def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript: bool,
-               ort: onnx_backend.OrtSettings | None = None) -> LoadedModel:
-    """Load every pipeline task kind the model's tasks use, and prepare packed embeddings (blocking, may raise)."""
+               ort: onnx_backend.OrtSettings | None = None, half_dtypes: tuple[str, ...] | None = None) -> LoadedModel:
+    """Load every pipeline task kind the model's tasks use, and prepare packed embeddings (blocking, may raise).
+
+    half_dtypes: what dtype auto tries (None: half_precision's defaults, float16 and bfloat16 on CUDA only).
+    """
     device = resolve_device(spec.device or default_device)
     loaded = LoadedModel(spec=spec, device=device)
     shared: dict[str, Any] = {}  # one loaded copy of a CLIP-style model for its text and image tasks
@@ -125,6 +142,8 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
             task, spec.source, revision=spec.revision or None, device=device, dtype=DTYPES.get(spec.dtype, "auto"),
         )
     loaded.media_costs = media_models.costs(loaded.pipelines)
+    # Before the packing check and the trace: they must see the dtype the model serves in.
+    chosen = half_precision.choose(loaded.pipelines, device, half_dtypes) if spec.dtype == "auto" else None
     first = next(iter(loaded.pipelines.values()), None)
     tokenizer = getattr(first, "tokenizer", None)
     if tokenizer is not None and hasattr(tokenizer, "backend_tokenizer"):
@@ -134,6 +153,7 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
         loaded.counter = counter
         limit = tokenizer.model_max_length
         loaded.max_tokens = limit if isinstance(limit, int) and 0 < limit < 100_000 else 512
+        loaded.intake = intake_tokens.intake_tokenizer(tokenizer, loaded.max_tokens)
     generation_config = getattr(getattr(first, "model", None), "generation_config", None)
     if isinstance(getattr(generation_config, "max_new_tokens", None), int):
         loaded.max_new_tokens = generation_config.max_new_tokens
@@ -146,6 +166,8 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     elif spec.dtype == "int8":
         raise ValueError("dtype int8 serves packed embeddings only: it needs a feature-extraction task "
                          "and sequence packing on (HOSTING_SEQUENCE_PACKING)")
+    if chosen is not None:
+        loaded.backend = {**loaded.backend, **chosen.as_state()}
     return loaded
 
 

@@ -44,8 +44,10 @@ class PipelineRunner:
     """Builds transformers pipelines and runs batches of inputs through them."""
 
     def __init__(self, default_device: str = "cpu", torch_threads: int | None = None, packing: bool = True,
-                 torchscript: bool = True, ort: OrtSettings | None = None) -> None:
+                 torchscript: bool = True, ort: OrtSettings | None = None,
+                 half_dtypes: tuple[str, ...] | None = None) -> None:
         self.default_device = default_device
+        self.half_dtypes = half_dtypes  # what dtype auto tries; None: float16 and bfloat16 on CUDA only (tests: cpu)
         self.packing = packing
         self.torchscript = torchscript
         self.ort = ort  # None: packed embeddings stay on torch
@@ -54,7 +56,8 @@ class PipelineRunner:
 
     def load(self, spec: ModelSpec) -> LoadedModel:
         """Load every pipeline task kind the model's tasks use, then warm up (blocking, may raise)."""
-        loaded = load_model(spec, self.default_device, packing=self.packing, torchscript=self.torchscript, ort=self.ort)
+        loaded = load_model(spec, self.default_device, packing=self.packing, torchscript=self.torchscript, ort=self.ort,
+                            half_dtypes=self.half_dtypes)
         self._warm_up(loaded)
         return loaded
 

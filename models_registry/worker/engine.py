@@ -94,10 +94,12 @@ class InferenceEngine:
         try:
             slot = check_servable(request, self.models.get(request.model), self.draining)
             request = readable(request, slot)  # a 1 MB text costs what the model's length costs
-            costs = [slot.loaded.count_tokens(item) for item in request.inputs]
+            kind = slot.spec.tasks[request.task].task
+            # Each text is tokenized once, here: the forward reuses the ids (inference.intake_tokens).
+            inputs, costs = slot.loaded.count_inputs(kind, request.inputs)
             charged = computed_tokens(request, slot, costs)  # what is charged: what the model will compute
             check_token_budget(charged, slot.spec.tasks[request.task].max_request_tokens)
-            payloads = self.media.prepare(slot.loaded, slot.spec.tasks[request.task].task, request.inputs)
+            payloads = self.media.prepare(slot.loaded, kind, inputs)
             self.batcher.submit(
                 key, request.id, payloads, costs, time.time(), request.deadline,
                 delivery=Delivery(reply=request.reply, parameters=request.parameters, lease=lease, tokens=charged,

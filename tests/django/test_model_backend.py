@@ -62,3 +62,26 @@ def test_admin_shows_the_backend_in_use_with_its_reason_and_cosine(admin_client:
     waiting = RegisteredModel.objects.get(name="waiting")
     assert "auto (not loaded yet)" in admin_client.get(
         f"/admin/models_registry/registeredmodel/{waiting.pk}/change/").content.decode()
+
+
+HALF_STATE = {"state": "ready", "error": "", "device": "cuda", "backend": "torch", "active_dtype": "float16",
+              "dtype_reason": "auto: float16 matches float32 on 32 probe texts (min cosine 0.99991)",
+              "half_min_cosine": 0.99991}
+
+
+async def test_model_detail_shows_the_dtype_auto_chose_and_why(
+        make_model: Callable[..., Any], make_token: Callable[..., str], heartbeat: Callable[..., Any]) -> None:
+    await sync_to_async(make_model)("emb", task="feature-extraction")
+    token = await sync_to_async(make_token)("all")
+    await sync_to_async(heartbeat)({"emb": HALF_STATE})
+    body = (await AsyncClient().get("/models/emb", headers={"Authorization": f"Bearer {token}"})).json()
+    assert (body["dtype"], body["active_dtype"]) == ("auto", "float16")
+    assert body["dtype_reason"] == HALF_STATE["dtype_reason"] and body["half_min_cosine"] == 0.99991
+
+
+def test_admin_shows_the_dtype_auto_chose_and_why(admin_client: Client, make_model: Callable[..., Any],
+                                                 heartbeat: Callable[..., Any]) -> None:
+    model = make_model("emb", task="feature-extraction")
+    heartbeat({"emb": HALF_STATE})
+    change = admin_client.get(f"/admin/models_registry/registeredmodel/{model.pk}/change/").content.decode()
+    assert "dtype float16 (auto: float16 matches float32 on 32 probe texts (min cosine 0.99991))" in change

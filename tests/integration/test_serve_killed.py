@@ -54,3 +54,31 @@ def test_a_killed_serve_leaves_no_redis_behind(tmp_path: Path) -> None:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
         embedded_redis.stop(tmp_path)
+
+
+def test_serve_workers_only_starts_its_workers_alone_and_stops_them_on_sigterm(tmp_path: Path) -> None:
+    """The image's worker role on a GPU: the workers, supervised, without web server, Redis or migrations."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env.update(HOSTING_VAR_DIR=str(tmp_path), HOSTING_REQUIRE_API_TOKEN="0")
+    serve = subprocess.Popen([sys.executable, "manage.py", "serve", "--workers-only", "--workers", "2"],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    children: list[int] = []
+    try:
+        wait_until(lambda: len(_children(serve.pid)) >= 2, 30, "serve to start two workers")
+        children = _children(serve.pid)
+        assert len(children) == 2
+        for pid in children:
+            with open(f"/proc/{pid}/cmdline") as handle:
+                assert handle.read().split("\0")[-3:-1] == ["runworker", "inference"]
+        assert not embedded_redis.is_running(tmp_path)
+        serve.send_signal(signal.SIGTERM)
+        out, _ = serve.communicate(timeout=60)
+        assert serve.returncode == 0
+        assert "starting 2 inference worker(s)" in out and "stopped." in out
+        assert not any(_alive(p) for p in children)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+        for pid in children:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

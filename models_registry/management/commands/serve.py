@@ -34,13 +34,20 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--workers", type=int, default=0,
                             help="inference worker processes (default: one per core on CPU, at most "
-                                 f"{sizing.MAX_AUTO_WORKERS}, sharing the cores as torch threads; one on a GPU)")
+                                 f"{sizing.MAX_AUTO_WORKERS}, sharing the cores as torch threads; on a GPU one "
+                                 f"per {sizing.CORES_PER_ACCELERATOR_WORKER} cores, at least "
+                                 f"{sizing.MIN_ACCELERATOR_WORKERS}, as many as its memory holds)")
+        parser.add_argument("--workers-only", action="store_true",
+                            help="start and supervise the inference workers alone (the image's worker role on a GPU)")
         parser.add_argument("--server", choices=["uvicorn", "daphne"], default="uvicorn")
         parser.add_argument("--web-processes", type=int, default=conf.WEB_PROCESSES,
                             help="uvicorn processes on the port (default HOSTING_WEB_PROCESSES; 0: one per core, "
                                  f"at most {sizing.MAX_AUTO_WEBS})")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["workers_only"]:
+            self._supervise({}, options["workers"])
+            return
         call_command("migrate", interactive=False, verbosity=0)
         self._register_demo_model()
         credentials = self._credentials()
@@ -53,10 +60,21 @@ class Command(BaseCommand):
         host, port = options["host"], options["port"]
         webs = sizing.web_processes(sizing.available_cores(), options["web_processes"])
         web_cmd = self._web_command(options["server"], host, port, webs)
+        self._announce(host, port, credentials)
+        try:
+            self._supervise({"web": web_cmd}, options["workers"])
+        finally:
+            if started_redis:
+                from hosting import embedded_redis
+
+                embedded_redis.stop(settings.VAR_DIR)
+
+    def _supervise(self, commands: dict[str, list[str]], workers: int) -> None:
+        """Start commands and the workers; restart a worker that exits, stop all when another does or on a signal."""
         worker_cmd = [sys.executable, "manage.py", "runworker", "inference"]
-        workers, worker_env = self._worker_layout(options["workers"])
+        workers, worker_env = self._worker_layout(workers)
         tie = die_with_this_process()  # the children end with serve, even when it is killed
-        processes: dict[str, subprocess.Popen[bytes]] = {"web": subprocess.Popen(web_cmd, preexec_fn=tie)}
+        processes = {name: subprocess.Popen(command, preexec_fn=tie) for name, command in commands.items()}
         for index in range(workers):
             processes[f"worker-{index}"] = subprocess.Popen(worker_cmd, env=worker_env, preexec_fn=tie)
 
@@ -68,15 +86,14 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
-        self._announce(host, port, credentials)
         try:
             while not stopping:
                 time.sleep(0.5)
                 for name, process in list(processes.items()):
                     if process.poll() is None or stopping:
                         continue
-                    if name == "web":
-                        self.stderr.write(f"web server exited with {process.returncode}; stopping")
+                    if not name.startswith("worker-"):
+                        self.stderr.write(f"{name} server exited with {process.returncode}; stopping")
                         stopping = True
                         break
                     self.stderr.write(f"{name} exited with {process.returncode}; restarting it")
@@ -84,15 +101,12 @@ class Command(BaseCommand):
                     processes[name] = subprocess.Popen(worker_cmd, env=worker_env, preexec_fn=tie)
         finally:
             self._stop_all(processes)
-            if started_redis:
-                from hosting import embedded_redis
-
-                embedded_redis.stop(settings.VAR_DIR)
             self.stdout.write("stopped.")
 
     def _worker_layout(self, workers: int) -> tuple[int, dict[str, str]]:
         """How many workers to start (0: the machine's default) and their environment."""
-        layout = sizing.default_layout(sizing.available_cores(), conf.DEVICE, workers=workers)
+        device_bytes = sizing.accelerator_memory_bytes(conf.DEVICE) if workers <= 0 else 0
+        layout = sizing.default_layout(sizing.available_cores(), conf.DEVICE, workers=workers, device_bytes=device_bytes)
         env = dict(os.environ)
         if conf.TORCH_THREADS is None:  # an explicit setting wins
             env["HOSTING_TORCH_THREADS"] = str(layout.threads)
