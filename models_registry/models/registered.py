@@ -49,6 +49,16 @@ class RegisteredModel(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Versions (models.versions): 0 = none. The live version answers; a target replaces it once it is warm on
+    # every worker serving the model; a candidate answers a share of requests (canary) or copies of them (shadow).
+    live_version = models.PositiveIntegerField(default=0, editable=False)
+    target_version = models.PositiveIntegerField(default=0, editable=False)
+    previous_version = models.PositiveIntegerField(default=0, editable=False)
+    candidate_version = models.PositiveIntegerField(default=0, editable=False)
+    candidate_mode = models.CharField(max_length=10, blank=True, editable=False,
+                                      choices=[("", "none"), ("canary", "canary"), ("shadow", "shadow")])
+    candidate_percent = models.PositiveIntegerField(default=0, editable=False)
+    candidate_sticky = models.BooleanField(default=False, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -68,6 +78,10 @@ class RegisteredModel(models.Model):
         problem = sources.source_problem(self.source)
         if problem:
             raise ValidationError({"source": problem})
+
+    def compute_key(self) -> tuple[str, str, str, str]:
+        """What the model computes (a change makes a new version)."""
+        return (self.source, self.revision, self.dtype, self.backend)
 
     def default_task(self) -> ModelTask | None:
         """The task served by POST /models/<name>: the first one registered."""

@@ -175,7 +175,8 @@ async def serve(
     """
 
     def send(klass: str) -> Awaitable[InferenceResult]:
-        return dispatch.to_worker(request_id, spec, task, inputs, parameters, klass)
+        return dispatch.to_worker(request_id, spec, task, inputs, parameters, klass,
+                                  str(grant.token_id) if grant else None)
 
     layer = get_channel_layer()
     conn = layer.connection(0)
@@ -198,7 +199,7 @@ async def serve(
             headers[CACHE_HEADER] = "hit" if hit else "miss"
             if hit is not None:
                 result = InferenceResult(outputs=hit.outputs, queue_ms=0.0, compute_ms=0.0, batch_size=0,
-                                         tokens=hit.tokens)
+                                         tokens=hit.tokens, version=spec.version)  # the key holds live's source
                 admitted.settle(hit.tokens)
                 return Served(result, headers)
         result = await send(admitted.klass)

@@ -145,7 +145,7 @@ async def test_failed_requests_are_refunded_their_tokens(
 ) -> None:
     token = await sync_to_async(make_token)("tokens", tokens_per_minute=40)
 
-    async def serving(spec: Any, task: str) -> float:
+    async def serving(spec: Any, task: str, wire: str = "") -> float:
         return 0.0
 
     async def overloaded(**kwargs: Any) -> InferenceResult:
@@ -298,7 +298,7 @@ async def test_rerank_counts_against_the_same_limit(
     await sync_to_async(make_model)("ranker", task="text-ranking")
     token = await sync_to_async(make_token)("ranking", requests_per_minute=1)
 
-    async def serving(spec: Any, task: str) -> float:
+    async def serving(spec: Any, task: str, wire: str = "") -> float:
         return 0.0
 
     async def infer(**kwargs: Any) -> InferenceResult:

@@ -1,0 +1,184 @@
+"""Model versions under closed-loop load: a source change, a 25% canary, promote, rollback, a 100% shadow.
+
+Two tiny encoders of different hidden sizes (32 and 48) tell by the vector's length which
+version answered; every answer must be a 200 whose X-Model-Version agrees with its length.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests import model_factory
+from tests.stack import Stack, http_json, wait_until
+
+MODEL = "versioned"
+CLIENTS = 8
+NARROW, WIDE = 32, 48
+
+
+@dataclass
+class Sample:
+    """One answer: when, its status, its vector's length, the version it names, its latency."""
+
+    at: float
+    status: int
+    length: int
+    version: int
+    latency_s: float
+
+
+@dataclass
+class Load:
+    """CLIENTS closed-loop clients, each sending the next request when its answer arrives."""
+
+    port: int
+    token: str
+    samples: list[Sample] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> None:
+        for index in range(CLIENTS):
+            thread = threading.Thread(target=self._client, args=(index,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _client(self, index: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        body = json.dumps({"inputs": f"client {index} asks for a vector"}).encode()
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        while not self.stop.is_set():
+            started = time.perf_counter()
+            try:
+                conn.request("POST", f"/models/{MODEL}", body=body, headers=headers)
+                response = conn.getresponse()
+                raw = response.read()
+                status, version = response.status, int(response.getheader("X-Model-Version") or 0)
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                status, version, raw = 0, 0, b""
+            length = len(json.loads(raw)) if status == 200 else 0
+            with self.lock:
+                self.samples.append(Sample(time.time(), status, length, version, time.perf_counter() - started))
+
+    def since(self, at: float) -> list[Sample]:
+        with self.lock:
+            return [s for s in self.samples if s.at >= at]
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def encoders(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    root = tmp_path_factory.mktemp("versions")
+    return {NARROW: model_factory.build_feature_extractor(root / "narrow"),
+            WIDE: model_factory.build_wide_feature_extractor(root / "wide", WIDE)}
+
+
+@pytest.fixture(scope="module")
+def versioned_stack(encoders: dict[int, Path]) -> Iterator[Stack]:
+    with Stack.started() as running:
+        running.manage("register_model", MODEL, "--source", str(encoders[NARROW]), "--task", "feature-extraction",
+                       "--max-batch-size", "16", "--timeout", "30")
+        running.create_token("all")
+        running.start_worker()
+        running.start_web()
+        running.wait_ready([MODEL])
+        yield running
+
+
+def register(stack: Stack, *args: str) -> float:
+    started = time.time()
+    stack.manage("register_model", MODEL, *args)
+    return started
+
+
+def source_args(path: Path) -> list[str]:
+    return ["--source", str(path), "--task", "feature-extraction"]
+
+
+def wait_all(load: Load, length: int, since: float, what: str, count: int = 40) -> float:
+    """Until the last count answers all have vectors of length (the switch is done); when the first did."""
+    def check() -> bool:
+        recent = load.since(since)[-count:]
+        return len(recent) == count and all(s.length == length for s in recent)
+
+    wait_until(check, 60, what, interval_s=0.1)
+    return next(s.at for s in load.since(since) if s.length == length)
+
+
+def shadow_count(url: str) -> float:
+    status, _, text = http_json("GET", f"{url}/metrics")
+    assert status == 200
+    found = re.findall(r'^hosting_shadow_distance_count\{model="%s",version="\d+"\} (\S+)$' % MODEL, text, re.M)
+    return sum(float(v) for v in found)
+
+
+def summary(samples: list[Sample]) -> str:
+    latencies = sorted(s.latency_s for s in samples) or [0.0]
+    return (f"{len(samples)} answers, p50 {latencies[len(latencies) // 2] * 1000:.1f} ms, "
+            f"p95 {latencies[int(len(latencies) * 0.95)] * 1000:.1f} ms")
+
+
+def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_request(
+        versioned_stack: Stack, encoders: dict[int, Path]) -> None:
+    stack = versioned_stack
+    load = Load(stack.web[0][1], stack.tokens["all"])
+    load.start()
+    try:
+        wait_until(lambda: len(load.since(0)) >= 100, 30, "load running")
+        steady = time.time()
+        wait_until(lambda: len(load.since(steady)) >= 100, 30, "steady answers")
+
+        # 1. A source change: v2 loads beside v1 and takes over in one step.
+        registered = register(stack, *source_args(encoders[WIDE]))
+        switched = wait_all(load, WIDE, registered, "the switch to v2")
+        print(f"\nregistration to switch: {switched - registered:.2f} s; before: {summary(load.since(steady))}; "
+              f"during the switch: {summary([s for s in load.since(registered) if s.at <= switched + 1])}")
+
+        # 2. A 25% canary (v3, narrow): its share of 400 answers.
+        canary_at = register(stack, *source_args(encoders[NARROW]), "--canary", "25")
+        wait_until(lambda: any(s.length == NARROW for s in load.since(canary_at)), 60, "the canary answering")
+        counted = time.time()
+        wait_until(lambda: len(load.since(counted)) >= 400, 60, "400 answers with the canary")
+        share = sum(s.length == NARROW for s in load.since(counted)[:400]) / 400
+        print(f"canary share in 400 answers: {share:.3f}")
+        assert 0.15 <= share <= 0.35
+
+        # 3. Promote: v3 answers everything.
+        promoted = register(stack, "--promote")
+        wait_all(load, NARROW, promoted, "the promotion of v3")
+
+        # 4. Rollback with no candidate: back to v2.
+        rolled = register(stack, "--rollback")
+        wait_all(load, WIDE, rolled, "the rollback to v2")
+
+        # 5. A 100% shadow (v4, narrow): answers stay v2's, the distance is recorded.
+        shadowed = register(stack, *source_args(encoders[NARROW]), "--shadow", "100")
+        wait_until(lambda: shadow_count(stack.url) >= 20, 60, "shadow comparisons recorded")
+        assert all(s.length == WIDE for s in load.since(shadowed))
+    finally:
+        load.close()
+    samples = load.since(0)
+    failed = [s for s in samples if s.status != 200]
+    assert not failed, f"{len(failed)} of {len(samples)} answers failed: {failed[:5]}"
+    versions = {(s.version, s.length) for s in samples}
+    assert {v for v, _ in versions} == {1, 2, 3}  # v4 (the shadow) never answers a client
+    assert versions == {(1, NARROW), (2, WIDE), (3, NARROW)}
+    status, _, text = http_json("GET", f"{stack.url}/metrics")
+    assert re.search(r'^hosting_model_version_requests_total\{model="%s",version="3"\} ' % MODEL, text, re.M)
+    print(f"{len(samples)} answers in all, none failed")
