@@ -76,6 +76,11 @@ def _alias_versions(specs: dict[str, ModelSpec], ready: dict[str, set[int]], sta
                     table[str(TaskKey(name, task))] = table[str(TaskKey(wire, task))]
 
 
+def answering(spec: ModelSpec, view: WorkerView) -> str:
+    """The wire name of the version answering the model's requests (its own name for a model without versions)."""
+    return wire_name(spec.name, serving(spec.rollout, view.ready.get(spec.name, set()))) if spec.version else spec.name
+
+
 def fresh_connection(loader: Any) -> Any:
     """Wrap a sync ORM loader so it first drops stale connections.
 

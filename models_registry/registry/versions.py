@@ -14,7 +14,13 @@ from django.utils import timezone
 
 from models_registry.core.errors import InvalidInput
 from models_registry.models import ModelVersion, RegisteredModel
+from models_registry.models.registered import VERSION_FIELDS
 from models_registry.registry.rollout import CANARY, SHADOW
+
+
+def _store(model: RegisteredModel) -> None:
+    """Save the version fields and what the model computes (a plain save leaves the version fields alone)."""
+    model.save(update_fields=[*VERSION_FIELDS, "source", "revision", "dtype", "backend", "updated_at"])
 
 
 def _version(model: RegisteredModel, number: int) -> ModelVersion | None:
@@ -50,7 +56,7 @@ def record(model: RegisteredModel, mode: str = "", percent: int = 0, sticky: boo
             # The same candidate again (idempotent): its share, mode or stickiness may change.
             model.candidate_mode, model.candidate_percent, model.candidate_sticky = mode, percent, sticky
             _adopt(model, current)
-            model.save()
+            _store(model)
             return None
         if current is not None and current.compute_key() == model.compute_key():
             return None
@@ -67,7 +73,7 @@ def record(model: RegisteredModel, mode: str = "", percent: int = 0, sticky: boo
             _adopt(model, current)  # the candidate is not what will be live
         else:
             model.target_version = number
-        model.save()
+        _store(model)
         return version
 
 
@@ -80,7 +86,7 @@ def promote(name: str) -> int:
         model.target_version = model.candidate_version
         _adopt(model, _version(model, model.target_version))
         _clear_candidate(model)
-        model.save()
+        _store(model)
         return model.target_version
 
 
@@ -101,7 +107,7 @@ def rollback(name: str) -> str:
             done = f"going back to v{model.target_version} (live once warm)"
         else:
             raise InvalidInput(f"model {name!r} has no candidate and no previous version to roll back to")
-        model.save()
+        _store(model)
         return done
 
 

@@ -93,7 +93,7 @@ class ModelSlots:
         """Whether this worker may hold the model."""
         if not spec.enabled or not spec.tasks:
             return False
-        return not self.serve_models or spec.name in self.serve_models
+        return not self.serve_models or split_wire(spec.name)[0] in self.serve_models  # any version of a listed model
 
     def available(self) -> list[str]:
         """Models this worker does not hold but would load on demand (they fit its limits)."""
