@@ -28,7 +28,7 @@ from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery, Lease
-from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
+from models_registry.worker.engine_stats import BusyMeter, DrainRates, EngineStats, models_report
 from models_registry.worker.intake import InferenceRequest, check_servable, check_token_budget, computed_tokens
 from models_registry.worker.media_intake import MediaDecoder
 from models_registry.worker.memory_budget import MemoryConfig, model_bytes, worker_budget
@@ -65,6 +65,7 @@ class InferenceEngine:
                                     self.memory)
         self.models.in_compute = self.batch_loop.in_compute_thread
         self._drain_rates = DrainRates(self.stats)
+        self.busy = BusyMeter(self.stats)  # the heartbeat's busy_fraction
         self.media = MediaDecoder()
 
     def _wake(self) -> None:

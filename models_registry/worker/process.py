@@ -188,7 +188,7 @@ class InferenceWorker(Worker):
         try:
             await sync_to_async(heartbeats.beat)(
                 engine.worker_id, self.runner.default_device, engine.models_state(),
-                engine.queue_depths(), engine.stats.started_at, engine.draining,
+                engine.queue_depths(), engine.stats.started_at, engine.draining, engine.busy.current(),
             )
         except Exception:
             logger.exception("could not write the heartbeat")
