@@ -10,10 +10,10 @@ from models_registry.api.answer import Answer, json_answer
 from models_registry.core.errors import HostingError
 from models_registry.observe import metrics
 from models_registry.observe.version_metrics import observe_version
+from models_registry.policy.dispatch import VERSION_HEADER
 from models_registry.policy.gate import Served
 
 logger = logging.getLogger("models_registry.requests")
-VERSION_HEADER = "X-Model-Version"
 
 
 def served_answer(request_id: str, route: str, model: str, task: str, body: Any, served: Served, inputs: int,

@@ -8,13 +8,14 @@ from typing import Any
 
 from models_registry.broker import handoff
 from models_registry.core import sources
-from models_registry.core.errors import Unavailable
+from models_registry.core.errors import HostingError, Unavailable
 from models_registry.core.model_state import ModelState, servable
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import priority, shadow
 from models_registry.registry import lookups, rollout
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
+VERSION_HEADER = "X-Model-Version"
 LOADING_RETRY_AFTER_S = 2  # a first load takes seconds: ask again soon, not at once
 
 
@@ -54,18 +55,23 @@ async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: li
     plan = spec.rollout
     version = rollout.choose(plan, ready, rollout.draw(sticky_key if plan.sticky else None, random.random()))
     wire = rollout.wire_name(spec.name, version)
-    drain_rate = await require_serving(spec, task.name, wire)
 
     async def still_served() -> bool:
         state = (await lookups.get_workers()).model_states.get(wire)
         return servable(state)
 
-    result = await handoff.infer(
-        request_id=request_id, model=wire, task=task.name, inputs=inputs,
-        parameters=parameters, timeout_s=task.timeout_s,
-        max_queue_size=priority.queue_limit(klass, task.policy.max_queue_size, task.max_batch_queue_size),
-        drain_rate=drain_rate, still_served=still_served, priority=klass,
-    )
+    try:
+        drain_rate = await require_serving(spec, task.name, wire)
+        result = await handoff.infer(
+            request_id=request_id, model=wire, task=task.name, inputs=inputs,
+            parameters=parameters, timeout_s=task.timeout_s,
+            max_queue_size=priority.queue_limit(klass, task.policy.max_queue_size, task.max_batch_queue_size),
+            drain_rate=drain_rate, still_served=still_served, priority=klass,
+        )
+    except HostingError as error:
+        if version:  # a refusal or failure of one version says which
+            error.headers.setdefault(VERSION_HEADER, str(version))
+        raise
     result = dataclasses.replace(result, version=version) if version else result
     copy_to = rollout.shadow_of(plan, ready, random.random())
     if copy_to:

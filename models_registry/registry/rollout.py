@@ -38,6 +38,7 @@ class Rollout:
 
     live: int = 0
     target: int = 0  # replaces live once ready everywhere
+    previous: int = 0  # live before the last switch (rollback returns to it)
     candidate: int = 0  # beside live: a canary or a shadow
     mode: str = ""  # CANARY or SHADOW when there is a candidate
     percent: int = 0  # the candidate's share of requests, 0-100
@@ -49,8 +50,17 @@ class Rollout:
 
 
 def serving(rollout: Rollout, ready: set[int]) -> int:
-    """The version that answers the model's requests (the canary's share aside)."""
-    return rollout.target if rollout.target and rollout.target in ready else rollout.live
+    """The version that answers the model's requests (the canary's share aside).
+
+    The target once ready; else live; else, right after a switch, the previous version while
+    this process's view of the workers (refreshed apart from its view of the registry) does
+    not show the new live one ready yet: workers keep a replaced version a few refreshes.
+    Nothing ready (a first load): live, which answers 503 until it is.
+    """
+    for version in (rollout.target, rollout.live, rollout.previous):
+        if version and version in ready:
+            return version
+    return rollout.live
 
 
 def draw(sticky_key: str | None, fallback: float) -> float:

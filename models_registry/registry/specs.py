@@ -68,7 +68,8 @@ def worker_specs(specs: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
 
 
 def _rollout(model: Any) -> Rollout:
-    return Rollout(live=model.live_version, target=model.target_version, candidate=model.candidate_version,
+    return Rollout(live=model.live_version, target=model.target_version, previous=model.previous_version,
+                   candidate=model.candidate_version,
                    mode=model.candidate_mode, percent=model.candidate_percent, sticky=model.candidate_sticky)
 
 

@@ -132,6 +132,7 @@ class ModelSlots:
             slot = self.slots[name]
             if spec is None and self._retiring(name, slot):
                 continue
+            slot.retired_at = None  # listed again (a rollback to it): served as any other
             if spec is None or spec.load_key() != slot.spec.load_key():
                 self._unload(name, "was disabled or changed")
                 self.sizes.pop(name, None)

@@ -157,6 +157,7 @@ async def test_a_first_load_answers_503_with_retry_after(make_model: Callable[..
                                         content_type="application/json")
     assert response.status_code == 503 and response.json()["error_type"] == "unavailable"
     assert int(response.headers["Retry-After"]) >= 1
+    assert response.headers["X-Model-Version"] == "1"
 
 
 def test_the_rollout_of_a_model_without_versions_is_its_own_name() -> None:

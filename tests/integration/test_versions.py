@@ -112,13 +112,15 @@ def source_args(path: Path) -> list[str]:
 
 
 def wait_all(load: Load, length: int, since: float, what: str, count: int = 40) -> float:
-    """Until the last count answers all have vectors of length (the switch is done); when the first did."""
+    """Until the last count answers all have vectors of length (the switch is done); when the switch was."""
     def check() -> bool:
         recent = load.since(since)[-count:]
         return len(recent) == count and all(s.length == length for s in recent)
 
     wait_until(check, 60, what, interval_s=0.1)
-    return next(s.at for s in load.since(since) if s.length == length)
+    answers = load.since(since)
+    others = [i for i, s in enumerate(answers) if s.length != length]
+    return answers[others[-1] + 1].at if others else answers[0].at  # from here on, only the new version answers
 
 
 def shadow_count(url: str) -> float:
@@ -126,6 +128,14 @@ def shadow_count(url: str) -> float:
     assert status == 200
     found = re.findall(r'^hosting_shadow_distance_count\{model="%s",version="\d+"\} (\S+)$' % MODEL, text, re.M)
     return sum(float(v) for v in found)
+
+
+def rss_mib(pid: int) -> float:
+    """The worker's resident memory (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def summary(samples: list[Sample]) -> str:
@@ -137,7 +147,9 @@ def summary(samples: list[Sample]) -> str:
 def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_request(
         versioned_stack: Stack, encoders: dict[int, Path]) -> None:
     stack = versioned_stack
+    worker = stack.workers[0].pid
     load = Load(stack.web[0][1], stack.tokens["all"])
+    one_version_mib = rss_mib(worker)
     load.start()
     try:
         wait_until(lambda: len(load.since(0)) >= 100, 30, "load running")
@@ -154,6 +166,13 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         canary_at = register(stack, *source_args(encoders[NARROW]), "--canary", "25")
         wait_until(lambda: any(s.length == NARROW for s in load.since(canary_at)), 60, "the canary answering")
         counted = time.time()
+        two_versions_mib = rss_mib(worker)
+        status, headers, body = http_json("POST", f"{stack.url}/v1/embeddings", {"model": MODEL, "input": "x"},
+                                          token=stack.tokens["all"])
+        named = {k.lower(): v for k, v in headers.items()}.get("x-model-version")
+        assert status == 200 and named in {"2", "3"}  # the OpenAI route names its version too
+        assert len(body["data"][0]["embedding"]) == (WIDE if named == "2" else NARROW)
+        print(f"worker RSS: {one_version_mib:.0f} MiB with v1 alone, {two_versions_mib:.0f} MiB with v2 and v3 loaded")
         wait_until(lambda: len(load.since(counted)) >= 400, 60, "400 answers with the canary")
         share = sum(s.length == NARROW for s in load.since(counted)[:400]) / 400
         print(f"canary share in 400 answers: {share:.3f}")
@@ -161,18 +180,22 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
 
         # 3. Promote: v3 answers everything.
         promoted = register(stack, "--promote")
-        wait_all(load, NARROW, promoted, "the promotion of v3")
+        done = wait_all(load, NARROW, promoted, "the promotion of v3")
+        print(f"promote to switch: {done - promoted:.2f} s")
 
-        # 4. Rollback with no candidate: back to v2.
+        # 4. Rollback with no candidate: back to v2 (unloaded after the promotion: it loads again).
         rolled = register(stack, "--rollback")
-        wait_all(load, WIDE, rolled, "the rollback to v2")
+        done = wait_all(load, WIDE, rolled, "the rollback to v2")
+        print(f"rollback to switch: {done - rolled:.2f} s")
 
         # 5. A 100% shadow (v4, narrow): answers stay v2's, the distance is recorded.
         shadowed = register(stack, *source_args(encoders[NARROW]), "--shadow", "100")
         wait_until(lambda: shadow_count(stack.url) >= 20, 60, "shadow comparisons recorded")
         assert all(s.length == WIDE for s in load.since(shadowed))
+        loaded_for = load.since(0)[-1].at - load.since(0)[0].at
     finally:
         load.close()
+    print(f"load ran {loaded_for:.1f} s")
     samples = load.since(0)
     failed = [s for s in samples if s.status != 200]
     assert not failed, f"{len(failed)} of {len(samples)} answers failed: {failed[:5]}"

@@ -26,6 +26,13 @@ def test_the_target_answers_only_once_ready_everywhere() -> None:
     assert plan.held() == [1, 2]
 
 
+def test_right_after_a_switch_a_stale_view_of_the_workers_keeps_the_previous_version_answering() -> None:
+    switched = Rollout(live=2, previous=1)
+    assert serving(switched, {1}) == 1  # v2's readiness not seen yet here: v1 (still held) answers
+    assert serving(switched, {1, 2}) == 2
+    assert serving(Rollout(live=1), set()) == 1  # a first load: live (503 until ready)
+
+
 def test_canary_share_is_close_to_its_percent_and_needs_the_canary_ready() -> None:
     plan = Rollout(live=1, candidate=2, mode=CANARY, percent=25)
     rng = random.Random(7)
