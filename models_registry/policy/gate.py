@@ -207,7 +207,7 @@ async def serve(
         admitted.settle(0)  # refused or failed: it still counts as a request, its tokens do not
         raise
     admitted.settle(result.tokens)
-    if key is not None:
+    if key is not None and result.version == spec.version:  # the key is the live version's: not a canary's answer
         await _store(conn, key, result, task.cache_ttl_s)
     return Served(result, headers)
 

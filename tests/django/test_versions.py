@@ -179,3 +179,20 @@ def test_admin_shows_the_history_and_promotes(admin_client: Client) -> None:
     assert model().target_version == 2
     response = admin_client.post(changelist, {"action": "promote", "_selected_action": [enc.pk]}, follow=True)
     assert "no canary or shadow version" in response.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_shows_what_the_shadow_measured(admin_client: Client, broker: str) -> None:
+    from asgiref.sync import async_to_sync
+
+    from models_registry.policy import shadow
+
+    register_source(OLD)
+    register_source(NEW, "--shadow", "100")
+    for seconds, far in ((0.010, 0.25), (0.030, 0.75), (None, None)):
+        async_to_sync(shadow._add)("enc", 2, seconds, far)
+    sums = async_to_sync(shadow.read_sums)("enc", 2)
+    assert (sums["n"], sums["errors"]) == (2, 1)
+    assert sums["mean_distance"] == pytest.approx(0.5) and sums["mean_ms"] == pytest.approx(20.0)
+    page = admin_client.get("/admin/models_registry/registeredmodel/").content.decode()
+    assert "shadow v2 100%" in page and "2 compared, mean distance 0.5000, mean 20.0 ms, 1 failed" in page
