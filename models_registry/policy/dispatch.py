@@ -57,8 +57,16 @@ async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: li
     wire = rollout.wire_name(spec.name, version)
 
     async def still_served() -> bool:
-        state = (await lookups.get_workers()).model_states.get(wire)
-        return servable(state)
+        view = await lookups.get_workers()
+        state = view.model_states.get(wire)
+        if servable(state) or not version:
+            return servable(state)
+        if (state or {}).get("state") == ModelState.ERROR or not view.workers:
+            return False
+        # A version the registry still lists (re)loads on the workers: a rollback to the version just
+        # retired sends requests there before every worker holds it again. Its queue waits for it.
+        current = (await lookups.get_specs()).get(spec.name)
+        return current is not None and version in current.rollout.held()
 
     try:
         drain_rate = await require_serving(spec, task.name, wire)

@@ -22,6 +22,7 @@ from tests.stack import Stack, http_json, wait_until
 
 MODEL = "versioned"
 CLIENTS = 8
+WORKERS = 2  # a version goes live once warm on every worker serving the model
 NARROW, WIDE = 32, 48
 
 
@@ -95,15 +96,20 @@ def versioned_stack(encoders: dict[int, Path]) -> Iterator[Stack]:
         running.manage("register_model", MODEL, "--source", str(encoders[NARROW]), "--task", "feature-extraction",
                        "--max-batch-size", "16", "--timeout", "30")
         running.create_token("all")
-        running.start_worker()
+        for _ in range(WORKERS):
+            running.start_worker()
         running.start_web()
         running.wait_ready([MODEL])
         yield running
 
 
+COMMAND_S: list[float] = []  # how long each register_model command itself took (a Django start-up)
+
+
 def register(stack: Stack, *args: str) -> float:
     started = time.time()
     stack.manage("register_model", MODEL, *args)
+    COMMAND_S.append(time.time() - started)
     return started
 
 
@@ -149,7 +155,7 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
     stack = versioned_stack
     worker = stack.workers[0].pid
     load = Load(stack.web[0][1], stack.tokens["all"])
-    one_version_mib = rss_mib(worker)
+    one_version_mib = rss_mib(worker)  # one worker's: each holds every version
     load.start()
     try:
         wait_until(lambda: len(load.since(0)) >= 100, 30, "load running")
@@ -172,7 +178,7 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         named = {k.lower(): v for k, v in headers.items()}.get("x-model-version")
         assert status == 200 and named in {"2", "3"}  # the OpenAI route names its version too
         assert len(body["data"][0]["embedding"]) == (WIDE if named == "2" else NARROW)
-        print(f"worker RSS: {one_version_mib:.0f} MiB with v1 alone, {two_versions_mib:.0f} MiB with v2 and v3 loaded")
+        print(f"one worker's RSS: {one_version_mib:.0f} MiB with v1 alone, {two_versions_mib:.0f} MiB with v2 and v3")
         wait_until(lambda: len(load.since(counted)) >= 400, 60, "400 answers with the canary")
         share = sum(s.length == NARROW for s in load.since(counted)[:400]) / 400
         print(f"canary share in 400 answers: {share:.3f}")
@@ -195,7 +201,7 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         loaded_for = load.since(0)[-1].at - load.since(0)[0].at
     finally:
         load.close()
-    print(f"load ran {loaded_for:.1f} s")
+    print(f"load ran {loaded_for:.1f} s; each register_model command took {min(COMMAND_S):.1f}-{max(COMMAND_S):.1f} s")
     samples = load.since(0)
     failed = [s for s in samples if s.status != 200]
     assert not failed, f"{len(failed)} of {len(samples)} answers failed: {failed[:5]}"
