@@ -148,7 +148,8 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "max_batch_queue_size": t.max_batch_queue_size,
             "cache_ttl_s": t.cache_ttl_s,
             "queue_depth": depths.get(t.name, -1),  # admitted, not yet answered (-1: broker down)
-            "waiting_on_workers": sum((w.queue_depths or {}).get(str(TaskKey(wire, t.name)), 0) for w in workers.workers),
+            "waiting_on_workers": sum((w.queue_depths or {}).get(str(TaskKey(wire, t.name)), 0)
+                                      for w in workers.workers),
             "memory": model_memory.task_memory(workers.workers, wire, t.name),
         }
         for t in spec.tasks.values()

@@ -23,7 +23,7 @@ SHADOW_DURATION = Histogram(
 )
 SHADOW_DISTANCE = Histogram(
     "hosting_shadow_distance",
-    "How far a shadow version's answer is from live's: cosine distance (vectors), 1 - label agreement, 1 - exact match.",
+    "How far a shadow version's answer is from live's: cosine distance (vectors), label or text disagreement (0/1).",
     ["model", "version"], buckets=DISTANCE_BUCKETS,
 )
 

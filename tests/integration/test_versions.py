@@ -107,10 +107,11 @@ COMMAND_S: list[float] = []  # how long each register_model command itself took 
 
 
 def register(stack: Stack, *args: str) -> float:
+    """Run register_model; when it returned (its change is committed by then)."""
     started = time.time()
     stack.manage("register_model", MODEL, *args)
     COMMAND_S.append(time.time() - started)
-    return started
+    return time.time()
 
 
 def source_args(path: Path) -> list[str]:
@@ -163,10 +164,12 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         wait_until(lambda: len(load.since(steady)) >= 100, 30, "steady answers")
 
         # 1. A source change: v2 loads beside v1 and takes over in one step.
+        before = load.since(steady)
         registered = register(stack, *source_args(encoders[WIDE]))
         switched = wait_all(load, WIDE, registered, "the switch to v2")
-        print(f"\nregistration to switch: {switched - registered:.2f} s; before: {summary(load.since(steady))}; "
-              f"during the switch: {summary([s for s in load.since(registered) if s.at <= switched + 1])}")
+        during = [s for s in load.since(registered) if s.at <= switched + 1]
+        print(f"\nregister_model's return to the switch: {switched - registered:.2f} s; "
+              f"before: {summary(before)}; during the switch: {summary(during)}")
 
         # 2. A 25% canary (v3, narrow): its share of 400 answers.
         canary_at = register(stack, *source_args(encoders[NARROW]), "--canary", "25")
@@ -187,12 +190,12 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         # 3. Promote: v3 answers everything.
         promoted = register(stack, "--promote")
         done = wait_all(load, NARROW, promoted, "the promotion of v3")
-        print(f"promote to switch: {done - promoted:.2f} s")
+        print(f"--promote's return to the switch: {done - promoted:.2f} s")
 
         # 4. Rollback with no candidate: back to v2 (unloaded after the promotion: it loads again).
         rolled = register(stack, "--rollback")
         done = wait_all(load, WIDE, rolled, "the rollback to v2")
-        print(f"rollback to switch: {done - rolled:.2f} s")
+        print(f"--rollback's return to the switch: {done - rolled:.2f} s")
 
         # 5. A 100% shadow (v4, narrow): answers stay v2's, the distance is recorded.
         shadowed = register(stack, *source_args(encoders[NARROW]), "--shadow", "100")

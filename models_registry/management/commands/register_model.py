@@ -52,7 +52,7 @@ class Command(BaseCommand):
         rollout.add_argument("--canary", type=int, metavar="PERCENT",
                              help="serve a changed source to PERCENT of requests beside the live version")
         rollout.add_argument("--shadow", type=int, metavar="PERCENT",
-                             help="copy PERCENT of requests to a changed source; live answers, the distance is recorded")
+                             help="copy PERCENT of requests to a changed source; live answers; the distance is kept")
         rollout.add_argument("--promote", action="store_true", help="make the canary or shadow version live")
         rollout.add_argument("--rollback", action="store_true",
                              help="drop the canary or shadow version, or go back to the previous live version")
@@ -106,7 +106,9 @@ class Command(BaseCommand):
                     raise CommandError(f"--parameters is not valid JSON: {error}") from None
             self._save(task)
             version = versions.record(model, mode, percent, options["sticky"])
-        made = f"; version {version.number}" + (f" ({mode} {percent}%)" if mode else "") if version and version.number > 1 else ""
+        made = ""
+        if version is not None and version.number > 1:  # a first registration prints as it always did
+            made = f"; version {version.number}" + (f" ({mode} {percent}%)" if mode else "")
         self.stdout.write(f"registered {model.name}/{task.name} ({task.task}) from {options['source']}{made}")
 
     def _save(self, obj: Any) -> None:
