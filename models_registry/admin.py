@@ -12,12 +12,14 @@ from django.utils.html import format_html
 
 from models_registry.api import sample_input_form
 from models_registry.api.sample_request import run_test_input
+from models_registry.api.version_admin import ModelVersionInline, VersionActions
 from models_registry.core.model_state import ModelState, best_report
 from models_registry.models import ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
 from models_registry.observe import traffic_window
 from models_registry.observe.model_columns import PlacementColumns, live_states
 from models_registry.policy.rate_limits import Usage
 from models_registry.policy.usage import token_usage
+from models_registry.registry import version_changes
 from models_registry.registry.heartbeats import live_workers
 
 admin.site.site_header = "Model hosting"
@@ -51,18 +53,25 @@ def _best_state(entry: dict[str, Any] | None) -> str:
 
 
 @admin.register(RegisteredModel)
-class RegisteredModelAdmin(PlacementColumns, admin.ModelAdmin):
+class RegisteredModelAdmin(VersionActions, PlacementColumns, admin.ModelAdmin):
     """Models with live state from worker heartbeats."""
 
-    inlines = [ModelTaskInline]
+    inlines = [ModelTaskInline, ModelVersionInline]
     # Fits a 1440 px window beside the admin's side bar: no filter column (the state says "disabled"),
     # keep_loaded shown with the placement, device, dtype and backend in one column (the backend's
     # reason is on the change page).
-    list_display = ("name", "short_source", "live_state", "loaded_on", "memory", "queue_depth", "throughput",
+    list_display = ("name", "short_source", "version", "live_state", "loaded_on", "memory", "queue_depth", "throughput",
                     "task_names", "runtime")
-    readonly_fields = ("live_backend", "test_input")
+    readonly_fields = ("version", "live_backend", "test_input")
     search_fields = ("name", "source")
-    actions = ["enable", "disable", "load_now", "run_test_input"]
+    actions = ["enable", "disable", "load_now", "run_test_input", "promote", "rollback"]
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        """After the model and its tasks: a change of what it computes makes a new version (live once warm)."""
+        super().save_related(request, form, formsets, change)
+        version = version_changes.record(form.instance)
+        if version is not None and version.number > 1:
+            self.message_user(request, f"version {version.number} made: it goes live once warm on every worker.")
 
     def get_queryset(self, request: HttpRequest) -> Any:
         """Tasks in one query for the whole page."""

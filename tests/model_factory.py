@@ -68,6 +68,13 @@ def build_feature_extractor(dest: Path) -> Path:
     return _bert(dest, BertModel)
 
 
+def build_wide_feature_extractor(dest: Path, hidden_size: int = 48) -> Path:
+    """Like build_feature_extractor with another hidden size: its vectors' length tells which model answered."""
+    from transformers import BertModel
+
+    return _bert(dest, BertModel, {**_BERT_SHAPE, "hidden_size": hidden_size, "intermediate_size": 2 * hidden_size})
+
+
 def build_masked_lm(dest: Path) -> Path:
     """Build a tiny random BertForMaskedLM with the MiniLM vocabulary in ``dest``."""
     from transformers import BertForMaskedLM

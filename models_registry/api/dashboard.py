@@ -24,6 +24,7 @@ from models_registry.core.task_key import TaskKey
 from models_registry.models import WorkerHeartbeat
 from models_registry.observe import media_counts, traffic_window
 from models_registry.registry.heartbeats import live_workers
+from models_registry.registry.rollout import Rollout, split_wire
 from models_registry.registry.specs import read_specs
 
 SERIES_S = 120  # seconds of history in the charts
@@ -69,8 +70,18 @@ def _worker_row(worker: WorkerHeartbeat, now: float) -> dict[str, Any]:
 
 
 def _model_state(name: str, enabled: bool, workers: list[WorkerHeartbeat]) -> tuple[str, str]:
-    """The best state any live worker reports for the model, as the API shows it."""
-    return shown_state(enabled, best_report((worker.models_state or {}).get(name) for worker in workers))
+    """The best state any live worker reports for the model (any of its versions), as the API shows it."""
+    return shown_state(enabled, best_report(state for worker in workers
+                                            for wire, state in (worker.models_state or {}).items()
+                                            if split_wire(wire)[0] == name))
+
+
+def version_text(plan: Rollout) -> str:
+    """"v2", "v2 → v3" while switching, "v2, canary v3 25%": what the dashboard shows of a model's versions."""
+    if not plan.live:
+        return ""
+    shown = f"v{plan.live}" + (f" → v{plan.target}" if plan.target else "")
+    return shown + (f", {plan.mode} v{plan.candidate} {plan.percent}%" if plan.candidate else "")
 
 
 def snapshot(window: traffic_window.RollingWindow | None = None) -> dict[str, Any]:
@@ -82,6 +93,8 @@ def snapshot(window: traffic_window.RollingWindow | None = None) -> dict[str, An
     depths: dict[str, int] = {}
     for worker in workers:
         for key, value in (worker.queue_depths or {}).items():
+            model, task_name = TaskKey.parse(key)
+            key = str(TaskKey(split_wire(model)[0], task_name))  # a version's queue counts as its model's
             depths[key] = depths.get(key, 0) + int(value)
     tasks = []
     for spec in specs.values():
@@ -95,6 +108,7 @@ def snapshot(window: traffic_window.RollingWindow | None = None) -> dict[str, An
             summary["batch_sizes"] = {k: v[:shown] for k, v in batches.items()}
             tasks.append({
                 "model": spec.name, "task": task.name, "pipeline": task.task, "enabled": spec.enabled,
+                "version": version_text(spec.rollout),
                 "state": state, "error": error, "queue_depth": depth,
                 "max_queue_size": task.policy.max_queue_size, "max_batch_size": task.policy.max_batch_size,
                 "summary": summary, "series": window.series(spec.name, task.name, SERIES_S),

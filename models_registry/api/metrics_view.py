@@ -10,9 +10,12 @@ from django.views.decorators.http import require_GET
 from django_prometheus.exports import ExportToDjangoView
 
 from models_registry.api.error_answers import error_response
+from models_registry.broker import scaling_metrics
 from models_registry.core.conf import conf
 from models_registry.core.errors import Unauthorized
 from models_registry.policy.auth import bearer_token
+
+scaling_metrics.register()  # the autoscaler's inputs (broker: it reads the admission sets)
 
 
 @csrf_exempt  # no session or form here: a wrong method is a 405, not a CSRF 403

@@ -9,6 +9,8 @@ from typing import Any
 from models_registry.api.answer import Answer, json_answer
 from models_registry.core.errors import HostingError
 from models_registry.observe import metrics
+from models_registry.observe.version_metrics import observe_version
+from models_registry.policy.dispatch import VERSION_HEADER
 from models_registry.policy.gate import Served
 
 logger = logging.getLogger("models_registry.requests")
@@ -22,13 +24,15 @@ def served_answer(request_id: str, route: str, model: str, task: str, body: Any,
         "X-Queue-Time-Ms": f"{result.queue_ms:.2f}",
         "X-Inference-Time-Ms": f"{result.compute_ms:.2f}",
         "X-Batch-Size": str(result.batch_size),
+        **({VERSION_HEADER: str(result.version)} if result.version else {}),
         **served.headers,
     })
     elapsed = time.perf_counter() - started
     metrics.observe_success(model, task, elapsed, result.queue_ms / 1000, result.compute_ms / 1000, result.batch_size)
-    logger.info("request id=%s model=%s task=%s route=%s status=200 inputs=%d queue_ms=%.1f compute_ms=%.1f "
-                "batch=%d total_ms=%.1f", request_id, model, task, route, inputs, result.queue_ms,
-                result.compute_ms, result.batch_size, elapsed * 1000)
+    observe_version(model, result.version)
+    logger.info("request id=%s model=%s version=%d task=%s route=%s status=200 inputs=%d queue_ms=%.1f "
+                "compute_ms=%.1f batch=%d total_ms=%.1f", request_id, model, result.version, task, route, inputs,
+                result.queue_ms, result.compute_ms, result.batch_size, elapsed * 1000)
     return answer
 
 

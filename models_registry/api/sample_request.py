@@ -19,6 +19,7 @@ from models_registry.core.model_state import ModelState
 from models_registry.core.task_key import TaskKey
 from models_registry.media import envelope, samples
 from models_registry.models import ModelTask
+from models_registry.registry.rollout import wire_name
 from models_registry.tasks.task_inputs import TASK_KINDS
 
 SAMPLE_SENTENCE = "The quick brown fox jumps over the lazy dog."
@@ -95,7 +96,8 @@ def run_test_input(task: ModelTask, state: str, upload: bytes | None = None) -> 
             parsed = payloads.InferenceRequest(inputs=[media], is_batch=False, parameters=parsed.parameters)
             text = f"the {media['media']} file ({len(media['data'])} bytes)"
         result = async_to_sync(handoff.infer)(
-            request_id=f"admin-test-{uuid.uuid4().hex[:12]}", model=task.model.name, task=task.name,
+            request_id=f"admin-test-{uuid.uuid4().hex[:12]}", model=wire_name(task.model.name, task.model.live_version),
+            task=task.name,
             inputs=parsed.inputs, parameters=parsed.parameters, timeout_s=min(task.timeout_s, TEST_TIMEOUT_S),
             max_queue_size=task.max_queue_size,
         )

@@ -69,13 +69,14 @@ async def respond(call: ApiCall, grant: TokenGrant | None, spec: ModelSpec, task
     """
     if parsed.is_batch:
         raise InvalidInput("a streamed request takes one prompt: send 'inputs' as a string, not a list")
-    drain_rate = await dispatch.require_serving(spec, task.name)
+    wire, version = await dispatch.serving_wire(spec)
+    drain_rate = await dispatch.require_serving(spec, task.name, wire)
     admitted = await gate.admit_stream(grant=grant, asked_priority=asked_priority,
                                        inputs=parsed.inputs, task=task.task,
                                        parameters={**task.parameters, **parsed.parameters})
     try:
         stream = await stream_handoff.open_stream(
-            model=spec.name, task=task.name, text=parsed.inputs[0], parameters={**parsed.parameters, **options},
+            model=wire, task=task.name, text=parsed.inputs[0], parameters={**parsed.parameters, **options},
             timeout_s=task.timeout_s, drain_rate=drain_rate, priority=admitted.klass,
             max_queue_size=priority.queue_limit(admitted.klass, task.policy.max_queue_size, task.max_batch_queue_size),
         )
@@ -116,5 +117,6 @@ async def respond(call: ApiCall, grant: TokenGrant | None, spec: ModelSpec, task
         "X-Accel-Buffering": "no",  # proxies must pass events on at once
         "X-Time-To-First-Token-Ms": f"{first_token_s * 1000:.2f}",
         **admitted.headers,
+        **({"X-Model-Version": str(version)} if version else {}),
     }
     return Answer(200, headers=headers, content_type="text/event-stream", events=events())

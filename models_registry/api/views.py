@@ -23,6 +23,7 @@ from models_registry.core.model_state import ModelState, shown_state
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
 from models_registry.registry import lookups
+from models_registry.registry.rollout import split_wire
 from models_registry.registry.specs import ModelSpec
 
 logger = logging.getLogger("models_registry.requests")
@@ -118,7 +119,8 @@ async def model_list(request: HttpRequest) -> HttpResponse:
     specs = await lookups.get_specs()
     view = await lookups.get_workers()
     states, workers = view.model_states, view.workers
-    return JsonResponse({"models": [_model_summary(s, states.get(n)) | model_memory.placement(workers, n)
+    return JsonResponse({"models": [_model_summary(s, states.get(n))
+                                    | model_memory.placement(workers, lookups.answering(s, view))
                                     for n, s in specs.items() if grant is None or grant.allows(n)]})
 
 
@@ -130,8 +132,11 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
     if spec is None:
         raise NotFound(f"no model named {name!r}; GET /models lists them")
     workers = await lookups.get_workers()
-    summary = _model_summary(spec, workers.model_states.get(name)) | model_memory.placement(workers.workers, name)
-    depths = {t: await _pending_items(name, t) for t in spec.tasks}
+    wire = lookups.answering(spec, workers)  # workers report each version by its wire name
+    summary = _model_summary(spec, workers.model_states.get(name)) | model_memory.placement(workers.workers, wire)
+    if spec.version:
+        summary["version"] = split_wire(wire)[1]
+    depths = {t: await _pending_items(wire, t) for t in spec.tasks}
     summary["tasks"] = [
         {
             "name": t.name,
@@ -147,23 +152,24 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "max_batch_queue_size": t.max_batch_queue_size,
             "cache_ttl_s": t.cache_ttl_s,
             "queue_depth": depths.get(t.name, -1),  # admitted, not yet answered (-1: broker down)
-            "waiting_on_workers": sum((w.queue_depths or {}).get(str(TaskKey(name, t.name)), 0) for w in workers.workers),
-            "memory": model_memory.task_memory(workers.workers, name, t.name),
+            "waiting_on_workers": sum((w.queue_depths or {}).get(str(TaskKey(wire, t.name)), 0)
+                                      for w in workers.workers),
+            "memory": model_memory.task_memory(workers.workers, wire, t.name),
         }
         for t in spec.tasks.values()
     ]
     summary["workers"] = [
         {
             "worker": f"{w.host}:{w.pid}",
-            "device": (w.models_state or {})[name].get("device", ""),
-            "state": (w.models_state or {})[name].get("state", ""),
-            "backend": (w.models_state or {})[name].get("backend", ""),
-            "served_items": (w.models_state or {})[name].get("served", {}),
-            **model_memory.worker_entry((w.models_state or {})[name]),
+            "device": (w.models_state or {})[wire].get("device", ""),
+            "state": (w.models_state or {})[wire].get("state", ""),
+            "backend": (w.models_state or {})[wire].get("backend", ""),
+            "served_items": (w.models_state or {})[wire].get("served", {}),
+            **model_memory.worker_entry((w.models_state or {})[wire]),
             "last_seen": w.last_seen.isoformat(),
         }
         for w in workers.workers
-        if name in (w.models_state or {})
+        if wire in (w.models_state or {})
     ]
     return JsonResponse(summary)
 

@@ -31,6 +31,7 @@ class InferenceResult:
     compute_ms: float
     batch_size: int
     tokens: int = 0
+    version: int = 0  # the model version that answered (0: a model without versions)
 
 
 def retry_after_s(depth: int, drain_rate: float) -> int:

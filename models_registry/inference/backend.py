@@ -44,6 +44,10 @@ class LoadedHandle(Protocol):
         """Tokens an input becomes, capped at the model's length."""
         ...
 
+    def count_inputs(self, task: str, inputs: list[Any]) -> tuple[list[Any], list[int]]:
+        """The inputs as a batch carries them (tokenized once where the forward can reuse it), and their tokens."""
+        ...
+
 
 @runtime_checkable
 class ModelRunner(Protocol):

@@ -19,7 +19,15 @@ from transformers import (
     pipeline,
 )
 
-from models_registry.inference import half_precision, intake_tokens, media_models, onnx_backend, onnx_logits, ranking, trace
+from models_registry.inference import (
+    half_precision,
+    intake_tokens,
+    media_models,
+    onnx_backend,
+    onnx_logits,
+    ranking,
+    trace,
+)
 from models_registry.inference.backend import PackedEncoder
 from models_registry.inference.packed_forward import EagerEncoder, packed_position_offset
 from models_registry.inference.task_common import ModelBundle

@@ -8,7 +8,8 @@ from models_registry.models.registered import (
     RegisteredModel,
 )
 from models_registry.models.tokens import ApiToken, hash_token
+from models_registry.models.versions import ModelVersion
 from models_registry.models.workers import QuarantinedRequest, WorkerHeartbeat
 
 __all__ = ["CACHEABLE_TASKS", "DEFAULT_MAX_REQUEST_TOKENS", "ApiToken", "BatchChunk", "BatchFile", "BatchJob",
-           "ModelTask", "QuarantinedRequest", "RegisteredModel", "WorkerHeartbeat", "hash_token"]
+           "ModelTask", "ModelVersion", "QuarantinedRequest", "RegisteredModel", "WorkerHeartbeat", "hash_token"]

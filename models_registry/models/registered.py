@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -16,6 +18,10 @@ CACHEABLE_TASKS = ("feature-extraction", "fill-mask", "text-classification", "to
                    "question-answering", "zero-shot-classification", "text-ranking", "image-classification",
                    "zero-shot-image-classification", "image-feature-extraction", "object-detection",
                    "audio-classification", "automatic-speech-recognition")
+
+
+VERSION_FIELDS = ("live_version", "target_version", "previous_version", "candidate_version", "candidate_mode",
+                  "candidate_percent", "candidate_sticky")
 
 
 class RegisteredModel(models.Model):
@@ -49,6 +55,16 @@ class RegisteredModel(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Versions (models.versions): 0 = none. The live version answers; a target replaces it once it is warm on
+    # every worker serving the model; a candidate answers a share of requests (canary) or copies of them (shadow).
+    live_version = models.PositiveIntegerField(default=0, editable=False)
+    target_version = models.PositiveIntegerField(default=0, editable=False)
+    previous_version = models.PositiveIntegerField(default=0, editable=False)
+    candidate_version = models.PositiveIntegerField(default=0, editable=False)
+    candidate_mode = models.CharField(max_length=10, blank=True, editable=False,
+                                      choices=[("", "none"), ("canary", "canary"), ("shadow", "shadow")])
+    candidate_percent = models.PositiveIntegerField(default=0, editable=False)
+    candidate_sticky = models.BooleanField(default=False, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -68,6 +84,20 @@ class RegisteredModel(models.Model):
         problem = sources.source_problem(self.source)
         if problem:
             raise ValidationError({"source": problem})
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save; an edit of a stored model leaves the version fields alone (registry.version_changes writes those).
+
+        A form read before a switch and saved after it must not undo the switch.
+        """
+        if self.pk is not None and kwargs.get("update_fields") is None and not kwargs.get("force_insert"):
+            kwargs["update_fields"] = [f.name for f in self._meta.concrete_fields
+                                       if not f.primary_key and f.name not in VERSION_FIELDS]
+        super().save(*args, **kwargs)
+
+    def compute_key(self) -> tuple[str, str, str, str]:
+        """What the model computes (a change makes a new version)."""
+        return (self.source, self.revision, self.dtype, self.backend)
 
     def default_task(self) -> ModelTask | None:
         """The task served by POST /models/<name>: the first one registered."""

@@ -34,6 +34,7 @@ class WorkerHeartbeat(models.Model):
     started_at = models.DateTimeField()
     last_seen = models.DateTimeField(db_index=True)
     draining = models.BooleanField(default=False)
+    busy_fraction = models.FloatField(default=0.0, help_text="Share of the last seconds its device spent computing.")
 
     class Meta:
         ordering = ["-last_seen"]

@@ -9,6 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from models_registry.observe.load_stats import LOAD_BUCKETS
+from models_registry.registry.rollout import split_wire
 
 
 def _families() -> dict[str, Metric]:
@@ -48,7 +49,8 @@ class MemoryCollector(Collector):
         totals: dict[str, dict[str, Any]] = {}
         caps: dict[tuple[str, str], dict[str, float]] = {}
         for worker in workers:
-            for model, report in (worker.models_state or {}).items():
+            for wire, report in (worker.models_state or {}).items():
+                model = split_wire(wire)[0]  # a model's versions count as the model
                 entry = totals.setdefault(model, {"loads": 0, "evictions": 0, "loaded": 0, "bytes": 0,
                                                   "sum": 0.0, "buckets": [0] * len(LOAD_BUCKETS)})
                 entry["loads"] += int(report.get("loads", 0))

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from models_registry.core.conf import conf
 from models_registry.core.task_key import TaskKey
 from models_registry.observe import traffic_window
+from models_registry.registry.rollout import split_wire
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -144,11 +145,12 @@ class FleetCollector(Collector):
         totals: dict[tuple[str, str], int] = {}
         for worker in workers:
             for key, value in (worker.queue_depths or {}).items():
-                model, task = TaskKey.parse(key)
+                wire, task = TaskKey.parse(key)
+                model = split_wire(wire)[0]  # every version's queue counts as its model's
                 totals[(model, task)] = totals.get((model, task), 0) + int(value)
-            for model, state in (worker.models_state or {}).items():
+            for wire, state in (worker.models_state or {}).items():
                 for task in state.get("tasks", []):
-                    totals.setdefault((model, task), 0)
+                    totals.setdefault((split_wire(wire)[0], task), 0)
         for (model, task), value in sorted(totals.items()):
             depth.add_metric([model, task], value)
         alive.add_metric([], len(workers))

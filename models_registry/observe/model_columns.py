@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib import admin
 
 from models_registry.core.model_state import ModelState, best_report
+from models_registry.registry.rollout import split_wire
 
 MIB = 2**20
 
@@ -15,13 +16,15 @@ def live_states(workers: list[Any]) -> dict[str, dict[str, Any]]:
     """{model: {"states": [report per worker], "depth": queued items, "holders": ["host:pid" where ready]}}."""
     states: dict[str, dict[str, Any]] = {}
     for worker in workers:
-        for name, state in (worker.models_state or {}).items():
-            entry = states.setdefault(name, {"states": [], "depth": 0, "holders": []})
+        for wire, state in (worker.models_state or {}).items():  # each version by its wire name: one row per model
+            entry = states.setdefault(split_wire(wire)[0], {"states": [], "depth": 0, "holders": []})
             entry["states"].append(state)
-            if state.get("state") == ModelState.READY:
-                entry["holders"].append(f"{worker.host}:{worker.pid}")
+            holder = f"{worker.host}:{worker.pid}"
+            if state.get("state") == ModelState.READY and holder not in entry["holders"]:
+                entry["holders"].append(holder)
         for key, depth in (worker.queue_depths or {}).items():
-            states.setdefault(key.split("/", 1)[0], {"states": [], "depth": 0, "holders": []})["depth"] += depth
+            model = split_wire(key.split("/", 1)[0])[0]
+            states.setdefault(model, {"states": [], "depth": 0, "holders": []})["depth"] += depth
     return states
 
 

@@ -1,51 +1,90 @@
-"""Reaching a worker: the check that one serves the model, then the hand-off at a priority class."""
+"""Reaching a worker: the version that answers, the check that one serves it, then the hand-off at a priority class."""
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from typing import Any
 
 from models_registry.broker import handoff
 from models_registry.broker.enqueue import ChargePlan
 from models_registry.core import sources
-from models_registry.core.errors import Unavailable
+from models_registry.core.errors import HostingError, Unavailable
 from models_registry.core.model_state import ModelState, servable
 from models_registry.core.task_key import TaskKey
-from models_registry.policy import priority
-from models_registry.registry import lookups
+from models_registry.policy import priority, shadow
+from models_registry.registry import lookups, rollout
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
+VERSION_HEADER = "X-Model-Version"
+LOADING_RETRY_AFTER_S = 2  # a first load takes seconds: ask again soon, not at once
 
-async def require_serving(spec: ModelSpec, task_name: str) -> float:
-    """503 at once when no live worker can answer; else the items/s the task's queue drains at."""
+
+async def require_serving(spec: ModelSpec, task_name: str, wire: str = "") -> float:
+    """503 at once when no live worker can answer; else the items/s the task's queue drains at.
+
+    wire: the version's wire name (registry.rollout); empty: the version that answers the model.
+    """
     if not spec.enabled:
         raise Unavailable(f"model {spec.name!r} is disabled")
     workers = await lookups.get_workers()
-    state = workers.model_states.get(spec.name)
+    state = workers.model_states.get(wire or spec.name)
     if state is None:
         raise Unavailable(f"no live worker serves model {spec.name!r}")
     if not servable(state):
         detail = f": {sources.LOAD_FAILED}" if state.get("state") == ModelState.ERROR else ""
-        raise Unavailable(f"model {spec.name!r} is {state.get('state')}{detail}")
-    key = str(TaskKey(spec.name, task_name))
+        headers = {"Retry-After": str(LOADING_RETRY_AFTER_S)} if state.get("state") == ModelState.LOADING else None
+        raise Unavailable(f"model {spec.name!r} is {state.get('state')}{detail}", headers=headers)
+    key = str(TaskKey(wire or spec.name, task_name))
     # Measured cost per token: right also for a burst on an idle queue, whose drain rate reads 0.
     return workers.capacities.get(key) or workers.drain_rates.get(key, 0.0)
 
 
+async def serving_wire(spec: ModelSpec) -> tuple[str, int]:
+    """(wire name, number) of the version that answers the model's requests (no canary: streams, admin tests)."""
+    version = rollout.serving(spec.rollout, (await lookups.get_workers()).ready.get(spec.name, set()))
+    return rollout.wire_name(spec.name, version), version
+
+
 async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: list[Any], parameters: dict[str, Any],
-                    klass: str, charge: ChargePlan | None = None) -> handoff.InferenceResult:
+                    klass: str, charge: ChargePlan | None = None,
+                    sticky_key: str | None = None) -> handoff.InferenceResult:
     """Hand the request to a live worker at priority klass (503 at once when none serves it).
 
     charge: the token's rate-limit charge, made by the hand-off's one script (a 429 before anything is queued).
+    sticky_key (the API token): the same token always meets the same side of a sticky canary.
     """
-    drain_rate = await require_serving(spec, task.name)
+    ready = (await lookups.get_workers()).ready.get(spec.name, set())
+    plan = spec.rollout
+    version = rollout.choose(plan, ready, rollout.draw(sticky_key if plan.sticky else None, random.random()))
+    wire = rollout.wire_name(spec.name, version)
 
     async def still_served() -> bool:
-        state = (await lookups.get_workers()).model_states.get(spec.name)
-        return servable(state)
+        view = await lookups.get_workers()
+        state = view.model_states.get(wire)
+        if servable(state) or not version:
+            return servable(state)
+        if (state or {}).get("state") == ModelState.ERROR or not view.workers:
+            return False
+        # A version the registry still lists (re)loads on the workers: a rollback to the version just
+        # retired sends requests there before every worker holds it again. Its queue waits for it.
+        current = (await lookups.get_specs()).get(spec.name)
+        return current is not None and version in current.rollout.held()
 
-    return await handoff.infer(
-        request_id=request_id, model=spec.name, task=task.name, inputs=inputs,
-        parameters=parameters, timeout_s=task.timeout_s,
-        max_queue_size=priority.queue_limit(klass, task.policy.max_queue_size, task.max_batch_queue_size),
-        drain_rate=drain_rate, still_served=still_served, priority=klass, charge=charge,
-    )
+    try:
+        drain_rate = await require_serving(spec, task.name, wire)
+        result = await handoff.infer(
+            request_id=request_id, model=wire, task=task.name, inputs=inputs,
+            parameters=parameters, timeout_s=task.timeout_s,
+            max_queue_size=priority.queue_limit(klass, task.policy.max_queue_size, task.max_batch_queue_size),
+            drain_rate=drain_rate, still_served=still_served, priority=klass, charge=charge,
+        )
+    except HostingError as error:
+        if version:  # a refusal or failure of one version says which
+            error.headers.setdefault(VERSION_HEADER, str(version))
+        raise
+    result = dataclasses.replace(result, version=version) if version else result
+    copy_to = rollout.shadow_of(plan, ready, random.random())
+    if copy_to:
+        shadow.compare_soon(spec, task, inputs, parameters, result, copy_to)
+    return result

@@ -166,7 +166,8 @@ async def serve(
     """
 
     def send(klass: str, plan: enqueue.ChargePlan | None) -> Awaitable[InferenceResult]:
-        return dispatch.to_worker(request_id, spec, task, inputs, parameters, klass, plan)
+        return dispatch.to_worker(request_id, spec, task, inputs, parameters, klass, plan,
+                                  str(grant.token_id) if grant else None)
 
     layer = get_channel_layer()
     conn = layer.connection(0)
@@ -189,7 +190,7 @@ async def serve(
             headers[CACHE_HEADER] = "hit" if hit else "miss"
             if hit is not None:
                 result = InferenceResult(outputs=hit.outputs, queue_ms=0.0, compute_ms=0.0, batch_size=0,
-                                         tokens=hit.tokens)
+                                         tokens=hit.tokens, version=spec.version)  # the key holds live's source
                 admitted.settle(hit.tokens)
                 return Served(result, headers)
         result = await send(admitted.klass, None)  # charged already, before the cache was asked
@@ -197,7 +198,7 @@ async def serve(
         admitted.settle(0)  # refused or failed: it still counts as a request, its tokens do not
         raise
     admitted.settle(result.tokens)
-    if key is not None:
+    if key is not None and result.version == spec.version:  # the key is the live version's: not a canary's answer
         await _store(conn, key, result, task.cache_ttl_s)
     return Served(result, headers)
 

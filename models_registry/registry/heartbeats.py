@@ -14,7 +14,7 @@ from models_registry.models import WorkerHeartbeat
 
 
 def beat(worker_id: str, device: str, models_state: dict[str, Any], queue_depths: dict[str, int],
-         started_at: float, draining: bool) -> None:
+         started_at: float, draining: bool, busy_fraction: float = 0.0) -> None:
     """Record that this worker is alive and what it holds (sync ORM)."""
     WorkerHeartbeat.objects.update_or_create(
         worker_id=worker_id,
@@ -27,6 +27,7 @@ def beat(worker_id: str, device: str, models_state: dict[str, Any], queue_depths
             "started_at": dt.datetime.fromtimestamp(started_at, tz=dt.UTC),
             "last_seen": timezone.now(),
             "draining": draining,
+            "busy_fraction": busy_fraction,
         },
     )
 

@@ -18,6 +18,7 @@ from models_registry.core.conf import conf
 from models_registry.core.model_state import ModelState, best_report
 from models_registry.core.task_key import TaskKey
 from models_registry.registry import heartbeats
+from models_registry.registry.rollout import ready_everywhere, serving, wire_name
 from models_registry.registry.specs import ModelSpec, read_specs
 
 
@@ -30,6 +31,8 @@ class WorkerView:
     drain_rates: dict[str, float]  # items/s per "model/task", summed over live workers
     # items/s per "model/task" the live workers can drain, from their measured cost per token
     capacities: dict[str, float] = field(default_factory=dict)
+    # {model: versions ready on every worker serving it}: the web routes only to these (registry.rollout)
+    ready: dict[str, set[int]] = field(default_factory=dict)
 
 
 def _read_workers() -> WorkerView:
@@ -53,7 +56,29 @@ def _read_workers() -> WorkerView:
                 if s_per_token > 0 and tokens_per_item > 0:  # workers compute in parallel: capacities add up
                     key = str(TaskKey(name, task))
                     capacities[key] = capacities.get(key, 0.0) + 1.0 / (s_per_token * tokens_per_item)
-    return WorkerView(workers=workers, model_states=states, drain_rates=rates, capacities=capacities)
+    ready = ready_everywhere(w.models_state for w in workers if not w.draining)
+    _alias_versions(read_specs(), ready, states, rates, capacities)
+    return WorkerView(workers=workers, model_states=states, drain_rates=rates, capacities=capacities, ready=ready)
+
+
+def _alias_versions(specs: dict[str, ModelSpec], ready: dict[str, set[int]], states: dict[str, dict[str, Any]],
+                    rates: dict[str, float], capacities: dict[str, float]) -> None:
+    """Workers report each version by its wire name: a model's own name reads as the version that answers it."""
+    for name, spec in specs.items():
+        if not spec.version:
+            continue
+        wire = wire_name(name, serving(spec.rollout, ready.get(name, set())))
+        if wire in states:
+            states[name] = states[wire]
+        for task in spec.tasks:
+            for table in (rates, capacities):
+                if str(TaskKey(wire, task)) in table:
+                    table[str(TaskKey(name, task))] = table[str(TaskKey(wire, task))]
+
+
+def answering(spec: ModelSpec, view: WorkerView) -> str:
+    """The wire name of the version answering the model's requests (its own name for a model without versions)."""
+    return wire_name(spec.name, serving(spec.rollout, view.ready.get(spec.name, set()))) if spec.version else spec.name
 
 
 def fresh_connection(loader: Any) -> Any:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from models_registry.core.batch_types import BatchPolicy
+from models_registry.registry.rollout import Rollout, wire_name
 
 
 @dataclass(frozen=True)
@@ -40,18 +41,47 @@ class ModelSpec:
     load_generation: int = 0
     backend: str = "auto"  # auto, torch, onnxruntime: what runs the embedding forwards
     keep_loaded: bool = False  # pinned: loaded at start, never evicted for another model
+    version: int = 0  # the live version (0: a model without versions); on a worker, the version this spec loads
+    rollout: Rollout = field(default_factory=Rollout)
+    # What each held version computes: {number: (source, revision, dtype, backend)}
+    versions: dict[int, tuple[str, str, str, str]] = field(default_factory=dict)
 
     def load_key(self) -> tuple[str, str, str, str, int, str]:
         """What forces a reload when it changes."""
         return (self.source, self.revision, self.device, self.dtype, self.load_generation, self.backend)
 
 
+def worker_specs(specs: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+    """What workers hold: one spec per version to serve, named by its wire name (registry.rollout)."""
+    held: dict[str, ModelSpec] = {}
+    for name, spec in specs.items():
+        if not spec.version:
+            held[name] = spec
+            continue
+        for number in spec.rollout.held():
+            if number not in spec.versions:
+                continue
+            source, revision, dtype, backend = spec.versions[number]
+            held[wire_name(name, number)] = replace(spec, name=wire_name(name, number), source=source,
+                                                    revision=revision, dtype=dtype, backend=backend, version=number)
+    return held
+
+
+def _rollout(model: Any) -> Rollout:
+    return Rollout(live=model.live_version, target=model.target_version, previous=model.previous_version,
+                   candidate=model.candidate_version,
+                   mode=model.candidate_mode, percent=model.candidate_percent, sticky=model.candidate_sticky)
+
+
 def read_specs() -> dict[str, ModelSpec]:
-    """Every registered model and its tasks, in one query pair (sync ORM)."""
+    """Every registered model and its tasks, in one query triple (sync ORM); source & co. are the live version's."""
     from models_registry.models import RegisteredModel
 
     specs: dict[str, ModelSpec] = {}
-    for model in RegisteredModel.objects.prefetch_related("tasks"):
+    for model in RegisteredModel.objects.prefetch_related("tasks", "versions"):
+        rollout = _rollout(model)
+        versions = {v.number: v.compute_key() for v in model.versions.all() if v.number in rollout.held()}
+        live = versions.get(model.live_version) or model.compute_key()
         tasks = sorted(model.tasks.all(), key=lambda t: t.id)
         task_specs = {
             t.name: TaskSpec(
@@ -75,9 +105,10 @@ def read_specs() -> dict[str, ModelSpec]:
             for t in tasks
         }
         specs[model.name] = ModelSpec(
-            name=model.name, source=model.source, revision=model.revision, device=model.device,
-            dtype=model.dtype, enabled=model.enabled, tasks=task_specs,
+            name=model.name, source=live[0], revision=live[1], device=model.device,
+            dtype=live[2], enabled=model.enabled, tasks=task_specs,
             default_task=tasks[0].name if tasks else "",
-            load_generation=model.load_generation, backend=model.backend, keep_loaded=model.keep_loaded,
+            load_generation=model.load_generation, backend=live[3], keep_loaded=model.keep_loaded,
+            version=model.live_version if model.live_version in versions else 0, rollout=rollout, versions=versions,
         )
     return specs

@@ -30,7 +30,7 @@ from models_registry.registry.specs import ModelSpec
 from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery, Lease
-from models_registry.worker.engine_stats import DrainRates, EngineStats, models_report
+from models_registry.worker.engine_stats import BusyMeter, DrainRates, EngineStats, models_report
 from models_registry.worker.intake import (
     InferenceRequest,
     check_servable,
@@ -71,6 +71,7 @@ class InferenceEngine:
                                     self.memory)
         self.models.in_compute = self.batch_loop.in_compute_thread
         self._drain_rates = DrainRates(self.stats)
+        self.busy = BusyMeter(self.stats)  # the heartbeat's busy_fraction
         self.media = MediaDecoder()
 
     def _wake(self) -> None:

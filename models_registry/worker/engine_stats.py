@@ -27,11 +27,13 @@ class EngineStats:
     # "model/task" -> [seconds of compute per input token, tokens per item], smoothed over batches:
     # what a queue of N items will take to drain, known also while the queue is idle.
     costs: dict[str, list[float]] = field(default_factory=dict)
+    busy_s: float = 0.0  # seconds spent computing batches, in all
 
     def record_batch(self, key: tuple[str, str], items: int, tokens: int = 0, compute_s: float = 0.0) -> None:
         """Count one computed batch of items (tokens input tokens, compute_s seconds) for key (model, task)."""
         self.batches += 1
         self.items += items
+        self.busy_s += compute_s
         name = str(TaskKey(*key))
         self.completed[name] = self.completed.get(name, 0) + items
         if items and tokens and compute_s > 0:
@@ -39,6 +41,24 @@ class EngineStats:
             old = self.costs.get(name)
             self.costs[name] = sample if old is None else [
                 round(o + COST_SMOOTHING * (s - o), 9) for o, s in zip(old, sample)]
+
+
+class BusyMeter:
+    """The share of wall time spent computing since the previous reading (0 to 1): what an autoscaler reads."""
+
+    def __init__(self, stats: EngineStats) -> None:
+        self.stats = stats
+        self._sample = (time.time(), stats.busy_s)
+        self._fraction = 0.0
+
+    def current(self) -> float:
+        """Busy share since the last reading at least half a second ago."""
+        now = time.time()
+        then, busy = self._sample
+        if now - then >= 0.5:
+            self._fraction = max(0.0, min(1.0, (self.stats.busy_s - busy) / (now - then)))
+            self._sample = (now, self.stats.busy_s)
+        return round(self._fraction, 4)
 
 
 class DrainRates:

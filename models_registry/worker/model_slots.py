@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 from models_registry.capacity import memory_warmup
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.capacity.placement_plan import Held, Limits, Wanted, load_choices, over_budget
+from models_registry.core.conf import conf
 from models_registry.core.model_state import ModelState
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
 from models_registry.observe.load_stats import LoadStats
+from models_registry.registry.rollout import split_wire
 from models_registry.registry.specs import ModelSpec
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
     from models_registry.inference.loading import LoadedModel  # torch: not imported at run time
 
 logger = logging.getLogger(__name__)
+
+# Config refreshes a version no longer listed stays loaded: web processes route by a view up to one
+# refresh old, and this worker learns of the change up to one refresh late.
+RETIRE_GRACE_REFRESHES = 3
 
 
 @dataclass
@@ -47,6 +53,7 @@ class ModelSlot:
     memory_bytes: int = 0  # resident bytes the load added (0 while loading)
     last_used: float = field(default_factory=time.time)
     in_use: int = 0  # batches computing on it right now
+    retired_at: float | None = None  # when the registry stopped listing this version (it answers what reaches it)
 
 
 class ModelSlots:
@@ -65,6 +72,7 @@ class ModelSlots:
         self.slots: dict[str, ModelSlot] = {}
         self.specs: dict[str, ModelSpec] = {}  # every model this worker may serve (held or not)
         self.sizes: dict[str, int] = {}  # measured bytes per model, kept after an unload
+        self.backlog: dict[str, int] = {}  # requests waiting in each held model's channel (the placer's last survey)
         self.stats = LoadStats()
         self.in_compute: Callable[[Callable[[], Any]], Awaitable[Any]] = self._in_loader  # the engine's compute thread
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader")
@@ -85,7 +93,7 @@ class ModelSlots:
         """Whether this worker may hold the model."""
         if not spec.enabled or not spec.tasks:
             return False
-        return not self.serve_models or spec.name in self.serve_models
+        return not self.serve_models or split_wire(spec.name)[0] in self.serve_models  # any version of a listed model
 
     def available(self) -> list[str]:
         """Models this worker does not hold but would load on demand (they fit its limits)."""
@@ -122,6 +130,9 @@ class ModelSlots:
         for name in list(self.slots):
             spec = self.specs.get(name)
             slot = self.slots[name]
+            if spec is None and self._retiring(name, slot):
+                continue
+            slot.retired_at = None  # listed again (a rollback to it): served as any other
             if spec is None or spec.load_key() != slot.spec.load_key():
                 self._unload(name, "was disabled or changed")
                 self.sizes.pop(name, None)
@@ -132,6 +143,19 @@ class ModelSlots:
         # Without a count limit every model that fits loads at start, as it always has; with
         # one, the placer spreads models over the workers (it knows who holds what).
         await self.place({}, {}, preload=not self.limits.max_loaded, one_at_a_time=False, preload_why="start")
+
+    def _retiring(self, name: str, slot: ModelSlot) -> bool:
+        """Whether a version the registry dropped (its model still served) stays, to answer what still reaches it."""
+        model, version = split_wire(name)
+        if not version or slot.state != ModelState.READY or not any(split_wire(n)[0] == model for n in self.specs):
+            return False
+        now = time.time()
+        if slot.retired_at is None:
+            slot.retired_at = now
+            logger.info("version %s retiring: unloaded once its requests are answered", name)
+        depths = self.batcher.depths()
+        busy = slot.in_use or self.backlog.get(name) or any(depths.get(TaskKey(name, t)) for t in slot.spec.tasks)
+        return bool(busy) or now - slot.retired_at < RETIRE_GRACE_REFRESHES * conf.CONFIG_REFRESH_S
 
     async def place(self, backlog: dict[str, int], holders: dict[str, int], preload: bool = True,
                     hot: set[str] | None = None, claim: Callable[[str, str], Awaitable[bool]] | None = None,

@@ -45,7 +45,9 @@ class Placer:
         held = {name for name, slot in self.slots.items() if slot.state == ModelState.READY}
         await model_holders.refresh(self.layer, self.worker_id, sorted(held), sorted(self._held - held))
         self._held = held
-        backlog, holders = await model_holders.survey(self.layer, self.worker_id, list(self.slots.specs))
+        retiring = [name for name, _ in self.slots.items() if name not in self.slots.specs]
+        backlog, holders = await model_holders.survey(self.layer, self.worker_id, [*self.slots.specs, *retiring])
+        self.slots.backlog = backlog
         await self.slots.place(backlog, holders, hot=self._hot(backlog), claim=self._claim)
         for name in list(self._claims):
             slot = self.slots.get(name)

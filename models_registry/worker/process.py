@@ -16,8 +16,9 @@ from models_registry.broker.messages import model_channel
 from models_registry.broker.work_layer import WorkLayer, require_work_layer
 from models_registry.capacity.memory_budget import MemoryConfig
 from models_registry.core.conf import conf
-from models_registry.registry import heartbeats
-from models_registry.registry.specs import read_specs
+from models_registry.registry import heartbeats, version_changes
+from models_registry.registry.rollout import ready_everywhere
+from models_registry.registry.specs import read_specs, worker_specs
 from models_registry.worker import quarantine
 from models_registry.worker.engine import InferenceEngine
 from models_registry.worker.liveness import LivenessThread
@@ -27,6 +28,11 @@ logger = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 60.0
 ALIVE_TTL_S = 3.0  # a SIGKILLed worker's messages are requeued this long after its death
 IDLE_WAIT_S = 1.0
+
+
+def _switch_ready() -> list[str]:
+    """Record as live each target version that every worker serving its model has warm (sync ORM)."""
+    return version_changes.switch_ready(ready_everywhere(w.models_state for w in heartbeats.live_workers() if not w.draining))
 
 
 class InferenceWorker(Worker):
@@ -173,7 +179,15 @@ class InferenceWorker(Worker):
         except Exception:
             logger.exception("could not read the model registry; keeping the current models")
             return
-        await engine.reconcile(specs)
+        await engine.reconcile(worker_specs(specs))
+        if any(spec.rollout.target for spec in specs.values()):
+            try:
+                switched = await sync_to_async(_switch_ready)()
+            except Exception:
+                logger.exception("could not switch a warm version live")
+                return
+            if switched:
+                logger.info("switched to the new live version of %s", ", ".join(switched))
 
     async def _config_loop(self, engine: InferenceEngine) -> None:
         while True:
@@ -183,7 +197,7 @@ class InferenceWorker(Worker):
     def _report(self, engine: InferenceEngine) -> None:
         """Hand the liveness thread this worker's state (read here, on the loop that owns it)."""
         self.liveness.report((engine.worker_id, self.runner.default_device, engine.models_state(),
-                              engine.queue_depths(), engine.stats.started_at, engine.draining))
+                              engine.queue_depths(), engine.stats.started_at, engine.draining, engine.busy.current()))
 
     @staticmethod
     def _write_beat(snapshot: tuple[Any, ...]) -> None:

@@ -12,12 +12,12 @@ import pytest
 
 from models_registry.broker import admission, messages
 from models_registry.broker.layer import HostingChannelLayer
+from models_registry.capacity.memory_budget import MemoryConfig
 from models_registry.core.batch_types import BatchPolicy
 from models_registry.registry.compute_cost import TokenCounter
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.worker.batch_loop import ABANDON_CHECK_AFTER_S
 from models_registry.worker.engine import InferenceEngine
-from models_registry.capacity.memory_budget import MemoryConfig
 
 CHANNEL = messages.model_channel("m")
 
@@ -29,6 +29,9 @@ class Loaded:
 
     def count_tokens(self, item: Any) -> int:
         return len(str(item).split())
+
+    def count_inputs(self, task: str, inputs: list[Any]) -> tuple[list[Any], list[int]]:
+        return inputs, [self.count_tokens(item) for item in inputs]
 
     def cost_counter(self) -> TokenCounter:
         return TokenCounter(lambda text: len(text.split()))

@@ -9,11 +9,11 @@ from typing import Any
 
 from models_registry.broker import messages, model_holders
 from models_registry.broker.layer import HostingChannelLayer
+from models_registry.capacity.memory_budget import MemoryConfig
+from models_registry.capacity.placement_plan import MIN_IDLE_S
 from models_registry.core.batch_types import BatchPolicy
 from models_registry.registry.specs import ModelSpec, TaskSpec
 from models_registry.worker.engine import InferenceEngine
-from models_registry.capacity.memory_budget import MemoryConfig
-from models_registry.capacity.placement_plan import MIN_IDLE_S
 
 
 class Loaded:
@@ -22,6 +22,9 @@ class Loaded:
 
     def count_tokens(self, item: Any) -> int:
         return len(str(item).split())
+
+    def count_inputs(self, task: str, inputs: list[Any]) -> tuple[list[Any], list[int]]:
+        return inputs, [self.count_tokens(item) for item in inputs]
 
 
 class Runner:

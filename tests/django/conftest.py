@@ -116,7 +116,7 @@ def stub_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[dict[str
 
         seen: list[dict[str, Any]] = []
 
-        async def serving(spec: Any, task: str) -> float:
+        async def serving(spec: Any, task: str, wire: str = "") -> float:
             return 0.0
 
         async def infer(**kwargs: Any) -> Any:

@@ -145,7 +145,7 @@ async def test_failed_requests_are_refunded_their_tokens(
 ) -> None:
     token = await sync_to_async(make_token)("tokens", tokens_per_minute=40)
 
-    async def serving(spec: Any, task: str) -> float:
+    async def serving(spec: Any, task: str, wire: str = "") -> float:
         return 0.0
 
     async def overloaded(**kwargs: Any) -> InferenceResult:

@@ -109,7 +109,7 @@ async def test_too_many_texts_is_413(token: str, calls: list[dict[str, Any]], se
 
 
 async def test_worker_errors_pass_through(token: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def serving(spec: Any, task: str) -> float:
+    async def serving(spec: Any, task: str, wire: str = "") -> float:
         return 0.0
 
     async def late(**kwargs: Any) -> InferenceResult:

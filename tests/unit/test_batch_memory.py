@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.batch_types import BatchPolicy, ItemFailure
 from models_registry.core.errors import TooLarge
-from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
 
 KEY = ("m", "t")

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_registry.capacity.placement_plan import MIN_IDLE_S, Held, Limits, Wanted, evictions_for, load_choices, over_budget
+from models_registry.capacity.placement_plan import (
+    MIN_IDLE_S,
+    Held,
+    Limits,
+    Wanted,
+    evictions_for,
+    load_choices,
+    over_budget,
+)
 
 NOW = 1000.0
 OLD = NOW - 10 * MIN_IDLE_S

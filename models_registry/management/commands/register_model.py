@@ -9,7 +9,10 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from models_registry.core.errors import InvalidInput
 from models_registry.models import ModelTask, RegisteredModel
+from models_registry.registry import version_changes
+from models_registry.registry.rollout import CANARY, SHADOW
 from models_registry.tasks.task_inputs import SUPPORTED_TASKS
 
 
@@ -20,8 +23,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
-        parser.add_argument("--source", required=True, help="hub id or local directory")
-        parser.add_argument("--task", required=True, choices=SUPPORTED_TASKS)
+        parser.add_argument("--source", help="hub id or local directory (required but with --promote, --rollback)")
+        parser.add_argument("--task", choices=SUPPORTED_TASKS, help="required but with --promote, --rollback")
         parser.add_argument("--task-name", help="default: the pipeline task")
         parser.add_argument("--revision", default=None)
         parser.add_argument("--max-batch-size", type=int)
@@ -45,6 +48,15 @@ class Command(BaseCommand):
         parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                             help="L2-normalize feature-extraction vectors (--no-normalize turns it off)")
         parser.add_argument("--parameters", default=None, help="default parameters as a JSON object")
+        rollout = parser.add_mutually_exclusive_group()
+        rollout.add_argument("--canary", type=int, metavar="PERCENT",
+                             help="serve a changed source to PERCENT of requests beside the live version")
+        rollout.add_argument("--shadow", type=int, metavar="PERCENT",
+                             help="copy PERCENT of requests to a changed source; live answers; the distance is kept")
+        rollout.add_argument("--promote", action="store_true", help="make the canary or shadow version live")
+        rollout.add_argument("--rollback", action="store_true",
+                             help="drop the canary or shadow version, or go back to the previous live version")
+        parser.add_argument("--sticky", action="store_true", help="split the canary per API token, not per request")
         state = parser.add_mutually_exclusive_group()
         state.add_argument("--disabled", action="store_true", help="disable it (workers unload it)")
         state.add_argument("--enabled", action="store_true", help="enable it again (the default for a new model)")
@@ -52,6 +64,22 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         import json
 
+        if options["promote"] or options["rollback"]:
+            try:
+                if options["promote"]:
+                    done = f"promoted v{version_changes.promote(options['name'])} (live once warm on every worker)"
+                else:
+                    done = version_changes.rollback(options["name"])
+            except InvalidInput as error:
+                raise CommandError(error.message) from None
+            self.stdout.write(f"{options['name']}: {done}")
+            return
+        if not options["source"] or not options["task"]:
+            raise CommandError("--source and --task are required (but with --promote or --rollback)")
+        mode, percent = (CANARY, options["canary"]) if options["canary"] is not None else (
+            (SHADOW, options["shadow"]) if options["shadow"] is not None else ("", 0))
+        if mode and not 0 <= percent <= 100:
+            raise CommandError(f"--{mode} takes a percent from 0 to 100, not {percent}")
         with transaction.atomic():
             model = RegisteredModel.objects.filter(name=options["name"]).first() or RegisteredModel(name=options["name"])
             model.source = options["source"]
@@ -77,7 +105,11 @@ class Command(BaseCommand):
                 except json.JSONDecodeError as error:
                     raise CommandError(f"--parameters is not valid JSON: {error}") from None
             self._save(task)
-        self.stdout.write(f"registered {model.name}/{task.name} ({task.task}) from {model.source}")
+            version = version_changes.record(model, mode, percent, options["sticky"])
+        made = ""
+        if version is not None and version.number > 1:  # a first registration prints as it always did
+            made = f"; version {version.number}" + (f" ({mode} {percent}%)" if mode else "")
+        self.stdout.write(f"registered {model.name}/{task.name} ({task.task}) from {options['source']}{made}")
 
     def _save(self, obj: Any) -> None:
         try:

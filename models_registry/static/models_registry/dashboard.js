@@ -153,6 +153,7 @@
       stat("queue p95", fmtMs(lat.queue.p95) + " ms"),
       stat("compute p95", fmtMs(lat.compute.p95) + " ms"),
       stat("queued", task.queue_depth + " / " + task.max_queue_size, "items waiting / max_queue_size"),
+      ...(task.version ? [stat("version", task.version, "live version, a switch in progress, a canary or shadow")] : []),
       stat("errors", String(s.errors), "last " + s.seconds + " s"),
       stat("cache hits", String(s.cache_hits || 0), "answered from the response cache, last " + s.seconds + " s"),
       stat("overloaded / unavailable / timeout",

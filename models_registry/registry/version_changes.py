@@ -1,0 +1,133 @@
+"""Version changes in the registry (sync ORM): record, promote, roll back, and the switch once a target is warm.
+
+The registered model's own source, revision, dtype and backend always say what will be
+live once any switch in progress is done (the target, else the live version); a canary or
+shadow candidate lives in its ModelVersion row only, so an edit of other fields never
+makes a version by accident.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from models_registry.core.errors import InvalidInput
+from models_registry.models import ModelVersion, RegisteredModel
+from models_registry.models.registered import VERSION_FIELDS
+from models_registry.registry.rollout import CANARY, SHADOW
+
+
+def _store(model: RegisteredModel) -> None:
+    """Save the version fields and what the model computes (a plain save leaves the version fields alone)."""
+    model.save(update_fields=[*VERSION_FIELDS, "source", "revision", "dtype", "backend", "updated_at"])
+
+
+def _version(model: RegisteredModel, number: int) -> ModelVersion | None:
+    return model.versions.filter(number=number).first() if number else None
+
+
+def _adopt(model: RegisteredModel, version: ModelVersion | None) -> None:
+    """The model's own fields say what version will be live."""
+    if version is not None:
+        model.source, model.revision, model.dtype, model.backend = version.compute_key()
+
+
+def _clear_candidate(model: RegisteredModel) -> None:
+    model.candidate_version, model.candidate_mode, model.candidate_percent, model.candidate_sticky = 0, "", 0, False
+
+
+def record(model: RegisteredModel, mode: str = "", percent: int = 0, sticky: bool = False) -> ModelVersion | None:
+    """After model (saved) was registered or edited: the new version its fields make, if they changed what it computes.
+
+    With no live version it goes live at once (it loads: 503 until then); else it becomes
+    the target (it goes live once warm everywhere), or with mode the canary or shadow
+    candidate beside live. None when nothing changed.
+    """
+    if mode not in ("", CANARY, SHADOW):
+        raise InvalidInput(f"unknown candidate mode {mode!r}")
+    if mode and not 0 <= percent <= 100:
+        raise InvalidInput("the candidate's percent must be 0 to 100")
+    with transaction.atomic():
+        model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+        current = _version(model, model.target_version or model.live_version)
+        candidate = _version(model, model.candidate_version)
+        if mode and candidate is not None and candidate.compute_key() == model.compute_key():
+            # The same candidate again (idempotent): its share, mode or stickiness may change.
+            model.candidate_mode, model.candidate_percent, model.candidate_sticky = mode, percent, sticky
+            _adopt(model, current)
+            _store(model)
+            return None
+        if current is not None and current.compute_key() == model.compute_key():
+            return None
+        number = (model.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+        version = ModelVersion.objects.create(model=model, number=number, source=model.source,
+                                              revision=model.revision, dtype=model.dtype, backend=model.backend)
+        if not model.live_version:
+            model.live_version = number
+            version.live_since = timezone.now()
+            version.save(update_fields=["live_since"])
+        elif mode:
+            model.candidate_version, model.candidate_mode = number, mode
+            model.candidate_percent, model.candidate_sticky = percent, sticky
+            _adopt(model, current)  # the candidate is not what will be live
+        else:
+            model.target_version = number
+        _store(model)
+        return version
+
+
+def promote(name: str) -> int:
+    """Make the candidate the target (it goes live once warm everywhere: at once if it is); its number."""
+    with transaction.atomic():
+        model = _locked(name)
+        if not model.candidate_version:
+            raise InvalidInput(f"model {name!r} has no canary or shadow version to promote")
+        model.target_version = model.candidate_version
+        _adopt(model, _version(model, model.target_version))
+        _clear_candidate(model)
+        _store(model)
+        return model.target_version
+
+
+def rollback(name: str) -> str:
+    """Drop the candidate; else the switch in progress; else go back to the previous live version. What was done."""
+    with transaction.atomic():
+        model = _locked(name)
+        if model.candidate_version:
+            done = f"dropped candidate v{model.candidate_version}"
+            _clear_candidate(model)
+        elif model.target_version:
+            done = f"stopped the switch to v{model.target_version}; v{model.live_version} stays live"
+            model.target_version = 0
+            _adopt(model, _version(model, model.live_version))
+        elif model.previous_version:
+            model.target_version = model.previous_version
+            _adopt(model, _version(model, model.target_version))
+            done = f"going back to v{model.target_version} (live once warm)"
+        else:
+            raise InvalidInput(f"model {name!r} has no candidate and no previous version to roll back to")
+        _store(model)
+        return done
+
+
+def _locked(name: str) -> RegisteredModel:
+    model = RegisteredModel.objects.select_for_update().filter(name=name).first()
+    if model is None:
+        raise InvalidInput(f"no model named {name!r}")
+    return model
+
+
+def switch_ready(ready: dict[str, set[int]]) -> list[str]:
+    """Make each target that is ready everywhere the live version (idempotent: any worker may run it); the models."""
+    switched: list[str] = []
+    for model in RegisteredModel.objects.filter(target_version__gt=0).only("id", "name", "target_version"):
+        if model.target_version not in ready.get(model.name, set()):
+            continue
+        target = model.target_version
+        updated = RegisteredModel.objects.filter(pk=model.pk, target_version=target).update(
+            previous_version=F("live_version"), live_version=target, target_version=0)
+        if updated:
+            ModelVersion.objects.filter(model_id=model.pk, number=target).update(live_since=timezone.now())
+            switched.append(model.name)
+    return switched

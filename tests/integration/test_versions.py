@@ -1,0 +1,225 @@
+"""Model versions under closed-loop load: a source change, a 25% canary, promote, rollback, a 100% shadow.
+
+Two tiny encoders of different hidden sizes (32 and 48) tell by the vector's length which
+version answered; every answer must be a 200 whose X-Model-Version agrees with its length.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.client
+import json
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests import model_factory
+from tests.stack import Stack, http_json, wait_until
+
+MODEL = "versioned"
+CLIENTS = 8
+WORKERS = 2  # a version goes live once warm on every worker serving the model
+NARROW, WIDE = 32, 48
+
+
+@dataclass
+class Sample:
+    """One answer: when, its status, its vector's length, the version it names, its latency."""
+
+    at: float
+    status: int
+    length: int
+    version: int
+    latency_s: float
+
+
+@dataclass
+class Load:
+    """CLIENTS closed-loop clients, each sending the next request when its answer arrives."""
+
+    port: int
+    token: str
+    samples: list[Sample] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> None:
+        for index in range(CLIENTS):
+            thread = threading.Thread(target=self._client, args=(index,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _client(self, index: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        body = json.dumps({"inputs": f"client {index} asks for a vector"}).encode()
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        while not self.stop.is_set():
+            started = time.perf_counter()
+            try:
+                conn.request("POST", f"/models/{MODEL}", body=body, headers=headers)
+                response = conn.getresponse()
+                raw = response.read()
+                status, version = response.status, int(response.getheader("X-Model-Version") or 0)
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                status, version, raw = 0, 0, b""
+            length = len(json.loads(raw)) if status == 200 else 0
+            with self.lock:
+                self.samples.append(Sample(time.time(), status, length, version, time.perf_counter() - started))
+
+    def since(self, at: float) -> list[Sample]:
+        with self.lock:
+            return [s for s in self.samples if s.at >= at]
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def encoders(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    root = tmp_path_factory.mktemp("versions")
+    return {NARROW: model_factory.build_feature_extractor(root / "narrow"),
+            WIDE: model_factory.build_wide_feature_extractor(root / "wide", WIDE)}
+
+
+@pytest.fixture(scope="module")
+def versioned_stack(encoders: dict[int, Path]) -> Iterator[Stack]:
+    with Stack.started() as running:
+        running.manage("register_model", MODEL, "--source", str(encoders[NARROW]), "--task", "feature-extraction",
+                       "--max-batch-size", "16", "--timeout", "30")
+        running.create_token("all")
+        for _ in range(WORKERS):
+            running.start_worker()
+        running.start_web()
+        running.wait_ready([MODEL])
+        yield running
+
+
+COMMAND_S: list[float] = []  # how long each register_model command itself took (a Django start-up)
+
+
+def register(stack: Stack, *args: str) -> float:
+    """Run register_model; when its change was committed (the model row's updated_at; else when it returned)."""
+    started = time.time()
+    stack.manage("register_model", MODEL, *args)
+    COMMAND_S.append(time.time() - started)
+    url = stack.env["DATABASE_URL"]
+    if not url.startswith("sqlite:///"):
+        return time.time()
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+        (text,) = db.execute("SELECT updated_at FROM models_registry_registeredmodel WHERE name = ?",
+                             (MODEL,)).fetchone()
+    return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC).timestamp()
+
+
+def source_args(path: Path) -> list[str]:
+    return ["--source", str(path), "--task", "feature-extraction"]
+
+
+def wait_all(load: Load, length: int, since: float, what: str, count: int = 40) -> float:
+    """Until the last count answers all have vectors of length (the switch is done); when the switch was."""
+    def check() -> bool:
+        recent = load.since(since)[-count:]
+        return len(recent) == count and all(s.length == length for s in recent)
+
+    wait_until(check, 60, what, interval_s=0.1)
+    answers = load.since(since)
+    others = [i for i, s in enumerate(answers) if s.length != length]
+    return answers[others[-1] + 1].at if others else answers[0].at  # from here on, only the new version answers
+
+
+def shadow_count(url: str) -> float:
+    status, _, text = http_json("GET", f"{url}/metrics")
+    assert status == 200
+    found = re.findall(r'^hosting_shadow_distance_count\{model="%s",version="\d+"\} (\S+)$' % MODEL, text, re.M)
+    return sum(float(v) for v in found)
+
+
+def rss_mib(pid: int) -> float:
+    """The worker's resident memory (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def summary(samples: list[Sample]) -> str:
+    latencies = sorted(s.latency_s for s in samples) or [0.0]
+    return (f"{len(samples)} answers, p50 {latencies[len(latencies) // 2] * 1000:.1f} ms, "
+            f"p95 {latencies[int(len(latencies) * 0.95)] * 1000:.1f} ms")
+
+
+def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_request(
+        versioned_stack: Stack, encoders: dict[int, Path]) -> None:
+    stack = versioned_stack
+    worker = stack.workers[0].pid
+    load = Load(stack.web[0][1], stack.tokens["all"])
+    one_version_mib = rss_mib(worker)  # one worker's: each holds every version
+    load.start()
+    try:
+        wait_until(lambda: len(load.since(0)) >= 100, 30, "load running")
+        steady = time.time()
+        wait_until(lambda: len(load.since(steady)) >= 100, 30, "steady answers")
+
+        # 1. A source change: v2 loads beside v1 and takes over in one step.
+        before = load.since(steady)
+        registering = time.time()
+        registered = register(stack, *source_args(encoders[WIDE]))
+        switched = wait_all(load, WIDE, registered, "the switch to v2")
+        during = [s for s in load.since(registering) if s.at <= switched + 1]
+        print(f"\nregistration (commit) to the switch: {switched - registered:.2f} s; "
+              f"before: {summary(before)}; during the switch: {summary(during)}")
+
+        # 2. A 25% canary (v3, narrow): its share of 400 answers.
+        canary_at = register(stack, *source_args(encoders[NARROW]), "--canary", "25")
+        wait_until(lambda: any(s.length == NARROW for s in load.since(canary_at)), 60, "the canary answering")
+        counted = time.time()
+        two_versions_mib = rss_mib(worker)
+        status, headers, body = http_json("POST", f"{stack.url}/v1/embeddings", {"model": MODEL, "input": "x"},
+                                          token=stack.tokens["all"])
+        named = {k.lower(): v for k, v in headers.items()}.get("x-model-version")
+        assert status == 200 and named in {"2", "3"}  # the OpenAI route names its version too
+        assert len(body["data"][0]["embedding"]) == (WIDE if named == "2" else NARROW)
+        print(f"one worker's RSS: {one_version_mib:.0f} MiB with v1 alone, {two_versions_mib:.0f} MiB with v2 and v3")
+        wait_until(lambda: len(load.since(counted)) >= 400, 60, "400 answers with the canary")
+        share = sum(s.length == NARROW for s in load.since(counted)[:400]) / 400
+        print(f"canary share in 400 answers: {share:.3f}")
+        assert 0.15 <= share <= 0.35
+
+        # 3. Promote: v3 answers everything.
+        promoted = register(stack, "--promote")
+        done = wait_all(load, NARROW, promoted, "the promotion of v3")
+        print(f"--promote (commit) to the switch: {done - promoted:.2f} s")
+
+        # 4. Rollback with no candidate: back to v2 (unloaded after the promotion: it loads again).
+        rolled = register(stack, "--rollback")
+        done = wait_all(load, WIDE, rolled, "the rollback to v2")
+        print(f"--rollback (commit) to the switch: {done - rolled:.2f} s")
+
+        # 5. A 100% shadow (v4, narrow): answers stay v2's, the distance is recorded.
+        shadowed = register(stack, *source_args(encoders[NARROW]), "--shadow", "100")
+        wait_until(lambda: shadow_count(stack.url) >= 20, 60, "shadow comparisons recorded")
+        assert all(s.length == WIDE for s in load.since(shadowed))
+        loaded_for = load.since(0)[-1].at - load.since(0)[0].at
+    finally:
+        load.close()
+    print(f"load ran {loaded_for:.1f} s; each register_model command took {min(COMMAND_S):.1f}-{max(COMMAND_S):.1f} s")
+    samples = load.since(0)
+    failed = [s for s in samples if s.status != 200]
+    assert not failed, f"{len(failed)} of {len(samples)} answers failed: {failed[:5]}"
+    versions = {(s.version, s.length) for s in samples}
+    assert {v for v, _ in versions} == {1, 2, 3}  # v4 (the shadow) never answers a client
+    assert versions == {(1, NARROW), (2, WIDE), (3, NARROW)}
+    status, _, text = http_json("GET", f"{stack.url}/metrics")
+    assert re.search(r'^hosting_model_version_requests_total\{model="%s",version="3"\} ' % MODEL, text, re.M)
+    print(f"{len(samples)} answers in all, none failed")
