@@ -198,6 +198,8 @@ HOSTING_METRICS_TOKEN_NAMES = _flag("HOSTING_METRICS_TOKEN_NAMES", False)
 HOSTING_HEADER_TIMEOUT_S = float(os.environ.get("HOSTING_HEADER_TIMEOUT_S", "10"))
 HOSTING_BODY_TIMEOUT_S = float(os.environ.get("HOSTING_BODY_TIMEOUT_S", "30"))
 HOSTING_MAX_CONNECTIONS = int(os.environ.get("HOSTING_MAX_CONNECTIONS", "1000"))
+# A request line and headers over this many bytes are answered 431 (httptools has no limit of its own).
+HOSTING_MAX_HEADER_BYTES = int(os.environ.get("HOSTING_MAX_HEADER_BYTES", 64 * 1024))
 # A worker's memory budget for its models and batches (0 = auto: a share of the machine's or cgroup's
 # memory, or the GPU's), how many models it holds at once (0 = the budget alone decides; more load on
 # demand and the least recently used idle one is unloaded), and whether batches are capped to the budget.
