@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_prometheus",
+    "axes",  # admin login throttling (AXES_* below)
 ]
 
 # The full stack serves the admin, the dashboard and /metrics.
@@ -62,6 +63,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes documents: it turns a locked-out login into its 429 answer.
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 # The inference API runs with this lean, async-only stack instead (hosting/asgi.py):
@@ -128,6 +131,27 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns about a missi
 WHITENOISE_USE_FINDERS = True  # serve app static files without a collectstatic step
 
 LOGIN_URL = "/admin/login/"
+
+# --- Admin login throttling (django-axes) and TLS ---------------------------------------
+# AxesStandaloneBackend first: it refuses a login while its username and address are locked out.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Failed logins of one username from one address before a lockout, and how long it lasts.
+AXES_FAILURE_LIMIT = int(os.environ.get("HOSTING_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = float(os.environ.get("HOSTING_LOGIN_COOLOFF_HOURS", "0.25"))  # hours
+# Username and address together: a stranger guessing passwords cannot lock every admin out from elsewhere.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False  # no banner in every process' log
+# Behind a TLS-terminating proxy (it must set X-Forwarded-Proto): HTTPS only for the admin and
+# the dashboard, HSTS, and cookies that never travel over plain HTTP (`check --deploy` clean).
+HOSTING_BEHIND_TLS = _flag("HOSTING_BEHIND_TLS", False)
+if HOSTING_BEHIND_TLS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^metrics$"]  # scraped inside the network, often over plain HTTP
+    SECURE_HSTS_SECONDS = int(os.environ.get("HOSTING_HSTS_SECONDS", 365 * 24 * 3600))
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
 
 # --- Broker -----------------------------------------------------------------------------
 from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
