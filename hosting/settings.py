@@ -212,6 +212,10 @@ HOSTING_WORKER_MODELS = [m.strip() for m in os.environ.get("HOSTING_WORKER_MODEL
 HOSTING_RATE_LIMITS = _flag("HOSTING_RATE_LIMITS", True)
 # Response cache: results larger than this are not stored (bounds one entry's memory).
 HOSTING_CACHE_MAX_ENTRY_BYTES = int(os.environ.get("HOSTING_CACHE_MAX_ENTRY_BYTES", 256 * 1024))
+# ... and holds at most this much per API token and overall (entries over a cap are not stored;
+# nothing is evicted: the broker's maxmemory stays 0 for the queues' sake).
+HOSTING_CACHE_MAX_TOKEN_BYTES = _bytes("HOSTING_CACHE_MAX_TOKEN_BYTES") or 64 * 1024 * 1024
+HOSTING_CACHE_MAX_BYTES = _bytes("HOSTING_CACHE_MAX_BYTES") or 512 * 1024 * 1024
 # Distinct token names with their own /metrics label; the rest share "other".
 HOSTING_METRICS_MAX_TOKENS = int(os.environ.get("HOSTING_METRICS_MAX_TOKENS", "100"))
 # Token names (not ids) as /metrics labels; names are shown anyway when HOSTING_METRICS_TOKEN protects /metrics.
