@@ -279,6 +279,9 @@ HOSTING_BATCH_LINE_RETRIES = int(os.environ.get("HOSTING_BATCH_LINE_RETRIES", 20
 # the upload's expires_after (or the batch's output_expires_after) says otherwise; 0 = kept
 # until deleted.
 HOSTING_FILE_RETENTION_S = int(os.environ.get("HOSTING_FILE_RETENTION_S", 30 * 24 * 3600))
+# Bytes of files (uploads and batch outputs) one API token may keep at once (0 = no quota).
+HOSTING_FILE_STORAGE_BYTES = _bytes("HOSTING_FILE_STORAGE_BYTES") if os.environ.get("HOSTING_FILE_STORAGE_BYTES") \
+    else 1024 ** 3
 
 LOGGING = {
     "version": 1,
