@@ -220,6 +220,10 @@ HOSTING_CACHE_MAX_BYTES = _bytes("HOSTING_CACHE_MAX_BYTES") or 512 * 1024 * 1024
 HOSTING_METRICS_MAX_TOKENS = int(os.environ.get("HOSTING_METRICS_MAX_TOKENS", "100"))
 # Token names (not ids) as /metrics labels; names are shown anyway when HOSTING_METRICS_TOKEN protects /metrics.
 HOSTING_METRICS_TOKEN_NAMES = _flag("HOSTING_METRICS_TOKEN_NAMES", False)
+# prometheus_client's multiprocess directory (read by prometheus_client itself at import): several web
+# processes on one port share their counters there. `manage.py serve` sets it to var/prometheus, emptied
+# at its start, for the web processes it starts; the image's web role does the same.
+HOSTING_PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 # Slow clients (hosting/http_protocol.py, the uvicorn protocol of `make run` and the image):
 # a request's headers must arrive within HEADER_TIMEOUT_S, its body within BODY_TIMEOUT_S
 # (plus 1 s per MiB it declares); connections beyond MAX_CONNECTIONS are closed at once.

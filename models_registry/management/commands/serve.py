@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,7 +57,8 @@ class Command(BaseCommand):
         worker_cmd = [sys.executable, "manage.py", "runworker", "inference"]
         workers, worker_env = self._worker_layout(options["workers"])
         tie = die_with_this_process()  # the children end with serve, even when it is killed
-        processes: dict[str, subprocess.Popen[bytes]] = {"web": subprocess.Popen(web_cmd, preexec_fn=tie)}
+        processes: dict[str, subprocess.Popen[bytes]] = {
+            "web": subprocess.Popen(web_cmd, env=self._web_env(), preexec_fn=tie)}
         for index in range(workers):
             processes[f"worker-{index}"] = subprocess.Popen(worker_cmd, env=worker_env, preexec_fn=tie)
 
@@ -89,6 +91,18 @@ class Command(BaseCommand):
 
                 embedded_redis.stop(settings.VAR_DIR)
             self.stdout.write("stopped.")
+
+    def _web_env(self) -> dict[str, str]:
+        """The web processes' environment: one prometheus_client multiprocess directory, emptied now.
+
+        Every web process on the port writes its counters there and a scrape of any of them
+        reads them all (observe.metrics). Emptied at each start: counters begin at zero with
+        the server, as Prometheus expects of a restarted target, and never go back while it runs.
+        """
+        directory = Path(settings.HOSTING_PROMETHEUS_MULTIPROC_DIR or Path(settings.VAR_DIR) / "prometheus")
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True, mode=0o700)
+        return {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
 
     def _worker_layout(self, workers: int) -> tuple[int, dict[str, str]]:
         """How many workers to start (0: the machine's default) and their environment."""
