@@ -44,7 +44,7 @@ class InferenceWorker(Worker):
         self.runner = PipelineRunner(
             conf.DEVICE, conf.TORCH_THREADS, packing=conf.SEQUENCE_PACKING,
             torchscript=conf.TORCHSCRIPT,
-            ort=OrtSettings(conf.ONNX_CACHE_DIR, conf.INT8_MIN_COSINE),
+            ort=OrtSettings(conf.ONNX_CACHE_DIR, conf.INT8_MIN_COSINE, arena=not conf.MEMORY_CAP),
             fail_above_tokens=conf.TEST_OOM_ABOVE_TOKENS)
         self.engine: InferenceEngine | None = None
 
