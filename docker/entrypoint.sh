@@ -38,6 +38,11 @@ case "$role" in
             fi
             export WEB_CONCURRENCY
         fi
+        # One prometheus_client multiprocess directory for the web processes, emptied at start:
+        # a scrape of the port reads every process' counters (models_registry/observe/metrics.py).
+        PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-/tmp/hosting-prometheus}
+        rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p -m 700 "$PROMETHEUS_MULTIPROC_DIR"
+        export PROMETHEUS_MULTIPROC_DIR
         exec uvicorn hosting.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" \
             --timeout-keep-alive 75 --http hosting.http_protocol:GuardedHttpToolsProtocol "$@"
         ;;

@@ -10,12 +10,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hosting.settings")
 
 from django.core.asgi import get_asgi_application  # noqa: E402
 
-site_application = get_asgi_application()  # sets Django up before the imports below
+django_application = get_asgi_application()  # sets Django up before the imports below
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from models_registry.api.front_door import ApiASGIHandler  # noqa: E402
+from models_registry.api.site_bounds import bounded, no_encoded_slash  # noqa: E402
 from models_registry.broker.work_layer import work_layer  # noqa: E402
 from models_registry.core.paths import FRONT_DOOR_PREFIXES  # noqa: E402
 
@@ -24,7 +25,8 @@ if settings.EMBEDDED_REDIS:
 
     embedded_redis.ensure_running(settings.VAR_DIR)
 
-api_application = ApiASGIHandler()
+api_application = ApiASGIHandler()  # bounds its own routes' bodies
+site_application = bounded(django_application)  # the admin, /dashboard/, /metrics: the same limits
 work_layer()  # a channel layer without the hosting operations fails the start, not the first request
 
 
@@ -35,4 +37,4 @@ async def http_application(scope, receive, send):  # type: ignore[no-untyped-def
     return await site_application(scope, receive, send)
 
 
-application = ProtocolTypeRouter({"http": http_application})
+application = ProtocolTypeRouter({"http": no_encoded_slash(http_application)})

@@ -8,14 +8,19 @@ the tests do) to close them instead:
 
 - HOSTING_HEADER_TIMEOUT_S: from a connection's first byte (or a kept-alive connection's
   next request) until its headers are complete;
-- HOSTING_BODY_TIMEOUT_S, plus one second per MiB the request declares: until its body
-  is complete (uploads of large batch files stay possible);
-- HOSTING_MAX_CONNECTIONS: connections beyond it are closed as soon as they open.
+- HOSTING_BODY_TIMEOUT_S, plus one second per MiB the request declares up to its path's
+  body limit (front_door.body_limit): until its body is complete (uploads of large batch
+  files stay possible; a declared 1 GiB on a 1 MiB path gets no more than 1 MiB's time);
+- HOSTING_MAX_CONNECTIONS: connections beyond it are closed as soon as they open;
+- HOSTING_MAX_HEADER_BYTES: a request line and headers over it are answered 431 and the
+  connection closed (httptools itself has no limit: 200 MB of headers were buffered whole).
+  Counted as the bytes arrive, so an endless header is cut off at the limit plus one read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -25,29 +30,79 @@ logger = logging.getLogger("uvicorn.error")
 BYTES_PER_EXTRA_SECOND = 1024 * 1024
 
 
+def body_deadline_s(base_s: float, declared: bytes, path: str) -> float:
+    """Seconds a body may take: base_s, plus 1 s per MiB declared, up to what path's limit lets through.
+
+    A declared length over the limit is refused after at most DRAIN_BYTES more are read, so
+    a huge declared length buys no more time than the limit and that drain.
+    """
+    from models_registry.api.front_door import DRAIN_BYTES, body_limit
+
+    try:
+        length = max(int(declared), 0)
+    except ValueError:
+        return base_s
+    return base_s + min(length, body_limit(path) + DRAIN_BYTES) / BYTES_PER_EXTRA_SECOND
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """HttpToolsProtocol that closes connections whose headers or body come too slowly."""
 
-    _limits: tuple[float, float, int] | None = None
+    _limits: tuple[float, float, int, int] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
+        self._reading_headers = True  # between a request's first byte and its headers' end
+        self._header_bytes = 0  # bytes received while reading this request's headers
+        self._headers_refused = False
 
     @classmethod
-    def limits(cls) -> tuple[float, float, int]:
-        """(header timeout, body timeout, max connections), read once the app has set Django up."""
+    def limits(cls) -> tuple[float, float, int, int]:
+        """(header timeout, body timeout, max connections, max header bytes), read once the app has set Django up."""
         if cls._limits is None:
             from django.conf import settings
 
             cls._limits = (settings.HOSTING_HEADER_TIMEOUT_S, settings.HOSTING_BODY_TIMEOUT_S,
-                           settings.HOSTING_MAX_CONNECTIONS)
+                           settings.HOSTING_MAX_CONNECTIONS, settings.HOSTING_MAX_HEADER_BYTES)
         return cls._limits
+
+    def data_received(self, data: bytes) -> None:
+        """Feed the parser; a request whose headers are still coming past the limit is answered 431."""
+        if self._headers_refused or self.transport.is_closing():
+            return  # answered and closing: nothing more is parsed (or buffered)
+        if self._reading_headers:
+            self._header_bytes += len(data)
+        super().data_received(data)
+        # Still reading headers after this read: everything counted was header bytes.
+        if self._reading_headers and self._header_bytes > self.limits()[3] and not self.transport.is_closing():
+            self._refuse_headers()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a parser error; a 431 where the error is ours (headers over the limit)."""
+        if self._headers_refused:
+            self._send_431()
+        else:
+            super().send_400_response(msg)
+
+    def _refuse_headers(self) -> None:
+        self._headers_refused = True
+        self._send_431()
+
+    def _send_431(self) -> None:
+        limit = self.limits()[3]
+        logger.info("answered 431 to request headers over %d bytes", limit)
+        body = json.dumps({"error": f"request headers are over this server's limit of {limit} bytes: "
+                                    "send fewer or shorter headers (cookies, tokens)"}).encode()
+        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                             b"content-type: application/json\r\ncontent-length: " + str(len(body)).encode()
+                             + b"\r\nconnection: close\r\n\r\n" + body)
+        self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Refuse a connection over the cap; give the first request's headers their deadline."""
         super().connection_made(transport)
-        header_s, _, max_connections = self.limits()
+        header_s, _, max_connections, _ = self.limits()
         if len(self.connections) > max_connections:
             logger.warning("closed a connection: %d open, the limit is %d", len(self.connections), max_connections)
             transport.close()
@@ -61,19 +116,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._arm(self.limits()[0], "headers")
 
     def on_headers_complete(self) -> None:
-        """Headers in time: now the body has its own deadline."""
+        """Headers in time and within the limit: now the body has its own deadline."""
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.limits()[3]:
+            self._headers_refused = True
+            # Raised inside the parser's callback: uvicorn answers the parser error (our 431) and closes.
+            raise ValueError("request headers over the limit")
+        self._reading_headers = False
         super().on_headers_complete()
         declared = next((v for n, v in self.headers if n == b"content-length"), b"0")
-        try:
-            extra = int(declared) / BYTES_PER_EXTRA_SECOND
-        except ValueError:
-            extra = 0.0
-        self._arm(self.limits()[1] + extra, "body")
+        self._arm(body_deadline_s(self.limits()[1], declared, self.scope.get("path", "/")), "body")
 
     def on_message_complete(self) -> None:
         """The whole request came: no deadline while the app answers or the connection idles."""
         super().on_message_complete()
         self._disarm()
+        self._reading_headers, self._header_bytes = True, 0  # a kept-alive connection's next request
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Nothing left to time out."""

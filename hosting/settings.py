@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_prometheus",
+    "axes",  # admin login throttling (AXES_* below)
 ]
 
 # The full stack serves the admin, the dashboard and /metrics.
@@ -62,6 +63,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes documents: it turns a locked-out login into its 429 answer.
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 # The inference API runs with this lean, async-only stack instead (hosting/asgi.py):
@@ -128,6 +131,27 @@ WHITENOISE_USE_FINDERS = True  # serve app static files without a collectstatic 
 
 LOGIN_URL = "/admin/login/"
 
+# --- Admin login throttling (django-axes) and TLS ---------------------------------------
+# AxesStandaloneBackend first: it refuses a login while its username and address are locked out.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Failed logins of one username from one address before a lockout, and how long it lasts.
+AXES_FAILURE_LIMIT = int(os.environ.get("HOSTING_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = float(os.environ.get("HOSTING_LOGIN_COOLOFF_HOURS", "0.25"))  # hours
+# Username and address together: a stranger guessing passwords cannot lock every admin out from elsewhere.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False  # no banner in every process' log
+# Behind a TLS-terminating proxy (it must set X-Forwarded-Proto): HTTPS only for the admin and
+# the dashboard, HSTS, and cookies that never travel over plain HTTP (`check --deploy` clean).
+HOSTING_BEHIND_TLS = _flag("HOSTING_BEHIND_TLS", False)
+if HOSTING_BEHIND_TLS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^metrics$"]  # scraped inside the network, often over plain HTTP
+    SECURE_HSTS_SECONDS = int(os.environ.get("HOSTING_HSTS_SECONDS", 365 * 24 * 3600))
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
 # --- Broker -----------------------------------------------------------------------------
 from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
 
@@ -187,16 +211,26 @@ HOSTING_WORKER_MODELS = [m.strip() for m in os.environ.get("HOSTING_WORKER_MODEL
 HOSTING_RATE_LIMITS = _flag("HOSTING_RATE_LIMITS", True)
 # Response cache: results larger than this are not stored (bounds one entry's memory).
 HOSTING_CACHE_MAX_ENTRY_BYTES = int(os.environ.get("HOSTING_CACHE_MAX_ENTRY_BYTES", 256 * 1024))
+# ... and holds at most this much per API token and overall (entries over a cap are not stored;
+# nothing is evicted: the broker's maxmemory stays 0 for the queues' sake).
+HOSTING_CACHE_MAX_TOKEN_BYTES = _bytes("HOSTING_CACHE_MAX_TOKEN_BYTES") or 64 * 1024 * 1024
+HOSTING_CACHE_MAX_BYTES = _bytes("HOSTING_CACHE_MAX_BYTES") or 512 * 1024 * 1024
 # Distinct token names with their own /metrics label; the rest share "other".
 HOSTING_METRICS_MAX_TOKENS = int(os.environ.get("HOSTING_METRICS_MAX_TOKENS", "100"))
 # Token names (not ids) as /metrics labels; names are shown anyway when HOSTING_METRICS_TOKEN protects /metrics.
 HOSTING_METRICS_TOKEN_NAMES = _flag("HOSTING_METRICS_TOKEN_NAMES", False)
+# prometheus_client's multiprocess directory (read by prometheus_client itself at import): several web
+# processes on one port share their counters there. `manage.py serve` sets it to var/prometheus, emptied
+# at its start, for the web processes it starts; the image's web role does the same.
+HOSTING_PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 # Slow clients (hosting/http_protocol.py, the uvicorn protocol of `make run` and the image):
 # a request's headers must arrive within HEADER_TIMEOUT_S, its body within BODY_TIMEOUT_S
 # (plus 1 s per MiB it declares); connections beyond MAX_CONNECTIONS are closed at once.
 HOSTING_HEADER_TIMEOUT_S = float(os.environ.get("HOSTING_HEADER_TIMEOUT_S", "10"))
 HOSTING_BODY_TIMEOUT_S = float(os.environ.get("HOSTING_BODY_TIMEOUT_S", "30"))
 HOSTING_MAX_CONNECTIONS = int(os.environ.get("HOSTING_MAX_CONNECTIONS", "1000"))
+# A request line and headers over this many bytes are answered 431 (httptools has no limit of its own).
+HOSTING_MAX_HEADER_BYTES = int(os.environ.get("HOSTING_MAX_HEADER_BYTES", 64 * 1024))
 # A worker's memory budget for its models and batches (0 = auto: a share of the machine's or cgroup's
 # memory, or the GPU's), how many models it holds at once (0 = the budget alone decides; more load on
 # demand and the least recently used idle one is unloaded), and whether batches are capped to the budget.
@@ -257,6 +291,9 @@ HOSTING_BATCH_LINE_RETRIES = int(os.environ.get("HOSTING_BATCH_LINE_RETRIES", 20
 # the upload's expires_after (or the batch's output_expires_after) says otherwise; 0 = kept
 # until deleted.
 HOSTING_FILE_RETENTION_S = int(os.environ.get("HOSTING_FILE_RETENTION_S", 30 * 24 * 3600))
+# Bytes of files (uploads and batch outputs) one API token may keep at once (0 = no quota).
+HOSTING_FILE_STORAGE_BYTES = _bytes("HOSTING_FILE_STORAGE_BYTES") if os.environ.get("HOSTING_FILE_STORAGE_BYTES") \
+    else 1024 ** 3
 
 LOGGING = {
     "version": 1,

@@ -22,7 +22,7 @@ from models_registry.core.errors import TooLarge
 from models_registry.jobs import files, lines, store
 from models_registry.jobs.shapes import list_object
 from models_registry.jobs.targets import route_check
-from models_registry.policy import auth
+from models_registry.policy import auth, file_quota
 from models_registry.registry import lookups
 from models_registry.registry.lookups import fresh_connection
 
@@ -104,6 +104,8 @@ async def _upload(request: HttpRequest) -> HttpResponse:
     # Not the ORM's thread: checking a big file must not hold up the token lookups.
     upload, summary, ttl = await sync_to_async(_checked_upload, thread_sensitive=False)(request, check)
     try:
+        # Again with the file's real size: uploads of one token that ran side by side may have filled the quota.
+        await _db(file_quota.check)(owner_id, upload.size or 0)
         saved = await _db(files.save_input)(upload, upload.name or "input.jsonl", owner_id, summary.lines,
                                             summary.urls, ttl)
     finally:

@@ -1,14 +1,19 @@
 """The human metrics view: a staff page that polls a JSON snapshot every two seconds.
 
-Traffic numbers come from this web process' rolling window (models_registry.observe.traffic_window);
-queue depths and workers from the workers' heartbeats; limits from the registry.
+Charts and last-minute numbers come from this web process' rolling window
+(models_registry.observe.traffic_window), and say so, with how many web processes share
+the port; the requests answered since start are every process' (observe.metrics.port_totals,
+the shared /metrics counters). Queue depths and workers come from the workers'
+heartbeats; limits from the registry.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 from django.contrib import admin
@@ -22,7 +27,8 @@ from models_registry.core.errors import Forbidden
 from models_registry.core.model_state import best_report, shown_state
 from models_registry.core.task_key import TaskKey
 from models_registry.models import WorkerHeartbeat
-from models_registry.observe import media_counts, traffic_window
+from models_registry.core.conf import conf
+from models_registry.observe import media_counts, metrics, traffic_window
 from models_registry.registry.heartbeats import live_workers
 from models_registry.registry.rollout import Rollout, split_wire
 from models_registry.registry.specs import read_specs
@@ -84,6 +90,31 @@ def version_text(plan: Rollout) -> str:
     return shown + (f", {plan.mode} v{plan.candidate} {plan.percent}%" if plan.candidate else "")
 
 
+def _answered(statuses: dict[str, float]) -> dict[str, int]:
+    return {"total": int(sum(statuses.values())),
+            "errors": int(sum(count for status, count in statuses.items() if not status.startswith("2")))}
+
+
+def web_processes() -> int:
+    """Web processes that share this port's counters and are running (1 without a multiprocess directory)."""
+    directory = conf.PROMETHEUS_MULTIPROC_DIR
+    if not directory:
+        return 1
+    pids = {int(match.group(1)) for path in Path(directory).glob("*.db")
+            if (match := re.search(r"_(\d+)\.db$", path.name))}
+    return max(1, sum(_running(pid) for pid in pids))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def snapshot(window: traffic_window.RollingWindow | None = None) -> dict[str, Any]:
     """Everything the page shows, in one JSON-safe dict (sync ORM)."""
     window = window or traffic_window.WINDOW
@@ -97,6 +128,7 @@ def snapshot(window: traffic_window.RollingWindow | None = None) -> dict[str, An
             key = str(TaskKey(split_wire(model)[0], task_name))  # a version's queue counts as its model's
             depths[key] = depths.get(key, 0) + int(value)
     tasks = []
+    totals = metrics.port_totals()
     for spec in specs.values():
         state, error = _model_state(spec.name, spec.enabled, workers)
         for task in spec.tasks.values():
@@ -113,10 +145,11 @@ def snapshot(window: traffic_window.RollingWindow | None = None) -> dict[str, An
                 "max_queue_size": task.policy.max_queue_size, "max_batch_size": task.policy.max_batch_size,
                 "summary": summary, "series": window.series(spec.name, task.name, SERIES_S),
                 "media": media_counts.totals(spec.name, task.name),  # files this web process accepted
+                "port_requests": _answered(totals.get((spec.name, task.name), {})),
             })
     return {
         "now": now,
-        "web": {"host": socket.gethostname(), "pid": os.getpid()},
+        "web": {"host": socket.gethostname(), "pid": os.getpid(), "processes": web_processes()},
         "workers_alive": len(workers),
         "workers": [_worker_row(w, now) for w in workers],
         "tasks": tasks,

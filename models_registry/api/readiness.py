@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -25,8 +26,12 @@ async def _broker_ok() -> None:
     await conn.ping()
 
 
-async def check() -> dict[str, Any]:
-    """{"status": "ready"|"not_ready", "checks": {...}, "missing": [...]}."""
+async def check(shown: Callable[[str], bool] | None = None) -> dict[str, Any]:
+    """{"status": "ready"|"not_ready", "checks": {...}, "missing": [...]}.
+
+    shown: which models the caller may see by name (None: none, only how many). The
+    verdict counts every model whatever the caller sees.
+    """
     checks: dict[str, Any] = {}
     missing: list[str] = []
     try:
@@ -49,9 +54,13 @@ async def check() -> dict[str, Any]:
         # Registered, enabled, not loaded now, and fits a live worker: the first request loads it.
         on_demand = sorted(n for n, s in view.model_states.items() if n in enabled and n not in serving and servable(s))
         checks["workers_alive"] = len(view.workers)
-        checks["models_ready"] = serving
-        checks["models_loadable_on_demand"] = on_demand
-        checks["models_not_served"] = sorted(enabled - set(serving) - set(on_demand))
+        lists = {"models_ready": serving, "models_loadable_on_demand": on_demand,
+                 "models_not_served": sorted(enabled - set(serving) - set(on_demand))}
+        for key, names in lists.items():
+            if shown is None:
+                checks[f"{key}_count"] = len(names)
+            else:
+                checks[key] = [name for name in names if shown(name)]
         if not serving and not on_demand:
             missing.append("a live worker serving an enabled model")
     return {"status": "ready" if not missing else "not_ready", "checks": checks, "missing": missing}

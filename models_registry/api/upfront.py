@@ -3,20 +3,25 @@
 - A Content-Length that is not a decimal number is a 400 (Django would take it for 0, and
   the files route raised on it: a 500).
 - /v1/files takes bodies of up to HOSTING_BATCH_MAX_FILE_BYTES: without a valid token the
-  401 comes before any of them is read (it read a whole 150 MB upload first).
+  401 comes before any of them is read (it read a whole 150 MB upload first); an upload
+  over the token's storage quota (policy.file_quota) or past its requests_per_minute is
+  refused the same way, and one let through is counted as a request of the token.
 """
 
 from __future__ import annotations
 
+from asgiref.sync import sync_to_async
 from django.http import HttpResponse
 
 from models_registry.api.call import header, request_id_from
 from models_registry.api.error_answers import error_response_for
 from models_registry.core import paths
 from models_registry.core.errors import HostingError, InvalidInput
-from models_registry.policy import auth
+from models_registry.policy import auth, file_quota, gate
+from models_registry.registry.lookups import fresh_connection
 
 AUTH_FIRST = (paths.FILES_PREFIX,)  # routes with large bodies: the token is checked before the body is read
+UPLOADS = paths.FILES_PREFIX  # an upload is also held to the storage quota and charged before it is read
 
 
 def is_chunked(scope: dict) -> bool:  # type: ignore[type-arg]
@@ -30,12 +35,24 @@ def _check_length(scope: dict) -> None:  # type: ignore[type-arg]
         raise InvalidInput(f"malformed Content-Length header {length[:40]!r}: send the body's size in bytes")
 
 
+async def _admit_upload(scope: dict, grant: auth.TokenGrant | None) -> None:  # type: ignore[type-arg]
+    """An upload fits the token's storage quota (by its Content-Length) and is charged as one request."""
+    if grant is None:
+        return
+    declared = header(scope, b"content-length")
+    adding = int(declared) if declared and declared.strip().isdigit() else 0
+    await sync_to_async(fresh_connection(file_quota.check))(grant.token_id, adding)
+    await gate.admit_direct(grant=grant, inputs=[])  # 429 when its requests_per_minute are spent
+
+
 async def refusal(scope: dict) -> HttpResponse | None:  # type: ignore[type-arg]
     """The answer to a request its headers already rule out, or None to read its body and serve it."""
     try:
         _check_length(scope)
         if scope["path"].startswith(AUTH_FIRST):
-            await auth.authorize(header(scope, b"authorization"), None)
+            grant = await auth.authorize(header(scope, b"authorization"), None)
+            if scope["method"] == "POST" and scope["path"].rstrip("/") == UPLOADS:
+                await _admit_upload(scope, grant)
     except HostingError as error:
         return error_response_for(scope["path"], error, request_id_from(header(scope, b"x-request-id")))
     return None

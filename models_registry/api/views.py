@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from functools import wraps
@@ -18,6 +19,7 @@ from models_registry.api.call import from_django
 from models_registry.api.error_answers import error_response
 from models_registry.broker import admission
 from models_registry.core import sources
+from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, MethodNotAllowed, NotFound, internal_error
 from models_registry.core.model_state import ModelState, shown_state
 from models_registry.core.task_key import TaskKey
@@ -112,28 +114,55 @@ def _active_backend(state: dict[str, Any] | None) -> dict[str, Any]:
     return shown
 
 
+def _is_operator(authorization: str | None) -> bool:
+    """Whether the caller sees the fleet's inside (workers' host:pid, their memory and traffic).
+
+    The operator's bearer token is HOSTING_METRICS_TOKEN; with API tokens off there are no
+    tenants to keep apart. An API token, even one allowed every model, sees the model, not
+    the machines or the other tenants' traffic on it (staff see those in the admin).
+    """
+    if not conf.REQUIRE_API_TOKEN:
+        return True
+    given = auth.bearer_token(authorization or "")
+    expected = conf.METRICS_TOKEN
+    return bool(given and expected and hmac.compare_digest(given.encode(), expected.encode()))
+
+
+def _placement(workers: list[Any], name: str, operator: bool) -> dict[str, Any]:
+    shown = model_memory.placement(workers, name)
+    shown["loaded_workers"] = len(shown["loaded_on"])
+    if not operator:
+        del shown["loaded_on"]  # host:pid of each worker
+    return shown
+
+
 @api_view("GET")
 async def model_list(request: HttpRequest) -> HttpResponse:
     """Every registered model this token may use, with its tasks and live state."""
-    grant = await auth.authorize(request.headers.get("Authorization"), None)
+    authorization = request.headers.get("Authorization")
+    operator = _is_operator(authorization)
+    grant = None if operator else await auth.authorize(authorization, None)
     specs = await lookups.get_specs()
     view = await lookups.get_workers()
     states, workers = view.model_states, view.workers
     return JsonResponse({"models": [_model_summary(s, states.get(n))
-                                    | model_memory.placement(workers, lookups.answering(s, view))
+                                    | _placement(workers, lookups.answering(s, view), operator)
                                     for n, s in specs.items() if grant is None or grant.allows(n)]})
 
 
 async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
-    """One model with its tasks' settings and live queue depth."""
-    await auth.authorize(request.headers.get("Authorization"), name)
+    """One model with its tasks' settings and live queue depth (and its workers' inside for the operator)."""
+    authorization = request.headers.get("Authorization")
+    operator = _is_operator(authorization)
+    if not operator:
+        await auth.authorize(authorization, name)
     specs = await lookups.get_specs()
     spec = specs.get(name)
     if spec is None:
         raise NotFound(f"no model named {name!r}; GET /models lists them")
     workers = await lookups.get_workers()
     wire = lookups.answering(spec, workers)  # workers report each version by its wire name
-    summary = _model_summary(spec, workers.model_states.get(name)) | model_memory.placement(workers.workers, wire)
+    summary = _model_summary(spec, workers.model_states.get(name)) | _placement(workers.workers, wire, operator)
     if spec.version:
         summary["version"] = split_wire(wire)[1]
     depths = {t: await _pending_items(wire, t) for t in spec.tasks}
@@ -158,20 +187,24 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
         }
         for t in spec.tasks.values()
     ]
-    summary["workers"] = [
-        {
-            "worker": f"{w.host}:{w.pid}",
-            "device": (w.models_state or {})[wire].get("device", ""),
-            "state": (w.models_state or {})[wire].get("state", ""),
-            "backend": (w.models_state or {})[wire].get("backend", ""),
-            "served_items": (w.models_state or {})[wire].get("served", {}),
-            **model_memory.worker_entry((w.models_state or {})[wire]),
-            "last_seen": w.last_seen.isoformat(),
-        }
-        for w in workers.workers
-        if wire in (w.models_state or {})
-    ]
+    summary["workers"] = [_worker_entry(w, (w.models_state or {})[wire], operator)
+                          for w in workers.workers if wire in (w.models_state or {})]
     return JsonResponse(summary)
+
+
+def _worker_entry(worker: Any, report: dict[str, Any], operator: bool) -> dict[str, Any]:
+    """A worker holding the model: its state and backend; for the operator also which one, its memory and traffic."""
+    entry = {
+        "device": report.get("device", ""),
+        "state": report.get("state", ""),
+        "backend": report.get("backend", ""),
+        "last_seen": worker.last_seen.isoformat(),
+    }
+    if operator:
+        # served_items counts every token's traffic on a shared model; host:pid and memory are the machines'.
+        entry |= {"worker": f"{worker.host}:{worker.pid}", "served_items": report.get("served", {}),
+                  **model_memory.worker_entry(report)}
+    return entry
 
 
 async def _pending_items(model: str, task: str) -> int:
@@ -190,9 +223,29 @@ async def health(request: HttpRequest) -> HttpResponse:
 
 @api_view("GET")
 async def ready(request: HttpRequest) -> HttpResponse:
-    """200 when the database, the broker and a worker serving an enabled model answer."""
-    report = await readiness.check()
+    """200 when the database, the broker and a worker serving an enabled model answer.
+
+    Anyone (a load balancer) gets the verdict, what is missing and how many models are in
+    each state; model names only a caller whose token may use them (all of them with
+    HOSTING_METRICS_TOKEN, the operator's), so that /ready does not list what a scoped
+    token's GET /models hides.
+    """
+    report = await readiness.check(await _names_shown(request.headers.get("Authorization")))
     return JsonResponse(report, status=200 if report["status"] == "ready" else 503)
+
+
+async def _names_shown(authorization: str | None) -> Callable[[str], bool] | None:
+    """Which model names this caller may see (None: none)."""
+    given = auth.bearer_token(authorization or "")
+    if given and conf.METRICS_TOKEN and hmac.compare_digest(given.encode(), conf.METRICS_TOKEN.encode()):
+        return lambda name: True
+    if given is None and conf.REQUIRE_API_TOKEN:
+        return None
+    try:
+        grant = await auth.authorize(authorization, None)
+    except HostingError:
+        return None  # a bad token on /ready: still the verdict, as to anyone
+    return (lambda name: True) if grant is None else grant.allows
 
 
 def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

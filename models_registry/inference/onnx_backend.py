@@ -84,10 +84,15 @@ class Int8Refused(ValueError):
 class OrtEncoder:
     """A packed forward on ONNX Runtime (a backend.PackedEncoder, as the torch ones)."""
 
-    def __init__(self, path: Path, threads: int) -> None:
+    def __init__(self, path: Path, threads: int, arena: bool = True) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
+        # The CPU arena grows in powers of two and keeps what it took: the process' peak then
+        # follows the largest batch ever run, not the batch measured, and the batch memory fit
+        # was off by up to 88%. Without it every tensor is malloc'ed and freed (large ones as
+        # their own mappings while a batch is measured), so peaks are the batch's own.
+        options.enable_cpu_mem_arena = arena
         options.intra_op_num_threads = max(1, threads)
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
@@ -153,7 +158,7 @@ def int8_cosines(fp32: Any, int8: Any, tokenizer: Any, offset: int) -> tuple[flo
 
 
 def load_ort_encoder(model: Any, tokenizer: Any, offset: int, *, source: str, revision: str, cache_dir: Path,
-                     int8: bool, int8_floor: float, threads: int) -> tuple[OrtEncoder, OrtReport]:
+                     int8: bool, int8_floor: float, threads: int, arena: bool = True) -> tuple[OrtEncoder, OrtReport]:
     """Export (or reuse), open and check the ONNX packed encoder; raise with the reason if it cannot serve.
 
     Int8Refused when int8 was asked for and its minimum cosine to fp32 is under int8_floor.
@@ -161,7 +166,7 @@ def load_ort_encoder(model: Any, tokenizer: Any, offset: int, *, source: str, re
     forwards, _ = _packed(tokenizer, PACKING_CHECK_TEXTS, offset, row_tokens=1)  # several rows: a real 4D mask
     folder = cache_dir / onnx_export.cache_key(source, revision, model)
     fp32_path = onnx_export.export_packed_encoder(model, forwards[0][0], folder / "model.onnx")
-    encoder = OrtEncoder(fp32_path, threads)
+    encoder = OrtEncoder(fp32_path, threads, arena)
     check_encoder(model, tokenizer, encoder, offset)
     if not int8:
         return encoder, OrtReport(backend="onnxruntime")
@@ -171,7 +176,7 @@ def load_ort_encoder(model: Any, tokenizer: Any, offset: int, *, source: str, re
         if figures and not keep_float:
             break
         name = "model-int8.onnx" if not keep_float else "model-int8-partial.onnx"
-        quantized = OrtEncoder(onnx_export.quantize_int8(fp32_path, folder / name, tuple(keep_float)), threads)
+        quantized = OrtEncoder(onnx_export.quantize_int8(fp32_path, folder / name, tuple(keep_float)), threads, arena)
         low, median = int8_cosines(encoder, quantized, tokenizer, offset)
         if low >= int8_floor:
             return quantized, OrtReport(backend="onnxruntime", reason=f"int8: {label}", int8_min_cosine=low,
@@ -188,6 +193,7 @@ class OrtSettings:
 
     cache_dir: Path
     int8_min_cosine: float = 0.99
+    arena: bool = True  # off while the batch memory cap measures batches (HOSTING_MEMORY_CAP)
 
 
 def choose_encoder(spec: Any, device: str, embedder: Any, offset: int | None,
@@ -213,7 +219,7 @@ def choose_encoder(spec: Any, device: str, embedder: Any, offset: int | None,
         try:
             return load_ort_encoder(model, embedder.tokenizer, offset, source=spec.source, revision=spec.revision,
                                     cache_dir=settings.cache_dir, int8=int8, int8_floor=settings.int8_min_cosine,
-                                    threads=torch.get_num_threads())
+                                    threads=torch.get_num_threads(), arena=settings.arena)
         except Int8Refused:
             raise
         except Exception as error:  # noqa: BLE001 - an export or check that fails keeps torch, with the reason logged

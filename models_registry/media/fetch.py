@@ -96,9 +96,33 @@ async def checked_address(host: str, port: int, where: str) -> str:
     return addresses[0]
 
 
+NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: the last 32 bits are an IPv4 address a NAT64 reaches
+NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215: local-use NAT64 prefixes
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d, still routed as IPv4 by some stacks
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries (mapped, 6to4, NAT64, IPv4-compatible), if any."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in NAT64 or ip in IPV4_COMPATIBLE:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def is_public(address: str) -> bool:
-    """Whether an IP address is globally routable (not private, loopback, link-local, multicast, reserved)."""
+    """Whether an IP address is globally routable (not private, loopback, link-local, multicast, reserved).
+
+    An IPv6 address that carries an IPv4 one (::ffff:a.b.c.d, 2002:aabb:ccdd::, 64:ff9b::a.b.c.d,
+    ::a.b.c.d) is judged by that IPv4 address: each can reach it through a translator or tunnel.
+    """
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in NAT64_LOCAL:
+            return False
+        inner = embedded_ipv4(ip)
+        if inner is not None:
+            ip = inner  # type: ignore[assignment]
     return ip.is_global and not ip.is_multicast

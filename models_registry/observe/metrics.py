@@ -2,9 +2,12 @@
 
 The worker's facts (queue time, compute time, batch size) travel back in each reply
 message and are observed here, in the web process that answered the request: no
-shared multiprocess directory, no exporter port per worker, and each web replica's
-/metrics is complete for the requests it served. Gauges that describe the fleet (queue
-depth, live workers) are read from the workers' heartbeats at scrape time.
+exporter port per worker. Several web processes on one port (`make run` starts one per
+core) write their counters and histograms to prometheus_client's multiprocess directory
+(PROMETHEUS_MULTIPROC_DIR, which `manage.py serve` sets up under var/ and clears before
+they start), and a scrape of any of them reads every process' values: whole for the port,
+and never going backwards (a restarted process' files stay). Gauges that describe the
+fleet (queue depth, live workers) are read from the workers' heartbeats at scrape time.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -159,20 +163,53 @@ class FleetCollector(Collector):
 
 
 _registered = False
+_scraped: CollectorRegistry | None = None
+
+
+def _fleet_collectors() -> list[Collector]:
+    """The collectors that read the fleet's state (heartbeats, job rows) at scrape time."""
+    from models_registry.observe.job_metrics import JobsCollector  # reads the job rows: Django must be set up
+    from models_registry.observe.memory_metrics import MemoryCollector
+    from models_registry.observe.poison_metrics import PoisonCollector
+
+    return [FleetCollector(), MemoryCollector(), JobsCollector(), PoisonCollector()]
 
 
 def register_collectors() -> None:
     """Add the fleet and batch job collectors to the default registry once per process."""
     global _registered
     if not _registered:
-        REGISTRY.register(FleetCollector())
-        from models_registry.observe.memory_metrics import MemoryCollector
-
-        REGISTRY.register(MemoryCollector())
-        from models_registry.observe.job_metrics import JobsCollector  # reads the job rows: Django must be set up
-
-        REGISTRY.register(JobsCollector())
-        from models_registry.observe.poison_metrics import PoisonCollector
-
-        REGISTRY.register(PoisonCollector())
+        for collector in _fleet_collectors():
+            REGISTRY.register(collector)
         _registered = True
+
+
+def scraped_registry() -> CollectorRegistry:
+    """What /metrics exposes: every web process' metrics (multiprocess mode) or this process' registry."""
+    global _scraped
+    directory = conf.PROMETHEUS_MULTIPROC_DIR
+    if not directory:
+        return REGISTRY
+    if _scraped is None:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=directory)
+        for collector in _fleet_collectors():
+            registry.register(collector)
+        _scraped = registry
+    return _scraped
+
+
+def port_totals() -> dict[tuple[str, str], dict[str, float]]:
+    """{(model, task): {status: requests}} answered by every web process on the port (multiprocess mode), or by
+    this one alone: the dashboard's totals."""
+    directory = conf.PROMETHEUS_MULTIPROC_DIR
+    families = MultiProcessCollector(None, path=directory).collect() if directory else REQUESTS.collect()
+    totals: dict[tuple[str, str], dict[str, float]] = {}
+    for family in families:
+        if family.name != "hosting_inference_requests":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                statuses = totals.setdefault((sample.labels["model"], sample.labels["task"]), {})
+                statuses[sample.labels["status"]] = statuses.get(sample.labels["status"], 0) + sample.value
+    return totals

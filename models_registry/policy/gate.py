@@ -199,7 +199,7 @@ async def serve(
         raise
     admitted.settle(result.tokens)
     if key is not None and result.version == spec.version:  # the key is the live version's: not a canary's answer
-        await _store(conn, key, result, task.cache_ttl_s)
+        await _store(conn, layer.prefix, key, result, task.cache_ttl_s, grant.token_id if grant else None)
     return Served(result, headers)
 
 
@@ -211,10 +211,11 @@ async def _lookup(conn: Any, key: str) -> response_cache.CachedResult | None:
         return None
 
 
-async def _store(conn: Any, key: str, result: InferenceResult, ttl_s: int) -> None:
+async def _store(conn: Any, prefix: str, key: str, result: InferenceResult, ttl_s: int, owner: int | None) -> None:
+    caps = response_cache.Caps(conf.CACHE_MAX_ENTRY_BYTES, conf.CACHE_MAX_TOKEN_BYTES, conf.CACHE_MAX_BYTES)
     try:
         await asyncio.wait_for(response_cache.store(
-            conn, key, result.outputs, result.tokens, ttl_s, conf.CACHE_MAX_ENTRY_BYTES,
+            conn, prefix, key, result.outputs, result.tokens, ttl_s, caps, owner,
         ), BROKER_TIMEOUT_S)
     except Exception as error:
         logger.warning("response cache store failed: %s", error)

@@ -53,7 +53,7 @@ class InferenceWorker(Worker):
         self.runner = runner_class(
             conf.DEVICE, conf.TORCH_THREADS, packing=conf.SEQUENCE_PACKING,
             torchscript=conf.TORCHSCRIPT,
-            ort=OrtSettings(conf.ONNX_CACHE_DIR, conf.INT8_MIN_COSINE))
+            ort=OrtSettings(conf.ONNX_CACHE_DIR, conf.INT8_MIN_COSINE, arena=not conf.MEMORY_CAP))
         self.engine: InferenceEngine | None = None
 
     async def handle(self) -> None:

@@ -134,8 +134,7 @@ def test_dashboard_needs_a_staff_login(client: Client, django_user_model: Any, d
     assert response.status_code == 302 and response["Location"].startswith("/admin/login/?next=/dashboard/")
     data = client.get("/dashboard/data.json")
     assert data.status_code == 403 and data.json()["error_type"] == "forbidden"
-    django_user_model.objects.create_user("viewer", password="pw-123456", is_staff=False)
-    client.login(username="viewer", password="pw-123456")
+    client.force_login(django_user_model.objects.create_user("viewer", password="pw-123456", is_staff=False))
     assert client.get("/dashboard/").status_code == 302
     assert client.get("/dashboard/data.json").status_code == 403
 

@@ -120,7 +120,7 @@ async def test_ready_is_503_naming_the_missing_worker(client: AsyncClient, bert:
     assert "database" not in body["missing"]
     assert body["checks"]["database"] == "ok"
     assert body["checks"]["workers_alive"] == 0
-    assert body["checks"]["models_not_served"] == ["bert"]
+    assert body["checks"]["models_not_served_count"] == 1  # no names without a token
     assert GENERATED_ID.match(response["X-Request-Id"])
 
 
@@ -143,8 +143,8 @@ async def test_ready_needs_the_worker_to_serve_an_enabled_model(
     body = response.json()
     assert NO_WORKER in body["missing"]
     assert body["checks"]["workers_alive"] == 1
-    assert body["checks"]["models_ready"] == []
-    assert body["checks"]["models_not_served"] == ["on"]
+    assert body["checks"]["models_ready_count"] == 0
+    assert body["checks"]["models_not_served_count"] == 1
 
 
 async def test_ready_counts_a_live_worker_serving_an_enabled_model(
@@ -154,8 +154,8 @@ async def test_ready_counts_a_live_worker_serving_an_enabled_model(
     body = (await client.get("/ready")).json()
     # The broker may or may not answer in this tier; the worker part is deterministic.
     assert NO_WORKER not in body["missing"]
-    assert body["checks"]["models_ready"] == ["bert"]
-    assert body["checks"]["models_not_served"] == []
+    assert body["checks"]["models_ready_count"] == 1
+    assert body["checks"]["models_not_served_count"] == 0
 
 
 # --- auth ------------------------------------------------------------------------------
@@ -382,7 +382,8 @@ async def test_the_best_state_over_several_workers_wins(client: AsyncClient, tok
 
 
 async def test_model_detail_has_task_settings_and_live_queue_depth(client: AsyncClient, token: str,
-                                                                   heartbeat: Callable[..., Any]) -> None:
+                                                                   heartbeat: Callable[..., Any], settings: Any) -> None:
+    settings.HOSTING_METRICS_TOKEN = "operator-secret"
     await db(heartbeat, {"bert": {"state": "ready"}}, queue_depths={"bert/fill-mask": 7, "bert/mask-top1": 0})
     await db(heartbeat, {"bert": {"state": "ready"}}, queue_depths={"bert/fill-mask": 2}, worker_id="w2")
     response = await client.get("/models/bert", headers=bearer(token))
@@ -400,8 +401,10 @@ async def test_model_detail_has_task_settings_and_live_queue_depth(client: Async
     assert tasks["fill-mask"]["max_queue_size"] == 1024
     assert tasks["fill-mask"]["max_batch_delay_ms"] == 5
     assert tasks["fill-mask"]["pooling"] is None  # feature-extraction only
-    assert [w["worker"] for w in body["workers"]] == ["test-host:4242", "test-host:4242"]
     assert {w["state"] for w in body["workers"]} == {"ready"}
+    assert not any("worker" in w or "served_items" in w for w in body["workers"])  # an API token: no host:pid
+    operator = (await client.get("/models/bert", headers=bearer("operator-secret"))).json()
+    assert [w["worker"] for w in operator["workers"]] == ["test-host:4242", "test-host:4242"]
 
 
 async def test_model_detail_of_an_unknown_model_is_404(client: AsyncClient, token: str) -> None:

@@ -33,17 +33,18 @@ def fleet(make_model: Callable[..., Any], heartbeat: Callable[..., Any]) -> None
     lookups.reset()
 
 
-async def test_ready_lists_models_loadable_on_demand_instead_of_not_served(fleet: None) -> None:
-    body = (await AsyncClient().get("/ready")).json()
+async def test_ready_lists_models_loadable_on_demand_instead_of_not_served(fleet: None, settings: Any) -> None:
+    settings.HOSTING_METRICS_TOKEN = "operator-secret"
+    body = (await AsyncClient().get("/ready", headers={"Authorization": "Bearer operator-secret"})).json()
     assert "a live worker serving an enabled model" not in body["missing"], body  # (no broker in this tier)
     assert body["checks"]["models_ready"] == ["held"]
     assert body["checks"]["models_loadable_on_demand"] == ["cold"]
     assert body["checks"]["models_not_served"] == []
 
 
-async def test_model_list_and_detail_show_state_placement_and_memory(
-        fleet: None, make_token: Callable[..., str]) -> None:
-    headers = {"Authorization": f"Bearer {await sync_to_async(make_token)('all')}"}
+async def test_model_list_and_detail_show_state_placement_and_memory(fleet: None, settings: Any) -> None:
+    settings.HOSTING_METRICS_TOKEN = "operator-secret"
+    headers = {"Authorization": "Bearer operator-secret"}  # the operator sees where models are loaded
     listed = {m["name"]: m for m in (await AsyncClient().get("/models", headers=headers)).json()["models"]}
     assert (listed["cold"]["state"], listed["cold"]["loaded_on"]) == ("available", [])
     assert (listed["held"]["state"], listed["held"]["loaded_on"]) == ("ready", ["test-host:4242"])

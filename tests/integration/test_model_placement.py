@@ -44,12 +44,14 @@ def _copies(root: Path) -> dict[str, Path]:
         copies[name] = dest
     return copies
 
+OPERATOR = "operator-secret"  # HOSTING_METRICS_TOKEN: sees which worker holds what
+
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """12 registered models, 2 workers with HOSTING_MAX_LOADED_MODELS=3."""
     copies = _copies(tmp_path_factory.mktemp("placement"))
-    with Stack.started() as stack:
+    with Stack.started(extra_env={"HOSTING_METRICS_TOKEN": OPERATOR}) as stack:
         calls = "; ".join(f"call_command('register_model', {name!r}, '--source', {str(path)!r}, '--task', "
                           f"'text-classification', '--max-batch-size', '8', '--timeout', '60')"
                           for name, path in copies.items())
@@ -107,7 +109,7 @@ def test_models_not_loaded_are_loadable_on_demand_not_unserved(fleet: Stack) -> 
     states = {m["name"]: m["state"] for m in models}
     assert set(states.values()) <= {"ready", "available", "loading"}, states
     assert sum(state == "ready" for state in states.values()) <= 2 * PER_WORKER
-    status, _, ready = http_json("GET", fleet.url + "/ready")
+    status, _, ready = http_json("GET", fleet.url + "/ready", token=fleet.tokens["all"])
     assert status == 200, ready
     assert ready["checks"]["models_not_served"] == []
     shown = set(ready["checks"]["models_ready"]) | set(ready["checks"]["models_loadable_on_demand"])
@@ -126,7 +128,7 @@ def test_mixed_traffic_over_twelve_models_is_answered_correctly_with_loads_and_e
 
     loads, evictions, load_seconds, held = 0, 0, [], {}
     for name in MODELS:
-        status, _, detail = http_json("GET", f"{fleet.url}/models/{name}", token=fleet.tokens["all"])
+        status, _, detail = http_json("GET", f"{fleet.url}/models/{name}", token=OPERATOR)  # workers' inside
         assert status == 200, detail
         for worker in detail["workers"]:
             loads += worker.get("loads", 0)
@@ -138,7 +140,7 @@ def test_mixed_traffic_over_twelve_models_is_answered_correctly_with_loads_and_e
     assert all(count <= PER_WORKER for count in held.values()), held
     assert loads >= len(MODELS) and evictions >= len(MODELS) - 2 * PER_WORKER
 
-    status, _, metrics = http_json("GET", fleet.url + "/metrics")
+    status, _, metrics = http_json("GET", fleet.url + "/metrics", token=OPERATOR)
     assert "hosting_model_loads_total{" in metrics and "hosting_model_evictions_total{" in metrics
     assert "hosting_model_load_seconds_bucket{" in metrics
 

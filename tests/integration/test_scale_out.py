@@ -19,12 +19,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SHARED = "shared-emb"
 PINNED = "pinned-cls"
+OPERATOR = "operator-secret"  # HOSTING_METRICS_TOKEN: sees which worker served what
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """2 web replicas; 1 worker pinned to PINNED; 2 workers serving SHARED."""
-    with Stack.started() as stack:
+    with Stack.started(extra_env={"HOSTING_METRICS_TOKEN": OPERATOR}) as stack:
         classifier = model_factory.build_sequence_classifier(tmp_path_factory.mktemp("cls") / "m")
         stack.manage("register_model", SHARED, "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--pooling", "mean", "--normalize", "--max-batch-size", "16",
@@ -42,7 +43,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def _workers(stack: Stack, model: str, url: str | None = None) -> list[dict]:
-    status, _, body = http_json("GET", f"{url or stack.url}/models/{model}", token=stack.tokens["all"])
+    status, _, body = http_json("GET", f"{url or stack.url}/models/{model}", token=OPERATOR)  # workers' inside
     assert status == 200, body
     return [w for w in body["workers"] if w["state"] == "ready"]
 

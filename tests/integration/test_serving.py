@@ -148,7 +148,9 @@ def test_named_task_route_and_model_listing(stack: Stack, token: str) -> None:
 def test_health_and_ready_need_no_token(stack: Stack) -> None:
     assert http_json("GET", f"{stack.url}/health")[0] == 200
     status, _, body = http_json("GET", f"{stack.url}/ready")
-    assert status == 200 and body["status"] == "ready" and MINILM in body["checks"]["models_ready"]
+    assert status == 200 and body["status"] == "ready" and body["checks"]["models_ready_count"] >= 1
+    status, _, body = http_json("GET", f"{stack.url}/ready", token=stack.tokens["all"])  # names: to a token
+    assert status == 200 and MINILM in body["checks"]["models_ready"]
 
 
 @pytest.mark.parametrize(

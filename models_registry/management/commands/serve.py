@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -74,7 +75,11 @@ class Command(BaseCommand):
         worker_cmd = [sys.executable, "manage.py", "runworker", "inference"]
         workers, worker_env = self._worker_layout(workers)
         tie = die_with_this_process()  # the children end with serve, even when it is killed
-        processes = {name: subprocess.Popen(command, preexec_fn=tie) for name, command in commands.items()}
+        # The web processes share one metrics directory (made and emptied only when there are some).
+        web_env = self._web_env() if "web" in commands else None
+        processes: dict[str, subprocess.Popen[bytes]] = {
+            name: subprocess.Popen(command, env=web_env if name == "web" else None, preexec_fn=tie)
+            for name, command in commands.items()}
         for index in range(workers):
             processes[f"worker-{index}"] = subprocess.Popen(worker_cmd, env=worker_env, preexec_fn=tie)
 
@@ -102,6 +107,18 @@ class Command(BaseCommand):
         finally:
             self._stop_all(processes)
             self.stdout.write("stopped.")
+
+    def _web_env(self) -> dict[str, str]:
+        """The web processes' environment: one prometheus_client multiprocess directory, emptied now.
+
+        Every web process on the port writes its counters there and a scrape of any of them
+        reads them all (observe.metrics). Emptied at each start: counters begin at zero with
+        the server, as Prometheus expects of a restarted target, and never go back while it runs.
+        """
+        directory = Path(settings.HOSTING_PROMETHEUS_MULTIPROC_DIR or Path(settings.VAR_DIR) / "prometheus")
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True, mode=0o700)
+        return {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
 
     def _worker_layout(self, workers: int) -> tuple[int, dict[str, str]]:
         """How many workers to start (0: the machine's default) and their environment."""

@@ -149,6 +149,8 @@
     info.error.hidden = !task.error;
     info.stats.replaceChildren(
       stat("req/s", s.rps.toFixed(2), "answered per second over the last " + s.seconds + " s"),
+      stat("answered (all web processes)", String(task.port_requests.total) + " (" + task.port_requests.errors +
+        " errors)", "since the server started, every web process on this port (the /metrics counters)"),
       stat("p50 / p95 / p99", [lat.total.p50, lat.total.p95, lat.total.p99].map(fmtMs).join(" / ") + " ms"),
       stat("queue p95", fmtMs(lat.queue.p95) + " ms"),
       stat("compute p95", fmtMs(lat.compute.p95) + " ms"),
@@ -206,7 +208,8 @@
   }
 
   function render(data) {
-    document.getElementById("dash-web").textContent = "this web process (" + data.web.host + ":" + data.web.pid + ")";
+    document.getElementById("dash-web").textContent = "this web process (" + data.web.host + ":" + data.web.pid +
+      (data.web.processes > 1 ? "), one of " + data.web.processes + " on this port" : ")");
     renderWorkers(data.workers);
     const seen = new Set();
     for (const task of data.tasks) {

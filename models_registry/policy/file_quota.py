@@ -1,0 +1,48 @@
+"""A token's storage quota for Files API uploads: the bytes of the files it keeps.
+
+HOSTING_FILE_STORAGE_BYTES per token (0: none). Every file the token owns counts (its
+uploads and its batches' output and error files) until it is deleted or expires. An
+upload that could never fit is a 413; one that does not fit beside the files kept is a
+429 whose Retry-After is when the token's first file expires.
+"""
+
+from __future__ import annotations
+
+import math
+
+from django.db.models import Min, Q, Sum
+from django.utils import timezone
+
+from models_registry.core.conf import conf
+from models_registry.core.errors import RateLimited, TooLarge
+from models_registry.models import BatchFile
+
+NO_EXPIRY_RETRY_S = 3600  # nothing of the token's expires: ask again in an hour (or delete files)
+
+
+def _kept(owner_id: int) -> tuple[int, float | None]:
+    """(bytes the owner keeps, seconds until its first file expires or None)."""
+    now = timezone.now()
+    live = BatchFile.objects.filter(owner_id=owner_id, deleted_at__isnull=True).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+    found = live.aggregate(total=Sum("bytes"), first=Min("expires_at"))
+    first = found["first"]
+    return int(found["total"] or 0), (first - now).total_seconds() if first else None
+
+
+def check(owner_id: int | None, adding: int) -> None:
+    """Raise TooLarge or RateLimited if owner may not keep adding more bytes (runs in a thread: it queries)."""
+    quota = conf.FILE_STORAGE_BYTES
+    if owner_id is None or quota <= 0:
+        return
+    if adding > quota:
+        raise TooLarge(f"the upload is {adding} bytes; this API token may keep at most {quota} bytes of files "
+                       "(HOSTING_FILE_STORAGE_BYTES)")
+    kept, first_expiry_s = _kept(owner_id)
+    if kept + adding > quota:
+        retry = NO_EXPIRY_RETRY_S if first_expiry_s is None else max(1, math.ceil(first_expiry_s))
+        raise RateLimited(
+            f"storage quota reached: this API token keeps {kept} bytes of files and may keep {quota}; "
+            f"delete files (DELETE /v1/files/{{file_id}}) or retry in {retry} s, when the first one expires",
+            headers={"Retry-After": str(retry)},
+        )

@@ -1,0 +1,79 @@
+"""/v1/files uploads are rate-limited and counted like requests, and held to a storage quota per token.
+
+Through the API's ASGI handler, as a server calls it: the refusals come before the body is read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.test import AsyncClient
+from django.utils import timezone
+
+from models_registry.models import ApiToken, BatchFile, RegisteredModel
+from tests.django.test_api_handler_limits import CHUNK, serve
+from tests.django.test_batch_routes import _jsonl, _upload, file_storage  # noqa: F401
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
+
+
+BIG = 150 * 1024 * 1024  # announced, never sent: past what the handler drains
+
+
+def _headers(token: str, length: int) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"multipart/form-data; boundary=x"), (b"content-length", str(length).encode()),
+            (b"authorization", f"Bearer {token}".encode())]
+
+
+def _keep(token_name: str, size: int, expires_in_s: float | None = None) -> None:
+    """A file the token already keeps."""
+    owner = ApiToken.objects.get(name=token_name)
+    expires = timezone.now() + dt.timedelta(seconds=expires_in_s) if expires_in_s else None
+    BatchFile.objects.create(public_id=f"file-kept{BatchFile.objects.count()}", owner=owner, filename="kept.jsonl",
+                             purpose="batch", bytes=size, storage_name="nowhere", expires_at=expires)
+
+
+@pytest.mark.usefixtures("broker")
+async def test_uploads_past_the_tokens_requests_per_minute_are_429_unread(make_token: Callable[..., str]) -> None:
+    token = await sync_to_async(make_token)("five-a-minute", requests_per_minute=5)
+    answers = [await serve("/v1/files", _headers(token, 2 * CHUNK), chunks=2, client_waits=True) for _ in range(8)]
+    assert [status for status, _, _ in answers[:5]] == [400] * 5  # counted, read (and not a multipart body)
+    for status, body, _ in answers[5:]:  # (a small body is drained, so the client hears the answer)
+        assert status == 429 and body["error"]["code"] == "rate_limited"
+    status, _, read = await serve("/v1/files", _headers(token, BIG), chunks=BIG // CHUNK, client_waits=True)
+    assert (status, read) == (429, 0)  # a large one is not read at all
+
+
+async def test_an_upload_over_the_storage_quota_is_413_unread(make_token: Callable[..., str], settings: Any) -> None:
+    settings.HOSTING_FILE_STORAGE_BYTES = 100 * 1024 * 1024
+    token = await sync_to_async(make_token)("small")
+    status, body, read = await serve("/v1/files", _headers(token, BIG), chunks=BIG // CHUNK, client_waits=True)
+    assert (status, read) == (413, 0) and "HOSTING_FILE_STORAGE_BYTES" in body["error"]["message"]
+
+
+async def test_an_upload_beside_files_kept_past_the_quota_is_429_until_one_expires(
+        make_token: Callable[..., str], settings: Any) -> None:
+    settings.HOSTING_FILE_STORAGE_BYTES = 200 * 1024 * 1024
+    token = await sync_to_async(make_token)("keeper")
+    await sync_to_async(_keep)("keeper", 100 * 1024 * 1024, expires_in_s=600)
+    status, body, read = await serve("/v1/files", _headers(token, BIG), chunks=BIG // CHUNK, client_waits=True)
+    assert (status, read) == (429, 0) and "storage quota" in body["error"]["message"]
+    assert 590 <= int(body["error"]["message"].split("retry in ")[1].split(" s")[0]) <= 600
+    status, _, read = await serve("/v1/files", _headers(token, CHUNK // 2), chunks=1, client_waits=True)
+    assert status == 400 and read == 1  # what still fits is read (here: no multipart body)
+
+
+@pytest.mark.usefixtures("file_storage")
+async def test_the_route_checks_the_quota_again_with_the_files_real_size(
+        make_model: Callable[..., RegisteredModel], make_token: Callable[..., str], settings: Any) -> None:
+    await sync_to_async(make_model)("cls", task="text-classification")
+    token = await sync_to_async(make_token)("route")
+    settings.HOSTING_FILE_STORAGE_BYTES = 10_000
+    await sync_to_async(_keep)("route", 9_900)
+    response = await _upload(AsyncClient(), token, _jsonl(5))
+    assert response.status_code == 429, response.content
+    assert await sync_to_async(BatchFile.objects.filter(filename="in.jsonl").count)() == 0

@@ -1,0 +1,128 @@
+"""Limits a real server holds before the application reads a request: header size, bodies on every path.
+
+A web server alone (no worker: nothing here reaches a model), on a loopback port, spoken
+to over raw sockets so that a test controls exactly what is sent and when.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from tests.stack import Stack
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, int]]:
+    """(host, port) of a uvicorn serving the product with its guarded protocol, as `make run` does."""
+    with Stack.started(extra_env={"HOSTING_MAX_HEADER_BYTES": str(64 * 1024)}) as running:
+        running.start_web()
+        yield "127.0.0.1", running.web[0][1]
+
+
+def exchange(address: tuple[str, int], head: bytes, body_bytes: int = 0, timeout_s: float = 20) -> tuple[int, bytes, int]:
+    """(status, raw answer, body bytes sent) of one request; the body is sent until the server answers or closes."""
+    with socket.create_connection(address, timeout=timeout_s) as conn:
+        sent = 0
+        conn.sendall(head)
+        conn.setblocking(False)
+        answer = b""
+        chunk = b"x" * (256 * 1024)
+        while sent < body_bytes:
+            try:
+                answer += conn.recv(65536)
+                if answer:
+                    break
+            except BlockingIOError:
+                pass
+            try:
+                sent += conn.send(chunk[: body_bytes - sent])
+            except BlockingIOError:
+                conn.settimeout(0.05)
+                try:
+                    answer += conn.recv(65536)
+                except (TimeoutError, BlockingIOError):
+                    pass
+                conn.setblocking(False)
+                if answer:
+                    break
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        conn.settimeout(timeout_s)
+        try:
+            while b"\r\n\r\n" not in answer:
+                more = conn.recv(65536)
+                if not more:
+                    break
+                answer += more
+        except ConnectionResetError:
+            pass
+    status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
+    return status, answer, sent
+
+
+def test_headers_over_the_limit_are_answered_431(server: tuple[str, int]) -> None:
+    filler = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"a" * 1000) for i in range(200))  # 200 KB of headers
+    status, answer, _ = exchange(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + filler + b"\r\n")
+    assert status == 431, answer[:200]
+    assert b"limit of 65536 bytes" in answer
+
+
+def test_an_endless_header_is_cut_off_at_the_limit(server: tuple[str, int]) -> None:
+    # One header that never ends: the server must answer (and stop buffering) long before 50 MB.
+    head = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Endless: "
+    status, answer, sent = exchange(server, head, body_bytes=50 * MIB)
+    assert status == 431, answer[:200]
+    assert sent < 10 * MIB
+
+
+def test_headers_under_the_limit_are_served(server: tuple[str, int]) -> None:
+    filler = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"a" * 1000) for i in range(40))  # 40 KB
+    status, answer, _ = exchange(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + filler + b"\r\n")
+    assert status == 200, answer[:200]
+
+
+@pytest.mark.parametrize("path", ["/admin/login/", "/metrics", "/dashboard/"])
+def test_a_40_mib_post_outside_the_api_is_refused_unread(server: tuple[str, int], path: str) -> None:
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            f"Content-Length: {40 * MIB}\r\n\r\n").encode()
+    status, answer, sent = exchange(server, head, body_bytes=40 * MIB)
+    assert status == 413, answer[:300]
+    assert b'"error_type":"too_large"' in answer
+    assert sent < 40 * MIB  # answered before the body was all sent (the old server read all of it first)
+
+
+def test_a_chunked_admin_post_is_cut_off(server: tuple[str, int]) -> None:
+    head = b"POST /admin/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    size = 256 * 1024
+    chunk = f"{size:x}\r\n".encode() + b"x" * size + b"\r\n"
+    with socket.create_connection(server, timeout=20) as conn:
+        conn.sendall(head)
+        conn.settimeout(0.01)
+        sent, answer = 0, b""
+        while sent < 200 * MIB and not answer:
+            try:
+                conn.sendall(chunk)
+                sent += size
+                answer = conn.recv(65536)
+            except (TimeoutError, BlockingIOError):
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        conn.settimeout(20)
+        try:
+            answer += conn.recv(65536) if not answer else b""
+        except (ConnectionResetError, TimeoutError):
+            pass
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert sent < 40 * MIB
+
+
+def test_an_encoded_slash_in_a_model_path_is_404(server: tuple[str, int]) -> None:
+    status, answer, _ = exchange(server, b"GET /models/all-minilm-l6-v2%2Ffeature-extraction HTTP/1.1\r\n"
+                                         b"Host: 127.0.0.1\r\n\r\n")
+    assert status == 404, answer[:300]
