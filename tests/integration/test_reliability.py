@@ -159,14 +159,22 @@ def test_a_timed_out_request_answers_504_and_is_not_computed(limited: Stack) -> 
                    "--task-name", "hurry", "--timeout", "0.1", "--max-batch-delay-ms", "0",
                    "--max-request-tokens", "0")  # no budget: the test is about the deadline, not a 413
     wait_until(lambda: any(t["name"] == "hurry" for t in _model(limited, EMB)["tasks"]), 5, "the new task")
-    time.sleep(1.5)  # the worker reads the registry every second
+
+    def worker_knows_it() -> bool:  # the worker reads the registry every second; until then: 503 (not served)
+        status = http_json("POST", f"{limited.url}/models/{EMB}/hurry", {"inputs": "x"},
+                           token=limited.tokens["all"], timeout=10)[0]
+        return status in (200, 504)
+
+    wait_until(worker_knows_it, 10, "the worker to read the new task", interval_s=0.2)
+    log = limited.workdir / "worker-0.log"
+    dropped_before = log.read_text().count("dropped")  # a probe above may have been dropped too
     long_inputs = [" ".join(["word"] * 200)] * 200  # far more than 0.1 s of compute on this machine
     status, _, body = http_json("POST", f"{limited.url}/models/{EMB}/hurry", {"inputs": long_inputs},
                                 token=limited.tokens["all"], timeout=10)
     assert status == 504 and body["error_type"] == "timeout", body
     # The worker drops what nobody waits for any more instead of computing all of it: the expired items
     # before compute, or the rest of a batch that ran past its deadline (whichever the timing gives).
-    wait_until(lambda: "dropped" in (limited.workdir / "worker-0.log").read_text(), 10, "the worker to drop items")
+    wait_until(lambda: log.read_text().count("dropped") > dropped_before, 10, "the worker to drop items")
     status, _, body = http_json("POST", f"{limited.url}/models/{EMB}", {"inputs": "after"},
                                 token=limited.tokens["all"])
     assert status == 200
@@ -205,6 +213,7 @@ def _run_while(stack: Stack, texts: list[str], after_answers: int, action) -> li
 
 
 @pytest.mark.slow
+@pytest.mark.one_phase
 def test_sigkill_of_one_worker_under_load_loses_nothing(two_workers: Stack, reference: MiniLMReference) -> None:
     texts = sentences(2000, seed=21)
     victim = two_workers.workers[0]
@@ -217,6 +226,7 @@ def test_sigkill_of_one_worker_under_load_loses_nothing(two_workers: Stack, refe
 
 
 @pytest.mark.slow
+@pytest.mark.one_phase
 def test_sigterm_drains_a_worker_without_losing_requests(two_workers: Stack, reference: MiniLMReference) -> None:
     texts = sentences(600, seed=22)
     victim = two_workers.workers[0]
@@ -228,6 +238,7 @@ def test_sigterm_drains_a_worker_without_losing_requests(two_workers: Stack, ref
     assert "draining" in log and "stopped" in log
 
 
+@pytest.mark.one_phase
 def test_requests_get_503_once_no_worker_is_left(two_workers: Stack) -> None:
     for worker in two_workers.workers:
         worker.send_signal(signal.SIGKILL)
@@ -244,6 +255,7 @@ def test_requests_get_503_once_no_worker_is_left(two_workers: Stack) -> None:
     assert http_json("GET", f"{two_workers.url}/health")[0] == 200
 
 
+@pytest.mark.one_phase
 def test_broker_loss_answers_503_fast_and_service_resumes() -> None:
     stack = Stack.create(own_redis=True)
     try:
