@@ -245,7 +245,8 @@ class Stack:
 
     def start_worker(self, env: dict[str, str] | None = None) -> subprocess.Popen[Any]:
         """One `runworker inference` process."""
-        log = open(self.workdir / f"worker-{len(self.workers)}.log", "wb")
+        # Numbered by start, not by place: a replacement must not truncate a running worker's log.
+        log = open(self.workdir / f"worker-{len(list(self.workdir.glob('worker-*.log')))}.log", "wb")
         process = subprocess.Popen(
             [PYTHON, "manage.py", "runworker", "inference"], cwd=ROOT, env={**self.env, **(env or {})},
             stdout=log, stderr=subprocess.STDOUT,

@@ -87,7 +87,11 @@ async def test_text_plain_is_refused_and_a_token_is_needed(token: str) -> None:
 
 
 async def test_a_model_without_a_reachable_tokenizer_is_503(token: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # read once, at import: without this the hub is tried (and retried: 20 s in a CI run) first
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     response = await tokenize({"model": "remote", "inputs": "a"}, token)
     assert response.status_code in (404, 503) and "tokenizer" in response.json()["error"], response.content
 

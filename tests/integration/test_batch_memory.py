@@ -13,7 +13,7 @@ import pytest
 from tests import exhausting_runner, model_factory
 from tests.stack import Stack, http_json, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.one_phase]
 
 # The demo model's encoder with a classifier head (tiny models' peaks are allocator noise), on torch:
 # ONNX Runtime's arena grows by powers of two and keeps what it took, so its peaks are steps, not shapes.

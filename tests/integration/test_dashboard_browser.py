@@ -27,7 +27,7 @@ from tests.integration.conftest import CLS, MINILM, MLM
 from tests.integration.test_metrics import burst
 from tests.stack import ROOT, Stack, stop_process, wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_phase]
 
 ARTIFACTS = ROOT / "test-artifacts"
 USERNAME, PASSWORD = "ops", "dashboard-test-password-1"

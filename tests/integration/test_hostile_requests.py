@@ -19,6 +19,8 @@ import pytest
 from tests import model_factory
 from tests.stack import Stack, http_json
 
+pytestmark = [pytest.mark.integration, pytest.mark.one_phase]
+
 QA, NER, EMBED, NLI, MLM = "qa512", "ner512", "minilm", "nli", "mlm"
 TIMEOUT = ("--timeout", "60")
 

@@ -13,7 +13,7 @@ import pytest
 from models_registry.capacity import sizing
 from tests.stack import ROOT, Stack, free_port, http_json, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.one_phase]
 
 
 def _children(pid: int) -> list[int]:

@@ -17,7 +17,7 @@ import pytest
 from tests import model_factory
 from tests.stack import Stack, http_json, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.one_phase]
 
 MODELS = [f"cls-{i:02d}" for i in range(12)]
 PER_WORKER = 3

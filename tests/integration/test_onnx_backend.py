@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from tests.integration.common import MiniLMReference, post_many, sentences
 from tests.integration.conftest import MINILM_ORT
 from tests.stack import Stack, http_json
+
+pytestmark = [pytest.mark.integration, pytest.mark.one_phase]
 
 
 def test_onnxruntime_model_answers_the_torch_vectors(stack: Stack, token: str) -> None:

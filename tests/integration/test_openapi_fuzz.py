@@ -21,7 +21,7 @@ import pytest
 from tests.integration.conftest import CLS, MINILM, MLM
 from tests.stack import Stack, http_json
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_phase]
 
 SCHEMATHESIS = str(Path(sys.executable).parent / "schemathesis")
 MAX_EXAMPLES = 15  # per operation and phase: about 1,500 requests over the per-model paths, 40-60 s here

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -159,34 +161,60 @@ def test_a_timed_out_request_answers_504_and_is_not_computed(limited: Stack) -> 
                    "--task-name", "hurry", "--timeout", "0.1", "--max-batch-delay-ms", "0",
                    "--max-request-tokens", "0")  # no budget: the test is about the deadline, not a 413
     wait_until(lambda: any(t["name"] == "hurry" for t in _model(limited, EMB)["tasks"]), 5, "the new task")
-    time.sleep(1.5)  # the worker reads the registry every second
+
+    def worker_knows_it() -> bool:  # the worker reads the registry every second; until then: 503 (not served)
+        status = http_json("POST", f"{limited.url}/models/{EMB}/hurry", {"inputs": "x"},
+                           token=limited.tokens["all"], timeout=10)[0]
+        return status in (200, 504)
+
+    wait_until(worker_knows_it, 10, "the worker to read the new task", interval_s=0.2)
+    log = limited.workdir / "worker-0.log"
+    dropped_before = log.read_text().count("dropped")  # a probe above may have been dropped too
     long_inputs = [" ".join(["word"] * 200)] * 200  # far more than 0.1 s of compute on this machine
     status, _, body = http_json("POST", f"{limited.url}/models/{EMB}/hurry", {"inputs": long_inputs},
                                 token=limited.tokens["all"], timeout=10)
     assert status == 504 and body["error_type"] == "timeout", body
     # The worker drops what nobody waits for any more instead of computing all of it: the expired items
     # before compute, or the rest of a batch that ran past its deadline (whichever the timing gives).
-    wait_until(lambda: "dropped" in (limited.workdir / "worker-0.log").read_text(), 10, "the worker to drop items")
+    wait_until(lambda: log.read_text().count("dropped") > dropped_before, 10, "the worker to drop items")
     status, _, body = http_json("POST", f"{limited.url}/models/{EMB}", {"inputs": "after"},
                                 token=limited.tokens["all"])
     assert status == 200
 
 
-@pytest.fixture()
-def two_workers() -> Iterator[Stack]:
-    """Two workers serving one model (a fresh stack: the test kills processes)."""
+@pytest.fixture(scope="module")
+def killable() -> Iterator[Stack]:
+    """One model on a stack of its own: the tests kill its workers (two_workers replaces them)."""
     with Stack.started() as stack:
         stack.manage("register_model", EMB, "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--pooling", "mean", "--normalize", "--max-batch-size", "16",
                      "--max-queue-size", "4096", "--timeout", "60")
         stack.create_token("all")
-        stack.start_worker()
-        stack.start_worker()
         stack.start_web()
-        stack.wait_ready([EMB])
-        wait_until(lambda: http_json("GET", f"{stack.url}/ready")[2]["checks"].get("workers_alive") == 2, 60,
-                   "both workers alive")
         yield stack
+
+
+@pytest.fixture()
+def two_workers(killable: Stack) -> Stack:
+    """Two live workers serving one model, and no other: the ones an earlier test stopped are replaced."""
+    stack = killable
+    stack.workers = [process for process in stack.workers if process.poll() is None]
+    while len(stack.workers) < 2:
+        stack.start_worker()
+
+    def both_ready() -> bool:
+        status, _, body = http_json("GET", f"{stack.url}/models/{EMB}", token=stack.tokens["all"])
+        ready = [w for w in body["workers"] if w["state"] == "ready"] if status == 200 else []
+        # a killed worker's heartbeat counts until it expires: wait for exactly the two live ones
+        return len(ready) == 2 and http_json("GET", f"{stack.url}/ready")[2]["checks"].get("workers_alive") == 2
+
+    wait_until(both_ready, 90, f"two live workers ready (logs in {stack.workdir})", interval_s=0.25)
+    return stack
+
+
+def _log_of(process: subprocess.Popen) -> Path:
+    """The log file a worker writes (its stdout)."""
+    return Path(os.readlink(f"/proc/{process.pid}/fd/1"))
 
 
 def _run_while(stack: Stack, texts: list[str], after_answers: int, action) -> list:
@@ -205,6 +233,7 @@ def _run_while(stack: Stack, texts: list[str], after_answers: int, action) -> li
 
 
 @pytest.mark.slow
+@pytest.mark.one_phase
 def test_sigkill_of_one_worker_under_load_loses_nothing(two_workers: Stack, reference: MiniLMReference) -> None:
     texts = sentences(2000, seed=21)
     victim = two_workers.workers[0]
@@ -217,17 +246,20 @@ def test_sigkill_of_one_worker_under_load_loses_nothing(two_workers: Stack, refe
 
 
 @pytest.mark.slow
+@pytest.mark.one_phase
 def test_sigterm_drains_a_worker_without_losing_requests(two_workers: Stack, reference: MiniLMReference) -> None:
     texts = sentences(600, seed=22)
     victim = two_workers.workers[0]
+    victim_log = _log_of(victim)
     answers = _run_while(two_workers, texts, 150, lambda: victim.send_signal(signal.SIGTERM))
     assert victim.wait(60) == 0, "a drained worker exits cleanly"
     assert [a.status for a in answers].count(200) == 600
     assert wrong_answers(answers, texts, reference) == []
-    log = Path(two_workers.workdir / "worker-0.log").read_text()
+    log = victim_log.read_text()
     assert "draining" in log and "stopped" in log
 
 
+@pytest.mark.one_phase
 def test_requests_get_503_once_no_worker_is_left(two_workers: Stack) -> None:
     for worker in two_workers.workers:
         worker.send_signal(signal.SIGKILL)
@@ -244,6 +276,7 @@ def test_requests_get_503_once_no_worker_is_left(two_workers: Stack) -> None:
     assert http_json("GET", f"{two_workers.url}/health")[0] == 200
 
 
+@pytest.mark.one_phase
 def test_broker_loss_answers_503_fast_and_service_resumes() -> None:
     stack = Stack.create(own_redis=True)
     try:

@@ -13,7 +13,7 @@ import pytest
 from hosting import embedded_redis
 from tests.stack import ROOT, free_port, wait_until
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.one_phase]
 
 
 def _alive(pid: int) -> bool:

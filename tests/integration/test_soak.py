@@ -12,7 +12,7 @@ from tests import model_factory
 from tests.integration.common import post_many
 from tests.stack import Stack
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.one_phase]
 
 FAST = "soak-cls"
 SLOW = "soak-emb"

@@ -15,7 +15,7 @@ import pytest
 from tests import model_factory
 from tests.stack import Stack, http_json, wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_phase]
 
 GPT2, BART, CLS = "long-gpt2", "tiny-bart", "tiny-cls"
 PROMPT = "The cat sees"

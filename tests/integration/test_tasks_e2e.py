@@ -18,7 +18,7 @@ from tests import model_factory
 from tests.integration.common import MiniLMReference
 from tests.stack import Stack, http_json
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_phase]
 
 NER, QA, NLI, GPT2, BART, EMBED = "tiny-ner", "tiny-qa", "tiny-nli", "tiny-gpt2", "tiny-bart", "embed"
 TIMEOUT = ("--timeout", "60")

@@ -1,0 +1,40 @@
+"""Suite-wide hooks: CI's PostgreSQL phase skips the tests that no database backend changes.
+
+`.ci/run` runs the suite twice: SQLite + embedded Redis (everything), then PostgreSQL +
+Redis with HOSTING_TEST_PHASE=postgres. That phase skips the tests marked `one_phase`
+(soak, faults, scale-out, `make run`, the browser, the fuzzer: slow, and the database only
+stores their setup) and the unit and model tiers (they touch neither database nor broker),
+which all ran in the first phase. Every other test runs in both.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+PHASE_ENV = "HOSTING_TEST_PHASE"
+PHASES = ("", "sqlite", "postgres")  # "" and "sqlite": the whole suite
+BACKEND_FREE_TIERS = ("unit", "model")  # tests/<tier>: no database, no broker, by the tier's definition
+TESTS = Path(__file__).resolve().parent
+
+
+def _one_phase(item: pytest.Item) -> bool:
+    if item.get_closest_marker("one_phase"):
+        return True
+    parts = item.path.resolve().relative_to(TESTS).parts
+    return len(parts) > 1 and parts[0] in BACKEND_FREE_TIERS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In the postgres phase, skip what the SQLite phase already ran the same way."""
+    phase = os.environ.get(PHASE_ENV, "")
+    if phase not in PHASES:
+        raise pytest.UsageError(f"{PHASE_ENV}={phase!r}: expected one of {', '.join(p for p in PHASES if p)}")
+    if phase != "postgres":
+        return
+    skip = pytest.mark.skip(reason=f"one_phase: ran in the SQLite phase ({PHASE_ENV}=postgres)")
+    for item in items:
+        if _one_phase(item):
+            item.add_marker(skip)
