@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests import model_factory
 from tests.stack import Stack, http_json, wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_phase]  # no database in what it checks
 
 CLS = "procs-cls"
 REQUESTS = 60

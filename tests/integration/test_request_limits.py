@@ -13,6 +13,8 @@ import pytest
 
 from tests.stack import Stack
 
+pytestmark = [pytest.mark.integration, pytest.mark.one_phase]  # no database in what it checks
+
 MIB = 1024 * 1024
 
 
