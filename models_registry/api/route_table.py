@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from models_registry.api import hf_route, openai_routes, tei_routes
+from models_registry.api import hf_route, openai_generation, openai_routes, tei_routes
 from models_registry.api.inference_route import InferenceRoute
 from models_registry.jobs.lines import MODEL_URL
 
 _FIXED: dict[str, InferenceRoute] = {
     "/v1/embeddings": openai_routes.EMBEDDINGS,
     "/rerank": tei_routes.RERANK,
+    "/v1/chat/completions": openai_generation.CHAT,
+    "/v1/completions": openai_generation.COMPLETIONS,
 }
 
 
