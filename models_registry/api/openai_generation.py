@@ -101,13 +101,13 @@ async def completions(request: HttpRequest) -> HttpResponse:
 
 
 async def _open_all(spec: ModelSpec, task: TaskSpec, wanted: GenerationRequest, klass: str,
-                    drain_rate: float) -> list[Stream]:
+                    drain_rate: float, client: str) -> list[Stream]:
     """One stream per choice, opened together; all closed if any fails."""
     limit = priority.queue_limit(klass, task.policy.max_queue_size, task.max_batch_queue_size)
     prompts = [""] if wanted.chat else wanted.prompts
     openings = [stream_handoff.open_stream(
         model=spec.name, task=task.name, text=prompt, timeout_s=task.timeout_s, drain_rate=drain_rate,
-        priority=klass, max_queue_size=limit,
+        priority=klass, max_queue_size=limit, client=client,
         parameters={**task.parameters, **generation_requests.worker_parameters(wanted, choice)})
         for p, prompt in enumerate(prompts) for choice in range(p * wanted.n, (p + 1) * wanted.n)]
     results = await asyncio.gather(*openings, return_exceptions=True)
@@ -152,10 +152,11 @@ async def _respond(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpec
                    wanted: GenerationRequest, started: float) -> Answer:
     drain_rate = await dispatch.require_serving(spec, task.name)
     estimate_parameters = {**task.parameters, **wanted.parameters}
+    client = str(grant.token_id) if grant is not None else ""
     admitted = await gate.admit_stream(grant=grant, asked_priority=call.priority,
                                        inputs=wanted.prompts * wanted.n, task=TASK, parameters=estimate_parameters)
     try:
-        streams = await _open_all(spec, task, wanted, admitted.klass, drain_rate)
+        streams = await _open_all(spec, task, wanted, admitted.klass, drain_rate, client)
     except BaseException:
         admitted.settle(0)
         raise

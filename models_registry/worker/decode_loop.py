@@ -110,7 +110,7 @@ class DecodeLoop:
                 continue
             entry = Entry(id=item.request.id, tokens=row.tokens, prompt_tokens=len(row.ids),
                           arrival=item.request.arrival, payload=Waiting(item, sink, row),
-                          priority=item.request.priority)
+                          priority=item.request.priority, client=item.request.delivery.client)
             if not running.schedule.fits_alone(entry):
                 failed.append((item, sink, ItemFailure(TooLarge(
                     f"the prompt and max_new_tokens need {row.tokens} tokens of KV cache; this worker's memory "
