@@ -21,9 +21,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
-import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -31,13 +28,10 @@ from typing import Any
 
 import httpx
 
-from bench.comparison import _free_port
+from bench.generation_peer import Server, start_serve
 from bench.stack_setup import stopped_on_failure
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVE_HOME = ROOT / "bench-results" / "transformers-serve"
-REQUIREMENTS = ROOT / "requirements-bench-generation.txt"
-CB_BLOCKS = 320  # 10,240 KV tokens for transformers serve (~750 MB); its default takes half the machine's memory
 PROMPTS = ["The cat sees", "A dog likes a book about history.", "Paris is", "Once upon a time the city of",
            "Every question quickly", "The lazy dog reads the blue sky and"]
 
@@ -84,39 +78,13 @@ def build_model(dest: Path) -> Path:
     return dest
 
 
-def install_serve() -> tuple[Path | None, str]:
-    """(python of a venv that runs `transformers serve`, "") or (None, why not); torch etc. from our venv."""
-    venv, log = SERVE_HOME / "venv", SERVE_HOME / "setup.log"
-    stamp = venv / ".installed"
-    if not stamp.is_file():
-        SERVE_HOME.mkdir(parents=True, exist_ok=True)
-        print(f"installing transformers serve's extras into {venv} (once; log: {log}) ...", flush=True)
-        with open(log, "ab") as out:
-            if subprocess.run([sys.executable, "-m", "venv", str(venv)], stdout=out, stderr=out).returncode:
-                return None, f"could not create a venv (see {log})"
-            site = Path(subprocess.check_output([str(venv / "bin" / "python"), "-c",
-                                                 "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                                text=True).strip())
-            # Our torch and transformers first on its path, so pip adds only what serving lacks.
-            (site / "zz_product_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-            pip = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "-r", str(REQUIREMENTS)],
-                                 stdout=out, stderr=out, timeout=900)
-        if pip.returncode:
-            return None, f"pip could not install {REQUIREMENTS.name} (see {log})"
-        stamp.touch()
-    return venv / "bin" / "python", ""
+async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tokens: int, counted: list[float],
+                     firsts: list[float] | None = None) -> tuple[float | None, float, int]:
+    """(time to first token, total time, tokens) of one streamed completion.
 
-
-class Server:
-    """One server under test: where to send requests and the model id it knows."""
-
-    def __init__(self, name: str, url: str, model: str, headers: dict[str, str]) -> None:
-        self.name, self.url, self.model, self.headers = name, url, model, headers
-
-
-async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tokens: int,
-                     counted: list[float]) -> tuple[float | None, float, int]:
-    """(time to first token, total time, tokens) of one streamed completion; counted gets each token's time."""
+    counted gets each token's arrival time, firsts the time to first token as soon as it comes
+    (a request still running at the window's end counts too).
+    """
     body = {"model": server.model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True}
     started = time.perf_counter()
     first, count = None, 0
@@ -129,7 +97,10 @@ async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tok
             choices = json.loads(line[6:]).get("choices") or []
             if choices and choices[0].get("text"):
                 now = time.perf_counter()
-                first = first if first is not None else now - started
+                if first is None:
+                    first = now - started
+                    if firsts is not None:
+                        firsts.append(first)
                 count += 1
                 counted.append(now)
     return first, time.perf_counter() - started, count
@@ -142,6 +113,7 @@ async def level(server: Server, streams: int, args: argparse.Namespace) -> dict[
     token_times: list[float] = []
     ttfts: list[float] = []
     probes: list[float] = []
+    finished: list[int] = []
     started = time.perf_counter()
     until = started + args.seconds
     errors: list[str] = []
@@ -151,12 +123,11 @@ async def level(server: Server, streams: int, args: argparse.Namespace) -> dict[
             while plan and time.perf_counter() < until:
                 prompt, tokens = plan.pop()
                 try:
-                    first, _, _ = await one_stream(client, server, prompt, tokens, token_times)
+                    await one_stream(client, server, prompt, tokens, token_times, ttfts)
+                    finished.append(1)
                 except Exception as error:  # noqa: BLE001 - reported in the table
                     errors.append(str(error)[:200])
                     return
-                if first is not None:
-                    ttfts.append(first)
 
         async def probe() -> None:
             while time.perf_counter() < until:
@@ -174,7 +145,7 @@ async def level(server: Server, streams: int, args: argparse.Namespace) -> dict[
     window = min(time.perf_counter(), until) - started
     in_window = sum(1 for t in token_times if t <= until)
     return {"tokens_s": round(in_window / window, 1), "ttft_p50_ms": pct(ttfts, 50), "ttft_p99_ms": pct(ttfts, 99),
-            "requests": len(ttfts), "probe_p50_ms": pct(probes, 50), "errors": errors[:2]}
+            "requests": f"{len(finished)}/{len(ttfts)}", "probe_p50_ms": pct(probes, 50), "errors": errors[:2]}
 
 
 def pct(values: list[float], q: int) -> float | None:
@@ -197,11 +168,12 @@ def start_product(model_dir: Path, threads: int) -> tuple[Any, dict[str, Server]
     """One stack: a worker with continuous batching and one with static batches, each its own model name."""
     from tests.stack import Stack
 
-    stack = Stack.create({"HOSTING_TORCH_THREADS": str(threads)})
+    # Nice 0 as the peer: the worker's default niceness (5) yields the cores to the web, and to everyone else.
+    stack = Stack.create({"HOSTING_TORCH_THREADS": str(threads), "HOSTING_WORKER_NICE": "0"})
     with stopped_on_failure(stack):
         for name in ("gen-continuous", "gen-static"):
             stack.manage("register_model", name, "--source", str(model_dir), "--task", "text-generation",
-                         "--max-batch-size", "32", "--timeout", "600", "--max-queue-size", "256")
+                         "--max-batch-size", "40", "--timeout", "600", "--max-queue-size", "256")  # 32 + the probe
         token = stack.create_token("all")
         stack.start_worker({"HOSTING_WORKER_MODELS": "gen-continuous"})
         stack.start_worker({"HOSTING_WORKER_MODELS": "gen-static", "HOSTING_CONTINUOUS_BATCHING": "0"})
@@ -212,35 +184,9 @@ def start_product(model_dir: Path, threads: int) -> tuple[Any, dict[str, Server]
                    "static": Server("static", url, "gen-static", headers)}
 
 
-def start_serve(model_dir: Path, threads: int, log_dir: Path) -> tuple[subprocess.Popen[bytes] | None, Server | None,
-                                                                          str]:
-    """`transformers serve --continuous-batching` on loopback, or why not."""
-    python, why = install_serve()
-    if python is None:
-        return None, None, why
-    port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-    log = open(log_dir / "transformers-serve.log", "ab")  # noqa: SIM115 - open while the server runs
-    process = subprocess.Popen([str(python), "-m", "transformers.cli.transformers", "serve", str(model_dir),
-                                "--continuous-batching", "--host", "127.0.0.1", "--port", str(port), "--device",
-                                "cpu", "--cb-block-size", "32", "--cb-num-blocks", str(CB_BLOCKS)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        if process.poll() is not None:
-            return None, None, f"it exited with {process.returncode} (see {log_dir / 'transformers-serve.log'})"
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return process, Server("transformers-serve", f"http://127.0.0.1:{port}", str(model_dir), {}), ""
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    os.killpg(process.pid, 9)
-    return None, None, "it did not answer /health within 180 s"
-
-
 def table(results: dict[str, dict[int, dict[str, Any]]], solo: dict[str, float]) -> str:
     """The markdown table of a run."""
-    lines = ["| server | streams | tokens/s | TTFT p50 ms | TTFT p99 ms | requests | 4-token probe p50 ms "
+    lines = ["| server | streams | tokens/s | TTFT p50 ms | TTFT p99 ms | requests done/started | 4-token probe p50 ms "
              "(alone) | errors |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     for name, levels in results.items():
         for streams, row in levels.items():
@@ -258,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, dict[int, dict[str, Any]]] = {}
     solo: dict[str, float] = {}
     skipped: dict[str, str] = {}
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-generation-") as tmp:
         model_dir = build_model(Path(tmp) / "gpt2-small-random")
         log_dir = ROOT / "bench-results"
@@ -275,8 +222,10 @@ def main(argv: list[str] | None = None) -> None:
             for name, server in chosen.items():
                 solo[name] = asyncio.run(solo_probe(server))
                 results[name] = {}
-            for streams in levels:  # servers in turn at each level: a load change on the machine hits all alike
-                for name, server in chosen.items():
+            # Server by server: transformers serve goes on generating for clients that left at a window's end,
+            # which would slow whichever server came next.
+            for name, server in chosen.items():
+                for streams in levels:
                     results[name][streams] = asyncio.run(level(server, streams, args))
                     print(name, streams, results[name][streams], flush=True)
         finally:
@@ -289,7 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     notes = "".join(f"\n- {name} skipped: {why}" for name, why in skipped.items())
     Path(args.out).write_text(
         f"# Streamed generation: continuous vs static batching (`make bench-generation`)\n\n"
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs seen, torch threads "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs seen (load average "
+        f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end), torch threads "
         f"{args.threads}; GPT-2 small shape (124M parameters, random weights), greedy, prompts of 2-9 tokens, "
         f"{args.min_tokens}-{args.max_tokens} new tokens each (one seeded sequence per level), window "
         f"{args.seconds:g} s or {args.max_requests} requests per level. tokens/s: content chunks received in the "

@@ -93,8 +93,10 @@ class BatchLoop:
                 batch = await self._without_abandoned(batch)
                 if not batch.items:
                     continue
-                if self.decoding.takes(batch):
-                    await self.decoding.join(batch)  # it joins the running decode batch at the next step
+                decoded, batch = self.decoding.split(batch)
+                if decoded is not None:
+                    await self.decoding.join(decoded)  # they join the running decode batch at the next step
+                if batch is None:
                     continue
             if batch is None:
                 if self.decoding.busy():

@@ -70,13 +70,16 @@ class DecodeLoop:
         """Whether some request waits or decodes."""
         return any(r.schedule.waiting or r.schedule.running for r in self.running.values())
 
-    def takes(self, batch: Batch[Delivery]) -> bool:
-        """Whether batch belongs in a decode batch: streamed text-generation on a decoder model."""
-        if not self.enabled or not all(i.request.delivery.streams and not i.request.delivery.suspect
-                                       for i in batch.items):
-            return False
-        pipe = self._pipe(batch.key)
-        return pipe is not None and decode_batch.supports(pipe.model)
+    def split(self, batch: Batch[Delivery]) -> tuple[Batch[Delivery] | None, Batch[Delivery] | None]:
+        """(the items that belong in a decode batch: streamed text-generation on a decoder model, the rest)."""
+        pipe = self._pipe(batch.key) if self.enabled else None
+        if pipe is None or not decode_batch.supports(pipe.model):
+            return None, batch
+        # A request redelivered after a worker died is computed alone, in the static path (worker.suspects).
+        mine = [i for i in batch.items if i.request.delivery.streams and not i.request.delivery.suspect]
+        rest = [i for i in batch.items if not (i.request.delivery.streams and not i.request.delivery.suspect)]
+        return (Batch(batch.key, mine, batch.reason) if mine else None,
+                Batch(batch.key, rest, batch.reason) if rest else None)
 
     async def join(self, batch: Batch[Delivery]) -> None:
         """Read each request of batch (400s answered at once) and queue it for the next step."""
