@@ -54,8 +54,7 @@ def _common() -> dict[str, Any]:
             description="up to 4 sequences; the text ends before the first one (finish_reason stop)")]],
         "seed": NotRequired[Annotated[int | None, Field(ge=-(2**63), le=2**63 - 1, description="choice i uses "
                                                                                                "seed + i")]],
-        "n": NotRequired[Annotated[int | None, Field(ge=1, le=MAX_CHOICES, description="choices per prompt "
-                                                                                       f"({MAX_CHOICES} in all)")]],
+        "n": NotRequired[Annotated[int | None, Field(ge=1, le=MAX_CHOICES, description="choices per prompt")]],
         "stream": NotRequired[Annotated[bool | None, Field(description="OpenAI's chunks as server-sent events, "
                                                                        "then data: [DONE]")]],
         "stream_options": NotRequired[StreamOptions | None],
@@ -74,7 +73,7 @@ ChatCompletionRequest.__doc__ = "OpenAI's chat completions request."
 
 CompletionRequest = with_config(SHAPE_CONFIG)(TypedDict("CompletionRequest", {  # type: ignore[operator]
     **_common(),
-    "prompt": Required[Annotated[str | Annotated[list[str], Field(min_length=1)], Field(
+    "prompt": Required[Annotated[str | Annotated[list[str], Field(min_length=1, max_length=MAX_CHOICES)], Field(
         description="a prompt, or a list of prompts (n choices each)")]],
 }))
 CompletionRequest.__doc__ = "OpenAI's completions request."

@@ -15,7 +15,7 @@ from typing import Any
 from models_registry.core.errors import InvalidInput
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
-MAX_CHOICES = 8  # n (times prompts for completions): each choice is one generated stream
+MAX_CHOICES = 8  # n, and prompts of a completions request: each choice (prompt x n) is one generated stream
 MAX_STOPS = 4  # OpenAI's limit
 MAX_STOP_CHARS = 256
 MAX_MESSAGES = 256
@@ -79,8 +79,6 @@ def read(payload: Any, chat: bool) -> GenerationRequest:
     messages = _messages(payload.get("messages")) if chat else None
     prompts = [m["content"] for m in messages] if messages else _prompts(payload.get("prompt"))
     n = _integer(payload, "n", 1, MAX_CHOICES, 1)
-    if n * (1 if chat else len(prompts)) > MAX_CHOICES:
-        raise invalid(f"{n} choices for each of {len(prompts)} prompts: at most {MAX_CHOICES} in all", "n")
     stream = payload.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise invalid("'stream' must be true or false", "stream")
@@ -133,6 +131,8 @@ def _prompts(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and value and all(isinstance(p, str) for p in value):
+        if len(value) > MAX_CHOICES:
+            raise invalid(f"{len(value)} prompts: at most {MAX_CHOICES}", "prompt")
         return list(value)
     if isinstance(value, list) and value and all(isinstance(p, int) and not isinstance(p, bool) for p in value):
         raise invalid("token-id prompts are not supported: send text", "prompt")

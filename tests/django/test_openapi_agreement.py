@@ -288,6 +288,8 @@ GENERATION_EDGES: list[tuple[bool, Any]] = [
     (False, {"model": "m", "prompt": "x", "echo": False, "best_of": 1}),
     (False, {"model": "m", "prompt": ["x", "y"]}),
     (False, {"model": "m", "prompt": []}),
+    (False, {"model": "m", "prompt": ["x"] * 8, "n": 8}),
+    (False, {"model": "m", "prompt": ["x"] * 9}),
     (False, {"model": "m", "prompt": "x", "echo": True}),
     (False, {"model": "m", "prompt": "x", "messages": []}),
 ]

@@ -50,8 +50,9 @@ def test_bad_values_name_their_field(body: dict[str, Any], param: str) -> None:
 def test_completions_take_prompts_not_token_ids() -> None:
     with pytest.raises(InvalidInput, match="token-id"):
         read({"model": "m", "prompt": [1, 2]}, chat=False)
-    with pytest.raises(InvalidInput, match="choices"):
-        read({"model": "m", "prompt": ["a"] * 3, "n": 3}, chat=False)
+    with pytest.raises(InvalidInput, match="prompts"):
+        read({"model": "m", "prompt": ["a"] * 9}, chat=False)
+    assert read({"model": "m", "prompt": ["a"] * 8, "n": 8}, chat=False).choices == 64
 
 
 def test_a_stop_sequence_is_cut_and_its_prefix_held_back() -> None:
