@@ -23,7 +23,7 @@ from models_registry.api import inference_route
 from models_registry.api.answer import Answer, json_answer, to_django
 from models_registry.api.call import ApiCall, from_django
 from models_registry.api.completion_shapes import Choice, Shaper
-from models_registry.api.generation_requests import GenerationRequest, invalid
+from models_registry.api.generation_requests import GenerationRequest
 from models_registry.api.inference_route import Work
 from models_registry.api.openai_routes import _body, openai_error_answer, openai_error_body, openai_view
 from models_registry.broker import stream_handoff
@@ -49,9 +49,9 @@ async def resolve(model_id: str) -> tuple[ModelSpec, TaskSpec]:
     task = spec.tasks.get(task_name or spec.default_task)
     if task is None:
         raise NotFound(f"model {name!r} has no task {task_name!r}; GET /v1/models lists the ids")
-    if task.task != TASK:
-        raise invalid(f"{model_id!r} is a {task.task} task, not a text-generation model; GET /v1/models "
-                      "lists the ids", "model")
+    if task.task != TASK:  # OpenAI answers 404 for a model the endpoint does not serve
+        raise NotFound(f"{model_id!r} is a {task.task} task, not a text-generation model; GET /v1/models "
+                       "lists the ids")
     return spec, task
 
 

@@ -135,7 +135,7 @@ def test_bad_parameters_are_400s(client: Any, stack: Stack) -> None:
         client.chat.completions.create(model=PLAIN, messages=MESSAGES, max_tokens=4)
     with pytest.raises(openai.BadRequestError, match="positions"):
         client.completions.create(model=PLAIN, prompt="word " * 300, max_tokens=4)
-    with pytest.raises(openai.BadRequestError, match="not a text-generation"):
+    with pytest.raises(openai.NotFoundError, match="not a text-generation"):
         client.completions.create(model=CLS, prompt="hello", max_tokens=4)
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="nope", prompt="hello")
