@@ -7,7 +7,7 @@ PORT ?= 8000
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv run test test-fast test-unit bench bench-tiny bench-gpu bench-jobs bench-policies bench-media bench-memory migrate clean
+.PHONY: venv run test test-fast test-unit bench bench-generation bench-tiny bench-gpu bench-jobs bench-policies bench-media bench-memory migrate clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-model.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test-unit: venv
 ## The benchmark: prints its table and writes bench-results/.
 bench: venv
 	$(PY) -m bench
+
+## Streamed generation: continuous vs static batching vs `transformers serve --continuous-batching` (GPT-2 small shape).
+bench-generation: venv
+	$(PY) -m bench.generation
 
 ## The hop alone: a tiny model through the product, Infinity and LitServe side by side, CPU per process, web profile.
 bench-tiny: venv

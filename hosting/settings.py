@@ -195,6 +195,8 @@ HOSTING_TORCH_THREADS = int(os.environ["HOSTING_TORCH_THREADS"]) if os.environ.g
 HOSTING_WEB_PROCESSES = int(os.environ.get("HOSTING_WEB_PROCESSES") or 0)
 # Embedding batches run as packed rows (no padding) where a load-time check shows equal outputs.
 HOSTING_SEQUENCE_PACKING = _flag("HOSTING_SEQUENCE_PACKING", True)
+# Streamed text-generation on decoder models is batched per token step (off: static batches, for comparison).
+HOSTING_CONTINUOUS_BATCHING = _flag("HOSTING_CONTINUOUS_BATCHING", True)
 # On CPU, packed forwards run through a TorchScript trace where it reproduces the eager outputs.
 HOSTING_TORCHSCRIPT = _flag("HOSTING_TORCHSCRIPT", True)
 # Exported ONNX encoders (and their int8 copies), shared by every worker on the machine and kept across restarts.

@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from models_registry.api import batch_routes, openai_routes, openapi, tei_routes, tokenize_route, views
+from models_registry.api import batch_routes, openai_generation, openai_routes, openapi, tei_routes, tokenize_route, views
 from models_registry.core import paths
 
 urlpatterns = [
@@ -12,6 +12,8 @@ urlpatterns = [
     re_path(rf"^{paths.MODEL_TASK_ROUTE}$", views.model_task_endpoint, name="model-task"),
     path("v1/embeddings", openai_routes.embeddings, name="openai-embeddings"),
     path("v1/models", openai_routes.list_models, name="openai-models"),
+    path("v1/chat/completions", openai_generation.chat_completions, name="openai-chat-completions"),
+    path("v1/completions", openai_generation.completions, name="openai-completions"),
     path("v1/files", batch_routes.file_collection, name="openai-files"),
     path("v1/files/<str:file_id>", batch_routes.file_detail, name="openai-file"),
     path("v1/files/<str:file_id>/content", batch_routes.file_content, name="openai-file-content"),

@@ -112,10 +112,15 @@ def _corpus() -> list[str]:
     return [f"{s} {v} {o}" for s, v, o in itertools.product(subjects, verbs, objects)]
 
 
-def build_tiny_gpt2(dest: Path, positions: int = 128) -> Path:
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+def build_tiny_gpt2(dest: Path, positions: int = 128, chat_template: str | None = None) -> Path:
     """Build a tiny random GPT2LMHeadModel with a locally trained byte-level BPE tokenizer.
 
-    positions: its context length (streaming tests want generations long enough to interrupt).
+    positions: its context length (streaming tests want generations long enough to interrupt);
+    chat_template: a Jinja chat template for the tokenizer (CHAT_TEMPLATE is a plain one).
     """
     import torch
     from tokenizers import processors
@@ -129,6 +134,8 @@ def build_tiny_gpt2(dest: Path, positions: int = 128) -> Path:
     bpe.post_processor = processors.ByteLevel(trim_offsets=False)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=EOS, eos_token=EOS,
                                         unk_token=EOS, pad_token=EOS, model_max_length=positions)
+    if chat_template:
+        tokenizer.chat_template = chat_template
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
     config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=positions,
                         bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id)

@@ -1,4 +1,4 @@
-"""OpenAI-compatible routes: POST /v1/embeddings and GET /v1/models (feature-extraction tasks).
+"""OpenAI-compatible routes: POST /v1/embeddings and GET /v1/models (embedding and generation ids).
 
 Errors here use OpenAI's shape, {"error": {"message", "type", "param", "code"}}, plus our
 `error_type` at the top level: the openai SDK reads `error.message` into the exception
@@ -113,6 +113,12 @@ def embedding_ids(spec: ModelSpec) -> list[str]:
             for t in spec.tasks.values() if _embeds(t)]
 
 
+def generation_ids(spec: ModelSpec) -> list[str]:
+    """The /v1 model ids of spec's text-generation tasks (chat and completions), named as embedding_ids."""
+    return [spec.name if t.name == spec.default_task else str(TaskKey(spec.name, t.name))
+            for t in spec.tasks.values() if t.task == "text-generation"]
+
+
 def _embeds(task: TaskSpec) -> bool:
     return task.task == "feature-extraction" and task.pooling != "none"
 
@@ -207,7 +213,7 @@ def _created_at() -> dict[str, int]:
 
 @openai_view("GET")
 async def list_models(request: HttpRequest) -> HttpResponse:
-    """OpenAI's GET /v1/models: every enabled embedding id this token may use."""
+    """OpenAI's GET /v1/models: every enabled embedding and text-generation id this token may use."""
     grant = await auth.authorize(request.headers.get("Authorization"), None)
     specs = await lookups.get_specs()
     created = await sync_to_async(lookups.fresh_connection(_created_at))()
@@ -215,6 +221,6 @@ async def list_models(request: HttpRequest) -> HttpResponse:
         {"id": model_id, "object": "model", "created": created.get(name, 0), "owned_by": "hosting"}
         for name, spec in specs.items()
         if spec.enabled and (grant is None or grant.allows(name))
-        for model_id in embedding_ids(spec)
+        for model_id in embedding_ids(spec) + generation_ids(spec)
     ]
     return JsonResponse({"object": "list", "data": data})

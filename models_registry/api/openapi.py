@@ -20,7 +20,7 @@ from django.template.loader import render_to_string
 from pydantic import Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
-from models_registry.api import batch_models, openapi_models, request_models, response_models
+from models_registry.api import batch_models, generation_models, openapi_models, request_models, response_models
 from models_registry.api.views import api_view
 from models_registry.core.conf import conf
 from models_registry.core.errors import ERROR_CLASSES, Conflict, HostingError
@@ -138,7 +138,9 @@ def operations(max_inputs: int) -> list[Operation]:
         Operation("/v1/embeddings", "post", "OpenAI-compatible embeddings (feature-extraction tasks).",
                   r.EmbeddingResponse, errors, request_models.embedding_request(max_inputs), ("openai",),
                   openai=True, timings=True, example={"model": DEMO_MODEL, "input": "hello"}),
-        Operation("/v1/models", "get", "OpenAI-compatible list of the embedding model ids this token may use.",
+        *generation_models.operations(Operation),
+        Operation("/v1/models", "get", "OpenAI-compatible list of the embedding and text-generation model ids this "
+                  "token may use.",
                   r.OpenAIModelList, listing, tags=("openai",), openai=True),
         Operation("/tokenize", "post",
                   "Text Embeddings Inference's tokenize: ids, strings and character offsets (no worker involved).",

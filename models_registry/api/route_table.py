@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from models_registry.api import hf_route, openai_routes, tei_routes, tokenize_route
+from models_registry.api import hf_route, openai_generation, openai_routes, tei_routes, tokenize_route
 from models_registry.api.inference_route import InferenceRoute
 from models_registry.core import paths
 
 _FIXED: dict[str, InferenceRoute] = {
     paths.EMBEDDINGS_PATH: openai_routes.EMBEDDINGS,
+    paths.CHAT_COMPLETIONS_PATH: openai_generation.CHAT,
+    paths.COMPLETIONS_PATH: openai_generation.COMPLETIONS,
     paths.RERANK_PATH: tei_routes.RERANK,
     paths.TOKENIZE_PATH: tokenize_route.TOKENIZE,
 }

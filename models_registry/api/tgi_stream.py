@@ -79,6 +79,7 @@ async def respond(call: ApiCall, grant: TokenGrant | None, spec: ModelSpec, task
             model=wire, task=task.name, text=parsed.inputs[0], parameters={**parsed.parameters, **options},
             timeout_s=task.timeout_s, drain_rate=drain_rate, priority=admitted.klass,
             max_queue_size=priority.queue_limit(admitted.klass, task.policy.max_queue_size, task.max_batch_queue_size),
+            client=str(grant.token_id) if grant is not None else "",
         )
     except BaseException:
         admitted.settle(0)

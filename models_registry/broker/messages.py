@@ -30,9 +30,10 @@ def request_message(
     parameters: dict[str, Any],
     deadline: float,
     priority: str = "interactive",
+    client: str = "",
 ) -> dict[str, Any]:
-    """The message a view sends to the inference channel."""
-    return {
+    """The message a view sends to the inference channel (client: who sent it, for fair decode scheduling)."""
+    message = {
         "type": REQUEST_TYPE,
         "id": request_id,
         "reply": reply_channel,
@@ -43,6 +44,9 @@ def request_message(
         "deadline": deadline,
         "priority": priority,  # interactive or batch (served behind interactive, shed first)
     }
+    if client:
+        message["client"] = client
+    return message
 
 
 def result_message(

@@ -105,7 +105,8 @@ async def _extend(layer: WorkLayer, model: str, task: str, key: str, deadline: f
 
 
 async def open_stream(*, model: str, task: str, text: str, parameters: dict[str, Any], timeout_s: float,
-                      max_queue_size: int, drain_rate: float = 0.0, priority: str = "interactive") -> Stream:
+                      max_queue_size: int, drain_rate: float = 0.0, priority: str = "interactive",
+                      client: str = "") -> Stream:
     """Admit and send one prompt for streamed generation; return once its first events are in."""
     layer = work_layer()
     deadline = time.time() + timeout_s
@@ -116,7 +117,7 @@ async def open_stream(*, model: str, task: str, text: str, parameters: dict[str,
     try:
         message = messages.request_message(
             request_id=key, reply_channel=reply, model=model, task=task, inputs=[text],
-            parameters={**parameters, "stream": True}, deadline=deadline, priority=priority,
+            parameters={**parameters, "stream": True}, deadline=deadline, priority=priority, client=client,
         )
         await handoff.send_request(layer, model, message)
         first = await stream.next_events()

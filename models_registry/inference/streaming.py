@@ -156,6 +156,16 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
+def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """messages rendered with the tokenizer's chat template, ready for the assistant's turn (400 without one)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise InvalidInput("this model has no chat template: send a prompt to /v1/completions instead")
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as error:  # a template that raises on these messages (e.g. roles it does not take)
+        raise InvalidInput(f"the model's chat template does not take these messages: {error}") from None
+
+
 def generate(task: str, loaded: Any, texts: list[str], params: dict[str, Any],
              sinks: list[TokenSink | None]) -> list[dict[str, Any]]:
     """Generate for every prompt in one batch; stream each to its sink; TGI's answer (with details) per prompt.
@@ -169,6 +179,7 @@ def generate(task: str, loaded: Any, texts: list[str], params: dict[str, Any],
     if seq2seq:
         prefix, defaults, _ = _task_settings(task, ModelBundle(model=model, tokenizer=tokenizer), params)
         options = {**defaults, **options}
+    texts = [chat_prompt(tokenizer, params["messages"]) for _ in texts] if params.get("messages") else texts
     limit = max_positions(model, tokenizer)
     encoded = tokenizer([prefix + t for t in texts], padding=True, return_token_type_ids=False, return_tensors="pt",
                         truncation=seq2seq and limit is not None, max_length=limit if seq2seq else None)

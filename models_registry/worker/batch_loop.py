@@ -13,12 +13,14 @@ from models_registry.broker import admission
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.batch_types import Batch, ItemFailure
+from models_registry.core.conf import conf
 from models_registry.core.errors import Internal, Unavailable
 from models_registry.inference.backend import ModelRunner
 from models_registry.inference.compute_deadline import computing_until
 from models_registry.inference.containment import contained, describe
 from models_registry.worker import suspects
 from models_registry.worker.batcher import Batcher
+from models_registry.worker.decode_loop import DecodeLoop
 from models_registry.worker.delivery import Delivery
 from models_registry.worker.engine_stats import EngineStats
 from models_registry.worker.model_slots import ModelSlots
@@ -49,6 +51,9 @@ class BatchLoop:
         self._room = asyncio.Event()
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
         self.streams = TokenStreams(layer)
+        # Streamed text-generation on decoder models joins a running batch per token step (worker.decode_loop).
+        self.decoding = DecodeLoop(batcher, slots, replies, self.streams, self.memory, self.in_compute_thread,
+                                   enabled=conf.CONTINUOUS_BATCHING)
 
     def wake(self) -> None:
         """Look at the queues again now (new work, or new policies)."""
@@ -88,7 +93,17 @@ class BatchLoop:
                 batch = await self._without_abandoned(batch)
                 if not batch.items:
                     continue
+                decoded, batch = self.decoding.split(batch)
+                if decoded is not None:
+                    await self.decoding.join(decoded)  # they join the running decode batch at the next step
+                if batch is None:
+                    continue
             if batch is None:
+                if self.decoding.busy():
+                    self.busy = True
+                    await self.decoding.iterate()  # one token step, then the queues again
+                    self.busy = self.decoding.busy()
+                    continue
                 await self._sleep_until_work(now)
                 continue
             self.busy = True

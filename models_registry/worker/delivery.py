@@ -17,6 +17,7 @@ class Delivery:
     lease: Lease | None = None  # released once the request is answered or dropped
     tokens: int = 0  # what the request is charged: the tokens the model computes for it
     suspect: bool = False  # redelivered after a worker died: computed alone (worker.suspects)
+    client: str = ""  # the API token that sent it (worker.decode_schedule)
 
     @property
     def streams(self) -> bool:

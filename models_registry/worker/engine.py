@@ -104,7 +104,7 @@ class InferenceEngine:
             self.batcher.submit(
                 key, request.id, payloads, costs, time.time(), request.deadline,
                 delivery=Delivery(reply=request.reply, parameters=request.parameters, lease=lease, tokens=charged,
-                                  suspect=bool(message.get(REDELIVERED))),
+                                  suspect=bool(message.get(REDELIVERED)), client=request.client),
                 priority=request.priority,
             )
         except QueueFull as full:

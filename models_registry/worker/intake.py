@@ -28,6 +28,7 @@ class InferenceRequest:
     parameters: dict[str, Any]
     deadline: float
     priority: str = "interactive"  # or "batch": served behind interactive items (batcher)
+    client: str = ""  # the API token that sent it (decode batches share rows fairly among clients)
 
     @classmethod
     def parse(cls, message: dict[str, Any]) -> InferenceRequest | None:
@@ -37,7 +38,7 @@ class InferenceRequest:
                 id=str(message["id"]), reply=str(message["reply"]), model=str(message["model"]),
                 task=str(message["task"]), inputs=list(message["inputs"]),
                 parameters=dict(message.get("parameters") or {}), deadline=float(message["deadline"]),
-                priority=str(message.get("priority") or "interactive"),
+                priority=str(message.get("priority") or "interactive"), client=str(message.get("client") or ""),
             )
         except (KeyError, TypeError, ValueError):
             return None

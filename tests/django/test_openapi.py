@@ -41,7 +41,7 @@ def test_every_spec_route_is_described(schema: dict[str, Any]) -> None:
     assert operations == {
         ("/models", "get"), ("/models/{name}", "get"), ("/models/{name}", "post"),
         ("/models/{name}/{task}", "post"), ("/v1/embeddings", "post"), ("/v1/models", "get"),
-        ("/health", "get"), ("/ready", "get"), ("/metrics", "get"),
+        ("/v1/chat/completions", "post"), ("/v1/completions", "post"), ("/health", "get"), ("/ready", "get"), ("/metrics", "get"),
         ("/api/openapi.json", "get"), ("/api/docs", "get"), ("/tokenize", "post"),
         ("/rerank", "post"), ("/v1/files", "post"), ("/v1/files", "get"), ("/v1/files/{file_id}", "get"),
         ("/v1/files/{file_id}", "delete"),
@@ -61,6 +61,7 @@ def test_every_reference_resolves(schema: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(("path", "method"), [
     ("/models/{name}", "post"), ("/models/{name}/{task}", "post"), ("/v1/embeddings", "post"),
+    ("/v1/chat/completions", "post"), ("/v1/completions", "post"),
 ])
 def test_inference_routes_document_every_error_and_both_bodies(schema: dict[str, Any], path: str,
                                                                 method: str) -> None:

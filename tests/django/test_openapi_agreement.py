@@ -265,3 +265,45 @@ async def test_a_stream_is_one_prompt_in_the_models_document(generation_token: s
     assert body.is_valid({"inputs": "x", "stream": True}) and body.is_valid({"inputs": ["x", "y"], "stream": False})
     assert not body.is_valid({"inputs": ["x"], "stream": True})
     assert "text/event-stream" in doc["paths"]["/models/gen"]["post"]["responses"]["200"]["content"]
+
+
+GENERATION_EDGES: list[tuple[bool, Any]] = [
+    (True, {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            "temperature": 0, "top_p": 1, "n": 8, "seed": -5, "stop": ["a", "b"], "stream": True,
+            "stream_options": {"include_usage": True}, "max_completion_tokens": 512, "user": "u"}),
+    (True, {"model": "m", "messages": []}),
+    (True, {"model": "m", "messages": [{"role": "robot", "content": "x"}]}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 2.5}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": 0}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 9}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ""}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 513}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": True}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}]}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "bogus": 1}),
+    (True, {"messages": [{"role": "user", "content": "x"}]}),
+    (False, {"model": "m", "prompt": "x", "echo": False, "best_of": 1}),
+    (False, {"model": "m", "prompt": ["x", "y"]}),
+    (False, {"model": "m", "prompt": []}),
+    (False, {"model": "m", "prompt": ["x"] * 8, "n": 8}),
+    (False, {"model": "m", "prompt": ["x"] * 9}),
+    (False, {"model": "m", "prompt": "x", "echo": True}),
+    (False, {"model": "m", "prompt": "x", "messages": []}),
+]
+
+
+@pytest.mark.parametrize(("chat", "body"), GENERATION_EDGES)
+def test_generation_bodies_agree(chat: bool, body: Any) -> None:
+    from models_registry.api import generation_requests
+
+    name = "ChatCompletionRequest" if chat else "CompletionRequest"
+    documented = validator({"$ref": f"#/components/schemas/{name}"}).is_valid(body)
+    try:
+        generation_requests.read(body, chat)
+        accepted = True
+    except InvalidInput:
+        accepted = False
+    assert documented == accepted, f"document says {documented} for {body!r}"

@@ -1,0 +1,252 @@
+"""`python -m bench.generation` (make bench-generation): streamed generation, continuous vs static batching.
+
+A GPT-2-small-shaped model (12 layers, 768 wide, 50,257 tokens; random weights, built in
+a temp dir) is served three ways in the same run: this product with continuous batching
+(the default), this product with HOSTING_CONTINUOUS_BATCHING=0 (static batches, as
+before), and `transformers serve --continuous-batching` (its own venv under
+bench-results/, packages pinned in requirements-bench-generation.txt; skipped with the
+reason when it cannot be installed). Each level keeps 1, 8 or 32 streams open (closed
+loop; each asks /v1/completions for 16-256 new tokens, the same seeded sequence for
+every server), bounded by a window in seconds and a request count. Reported: aggregate
+generated tokens/s (tokens received in the window / window), time to first token p50 and
+p99, and the latency of a 4-token probe request sent one at a time beside the streams,
+against its latency alone. Writes docs/bench/generation-cpu-2core.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.generation_peer import Server, start_serve
+from bench.stack_setup import stopped_on_failure
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = ["The cat sees", "A dog likes a book about history.", "Paris is", "Once upon a time the city of",
+           "Every question quickly", "The lazy dog reads the blue sky and"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(prog="python -m bench.generation", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--levels", default="1,8,32")
+    parser.add_argument("--seconds", type=float, default=40.0, help="window per level and server")
+    parser.add_argument("--max-requests", type=int, default=200, help="requests per level and server at most")
+    parser.add_argument("--min-tokens", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of every server (1: two threads on two shared cores spin-wait)")
+    parser.add_argument("--only", default="", help="servers to run: continuous,static,transformers-serve")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "generation-cpu-2core.md"))
+    return parser.parse_args(argv)
+
+
+def build_model(dest: Path) -> Path:
+    """GPT-2 small's shape with random weights; a byte-level BPE padded with added tokens to its 50,257."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from tests import model_factory
+
+    bpe = model_factory._byte_level_bpe([model_factory.EOS])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=model_factory.EOS,
+                                        eos_token=model_factory.EOS, pad_token=model_factory.EOS,
+                                        model_max_length=1024)
+    tokenizer.add_tokens([f"<w{i}>" for i in range(50257 - len(tokenizer))])
+    eos = tokenizer.convert_tokens_to_ids(model_factory.EOS)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=1024, n_embd=768, n_layer=12, n_head=12,
+                        bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        model.transformer.wte.weight[eos] = 0  # its logit 0 is never the top one: every answer runs its length
+    model.generation_config.pad_token_id = eos
+    model.generation_config.do_sample = False
+    tokenizer.save_pretrained(str(dest))
+    model.save_pretrained(str(dest))
+    return dest
+
+
+async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tokens: int, counted: list[float],
+                     firsts: list[float] | None = None) -> tuple[float | None, float, int]:
+    """(time to first token, total time, tokens) of one streamed completion.
+
+    counted gets each token's arrival time, firsts the time to first token as soon as it comes
+    (a request still running at the window's end counts too).
+    """
+    body = {"model": server.model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True}
+    started = time.perf_counter()
+    first, count = None, 0
+    async with client.stream("POST", f"{server.url}/v1/completions", json=body, headers=server.headers) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{server.name}: {response.status_code} {(await response.aread())[:200]!r}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            choices = json.loads(line[6:]).get("choices") or []
+            if choices and choices[0].get("text"):
+                now = time.perf_counter()
+                if first is None:
+                    first = now - started
+                    if firsts is not None:
+                        firsts.append(first)
+                count += 1
+                counted.append(now)
+    return first, time.perf_counter() - started, count
+
+
+async def level(server: Server, streams: int, args: argparse.Namespace) -> dict[str, Any]:
+    """streams closed-loop clients for the window, and the 4-token probe beside them."""
+    rng = random.Random(streams)
+    plan = [(rng.choice(PROMPTS), rng.randint(args.min_tokens, args.max_tokens)) for _ in range(args.max_requests)]
+    token_times: list[float] = []
+    ttfts: list[float] = []
+    probes: list[float] = []
+    finished: list[int] = []
+    started = time.perf_counter()
+    until = started + args.seconds
+    errors: list[str] = []
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=streams + 4)) as client:
+
+        async def loop() -> None:
+            while plan and time.perf_counter() < until:
+                prompt, tokens = plan.pop()
+                try:
+                    await one_stream(client, server, prompt, tokens, token_times, ttfts)
+                    finished.append(1)
+                except Exception as error:  # noqa: BLE001 - reported in the table
+                    errors.append(str(error)[:200])
+                    return
+
+        async def probe() -> None:
+            while time.perf_counter() < until:
+                _, total, _ = await one_stream(client, server, "Paris is", 4, [])
+                probes.append(total)
+                await asyncio.sleep(0.5)
+
+        clients = [asyncio.ensure_future(loop()) for _ in range(streams)]
+        prober = asyncio.ensure_future(probe())
+        await asyncio.wait(clients, timeout=args.seconds + 5)
+        prober.cancel()
+        for task in clients:
+            task.cancel()
+        await asyncio.gather(*clients, prober, return_exceptions=True)
+    window = min(time.perf_counter(), until) - started
+    in_window = sum(1 for t in token_times if t <= until)
+    return {"tokens_s": round(in_window / window, 1), "ttft_p50_ms": pct(ttfts, 50), "ttft_p99_ms": pct(ttfts, 99),
+            "requests": f"{len(finished)}/{len(ttfts)}", "probe_p50_ms": pct(probes, 50), "errors": errors[:2]}
+
+
+def pct(values: list[float], q: int) -> float | None:
+    """The q-th percentile in milliseconds (None when empty)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(1000 * ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))], 1)
+
+
+async def solo_probe(server: Server) -> float:
+    """The 4-token request's latency alone (median of five, after one warm-up)."""
+    async with httpx.AsyncClient(timeout=120) as client:
+        await one_stream(client, server, "Paris is", 4, [])
+        times = [(await one_stream(client, server, "Paris is", 4, []))[1] for _ in range(5)]
+    return round(1000 * statistics.median(times), 1)
+
+
+def start_product(model_dir: Path, threads: int) -> tuple[Any, dict[str, Server]]:
+    """One stack: a worker with continuous batching and one with static batches, each its own model name."""
+    from tests.stack import Stack
+
+    # Nice 0 as the peer: the worker's default niceness (5) yields the cores to the web, and to everyone else.
+    stack = Stack.create({"HOSTING_TORCH_THREADS": str(threads), "HOSTING_WORKER_NICE": "0"})
+    with stopped_on_failure(stack):
+        for name in ("gen-continuous", "gen-static"):
+            stack.manage("register_model", name, "--source", str(model_dir), "--task", "text-generation",
+                         "--max-batch-size", "40", "--timeout", "600", "--max-queue-size", "256")  # 32 + the probe
+        token = stack.create_token("all")
+        stack.start_worker({"HOSTING_WORKER_MODELS": "gen-continuous"})
+        stack.start_worker({"HOSTING_WORKER_MODELS": "gen-static", "HOSTING_CONTINUOUS_BATCHING": "0"})
+        url = stack.start_web()
+        stack.wait_ready(["gen-continuous", "gen-static"])
+    headers = {"Authorization": f"Bearer {token}"}
+    return stack, {"continuous": Server("continuous", url, "gen-continuous", headers),
+                   "static": Server("static", url, "gen-static", headers)}
+
+
+def table(results: dict[str, dict[int, dict[str, Any]]], solo: dict[str, float]) -> str:
+    """The markdown table of a run."""
+    lines = ["| server | streams | tokens/s | TTFT p50 ms | TTFT p99 ms | requests done/started | 4-token probe p50 ms "
+             "(alone) | errors |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for name, levels in results.items():
+        for streams, row in levels.items():
+            lines.append(f"| {name} | {streams} | {row['tokens_s']} | {row['ttft_p50_ms']} | {row['ttft_p99_ms']} | "
+                         f"{row['requests']} | {row['probe_p50_ms']} ({solo.get(name)}) | "
+                         f"{'; '.join(row['errors']) or '-'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Build the model, start the servers, run every level on each, print and write the table."""
+    args = parse_args(argv)
+    wanted = set(filter(None, args.only.split(","))) or {"continuous", "static", "transformers-serve"}
+    levels = [int(x) for x in args.levels.split(",")]
+    results: dict[str, dict[int, dict[str, Any]]] = {}
+    solo: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench-generation-") as tmp:
+        model_dir = build_model(Path(tmp) / "gpt2-small-random")
+        log_dir = ROOT / "bench-results"
+        log_dir.mkdir(exist_ok=True)
+        stack, servers = start_product(model_dir, args.threads)
+        serve = None
+        try:
+            if "transformers-serve" in wanted:
+                serve, server, why = start_serve(model_dir, args.threads, log_dir)
+                if server is None:
+                    skipped["transformers-serve"] = why
+                else:
+                    servers["transformers-serve"] = server
+            chosen = {name: server for name, server in servers.items() if name in wanted}
+            for name, server in chosen.items():
+                solo[name] = asyncio.run(solo_probe(server))
+                results[name] = {}
+            # Server by server: transformers serve goes on generating for clients that left at a window's end,
+            # which would slow whichever server came next.
+            for name, server in chosen.items():
+                for streams in levels:
+                    results[name][streams] = asyncio.run(level(server, streams, args))
+                    print(name, streams, results[name][streams], flush=True)
+        finally:
+            if serve is not None:
+                os.killpg(serve.pid, 15)
+                serve.wait(30)
+            stack.stop()
+    report = table(results, solo)
+    print(report)
+    notes = "".join(f"\n- {name} skipped: {why}" for name, why in skipped.items())
+    Path(args.out).write_text(
+        f"# Streamed generation: continuous vs static batching (`make bench-generation`)\n\n"
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs seen (load average "
+        f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end), torch threads "
+        f"{args.threads}; GPT-2 small shape (124M parameters, random weights), greedy, prompts of 2-9 tokens, "
+        f"{args.min_tokens}-{args.max_tokens} new tokens each (one seeded sequence per level), window "
+        f"{args.seconds:g} s or {args.max_requests} requests per level. tokens/s: content chunks received in the "
+        f"window / window. Probe: a 4-token request sent one at a time (0.5 s apart) beside the streams; in "
+        f"brackets its latency alone.\n\n{report}\n{notes}\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Continuous batching on the worker: streamed text-generation requests join a running decode batch per model.
+
+The batch loop hands this loop the batches it takes for a decoder model's streamed
+text-generation; each request is read (tokenized, checked) in the compute thread and
+waits in the pure DecodeSchedule until it may join. `iterate` runs one token step per
+model in the compute thread (prefilling those that join first) and returns to the event
+loop, which keeps receiving and heart-beating between steps; a request that finished,
+stopped or whose client left is answered and its cache row freed at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from models_registry.core.batch_types import Batch, Item, ItemFailure, Key
+from models_registry.core.errors import HostingError, Internal, TooLarge, Unavailable
+from models_registry.inference import decode_batch
+from models_registry.inference.containment import contained, describe
+from models_registry.inference.decode_batch import DecodeBatch, Row
+from models_registry.capacity.batch_memory import BatchMemory
+from models_registry.worker.batcher import Batcher
+from models_registry.worker.decode_schedule import DecodeSchedule, Entry
+from models_registry.worker.delivery import Delivery
+from models_registry.worker.model_slots import ModelSlots
+from models_registry.worker.replies import Replies
+from models_registry.worker.token_streams import StreamSink, TokenStreams
+
+logger = logging.getLogger(__name__)
+
+TASK = "text-generation"
+KV_COPIES = 2  # a growing cache is copied once per step: budget twice its bytes
+
+
+@dataclass(eq=False)
+class Waiting:
+    """A request in the decode loop: its batcher item, its stream, its row once read."""
+
+    item: Item[Delivery]
+    sink: StreamSink | None
+    row: Row
+    since: float = field(default_factory=time.time)
+
+
+@dataclass
+class Running:
+    """One model's decode batch and who waits for it."""
+
+    pipe: Any
+    batch: DecodeBatch
+    schedule: DecodeSchedule[Waiting]
+
+
+class DecodeLoop:
+    """The decode batches of one worker (every method on the event loop; compute in the compute thread)."""
+
+    def __init__(self, batcher: Batcher[Delivery], slots: ModelSlots, replies: Replies, streams: TokenStreams,
+                 memory: BatchMemory, compute: Callable[[Callable[[], Any]], Awaitable[Any]],
+                 enabled: bool = True) -> None:
+        self.batcher, self.slots, self.replies, self.streams = batcher, slots, replies, streams
+        self.memory = memory
+        self.compute = compute
+        self.enabled = enabled  # off: streamed generation in static batches (HOSTING_CONTINUOUS_BATCHING)
+        self.running: dict[Key, Running] = {}
+
+    def busy(self) -> bool:
+        """Whether some request waits or decodes."""
+        return any(r.schedule.waiting or r.schedule.running for r in self.running.values())
+
+    def split(self, batch: Batch[Delivery]) -> tuple[Batch[Delivery] | None, Batch[Delivery] | None]:
+        """(the items that belong in a decode batch: streamed text-generation on a decoder model, the rest)."""
+        pipe = self._pipe(batch.key) if self.enabled else None
+        if pipe is None or not decode_batch.supports(pipe.model):
+            return None, batch
+        # A request redelivered after a worker died is computed alone, in the static path (worker.suspects).
+        mine = [i for i in batch.items if i.request.delivery.streams and not i.request.delivery.suspect]
+        rest = [i for i in batch.items if not (i.request.delivery.streams and not i.request.delivery.suspect)]
+        return (Batch(batch.key, mine, batch.reason) if mine else None,
+                Batch(batch.key, rest, batch.reason) if rest else None)
+
+    async def join(self, batch: Batch[Delivery]) -> None:
+        """Read each request of batch (400s answered at once) and queue it for the next step."""
+        pipe = self._pipe(batch.key)
+        if pipe is None:
+            self._finish(batch.key, [(i, None, ItemFailure(Unavailable("the model was unloaded"))) for i in batch.items])
+            return
+        running = self.running.get(batch.key)
+        if running is None or running.pipe is not pipe:
+            if running is not None:
+                self._fail_all(batch.key, Unavailable("the model was reloaded; send the request again"))
+            running = self.running[batch.key] = self._start(batch.key, pipe)
+        sinks = self.streams.open(batch)
+        model, task_name = batch.key
+        task = self.slots.get(model).spec.tasks[task_name]  # type: ignore[union-attr]
+
+        def read() -> list[Row | HostingError]:
+            rows: list[Row | HostingError] = []
+            for item, sink in zip(batch.items, sinks):
+                params = {**task.parameters, **item.request.delivery.parameters}
+                try:
+                    rows.append(running.batch.prepare(item.request.id, item.payload, params, sink))
+                except HostingError as error:
+                    rows.append(error)
+            return rows
+
+        failed = []
+        for item, sink, row in zip(batch.items, sinks, await self.compute(read)):
+            if isinstance(row, HostingError):
+                failed.append((item, sink, ItemFailure(row)))
+                continue
+            entry = Entry(id=item.request.id, tokens=row.tokens, prompt_tokens=len(row.ids),
+                          arrival=item.request.arrival, payload=Waiting(item, sink, row),
+                          priority=item.request.priority, client=item.request.delivery.client)
+            if not running.schedule.fits_alone(entry):
+                failed.append((item, sink, ItemFailure(TooLarge(
+                    f"the prompt and max_new_tokens need {row.tokens} tokens of KV cache; this worker's memory "
+                    f"budget holds {running.schedule.token_budget}: lower max_new_tokens"))))
+                continue
+            running.schedule.add(entry)
+        self._finish(batch.key, failed)
+
+    async def iterate(self) -> None:
+        """One token step of every model with work (those that may join are prefilled first)."""
+        for key, running in list(self.running.items()):
+            schedule = running.schedule
+            for entry in [e for e in schedule.waiting if e.payload.row.done]:  # the client left while it waited
+                schedule.leave(entry.id)
+                self._finish(key, [(entry.payload.item, entry.payload.sink, entry.payload.row.answer())])
+            if not schedule.waiting and not schedule.running:
+                continue
+            slot = self.slots.get(key[0])
+            if slot is None or slot.loaded is None or self._pipe(key) is not running.pipe:
+                self._fail_all(key, Unavailable("the model was unloaded; send the request again"))
+                continue
+            joining = [e.payload for e in schedule.admit(time.time())]
+            by_row = {id(e.payload.row): e.payload for e in schedule.running.values()}
+
+            def step() -> list[tuple[Waiting, Any]]:
+                done = [(w, w.row.answer()) for w in joining if not running.batch.prefill(w.row)]
+                return done + [(by_row[id(row)], row.answer()) for row in running.batch.step()]
+
+            self.slots.touch(key[0])
+            try:
+                with self.slots.using(slot):
+                    finished = await self.compute(step)
+            except BaseException as error:
+                if not contained(error):
+                    raise
+                logger.exception("decode step on %s failed", key)
+                self._fail_all(key, Internal(f"generation failed: {describe(error)}"))
+                continue
+            for waiting, _ in finished:
+                schedule.leave(waiting.item.request.id)
+            self._finish(key, [(w.item, w.sink, output) for w, output in finished])
+
+    def _start(self, key: Key, pipe: Any) -> Running:
+        batch = DecodeBatch(pipe)
+        budget = 0
+        if self.memory.enabled and self.memory.budget_bytes:
+            budget = int(self.memory.available() // (KV_COPIES * batch.bytes_per_token()))
+        rows = self.batcher.policy(key).max_batch_size
+        logger.info("decode batch for %s: up to %d rows, KV budget %s tokens", key, rows, budget or "unbounded")
+        return Running(pipe=pipe, batch=batch, schedule=DecodeSchedule(rows, budget))
+
+    def _pipe(self, key: Key) -> Any:
+        model, task_name = key
+        slot = self.slots.get(model)
+        if slot is None or slot.loaded is None:
+            return None
+        task = slot.spec.tasks.get(task_name)
+        if task is None or task.task != TASK:
+            return None
+        return slot.loaded.pipelines.get(TASK)
+
+    def _fail_all(self, key: Key, error: HostingError) -> None:
+        running = self.running.pop(key, None)
+        if running is None:
+            return
+        entries = list(running.schedule.waiting) + list(running.schedule.running.values())
+        self._finish(key, [(e.payload.item, e.payload.sink, ItemFailure(error)) for e in entries])
+
+    def _finish(self, key: Key, done: list[tuple[Item[Delivery], StreamSink | None, Any]]) -> None:
+        """Answer requests that left the decode batch and close their streams."""
+        for item, sink, output in done:
+            started = item.request.started_at or item.request.arrival
+            finished = self.batcher.complete(Batch(key, [item], "decode"), [output])
+            if finished:
+                self.replies.batch(finished, started, time.time() - started)
+            if sink is not None:
+                self.streams.close([sink])

@@ -1,0 +1,110 @@
+"""Continuous batching on the real stack: a short request joins running long ones, a cancelled one frees its row."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import model_factory
+from tests.stack import Stack, wait_until
+
+pytestmark = pytest.mark.integration
+
+WIDE, NARROW = "cb-wide", "cb-narrow"  # the same tiny GPT-2: 8 rows, 2 rows
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One worker, so that every long request runs in its one decode batch."""
+    path = model_factory.build_tiny_gpt2(tmp_path_factory.mktemp("cb") / "gpt2", positions=1024)
+    with Stack.started() as running:
+        for name, rows in ((WIDE, "8"), (NARROW, "2")):
+            running.manage("register_model", name, "--source", str(path), "--task", "text-generation",
+                           "--max-batch-size", rows, "--timeout", "120")
+        running.create_token("all")
+        running.start_worker()
+        running.start_web()
+        running.wait_ready([WIDE, NARROW])
+        yield running
+
+
+class Generation(threading.Thread):
+    """One streamed completion in a thread: when its first chunk came, when it ended, and what it said."""
+
+    def __init__(self, stack: Stack, model: str, tokens: int, hang_up_after_first: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.stack, self.model, self.tokens, self.hang_up = stack, model, tokens, hang_up_after_first
+        self.first = threading.Event()
+        self.ended_at: float | None = None
+        self.text = ""
+        self.finish_reason: str | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        import json
+
+        try:
+            with httpx.stream("POST", f"{self.stack.url}/v1/completions", timeout=120,
+                              headers={"Authorization": f"Bearer {self.stack.tokens['all']}"},
+                              json={"model": self.model, "prompt": "The cat sees", "max_tokens": self.tokens,
+                                    "temperature": 0, "stream": True}) as response:
+                assert response.status_code == 200, response.read()
+                for line in response.iter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    choice: dict[str, Any] = json.loads(line[6:])["choices"][0]
+                    self.text += choice["text"]
+                    self.finish_reason = choice["finish_reason"] or self.finish_reason
+                    self.first.set()
+                    if self.hang_up:
+                        break
+        except BaseException as error:  # noqa: BLE001 - the test reads it
+            self.error = error
+        finally:
+            self.ended_at = time.perf_counter()
+            self.first.set()
+
+
+def started(stack: Stack, model: str, tokens: int, count: int) -> list[Generation]:
+    """count generations running (each has had its first token)."""
+    runs = [Generation(stack, model, tokens) for _ in range(count)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        assert run.first.wait(60) and run.error is None, run.error
+    return runs
+
+
+def test_a_short_request_finishes_while_long_ones_run(stack: Stack) -> None:
+    long_ones = started(stack, WIDE, 500, 4)
+    short = Generation(stack, WIDE, 4)
+    short.start()
+    short.join(60)
+    assert short.error is None and short.finish_reason == "length" and short.ended_at is not None
+    for run in long_ones:
+        run.join(120)
+        assert run.error is None and run.finish_reason == "length", run.error
+    # It joined the running batch at the next step instead of waiting for the long ones to end.
+    assert all(run.ended_at is not None and short.ended_at < run.ended_at for run in long_ones)
+
+
+def test_a_cancelled_request_frees_its_row_for_the_next(stack: Stack) -> None:
+    witness = started(stack, NARROW, 500, 1)[0]
+    leaver = Generation(stack, NARROW, 500, hang_up_after_first=True)
+    leaver.start()
+    assert leaver.first.wait(60)
+    waiter = Generation(stack, NARROW, 4)  # both rows are taken: it waits for one
+    waiter.start()
+    waiter.join(60)
+    assert waiter.error is None and waiter.finish_reason == "length"
+    witness.join(120)
+    assert witness.error is None and witness.finish_reason == "length"
+    # The leaver's row was freed when its client went, not when its 500 tokens would have been done.
+    assert waiter.ended_at is not None and witness.ended_at is not None and waiter.ended_at < witness.ended_at
+    wait_until(lambda: "client gone" in stack.logs(), 20, "the worker to log the cancelled stream")

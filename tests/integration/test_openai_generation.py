@@ -1,0 +1,174 @@
+"""OpenAI chat and completions on the real stack, through the openai SDK and huggingface_hub."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import model_factory
+from tests.stack import Stack
+
+pytestmark = pytest.mark.integration
+
+CHAT, PLAIN, CLS = "chat-gpt2", "plain-gpt2", "tiny-cls"
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny GPT-2 with a chat template (1,024 positions), one without, and a classifier."""
+    root = tmp_path_factory.mktemp("openai-generation")
+    return {CHAT: model_factory.build_tiny_gpt2(root / "chat", positions=1024,
+                                                chat_template=model_factory.CHAT_TEMPLATE),
+            PLAIN: model_factory.build_tiny_gpt2(root / "plain"),
+            CLS: model_factory.build_sequence_classifier(root / "cls")}
+
+
+@pytest.fixture(scope="module")
+def stack(tiny_models: dict[str, Path]) -> Iterator[Stack]:
+    """The generation models on a stack of their own, one worker."""
+    with Stack.started() as running:
+        running.manage("register_model", CHAT, "--source", str(tiny_models[CHAT]), "--task", "text-generation",
+                       "--max-batch-size", "8", "--timeout", "60")
+        running.manage("register_model", PLAIN, "--source", str(tiny_models[PLAIN]), "--task", "text-generation")
+        running.manage("register_model", CLS, "--source", str(tiny_models[CLS]), "--task", "text-classification")
+        running.create_token("all")
+        running.start_worker()
+        running.start_web()
+        running.wait_ready([CHAT, PLAIN, CLS])
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(stack: Stack) -> Any:
+    """The openai SDK pointed at the stack."""
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{stack.url}/v1", api_key=stack.tokens["all"], max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def greedy(tiny_models: dict[str, Path]) -> Any:
+    """The chat GPT-2's own greedy continuation of a prompt, in process."""
+    from transformers import pipeline
+
+    pipe = pipeline("text-generation", model=str(tiny_models[CHAT]))
+    return lambda prompt, n: pipe(prompt, max_new_tokens=n, do_sample=False, return_full_text=False)[0][
+        "generated_text"]
+
+
+def chat_prompt(messages: list[dict[str, str]]) -> str:
+    """What the chat template makes of messages (model_factory.CHAT_TEMPLATE)."""
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The cat sees"}]
+
+
+def test_models_lists_generation_ids(client: Any) -> None:
+    ids = {m.id for m in client.models.list().data}
+    assert {CHAT, PLAIN} <= ids and CLS not in ids
+
+
+def test_chat_renders_the_template_and_counts_usage(client: Any, greedy: Any) -> None:
+    answer = client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=12, temperature=0)
+    choice = answer.choices[0]
+    assert choice.message.role == "assistant" and choice.message.content == greedy(chat_prompt(MESSAGES), 12)
+    assert choice.finish_reason == "length" and answer.object == "chat.completion" and answer.model == CHAT
+    assert answer.usage.completion_tokens == 12 and answer.usage.prompt_tokens > 5
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + 12
+
+
+def test_chat_streams_chunks_and_usage(client: Any, greedy: Any) -> None:
+    chunks = list(client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=10, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == greedy(chat_prompt(MESSAGES), 10)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 10
+    assert all(c.usage is None for c in chunks[:-1]) and len({c.id for c in chunks}) == 1
+
+
+def test_completions_and_a_stop_sequence(client: Any, greedy: Any) -> None:
+    expected = greedy("The cat sees", 20)
+    answer = client.completions.create(model=CHAT, prompt="The cat sees", max_tokens=20, temperature=0)
+    assert answer.choices[0].text == expected and answer.choices[0].finish_reason == "length"
+    stop = expected[5:8]
+    assert stop.strip(), expected
+    cut = client.completions.create(model=CHAT, prompt="The cat sees", max_tokens=20, temperature=0, stop=[stop])
+    assert cut.choices[0].text == expected[:expected.find(stop)] and cut.choices[0].finish_reason == "stop"
+    streamed = list(client.completions.create(model=CHAT, prompt="The cat sees", max_tokens=20, temperature=0,
+                                              stop=stop, stream=True))
+    assert "".join(c.choices[0].text for c in streamed) == cut.choices[0].text
+    assert streamed[-1].choices[0].finish_reason == "stop"
+
+
+def test_n_choices_with_a_seed_are_reproducible(client: Any) -> None:
+    def ask() -> list[str]:
+        answer = client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=8, n=3, seed=7,
+                                                temperature=1.0)
+        assert [c.index for c in answer.choices] == [0, 1, 2] and answer.usage.completion_tokens == 24
+        return [c.message.content for c in answer.choices]
+
+    first = ask()
+    assert ask() == first and len(set(first)) > 1  # seed + i per choice: they differ, and repeat
+
+
+def test_bad_parameters_are_400s(client: Any, stack: Stack) -> None:
+    import openai
+
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"temperature": -0.5}, "temperature"), ({"temperature": 1e308}, "temperature"), ({"n": 99}, "n"),
+        ({"top_p": 0}, "top_p"), ({"stop": [""]}, "stop"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"max_tokens": 100_000}, "max_tokens"), ({"logprobs": True}, "logprobs"), ({"tools": [{}]}, "tools"),
+    ]
+    for extra, param in bad:
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model=CHAT, messages=MESSAGES, **extra)
+        assert caught.value.body["param"] == param, (extra, caught.value.body)
+    with pytest.raises(openai.BadRequestError, match="chat template"):
+        client.chat.completions.create(model=PLAIN, messages=MESSAGES, max_tokens=4)
+    with pytest.raises(openai.BadRequestError, match="positions"):
+        client.completions.create(model=PLAIN, prompt="word " * 300, max_tokens=4)
+    with pytest.raises(openai.NotFoundError, match="not a text-generation"):
+        client.completions.create(model=CLS, prompt="hello", max_tokens=4)
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="hello")
+    raw = httpx.post(f"{stack.url}/v1/completions", content=b'{"model": "chat-gpt2", "prompt": "a", '
+                     b'"temperature": NaN}', headers={"Authorization": f"Bearer {stack.tokens['all']}",
+                                                      "Content-Type": "application/json"})
+    assert raw.status_code == 400, raw.text
+
+
+def test_a_token_is_needed(stack: Stack) -> None:
+    response = httpx.post(f"{stack.url}/v1/chat/completions", json={"model": CHAT, "messages": MESSAGES})
+    assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
+
+
+def test_inference_client_chat_completion(stack: Stack, greedy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants
+    from huggingface_hub import InferenceClient
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    client = InferenceClient(base_url=f"{stack.url}/v1", api_key=stack.tokens["all"])
+    answer = client.chat_completion(MESSAGES, model=CHAT, max_tokens=6, temperature=0)
+    assert answer.choices[0].message.content == greedy(chat_prompt(MESSAGES), 6)
+    pieces = [c.choices[0].delta.content or "" for c in client.chat_completion(
+        MESSAGES, model=CHAT, max_tokens=6, temperature=0, stream=True) if c.choices]
+    assert "".join(pieces) == answer.choices[0].message.content
+
+
+def test_stream_ends_with_done(stack: Stack) -> None:
+    lines = []
+    with httpx.stream("POST", f"{stack.url}/v1/completions", timeout=60,
+                      headers={"Authorization": f"Bearer {stack.tokens['all']}"},
+                      json={"model": CHAT, "prompt": "A dog", "max_tokens": 3, "stream": True}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line.startswith("data:")]
+    assert lines[-1] == "data: [DONE]" and json.loads(lines[0][5:])["object"] == "text_completion"

@@ -1,0 +1,76 @@
+"""OpenAI chat and completions bodies: what the worker gets, and a 400 naming the field for every bad value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from models_registry.api.completion_shapes import Choice, Shaper, visible
+from models_registry.api.generation_requests import read, worker_parameters
+from models_registry.core.errors import InvalidInput
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_sampling_follows_openai() -> None:
+    assert read({**CHAT, "temperature": 0}, chat=True).parameters == {"do_sample": False}
+    assert read({**CHAT, "temperature": 0.7, "top_p": 0.9, "max_tokens": 5}, chat=True).parameters == {
+        "do_sample": True, "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 5}
+    assert read({**CHAT, "max_tokens": 5, "max_completion_tokens": 7}, chat=True).parameters == {"max_new_tokens": 7}
+    assert read({**CHAT, "top_p": 1, "temperature": None}, chat=True).parameters == {}
+
+
+def test_each_choice_has_its_own_seed_and_the_messages() -> None:
+    wanted = read({**CHAT, "n": 3, "seed": -1, "stop": "x"}, chat=True)
+    assert [worker_parameters(wanted, i)["seed"] for i in range(3)] == [2**63 - 1, 0, 1]
+    assert worker_parameters(wanted, 0)["messages"] == CHAT["messages"] and wanted.stops == ["x"]
+    assert wanted.choices == 3
+    prompts = read({"model": "m", "prompt": ["a", "b"], "n": 2}, chat=False)
+    assert prompts.choices == 4 and "messages" not in worker_parameters(prompts, 0)
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"temperature": -1}, "temperature"), ({"temperature": float("nan")}, "temperature"),
+    ({"temperature": 3}, "temperature"), ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p"),
+    ({"n": 0}, "n"), ({"n": 9}, "n"), ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": 10**6}, "max_tokens"),
+    ({"max_tokens": True}, "max_tokens"), ({"stop": [""]}, "stop"), ({"stop": ["a"] * 5}, "stop"),
+    ({"stop": [1]}, "stop"), ({"stop": "\ud800"}, "stop"), ({"seed": 2**64}, "seed"), ({"stream": "yes"}, "stream"),
+    ({"logprobs": True}, "logprobs"), ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"tools": []}, "tools"),
+    ({"bogus": 1}, "bogus"), ({"model": ""}, "model"), ({"messages": []}, "messages"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
+])
+def test_bad_values_name_their_field(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        read({**CHAT, **body}, chat=True)
+    assert caught.value.param == param  # type: ignore[attr-defined]
+
+
+def test_completions_take_prompts_not_token_ids() -> None:
+    with pytest.raises(InvalidInput, match="token-id"):
+        read({"model": "m", "prompt": [1, 2]}, chat=False)
+    with pytest.raises(InvalidInput, match="prompts"):
+        read({"model": "m", "prompt": ["a"] * 9}, chat=False)
+    assert read({"model": "m", "prompt": ["a"] * 8, "n": 8}, chat=False).choices == 64
+
+
+def test_a_stop_sequence_is_cut_and_its_prefix_held_back() -> None:
+    assert visible("hello wor", ["world"], final=False) == ("hello ", False)
+    assert visible("hello world!", ["world"], final=False) == ("hello ", True)
+    assert visible("hello wor", ["world"], final=True) == ("hello wor", False)
+    assert visible("abc", [], final=False) == ("abc", False)
+
+
+def test_choices_show_text_in_pieces_and_stop_at_a_stop_sequence() -> None:
+    choice = Choice(index=0, stops=["END"])
+    pieces = [choice.take({"token": {"text": t, "special": False}}) for t in ("one ", "two E", "N")]
+    assert pieces == ["one ", "two ", ""] and choice.finish_reason is None
+    assert choice.take({"token": {"text": "D more", "special": False}}) == ""
+    assert choice.finish_reason == "stop" and choice.content == "one two "
+    last = Choice(index=1, stops=[])
+    last.take({"token": {"text": "x", "special": False}, "generated_text": "x",
+               "details": {"finish_reason": "length", "input_length": 3, "generated_tokens": 1}})
+    usage = Shaper(chat=False, model="m", n=2).usage([choice, last])
+    assert last.finish_reason == "length" and usage == {"prompt_tokens": 0, "completion_tokens": 1,
+                                                         "total_tokens": 1}
