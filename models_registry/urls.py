@@ -2,7 +2,15 @@
 
 from django.urls import path, re_path
 
-from models_registry.api import batch_routes, openai_generation, openai_routes, openapi, tei_routes, tokenize_route, views
+from models_registry.api import (
+    batch_routes,
+    openai_generation,
+    openai_routes,
+    openapi,
+    tei_routes,
+    tokenize_route,
+    views,
+)
 from models_registry.core import paths
 
 urlpatterns = [

@@ -23,11 +23,11 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
 from models_registry.api.error_answers import error_response
+from models_registry.core.conf import conf
 from models_registry.core.errors import Forbidden
 from models_registry.core.model_state import best_report, shown_state
 from models_registry.core.task_key import TaskKey
 from models_registry.models import WorkerHeartbeat
-from models_registry.core.conf import conf
 from models_registry.observe import media_counts, metrics, traffic_window
 from models_registry.registry.heartbeats import live_workers
 from models_registry.registry.rollout import Rollout, split_wire

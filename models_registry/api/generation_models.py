@@ -7,8 +7,15 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, with_config
 from typing_extensions import NotRequired, Required, TypedDict
 
-from models_registry.api.generation_requests import (IGNORED, MAX_CHOICES, MAX_MESSAGES, MAX_STOP_CHARS, MAX_STOPS,
-                                                     ROLES, UNSUPPORTED)
+from models_registry.api.generation_requests import (
+    IGNORED,
+    MAX_CHOICES,
+    MAX_MESSAGES,
+    MAX_STOP_CHARS,
+    MAX_STOPS,
+    ROLES,
+    UNSUPPORTED,
+)
 from models_registry.api.response_models import OPEN
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS, SHAPE_CONFIG
 

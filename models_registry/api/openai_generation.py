@@ -18,14 +18,14 @@ from typing import Any
 import orjson
 from django.http import HttpRequest, HttpResponse
 
-from models_registry.api import generation_requests
-from models_registry.api import inference_route
+from models_registry.api import generation_requests, inference_route
 from models_registry.api.answer import Answer, json_answer, to_django
 from models_registry.api.call import ApiCall, from_django
 from models_registry.api.completion_shapes import Choice, Shaper
+from models_registry.api.error_answers import openai_error_answer, openai_error_body
 from models_registry.api.generation_requests import GenerationRequest
 from models_registry.api.inference_route import Work
-from models_registry.api.openai_routes import _body, openai_error_answer, openai_error_body, openai_view
+from models_registry.api.openai_routes import _body, openai_view
 from models_registry.broker import stream_handoff
 from models_registry.broker.stream_handoff import Stream
 from models_registry.core.errors import HostingError, NotFound

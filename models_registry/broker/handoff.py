@@ -146,10 +146,10 @@ async def infer(
     pending_key = admission.pending_key(layer, model, task)
     admitted = False
     try:
-        message = messages.request_message(
-            request_id=key, reply_channel=reply_channel, model=model, task=task,
+        message = messages.WorkRequest(
+            id=key, reply=reply_channel, model=model, task=task,
             inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
-        )
+        ).to_wire()
         # The token's charge (from the policy gate), admission and the send: one round trip.
         await _enqueue(layer, model, task, message, enqueue.Admission(pending_key, members, deadline, max_queue_size,
                                                                       time.time()),
@@ -163,26 +163,22 @@ async def infer(
             except Exception:
                 return True  # broker away: wait for it to return (or for the deadline)
 
-        reply = await _await_reply(receiver, deadline, timeout_s, model, still_served, still_queued)
-        admitted = not reply.get("left")  # the worker gave the places back with its answer
+        reply = messages.WorkResult.from_wire(
+            await _await_reply(receiver, deadline, timeout_s, model, still_served, still_queued))
+        admitted = not reply.left  # the worker gave the places back with its answer
     finally:
         layer.forget_reply(reply_channel)
         if admitted:
             # At once, not batched with the turn's other writes (broker.deferred): a client that
             # sends its next request as soon as it has this answer must find the place free.
             _in_background(_leave_quietly(layer, model, task, key, count))
-    if reply.get("error_type"):
-        error: HostingError = from_wire(reply["error_type"], reply.get("error") or "inference failed")
-        if reply.get("retry_after"):
-            error.headers["Retry-After"] = str(reply["retry_after"])
+    if reply.error_type:
+        error: HostingError = from_wire(reply.error_type, reply.error or "inference failed")
+        if reply.retry_after:
+            error.headers["Retry-After"] = reply.retry_after
         raise error
-    return InferenceResult(
-        outputs=reply.get("outputs") or [],
-        queue_ms=float(reply.get("queue_ms") or 0.0),
-        compute_ms=float(reply.get("compute_ms") or 0.0),
-        batch_size=int(reply.get("batch_size") or 0),
-        tokens=int(reply.get("tokens") or 0),
-    )
+    return InferenceResult(outputs=reply.outputs or [], queue_ms=reply.queue_ms, compute_ms=reply.compute_ms,
+                           batch_size=reply.batch_size, tokens=reply.tokens)
 
 
 async def _await_reply(

@@ -20,7 +20,7 @@ from channels.exceptions import ChannelFull
 from channels_redis.core import RedisChannelLayer
 from redis.exceptions import NoScriptError
 
-from models_registry.broker import enqueue
+from models_registry.broker import enqueue, messages
 from models_registry.broker.admission import Places
 from models_registry.broker.lua import LuaScript
 from models_registry.broker.message_leases import LeasedPulls
@@ -112,7 +112,7 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         score = time.time()
         if self.is_work_channel(channel):
             keys.append(self.doorbell_key(channel))
-            if message.get("priority") == "batch":
+            if messages.is_batch_priority(message):
                 score += self.batch_delay_s
         conn = self.connection(self._index(channel))
         sent = await self._send_script(
@@ -125,7 +125,7 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
                       plan: enqueue.ChargePlan | None) -> tuple[int, int]:
         """Charge, admit and send a work message in one round trip (broker.enqueue): (status, depth)."""
         now = time.time()
-        score = now + (self.batch_delay_s if message.get("priority") == "batch" else 0.0)
+        score = now + (self.batch_delay_s if messages.is_batch_priority(message) else 0.0)
         send = enqueue.Send(self._key(channel), self.doorbell_key(channel), self.serialize(message), score,
                             int(self.expiry), self.get_capacity(channel), now)
         index = self._index(channel)
@@ -156,7 +156,7 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
             place = places[position] if places else None
             if place is not None and index == 0:  # the admission sets live on the first server
                 pending = pending_keys.setdefault(place.pending_key, len(pending_keys) + 1)
-                message = {**message, "left": 1}
+                message = messages.with_places_left(message)
                 leave = [pending, place.request_id, place.count]
             else:
                 leave = [0, "", 0]

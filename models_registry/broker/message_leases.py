@@ -13,6 +13,7 @@ import hashlib
 import time
 from typing import Any
 
+from models_registry.broker import messages
 from models_registry.broker.lua import LuaScript
 
 # Returns [message, flag, ...]: flag 1 for a message that was in flight at a worker death
@@ -64,7 +65,6 @@ if requeued > 0 then redis.call('LPUSH', KEYS[4], 1) end
 return #items / 2
 """
 COMPUTING_TTL_S = 600  # a computing key outlives any batch; it is only read at its worker's death
-REDELIVERED = "redelivered"  # the key pull() sets on a message that was in flight at a worker death
 
 
 class LeasedPulls:
@@ -127,7 +127,7 @@ class LeasedPulls:
         for i in range(0, len(popped), 2):
             message = self.deserialize(popped[i])
             if int(popped[i + 1]):
-                message[REDELIVERED] = True  # in flight at a worker death: to be computed alone
+                messages.mark_redelivered(message)  # in flight at a worker death: to be computed alone
             pulled.append((popped[i], message))
         return pulled
 

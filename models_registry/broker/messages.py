@@ -1,85 +1,160 @@
-"""Wire messages between the web process and the workers (plain msgpack-safe dicts).
+"""The wire messages between the web processes and the workers: the only module that knows their keys.
 
-Only str keys, str/int/float/bool/None/bytes/list/dict values: channels_redis' msgpack
-cannot decode int-keyed maps and refuses numpy values, sets or datetimes.
+Each message is a frozen dataclass with `to_wire()` (a msgpack-safe dict: str keys, and
+str/int/float/bool/None/bytes/list/dict values, since channels_redis' msgpack cannot decode
+int-keyed maps and refuses numpy values, sets or datetimes) and `from_wire()` (None, or a
+default, for what a peer of another version may leave out). Two marks are added to a message
+on its way by the broker's own scripts, and are read back here too: `redelivered` (a leased
+pull hands out a message that was in flight at a worker death) and `left` (the worker gave
+the request's admission places back in the script that sent its answer).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 INFERENCE_CHANNEL = "inference"
+REQUEST_TYPE = "inference.request"
+RESULT_TYPE = "inference.result"
+TOKENS_TYPE = "inference.tokens"
+INTERACTIVE, BATCH = "interactive", "batch"
+_REDELIVERED = "redelivered"
+_LEFT = "left"
 
 
 def model_channel(model: str) -> str:
     """The work channel of one model: workers pull only the models they have ready."""
     return f"{INFERENCE_CHANNEL}.{model}"
 
-REQUEST_TYPE = "inference.request"
-RESULT_TYPE = "inference.result"
-TOKENS_TYPE = "inference.tokens"
+
+@dataclass(frozen=True)
+class WorkRequest:
+    """A request for a model's task, from a view (or a batch-job line) to the workers."""
+
+    id: str  # the server's key for the request (admission, reply, lease), not the client's X-Request-Id
+    reply: str  # the channel its answer goes to
+    model: str  # the wire name: a model, or one of its versions (registry.rollout)
+    task: str
+    inputs: list[Any]
+    parameters: dict[str, Any]
+    deadline: float  # epoch seconds: dropped unanswered-for after it
+    priority: str = INTERACTIVE  # or BATCH: served behind interactive items, shed first
+    client: str = ""  # the API token that sent it (decode batches share rows fairly among clients)
+    redelivered: bool = False  # in flight at a worker death: to be computed alone (worker.suspects)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message as the channel layer carries it."""
+        message: dict[str, Any] = {
+            "type": REQUEST_TYPE, "id": self.id, "reply": self.reply, "model": self.model, "task": self.task,
+            "inputs": self.inputs, "parameters": self.parameters, "deadline": self.deadline,
+            "priority": self.priority,
+        }
+        if self.client:
+            message["client"] = self.client
+        if self.redelivered:
+            message[_REDELIVERED] = True
+        return message
+
+    @classmethod
+    def from_wire(cls, message: dict[str, Any]) -> WorkRequest | None:
+        """The request in a message; None where the message is malformed (no one to answer)."""
+        try:
+            return cls(
+                id=str(message["id"]), reply=str(message["reply"]), model=str(message["model"]),
+                task=str(message["task"]), inputs=list(message["inputs"]),
+                parameters=dict(message.get("parameters") or {}), deadline=float(message["deadline"]),
+                priority=str(message.get("priority") or INTERACTIVE), client=str(message.get("client") or ""),
+                redelivered=bool(message.get(_REDELIVERED)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
-def request_message(
-    *,
-    request_id: str,
-    reply_channel: str,
-    model: str,
-    task: str,
-    inputs: list[str],
-    parameters: dict[str, Any],
-    deadline: float,
-    priority: str = "interactive",
-    client: str = "",
-) -> dict[str, Any]:
-    """The message a view sends to the inference channel (client: who sent it, for fair decode scheduling)."""
-    message = {
-        "type": REQUEST_TYPE,
-        "id": request_id,
-        "reply": reply_channel,
-        "model": model,
-        "task": task,
-        "inputs": inputs,
-        "parameters": parameters,
-        "deadline": deadline,
-        "priority": priority,  # interactive or batch (served behind interactive, shed first)
-    }
-    if client:
-        message["client"] = client
-    return message
+def is_batch_priority(message: dict[str, Any]) -> bool:
+    """Whether a request message (as the layer holds it) is of batch priority."""
+    return message.get("priority") == BATCH
 
 
-def result_message(
-    *,
-    request_id: str,
-    outputs: list[Any] | None = None,
-    error_type: str | None = None,
-    error: str | None = None,
-    queue_ms: float = 0.0,
-    compute_ms: float = 0.0,
-    batch_size: int = 0,
-    worker: str = "",
-    tokens: int = 0,
-) -> dict[str, Any]:
-    """The message a worker sends back to the request's reply channel."""
-    return {
-        "type": RESULT_TYPE,
-        "id": request_id,
-        "outputs": outputs,
-        "error_type": error_type,
-        "error": error,
-        "queue_ms": round(queue_ms, 3),
-        "compute_ms": round(compute_ms, 3),
-        "batch_size": batch_size,
-        "worker": worker,
-        "tokens": tokens,  # input tokens (after truncation), for usage reports
-    }
+def mark_redelivered(message: dict[str, Any]) -> None:
+    """Mark a request message handed out again after its worker died (the leased pull does)."""
+    message[_REDELIVERED] = True
 
 
-def tokens_message(*, request_id: str, seq: int, events: list[dict[str, Any]], source: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WorkResult:
+    """A worker's answer to one request: its outputs, or the error a view answers with."""
+
+    id: str
+    outputs: list[Any] | None = None
+    error_type: str | None = None  # core.errors' slug; None: served
+    error: str | None = None  # the message a client may see
+    queue_ms: float = 0.0
+    compute_ms: float = 0.0
+    batch_size: int = 0
+    worker: str = ""
+    tokens: int = 0  # input tokens (after truncation), for usage reports
+    retry_after: str | None = None  # the error's Retry-After, where it has one
+    left: bool = False  # the worker gave the request's admission places back with this answer
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message as the channel layer carries it."""
+        message: dict[str, Any] = {
+            "type": RESULT_TYPE, "id": self.id, "outputs": self.outputs, "error_type": self.error_type,
+            "error": self.error, "queue_ms": round(self.queue_ms, 3), "compute_ms": round(self.compute_ms, 3),
+            "batch_size": self.batch_size, "worker": self.worker, "tokens": self.tokens,
+        }
+        if self.retry_after is not None:
+            message["retry_after"] = self.retry_after
+        if self.left:
+            message[_LEFT] = 1
+        return message
+
+    @classmethod
+    def from_wire(cls, message: dict[str, Any]) -> WorkResult:
+        """The result in a reply message (missing fields take their defaults)."""
+        retry = message.get("retry_after")
+        return cls(
+            id=str(message.get("id") or ""), outputs=message.get("outputs"),
+            error_type=message.get("error_type") or None, error=message.get("error"),
+            queue_ms=float(message.get("queue_ms") or 0.0), compute_ms=float(message.get("compute_ms") or 0.0),
+            batch_size=int(message.get("batch_size") or 0), worker=str(message.get("worker") or ""),
+            tokens=int(message.get("tokens") or 0), retry_after=str(retry) if retry else None,
+            left=bool(message.get(_LEFT)),
+        )
+
+
+def with_places_left(message: dict[str, Any]) -> dict[str, Any]:
+    """A reply message marked: its request's admission places were given back with it (the layer's send)."""
+    return {**message, _LEFT: 1}
+
+
+@dataclass(frozen=True)
+class TokenEvents:
     """Streamed generation events a worker sends as they are produced (seq orders them: 0, 1, ...).
 
     source names the generating worker: a request requeued after its worker died starts over
     elsewhere, and its view must not splice two generations together.
     """
-    return {"type": TOKENS_TYPE, "id": request_id, "seq": seq, "events": events, "source": source}
+
+    id: str
+    seq: int
+    events: list[dict[str, Any]] = field(default_factory=list)
+    source: str = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message as the channel layer carries it."""
+        return {"type": TOKENS_TYPE, "id": self.id, "seq": self.seq, "events": self.events, "source": self.source}
+
+    @classmethod
+    def from_wire(cls, message: dict[str, Any]) -> TokenEvents:
+        """The events in a tokens message."""
+        return cls(id=str(message.get("id") or ""), seq=int(message.get("seq", 0)),
+                   events=list(message.get("events") or []), source=str(message.get("source") or ""))
+
+
+def read_reply(message: dict[str, Any]) -> WorkResult | TokenEvents:
+    """What a reply channel brought: streamed events, or the request's result."""
+    if message.get("type") == TOKENS_TYPE:
+        return TokenEvents.from_wire(message)
+    return WorkResult.from_wire(message)

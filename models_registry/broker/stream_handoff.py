@@ -33,7 +33,7 @@ class Stream:
         self.queue = layer.expect_stream(reply)
         self.next_seq = 0
         self.waiting: dict[int, list[dict[str, Any]]] = {}
-        self.result: dict[str, Any] | None = None
+        self.result: messages.WorkResult | None = None
         self.finished = False
         self.first: list[dict[str, Any]] = []
         self.extended_at = time.time()
@@ -50,8 +50,8 @@ class Stream:
                 self.next_seq += 1
                 self.finished = self.finished or any(e.get("generated_text") is not None for e in events)
                 return events
-            if self.result is not None and self.result.get("error_type"):
-                raise from_wire(self.result["error_type"], self.result.get("error") or "generation failed")
+            if self.result is not None and self.result.error_type:
+                raise from_wire(self.result.error_type, self.result.error or "generation failed")
             if self.finished or (late_until is not None and time.time() >= late_until):
                 return None
             if self.result is not None and late_until is None:
@@ -64,14 +64,15 @@ class Stream:
                     return None
                 raise Timeout(f"no token within {self.timeout_s:g} s") from None
             self._keep_admitted()
-            if message.get("type") == messages.TOKENS_TYPE:
-                self.source = self.source or message.get("source")
-                if message.get("source") != self.source:  # requeued after its worker died: it starts over
+            reply = messages.read_reply(message)
+            if isinstance(reply, messages.TokenEvents):
+                self.source = self.source or reply.source
+                if reply.source != self.source:  # requeued after its worker died: it starts over
                     raise Unavailable("the worker generating this stream went away; send the request again",
                                       headers={"Retry-After": "1"})
-                self.waiting[int(message.get("seq", 0))] = list(message.get("events") or [])
+                self.waiting[reply.seq] = reply.events
             else:
-                self.result = message
+                self.result = reply
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """Every event: the first ones, then the rest as they come."""
@@ -115,10 +116,10 @@ async def open_stream(*, model: str, task: str, text: str, parameters: dict[str,
     reply = await layer.new_channel()
     stream = Stream(layer, model, task, key, reply, timeout_s)
     try:
-        message = messages.request_message(
-            request_id=key, reply_channel=reply, model=model, task=task, inputs=[text],
+        message = messages.WorkRequest(
+            id=key, reply=reply, model=model, task=task, inputs=[text],
             parameters={**parameters, "stream": True}, deadline=deadline, priority=priority, client=client,
-        )
+        ).to_wire()
         await handoff.send_request(layer, model, message)
         first = await stream.next_events()
         if first is None:

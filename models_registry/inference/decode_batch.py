@@ -19,8 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import (DynamicCache, LogitsProcessorList, RepetitionPenaltyLogitsProcessor,
-                          TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, TypicalLogitsWarper)
+from transformers import (
+    DynamicCache,
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    TypicalLogitsWarper,
+)
 
 from models_registry.core.errors import InvalidInput
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS

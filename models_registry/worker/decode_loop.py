@@ -16,12 +16,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.batch_types import Batch, Item, ItemFailure, Key
 from models_registry.core.errors import HostingError, Internal, TooLarge, Unavailable
 from models_registry.inference import decode_batch
 from models_registry.inference.containment import contained, describe
 from models_registry.inference.decode_batch import DecodeBatch, Row
-from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.decode_schedule import DecodeSchedule, Entry
 from models_registry.worker.delivery import Delivery

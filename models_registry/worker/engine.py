@@ -15,8 +15,7 @@ import time
 import uuid
 from typing import Any
 
-from models_registry.broker.message_leases import REDELIVERED
-from models_registry.broker.messages import model_channel
+from models_registry.broker.messages import WorkRequest, model_channel
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.capacity.memory_budget import MemoryConfig, model_bytes, worker_budget
@@ -32,7 +31,6 @@ from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery, Lease
 from models_registry.worker.engine_stats import BusyMeter, DrainRates, EngineStats, models_report
 from models_registry.worker.intake import (
-    InferenceRequest,
     check_servable,
     check_token_budget,
     computed_tokens,
@@ -83,14 +81,14 @@ class InferenceEngine:
         lease is (channel, message as the layer holds it in this worker's in-flight set);
         it is released once the request is answered or dropped.
         """
-        request = InferenceRequest.parse(message)
+        request = WorkRequest.from_wire(message)
         if request is None:
             logger.warning("dropped a malformed inference message: %.200r", message)
             self.replies.release(lease)
             return
         key = TaskKey(request.model, request.task)
         if self.models.on_demand(request.model) and not self.draining:
-            self._send_back(message, lease)  # unloaded (or reloading) while it was pulled: it waits for a holder
+            self._send_back(request.model, message, lease)  # unloaded (or reloading) while it was pulled: it waits for a holder
             return
         try:
             slot = check_servable(request, self.models.get(request.model), self.draining)
@@ -104,7 +102,7 @@ class InferenceEngine:
             self.batcher.submit(
                 key, request.id, payloads, costs, time.time(), request.deadline,
                 delivery=Delivery(reply=request.reply, parameters=request.parameters, lease=lease, tokens=charged,
-                                  suspect=bool(message.get(REDELIVERED)), client=request.client),
+                                  suspect=request.redelivered, client=request.client),
                 priority=request.priority,
             )
         except QueueFull as full:
@@ -130,10 +128,10 @@ class InferenceEngine:
             return
         self._wake()
 
-    def _send_back(self, message: dict[str, Any], lease: Lease | None) -> None:
+    def _send_back(self, model: str, message: dict[str, Any], lease: Lease | None) -> None:
         async def send_back() -> None:
             try:
-                await self.layer.send(model_channel(str(message["model"])), message)
+                await self.layer.send(model_channel(model), message)
             except Exception:
                 logger.exception("could not send a message back to its channel; its lease requeues it")
                 return

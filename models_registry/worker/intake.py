@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from models_registry.broker.messages import WorkRequest
 from models_registry.core import sources
 from models_registry.core.conf import conf
 from models_registry.core.errors import InvalidInput, TooLarge, Unavailable
@@ -16,35 +17,7 @@ from models_registry.registry.readable_text import cut_inputs
 from models_registry.worker.model_slots import ModelSlot
 
 
-@dataclass(frozen=True)
-class InferenceRequest:
-    """The fields of a request message the worker needs."""
-
-    id: str
-    reply: str
-    model: str
-    task: str
-    inputs: list[Any]
-    parameters: dict[str, Any]
-    deadline: float
-    priority: str = "interactive"  # or "batch": served behind interactive items (batcher)
-    client: str = ""  # the API token that sent it (decode batches share rows fairly among clients)
-
-    @classmethod
-    def parse(cls, message: dict[str, Any]) -> InferenceRequest | None:
-        """The request in a message; None where the message is malformed (no one to answer)."""
-        try:
-            return cls(
-                id=str(message["id"]), reply=str(message["reply"]), model=str(message["model"]),
-                task=str(message["task"]), inputs=list(message["inputs"]),
-                parameters=dict(message.get("parameters") or {}), deadline=float(message["deadline"]),
-                priority=str(message.get("priority") or "interactive"), client=str(message.get("client") or ""),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-
-
-def check_servable(request: InferenceRequest, slot: ModelSlot | None, draining: bool) -> ModelSlot:
+def check_servable(request: WorkRequest, slot: ModelSlot | None, draining: bool) -> ModelSlot:
     """The ready slot that will compute request; raises the HostingError to answer instead."""
     model, task = request.model, request.task
     if draining:
@@ -69,7 +42,7 @@ def check_token_budget(tokens: int, limit: int) -> None:
                        "(max_request_tokens): send fewer or shorter inputs")
 
 
-def computed_tokens(request: InferenceRequest, slot: ModelSlot, costs: list[int]) -> int:
+def computed_tokens(request: WorkRequest, slot: ModelSlot, costs: list[int]) -> int:
     """The tokens request makes the model compute (prompts, labels, windows, new tokens); 400 for impossible windows.
 
     costs: each input's own tokens (counted for batching), the answer where nothing more is computed;
@@ -106,7 +79,7 @@ def answer_bytes(task: str, inputs: list[Any], params: dict[str, Any], slot: Mod
     return sum(answer_size.fill_mask_bytes(text, mask, params) for text in inputs if isinstance(text, str))
 
 
-def readable(request: InferenceRequest, slot: ModelSlot) -> InferenceRequest:
+def readable(request: WorkRequest, slot: ModelSlot) -> WorkRequest:
     """request with each text cut to what the model reads, before any tokenizer sees it (registry.readable_text)."""
     task = slot.spec.tasks[request.task]
     max_tokens = getattr(slot.loaded, "max_tokens", 0)  # a runner that counts no tokens reads no length

@@ -12,9 +12,9 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from models_registry.broker.messages import WorkRequest
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.errors import Quarantined
-from models_registry.worker.intake import InferenceRequest
 from models_registry.worker.replies import Replies
 
 logger = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ POISON_MESSAGE = ("this request was being computed when two workers stopped, so 
                   "an operator can see it in the admin (quarantined requests)")
 
 
-def _record(requests: list[InferenceRequest]) -> None:
+def _record(requests: list[WorkRequest]) -> None:
     from models_registry.models import QuarantinedRequest
 
     QuarantinedRequest.objects.bulk_create([
@@ -36,7 +36,7 @@ def _record(requests: list[InferenceRequest]) -> None:
 async def answer_poison(layer: WorkLayer, replies: Replies) -> int:
     """Take the quarantined messages, answer each 500 and record them; how many there were."""
     messages: list[dict[str, Any]] = await layer.take_poison()
-    requests = [r for r in (InferenceRequest.parse(m) for m in messages) if r is not None]
+    requests = [r for r in (WorkRequest.from_wire(m) for m in messages) if r is not None]
     for request in requests:
         logger.error("quarantined request %s on %s/%s: in flight at two worker deaths", request.id,
                      request.model, request.task)

@@ -41,10 +41,8 @@ class Replies:
     def error(self, request_id: str, reply: str, error: HostingError, lease: Lease | None = None,
               deadline: float | None = None) -> None:
         """Answer one request with an error (and release its lease once sent)."""
-        message = messages.result_message(request_id=request_id, error_type=error.error_type,
-                                          error=self._public(request_id, error))
-        if "Retry-After" in error.headers:
-            message["retry_after"] = error.headers["Retry-After"]
+        message = messages.WorkResult(request_id, error_type=error.error_type, error=self._public(request_id, error),
+                                      retry_after=error.headers.get("Retry-After")).to_wire()
         until = deadline if deadline is not None else time.time() + ERROR_REPLY_WINDOW_S
         self._spawn(self._send_then_release(reply, message, lease, until))
 
@@ -97,15 +95,15 @@ class Replies:
         batch_size = max(request.batch_sizes or [0])
         if request.error is not None:
             error = request.error if isinstance(request.error, HostingError) else Internal(str(request.error))
-            return messages.result_message(
-                request_id=request.id, error_type=error.error_type, error=self._public(request.id, error),
+            return messages.WorkResult(
+                request.id, error_type=error.error_type, error=self._public(request.id, error),
                 queue_ms=queue_ms, compute_ms=compute_s * 1000, batch_size=batch_size, worker=self.worker_id,
-            )
-        return messages.result_message(
-            request_id=request.id, outputs=request.outputs, queue_ms=queue_ms,
+            ).to_wire()
+        return messages.WorkResult(
+            request.id, outputs=request.outputs, queue_ms=queue_ms,
             compute_ms=compute_s * 1000, batch_size=batch_size, worker=self.worker_id,
             tokens=request.delivery.tokens,
-        )
+        ).to_wire()
 
     async def _send_then_release(self, channel: str, message: dict[str, Any], lease: Lease | None,
                                  deadline: float) -> None:
@@ -126,7 +124,7 @@ class Replies:
                     logger.exception("could not release %d leases (they will be requeued)", len(members))
 
     async def _send(self, channel: str, message: dict[str, Any], deadline: float) -> None:
-        await until_sent(lambda: self.layer.send(channel, message), deadline, f"the reply for {message.get('id')}")
+        await until_sent(lambda: self.layer.send(channel, message), deadline, f"a reply on {channel}")
 
 
 async def until_sent(send: Callable[[], Awaitable[Any]], deadline: float, what: str) -> bool:

@@ -104,8 +104,7 @@ class TokenStreams:
             by_sink.setdefault(sink, []).append(event)
         replies = []
         for sink, events in by_sink.items():
-            replies.append((sink.reply, messages.tokens_message(request_id=sink.request_id, seq=sink.seq, events=events,
-                                                                source=self.source)))
+            replies.append((sink.reply, messages.TokenEvents(sink.request_id, sink.seq, events, self.source).to_wire()))
             sink.seq += 1
         if self._outbox is None:
             self._outbox = asyncio.Queue()

@@ -105,9 +105,9 @@ def send(layer: HostingChannelLayer, engine: InferenceEngine) -> Send:
         deadline = time.time() + 10
         if admitted:
             await admission.admit(layer, model, "t", request_id, len(inputs), deadline, 100)
-        await layer.send(CHANNEL, messages.request_message(
-            request_id=request_id, reply_channel=reply, model=model, task="t", inputs=inputs, parameters={},
-            deadline=deadline))
+        await layer.send(CHANNEL, messages.WorkRequest(
+            id=request_id, reply=reply, model=model, task="t", inputs=inputs, parameters={},
+            deadline=deadline).to_wire())
         for lease, message in await layer.pull(CHANNEL, engine.worker_id, 10):
             engine.submit(message, (CHANNEL, lease))
         return future
@@ -217,9 +217,9 @@ async def test_a_request_redelivered_after_a_worker_death_is_computed_alone_and_
     for request_id, text in (("suspect", "first"), ("other", "second")):
         reply = await layer.new_channel()
         replies.append(layer.expect_reply(reply))
-        await layer.send(CHANNEL, messages.request_message(
-            request_id=request_id, reply_channel=reply, model="m", task="t", inputs=[text], parameters={},
-            deadline=time.time() + 10))
+        await layer.send(CHANNEL, messages.WorkRequest(
+            id=request_id, reply=reply, model="m", task="t", inputs=[text], parameters={},
+            deadline=time.time() + 10).to_wire())
         if request_id == "suspect":  # leased by a worker that dies: marked as in flight at a death
             await layer.announce("dead", 0.05)
             await layer.pull(CHANNEL, "dead", 10)

@@ -17,9 +17,9 @@ WORK = messages.model_channel("m")
 
 
 async def _leased(layer: HostingChannelLayer, worker_id: str) -> None:
-    await layer.send(WORK, messages.request_message(
-        request_id="r", reply_channel="specific.x!y", model="m", task="t", inputs=["x"], parameters={},
-        deadline=time.time() + 30))
+    await layer.send(WORK, messages.WorkRequest(
+        id="r", reply="specific.x!y", model="m", task="t", inputs=["x"], parameters={},
+        deadline=time.time() + 30).to_wire())
     await layer.announce(worker_id, 0.6)
     assert len(await layer.pull(WORK, worker_id, 10)) == 1
 

@@ -66,9 +66,9 @@ async def test_a_request_for_a_cold_model_evicts_the_idle_one_and_is_answered(la
 
         reply = await layer.new_channel()
         answer = layer.expect_reply(reply)
-        await layer.send(messages.model_channel("b"), messages.request_message(
-            request_id="r1", reply_channel=reply, model="b", task="t", inputs=["hello"], parameters={},
-            deadline=time.time() + 10))
+        await layer.send(messages.model_channel("b"), messages.WorkRequest(
+            id="r1", reply=reply, model="b", task="t", inputs=["hello"], parameters={},
+            deadline=time.time() + 10).to_wire())
         await asyncio.sleep(MIN_IDLE_S)  # a just-used model is not evicted
 
         async def tick_and_pull() -> None:
@@ -94,9 +94,9 @@ async def test_a_pinned_model_is_never_evicted(layer: HostingChannelLayer) -> No
     try:
         await engine.reconcile({"pinned": spec("pinned", keep_loaded=True), "b": spec("b")})
         await until(lambda: engine.ready_models() == ["pinned"], engine.placer.tick)
-        await layer.send(messages.model_channel("b"), messages.request_message(
-            request_id="r2", reply_channel="x", model="b", task="t", inputs=["hi"], parameters={},
-            deadline=time.time() + 10))
+        await layer.send(messages.model_channel("b"), messages.WorkRequest(
+            id="r2", reply="x", model="b", task="t", inputs=["hi"], parameters={},
+            deadline=time.time() + 10).to_wire())
         await asyncio.sleep(MIN_IDLE_S)
         for _ in range(3):
             await engine.placer.tick()

@@ -29,9 +29,9 @@ async def die(layer: HostingChannelLayer) -> int:
 
 
 async def send(layer: HostingChannelLayer, request_id: str, reply: str = "specific.x!y") -> None:
-    await layer.send(WORK, messages.request_message(
-        request_id=request_id, reply_channel=reply, model="m", task="t", inputs=["x" * 10], parameters={},
-        deadline=time.time() + 30))
+    await layer.send(WORK, messages.WorkRequest(
+        id=request_id, reply=reply, model="m", task="t", inputs=["x" * 10], parameters={},
+        deadline=time.time() + 30).to_wire())
 
 
 async def test_a_message_computing_alone_at_a_second_death_is_quarantined(layer: HostingChannelLayer) -> None:
@@ -76,9 +76,9 @@ async def test_a_clean_exit_does_not_count_as_a_death(layer: HostingChannelLayer
 async def test_a_quarantined_request_is_answered_500_and_recorded(layer: HostingChannelLayer) -> None:
     reply = await layer.new_channel()
     answer = layer.expect_reply(reply)
-    await layer.send(WORK, messages.request_message(
-        request_id="poison", reply_channel=reply, model="m", task="t", inputs=["a", "bc"], parameters={},
-        deadline=time.time() + 30))
+    await layer.send(WORK, messages.WorkRequest(
+        id="poison", reply=reply, model="m", task="t", inputs=["a", "bc"], parameters={},
+        deadline=time.time() + 30).to_wire())
     await lease(layer, "w1")
     await die(layer)
     [(member, _)] = await lease(layer, "w2")

@@ -82,8 +82,8 @@ async def _worker(layer: Any, model: str, stop: asyncio.Event) -> None:
         replies, places, leases = [], [], []
         for lease, request in pulled:
             count = len(request["inputs"])
-            replies.append((request["reply"], messages.result_message(
-                request_id=request["id"], outputs=LABELS * count, batch_size=count, worker="w1")))
+            replies.append((request["reply"], messages.WorkResult(
+                id=request["id"], outputs=LABELS * count, batch_size=count, worker="w1").to_wire()))
             places.append(admission.Places(admission.pending_key(layer, request["model"], request["task"]),
                                            request["id"], count))
             leases.append((channel, lease))

@@ -63,6 +63,22 @@ def test_no_hidden_arguments_on_the_request_path() -> None:
         assert "ContextVar" not in names, relative
 
 
+WIRE_KEY_READ = re.compile(r"""(message|reply)(\[|\.get\()\s*["']""")
+
+
+def wire_key_reads(paths: list[Path]) -> list[str]:
+    """Lines that read a key of a wire message by hand ('message["model"]', 'reply.get("left")')."""
+    return [f"{path.name}:{n}" for path in paths
+            for n, line in enumerate(path.read_text().splitlines(), 1) if WIRE_KEY_READ.search(line)]
+
+
+def test_only_the_wire_messages_module_knows_their_keys() -> None:
+    """Web and worker read and write WorkRequest, WorkResult and TokenEvents; broker/messages.py alone holds keys."""
+    sides = [path for package in ("broker", "worker", "policy") for path in sorted((APP / package).glob("*.py"))
+             if path.name != "messages.py"]
+    assert wire_key_reads(sides) == []
+
+
 def test_the_checks_can_fail(tmp_path: Path) -> None:
     """Each rule sees what it forbids."""
     big = tmp_path / "big.py"
@@ -70,3 +86,6 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
     assert long_modules([big]) == [f"{tmp_path.name}/big.py: {MAX_MODULE_LINES + 1}"]
     assert confusable_names(["answer", "answers", "leases", "leases", "admin", "admin"]) == [
         "answer/answers", "leases (x2)"]
+    hand = tmp_path / "hand.py"
+    hand.write_text('left = reply.get("left")\nmodel = str(message["model"])\n')
+    assert wire_key_reads([hand]) == ["hand.py:1", "hand.py:2"]

@@ -31,7 +31,7 @@ def tokens(seq: int, *texts: str, final: bool = False, source: str = "w1") -> di
     events = [{"token": {"text": t}, "generated_text": None} for t in texts]
     if final:
         events[-1]["generated_text"] = "".join(texts)
-    return messages.tokens_message(request_id="r", seq=seq, events=events, source=source)
+    return messages.TokenEvents(id="r", seq=seq, events=events, source=source).to_wire()
 
 
 async def collect(stream: Stream) -> list[str]:
@@ -42,7 +42,7 @@ async def test_events_come_out_in_sequence_order_and_the_result_may_overtake_the
     layer = FakeLayer()
     stream = Stream(layer, "m", "t", "r", "reply!1", timeout_s=5)  # type: ignore[arg-type]
     queue = layer.queues["reply!1"]
-    for message in (tokens(1, "c", "d"), messages.result_message(request_id="r", outputs=[]), tokens(0, "a", "b"),
+    for message in (tokens(1, "c", "d"), messages.WorkResult(id="r", outputs=[]).to_wire(), tokens(0, "a", "b"),
                     tokens(2, "e", final=True)):
         queue.put_nowait(message)
     assert await asyncio.wait_for(collect(stream), 2) == ["a", "b", "c", "d", "e"]
@@ -51,8 +51,8 @@ async def test_events_come_out_in_sequence_order_and_the_result_may_overtake_the
 async def test_an_error_result_raises_the_workers_error() -> None:
     layer = FakeLayer()
     stream = Stream(layer, "m", "t", "r", "reply!2", timeout_s=5)  # type: ignore[arg-type]
-    layer.queues["reply!2"].put_nowait(messages.result_message(request_id="r", error_type="invalid_input",
-                                                               error="prompt too long"))
+    layer.queues["reply!2"].put_nowait(messages.WorkResult(id="r", error_type="invalid_input",
+                                                               error="prompt too long").to_wire())
     with pytest.raises(InvalidInput, match="prompt too long"):
         await stream.next_events()
 
