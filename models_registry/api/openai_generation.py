@@ -100,13 +100,13 @@ async def completions(request: HttpRequest) -> HttpResponse:
     return to_django(await inference_route.serve(COMPLETIONS, from_django(request), {}))
 
 
-async def _open_all(spec: ModelSpec, task: TaskSpec, wanted: GenerationRequest, klass: str,
+async def _open_all(wire: str, task: TaskSpec, wanted: GenerationRequest, klass: str,
                     drain_rate: float, client: str) -> list[Stream]:
     """One stream per choice, opened together; all closed if any fails."""
     limit = priority.queue_limit(klass, task.policy.max_queue_size, task.max_batch_queue_size)
     prompts = [""] if wanted.chat else wanted.prompts
     openings = [stream_handoff.open_stream(
-        model=spec.name, task=task.name, text=prompt, timeout_s=task.timeout_s, drain_rate=drain_rate,
+        model=wire, task=task.name, text=prompt, timeout_s=task.timeout_s, drain_rate=drain_rate,
         priority=klass, max_queue_size=limit, client=client,
         parameters={**task.parameters, **generation_requests.worker_parameters(wanted, choice)})
         for p, prompt in enumerate(prompts) for choice in range(p * wanted.n, (p + 1) * wanted.n)]
@@ -150,20 +150,22 @@ async def _merged(streams: list[Stream]) -> AsyncIterator[tuple[int, dict[str, A
 
 async def _respond(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec,
                    wanted: GenerationRequest, started: float) -> Answer:
-    drain_rate = await dispatch.require_serving(spec, task.name)
+    wire, version = await dispatch.serving_wire(spec)  # the version that answers (no canary for streams)
+    drain_rate = await dispatch.require_serving(spec, task.name, wire)
     estimate_parameters = {**task.parameters, **wanted.parameters}
     client = str(grant.token_id) if grant is not None else ""
     admitted = await gate.admit_stream(grant=grant, asked_priority=call.priority,
                                        inputs=wanted.prompts * wanted.n, task=TASK, parameters=estimate_parameters)
     try:
-        streams = await _open_all(spec, task, wanted, admitted.klass, drain_rate, client)
+        streams = await _open_all(wire, task, wanted, admitted.klass, drain_rate, client)
     except BaseException:
         admitted.settle(0)
         raise
     first_token_s = time.perf_counter() - started
     shaper = Shaper(chat=wanted.chat, model=wanted.model, n=wanted.n)
     choices = [Choice(index=i, stops=wanted.stops) for i in range(len(streams))]
-    headers = {**admitted.headers, "X-Time-To-First-Token-Ms": f"{first_token_s * 1000:.2f}"}
+    headers = {**admitted.headers, "X-Time-To-First-Token-Ms": f"{first_token_s * 1000:.2f}",
+               **({dispatch.VERSION_HEADER: str(version)} if version else {})}
 
     def finish(failure: HostingError | None, gone: bool) -> None:
         for stream in streams:
