@@ -64,9 +64,9 @@ def _worker_row(worker: WorkerHeartbeat, now: float) -> dict[str, Any]:
         "device": worker.device,
         "draining": worker.draining,
         "models": [
-            {"name": name, "state": state.get("state", ""), "error": state.get("error", ""),
-             "device": state.get("device", "")}
-            for name, state in sorted((worker.models_state or {}).items())
+            {"name": split_wire(wire)[0], "version": split_wire(wire)[1], "state": state.get("state", ""),
+             "error": state.get("error", ""), "device": state.get("device", "")}
+            for wire, state in sorted((worker.models_state or {}).items())
         ],
         "queued": sum(int(v) for v in (worker.queue_depths or {}).values()),
         "last_seen": worker.last_seen.isoformat(),

@@ -200,7 +200,7 @@
     body.replaceChildren(...workers.map((w) => el("tr", {},
       el("td", { text: w.host }), el("td", { text: String(w.pid) }), el("td", { text: w.device }),
       el("td", {}, ...w.models.map((m) => el("span", {
-        class: "dash-badge dash-state-" + m.state, title: m.error || m.device || "", text: m.name + ": " + m.state,
+        class: "dash-badge dash-state-" + m.state, title: m.error || m.device || "", text: m.name + ": " + m.state + (m.version ? " (v" + m.version + ")" : ""),
       }))),
       el("td", { text: String(w.queued) }),
       el("td", { text: ago(w.age_s) + (w.draining ? " (draining)" : ""), title: w.last_seen }),
