@@ -5,7 +5,8 @@ the rest, yet a tokenizer handed a 1 MB string tokenizes all of it first, on the
 intake and again in the compute thread. No natural text spends more than MAX_CHARS_PER_TOKEN
 characters a token, so a text cut to max_tokens * MAX_CHARS_PER_TOKEN characters reads the same
 tokens, is refused the same way where truncation is off (it still holds more than max_tokens),
-and costs what max_tokens tokens cost. Tasks that read a whole text in windows (question
+and costs what max_tokens tokens cost. Fill-mask does not truncate (an over-long text is a 400), so it keeps
+both ends of a text, where its mask token may be, and is still refused as too long. Tasks that read a whole text in windows (question
 answering, token classification with a stride) or generate from it are never cut.
 """
 
@@ -29,6 +30,8 @@ def cut_inputs(task: str, inputs: list[Any], params: dict[str, Any], max_tokens:
     limit = readable_chars(max_tokens)
     if not any(_longer(item, limit) for item in inputs):
         return inputs
+    if task == "fill-mask":  # not truncated: an over-long text is refused, and its mask may sit at either end
+        return [_keep_ends(item, limit) for item in inputs]
     from_left = str(params.get("truncation_direction") or "right").lower() == "left"
     return [_cut(item, limit, from_left) for item in inputs]
 
@@ -39,6 +42,13 @@ def _longer(item: Any, limit: int) -> bool:
     if isinstance(item, dict) and "media" not in item:
         return any(isinstance(value, str) and len(value) > limit for value in item.values())
     return False
+
+
+def _keep_ends(item: Any, limit: int) -> Any:
+    """Its first and last limit/2 characters: still longer than the model reads, with a mask at either end kept."""
+    if isinstance(item, str) and len(item) > limit:
+        return item[:limit // 2] + " " + item[-(limit // 2):]
+    return item
 
 
 def _cut(item: Any, limit: int, from_left: bool) -> Any:

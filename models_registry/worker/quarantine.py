@@ -15,6 +15,7 @@ from asgiref.sync import sync_to_async
 from models_registry.broker.messages import WorkRequest
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.errors import Quarantined
+from models_registry.registry.rollout import split_wire
 from models_registry.worker.replies import Replies
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,9 @@ def _record(requests: list[WorkRequest]) -> None:
     from models_registry.models import QuarantinedRequest
 
     QuarantinedRequest.objects.bulk_create([
-        QuarantinedRequest(request_id=r.id[:64], model=r.model[:100], task=r.task[:100], inputs=len(r.inputs),
+        # By the model's name, as the admin and /metrics count them (the log line names the version's wire name).
+        QuarantinedRequest(request_id=r.id[:64], model=split_wire(r.model)[0][:100], task=r.task[:100],
+                           inputs=len(r.inputs),
                            input_bytes=min(len(repr(r.inputs).encode()), 2**31 - 1))
         for r in requests
     ])

@@ -260,7 +260,7 @@ def test_text_generation_seeded_sampling_is_repeatable(post: Any) -> None:
     ("parameters", "message"),
     [({"max_new_tokens": 513}, "'max_new_tokens' must be an integer from 1 to 512"),
      ({"max_new_tokens": 200}, "exceeds the model's 128 positions"),  # checked on the worker
-     ({"temperature": 0}, "'temperature' must be a number above 0")],
+     ({"temperature": 0}, "'temperature' must be a number from 0.001")],
 )
 def test_text_generation_bounds_are_a_400(post: Any, parameters: dict[str, Any], message: str) -> None:
     status, body = post(GPT2, {"inputs": "The cat sees", "parameters": parameters})
