@@ -16,7 +16,8 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParserError
 
-from models_registry.api.openai_routes import invalid, openai_view
+from models_registry.api.error_answers import invalid
+from models_registry.api.openai_routes import openai_view
 from models_registry.core.conf import conf
 from models_registry.core.errors import TooLarge
 from models_registry.jobs import files, lines, store

@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpResponse
 
 from models_registry.api.answer import Answer, json_answer, to_django
-from models_registry.core.errors import HostingError
+from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.core.paths import OPENAI_PREFIX
 
 
@@ -66,3 +66,10 @@ def error_answer_for(path: str, error: HostingError, request_id: str | None = No
 def error_response_for(path: str, error: HostingError, request_id: str | None = None) -> HttpResponse:
     """error_answer_for as a Django response."""
     return to_django(error_answer_for(path, error, request_id))
+
+
+def invalid(message: str, param: str | None) -> InvalidInput:
+    """A 400 that names the offending request field (OpenAI's `param`)."""
+    error = InvalidInput(message)
+    error.param = param  # type: ignore[attr-defined]
+    return error

@@ -55,6 +55,19 @@ class BodyTooLarge(Exception):
         self.ended = ended  # whether its last chunk had come
 
 
+async def drain(receive, budget: int) -> bool:  # type: ignore[no-untyped-def]
+    """Read and drop the rest of a body, up to budget bytes; whether it ended within them."""
+    size = 0
+    while size <= budget:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return False
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return True
+    return False
+
+
 def body_limit(path: str) -> int:
     """Bytes a request body may have on path: batch input files are larger than inference bodies."""
     if path.startswith(paths.FILES_PREFIX):
@@ -128,11 +141,11 @@ class ApiASGIHandler(ASGIHandler):
         refused = await upfront.refusal(scope)  # from the headers: before any of the body is read
         if refused is not None:
             no_body = declared == 0 or (declared is None and not upfront.is_chunked(scope))
-            heard = no_body or (declared is not None and declared <= DRAIN_BYTES and await self._drain(receive, declared))
+            heard = no_body or (declared is not None and declared <= DRAIN_BYTES and await drain(receive, declared))
             await self._answer_early(send, refused, heard)
             return
         if declared is not None and declared > limit:
-            heard = declared <= limit + DRAIN_BYTES and await self._drain(receive, declared)
+            heard = declared <= limit + DRAIN_BYTES and await drain(receive, declared)
             await self._too_large(scope, send, f"request body is {declared} bytes; the limit is {limit}", heard)
             return
         matched = route_table.match(scope["path"]) if scope["method"] == "POST" else None
@@ -144,7 +157,7 @@ class ApiASGIHandler(ASGIHandler):
         except RequestAborted:
             return
         except BodyTooLarge as too_large:
-            heard = too_large.ended or await self._drain(receive, DRAIN_BYTES)
+            heard = too_large.ended or await drain(receive, DRAIN_BYTES)
             await self._too_large(scope, send, f"request body is over the limit of {limit} bytes", heard)
             return
         if matched is not None:
@@ -246,18 +259,6 @@ class ApiASGIHandler(ASGIHandler):
             raise
         body_file.seek(0)
         return body_file
-
-    async def _drain(self, receive, budget: int) -> bool:  # type: ignore[no-untyped-def]
-        """Read and drop the rest of the body, up to budget bytes; whether it ended within them."""
-        size = 0
-        while size <= budget:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return False
-            size += len(message.get("body", b""))
-            if not message.get("more_body", False):
-                return True
-        return False
 
     async def _too_large(self, scope, send, message: str, heard: bool) -> None:  # type: ignore[no-untyped-def]
         """413; unless the whole body was read (heard), the connection is closed after it."""

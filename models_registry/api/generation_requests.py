@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from models_registry.core.errors import InvalidInput
+from models_registry.api.error_answers import invalid
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
 MAX_CHOICES = 8  # n, and prompts of a completions request: each choice (prompt x n) is one generated stream
@@ -29,13 +29,6 @@ UNSUPPORTED = {"frequency_penalty": 0, "presence_penalty": 0, "logit_bias": None
 IGNORED = ("user", "store", "metadata", "service_tier")  # bookkeeping fields: accepted, no effect here
 COMMON = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "seed", "n", "stream",
           "stream_options")
-
-
-def invalid(message: str, param: str | None) -> InvalidInput:
-    """A 400 that names the offending request field (OpenAI's `param`)."""
-    error = InvalidInput(message)
-    error.param = param  # type: ignore[attr-defined]
-    return error
 
 
 @dataclass(frozen=True)

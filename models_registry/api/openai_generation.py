@@ -25,14 +25,13 @@ from models_registry.api.completion_shapes import Choice, Shaper
 from models_registry.api.error_answers import openai_error_answer, openai_error_body
 from models_registry.api.generation_requests import GenerationRequest
 from models_registry.api.inference_route import Work
-from models_registry.api.openai_routes import _body, openai_view
+from models_registry.api.openai_routes import _body, model_task, openai_view
 from models_registry.broker import stream_handoff
 from models_registry.broker.stream_handoff import Stream
 from models_registry.core.errors import HostingError, NotFound
 from models_registry.core.task_key import TaskKey
 from models_registry.observe import metrics
 from models_registry.policy import auth, dispatch, gate, priority
-from models_registry.registry import lookups
 from models_registry.registry.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
@@ -42,13 +41,7 @@ TASK = "text-generation"
 
 async def resolve(model_id: str) -> tuple[ModelSpec, TaskSpec]:
     """The text-generation task a /v1 model id names (404 or 400 otherwise)."""
-    name, task_name = TaskKey.parse(model_id)
-    spec = (await lookups.get_specs()).get(name)
-    if spec is None:
-        raise NotFound(f"no model {model_id!r}; GET /v1/models lists them")
-    task = spec.tasks.get(task_name or spec.default_task)
-    if task is None:
-        raise NotFound(f"model {name!r} has no task {task_name!r}; GET /v1/models lists the ids")
+    spec, task = await model_task(model_id, "ids")
     if task.task != TASK:  # OpenAI answers 404 for a model the endpoint does not serve
         raise NotFound(f"{model_id!r} is a {task.task} task, not a text-generation model; GET /v1/models "
                        "lists the ids")

@@ -20,12 +20,12 @@ from pydantic import ValidationError
 from models_registry.api import dimensions, inference_route, media_embeddings, payloads, request_models
 from models_registry.api.answer import Answer, to_django
 from models_registry.api.call import ApiCall, from_django
-from models_registry.api.error_answers import openai_error_answer, openai_error_response
+from models_registry.api.error_answers import invalid, openai_error_answer, openai_error_response
 from models_registry.api.inference_route import Work
 from models_registry.api.views import AsyncView, api_view
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.conf import conf
-from models_registry.core.errors import HostingError, InvalidInput, NotFound, TooLarge
+from models_registry.core.errors import HostingError, NotFound, TooLarge
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
 from models_registry.registry import lookups
@@ -36,13 +36,6 @@ from models_registry.tasks.shape_errors import keys, phrase
 def openai_view(*methods: str) -> Callable[[AsyncView], AsyncView]:
     """views.api_view answering every error in OpenAI's shape."""
     return api_view(*methods, render=openai_error_response)
-
-
-def invalid(message: str, param: str | None) -> InvalidInput:
-    """A 400 that names the offending request field (OpenAI's `param`)."""
-    error = InvalidInput(message)
-    error.param = param  # type: ignore[attr-defined]
-    return error
 
 
 @dataclass(frozen=True)
@@ -123,14 +116,20 @@ def _embeds(task: TaskSpec) -> bool:
     return task.task == "feature-extraction" and task.pooling != "none"
 
 
-async def _resolve(model_id: str) -> tuple[ModelSpec, TaskSpec]:
+async def model_task(model_id: str, ids: str) -> tuple[ModelSpec, TaskSpec]:
+    """The model and task a /v1 model id ("name" or "name/task") names: 404 when there is none (ids: which ids)."""
     name, task_name = TaskKey.parse(model_id)
     spec = (await lookups.get_specs()).get(name)
     if spec is None:
         raise NotFound(f"no model {model_id!r}; GET /v1/models lists them")
     task = spec.tasks.get(task_name or spec.default_task)
     if task is None:
-        raise NotFound(f"model {name!r} has no task {task_name!r}; GET /v1/models lists the embedding ids")
+        raise NotFound(f"model {name!r} has no task {task_name!r}; GET /v1/models lists the {ids}")
+    return spec, task
+
+
+async def _resolve(model_id: str) -> tuple[ModelSpec, TaskSpec]:
+    spec, task = await model_task(model_id, "embedding ids")
     if task.task != "feature-extraction":
         raise invalid(f"{model_id!r} is a {task.task} task, not an embedding model; GET /v1/models lists "
                       "the embedding ids", "model")

@@ -20,7 +20,7 @@ from typing import Any
 
 from models_registry.api.call import header, request_id_from
 from models_registry.api.error_answers import error_response
-from models_registry.api.front_door import DRAIN_BYTES, body_limit, declared_length
+from models_registry.api.front_door import DRAIN_BYTES, body_limit, declared_length, drain
 from models_registry.core.errors import HostingError, NotFound, TooLarge
 
 Scope = dict[str, Any]
@@ -45,19 +45,6 @@ async def send_error(send: Send, scope: Scope, error: HostingError, close: bool)
     headers.append((b"content-length", str(len(response.content)).encode("latin-1")))
     await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": response.content})
-
-
-async def drain(receive: Receive, budget: int) -> bool:
-    """Read and drop the rest of a body, up to budget bytes; whether it ended within them."""
-    size = 0
-    while size <= budget:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return False
-        size += len(message.get("body", b""))
-        if not message.get("more_body", False):
-            return True
-    return False
 
 
 def no_encoded_slash(app: App) -> App:
