@@ -16,6 +16,7 @@ from typing import Any
 from django.http import HttpResponse, StreamingHttpResponse
 from django.test import AsyncClient as DjangoAsyncClient
 from django.test.client import AsyncClientHandler
+from django.test.utils import override_settings
 
 from models_registry.core.paths import FRONT_DOOR_PREFIXES
 
@@ -28,13 +29,19 @@ class ProductionDoorHandler(AsyncClientHandler):
     async def __call__(self, scope: dict[str, Any]) -> HttpResponse:
         if not scope["path"].startswith(FRONT_DOOR_PREFIXES):
             return await super().__call__(scope)
-        from hosting.asgi import application
-
+        application = production_application()
         body_file = scope.pop("_body_file", None)
         body = body_file.read() if body_file is not None else b""
         scope = {**scope, "asgi": {"version": "3.0"}, "http_version": "1.1",
                  "client": scope.get("client") or ("127.0.0.1", 50000), "server": ("testserver", 80)}
         return await _run(application, scope, body)
+
+
+def production_application() -> Any:
+    """hosting.asgi's application; imported without starting the embedded Redis (the tests bring their broker)."""
+    with override_settings(EMBEDDED_REDIS=False):
+        from hosting.asgi import application
+    return application
 
 
 async def _run(application: Any, scope: dict[str, Any], body: bytes) -> HttpResponse:

@@ -29,7 +29,9 @@ def scope(path: str, headers: list[tuple[bytes, bytes]], method: str = "POST", r
 
 async def serve(request_scope: dict[str, Any], chunks: int) -> tuple[int, dict[bytes, bytes], bytes, int]:
     """(status, headers, body, body chunks the application asked for) for a body of chunks * CHUNK bytes."""
-    from hosting.asgi import application
+    from tests.asgi_client import production_application
+
+    application = production_application()
 
     read = 0
     sent: list[dict[str, Any]] = []
