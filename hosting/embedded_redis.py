@@ -21,7 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from hosting.process_tie import die_with_this_process
+from hosting.process_tie import die_with_this_process, pid_alive
 
 _tied: list[subprocess.Popen[bytes]] = []  # the server this process started as its child
 
@@ -70,15 +70,6 @@ def ensure_running(var_dir: Path, timeout_s: float = 10.0, tie_to_parent: bool =
         return _start(var_dir, timeout_s, tie_to_parent)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def _read_pid(path: Path) -> int | None:
     try:
@@ -90,7 +81,7 @@ def _read_pid(path: Path) -> int | None:
 def _stop_orphan(var_dir: Path, timeout_s: float) -> None:
     """Stop a server whose owning `serve` is no longer alive."""
     owner = _read_pid(var_dir / "redis.owner")
-    if owner is None or _pid_alive(owner):
+    if owner is None or pid_alive(owner):
         return
     if is_running(var_dir):  # else its pid file may name a process that reused the pid
         stop(var_dir)

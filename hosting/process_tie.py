@@ -1,4 +1,4 @@
-"""Children that end with their parent, however the parent ends (Linux: a parent-death signal)."""
+"""Processes and their children: children that end with their parent (Linux: a parent-death signal), and liveness."""
 
 from __future__ import annotations
 
@@ -26,3 +26,14 @@ def die_with_this_process() -> Callable[[], None] | None:
             os._exit(1)  # the signal could not be armed, or the parent is already gone
 
     return arm
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

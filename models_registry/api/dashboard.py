@@ -22,6 +22,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
+from hosting.process_tie import pid_alive
 from models_registry.api.error_answers import error_response
 from models_registry.core.conf import conf
 from models_registry.core.errors import Forbidden
@@ -102,17 +103,7 @@ def web_processes() -> int:
         return 1
     pids = {int(match.group(1)) for path in Path(directory).glob("*.db")
             if (match := re.search(r"_(\d+)\.db$", path.name))}
-    return max(1, sum(_running(pid) for pid in pids))
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return max(1, sum(pid_alive(pid) for pid in pids))
 
 
 def snapshot(window: traffic_window.RollingWindow | None = None) -> dict[str, Any]:
