@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench import gpu_ceiling
     from models_registry.core.batch_types import BatchPolicy
     from models_registry.inference.model_runner import PipelineRunner
-    from models_registry.registry.specs import ModelSpec, TaskSpec
+    from models_registry.catalog.specs import ModelSpec, TaskSpec
     from tests import model_factory
 
     torch.set_num_threads(1)

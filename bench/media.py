@@ -105,7 +105,7 @@ def _ceiling(source: str, task_kind: str, files: list[bytes], batch: int, second
     from models_registry.media import envelope
     from models_registry.media.decode import decode
     from models_registry.media.pending import PendingMedia
-    from models_registry.registry.specs import ModelSpec, TaskSpec
+    from models_registry.catalog.specs import ModelSpec, TaskSpec
 
     task = TaskSpec(name=task_kind, task=task_kind, parameters={}, pooling="mean", normalize=True,
                     policy=BatchPolicy(max_batch_size=batch), timeout_s=60)

@@ -87,7 +87,7 @@ def rerank_ceiling(path: Path, sentences: list[str], max_batch_size: int) -> flo
 
     from models_registry.core.batch_types import BatchPolicy
     from models_registry.inference.model_runner import PipelineRunner
-    from models_registry.registry.specs import ModelSpec, TaskSpec
+    from models_registry.catalog.specs import ModelSpec, TaskSpec
 
     torch.set_num_threads(1)
     task = TaskSpec(name="rank", task="text-ranking", parameters={}, pooling="mean", normalize=False,

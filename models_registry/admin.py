@@ -19,8 +19,8 @@ from models_registry.observe import traffic_window
 from models_registry.observe.model_columns import PlacementColumns, live_states
 from models_registry.policy.rate_limits import Usage
 from models_registry.policy.usage import token_usage
-from models_registry.registry import version_changes
-from models_registry.registry.heartbeats import live_workers
+from models_registry.catalog import version_changes
+from models_registry.catalog.heartbeats import live_workers
 
 admin.site.site_header = "Model hosting"
 admin.site.site_title = "Model hosting admin"

@@ -24,8 +24,8 @@ from models_registry.jobs import files, lines, store
 from models_registry.jobs.shapes import list_object
 from models_registry.jobs.targets import route_check
 from models_registry.policy import auth, file_quota
-from models_registry.registry import lookups
-from models_registry.registry.lookups import fresh_connection
+from models_registry.catalog import lookups
+from models_registry.catalog.lookups import fresh_connection
 
 BATCH_FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after")
 MAX_METADATA = 16

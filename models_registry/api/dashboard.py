@@ -30,9 +30,9 @@ from models_registry.core.model_state import best_report, shown_state
 from models_registry.core.task_key import TaskKey
 from models_registry.models import WorkerHeartbeat
 from models_registry.observe import media_counts, metrics, traffic_window
-from models_registry.registry.heartbeats import live_workers
-from models_registry.registry.rollout import Rollout, split_wire
-from models_registry.registry.specs import read_specs
+from models_registry.catalog.heartbeats import live_workers
+from models_registry.catalog.rollout import Rollout, split_wire
+from models_registry.catalog.specs import read_specs
 
 SERIES_S = 120  # seconds of history in the charts
 SUMMARY_S = 60  # the "last minute" numbers

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from models_registry.core.errors import InvalidInput
-from models_registry.registry.specs import TaskSpec
+from models_registry.catalog.specs import TaskSpec
 
 KEYS = ("dimensions", "truncate_dim")  # OpenAI's name, sentence-transformers' name
 ALLOWED_KEY = "matryoshka_dimensions"  # a task default: the sizes the model was trained for

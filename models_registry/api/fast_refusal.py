@@ -22,7 +22,7 @@ from models_registry.core import paths
 from models_registry.core.errors import HostingError, Overloaded
 from models_registry.observe import metrics
 from models_registry.policy import auth
-from models_registry.registry import lookups
+from models_registry.catalog import lookups
 
 logger = logging.getLogger("models_registry.requests")
 

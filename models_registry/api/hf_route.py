@@ -13,8 +13,8 @@ from models_registry.broker.handoff import InferenceResult
 from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, NotFound
 from models_registry.policy import priority, response_cache
-from models_registry.registry import lookups
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog import lookups
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 
 async def model_and_task(name: str, task_name: str | None) -> tuple[ModelSpec, TaskSpec]:

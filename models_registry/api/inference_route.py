@@ -21,7 +21,7 @@ from models_registry.api.call import ApiCall
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import HostingError, MethodNotAllowed, internal_error
 from models_registry.policy import auth, gate
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
 

@@ -15,8 +15,8 @@ from models_registry.core.errors import InvalidInput, NotFound
 from models_registry.core.task_key import TaskKey
 from models_registry.media import envelope
 from models_registry.observe import media_counts
-from models_registry.registry import lookups
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog import lookups
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 MODALITIES = ("image",)  # Infinity's "audio" is refused by the request's shape: no audio embedding task yet
 EMBEDDING_TASKS = {"image": "image-feature-extraction"}

@@ -16,7 +16,7 @@ from models_registry.core.errors import InvalidInput
 from models_registry.media import envelope, fetch
 from models_registry.media.item import MediaItem
 from models_registry.observe import media_counts
-from models_registry.registry.specs import TaskSpec
+from models_registry.catalog.specs import TaskSpec
 from models_registry.tasks import task_inputs
 
 _JSON_TYPES = ("application/json",)

@@ -32,7 +32,7 @@ from models_registry.core.errors import HostingError, NotFound
 from models_registry.core.task_key import TaskKey
 from models_registry.observe import metrics
 from models_registry.policy import auth, dispatch, gate, priority
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
 

@@ -28,8 +28,8 @@ from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, NotFound, TooLarge
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
-from models_registry.registry import lookups
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog import lookups
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.tasks.shape_errors import keys, phrase
 
 

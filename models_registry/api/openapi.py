@@ -25,7 +25,7 @@ from models_registry.api.views import api_view
 from models_registry.core.conf import conf
 from models_registry.core.errors import ERROR_CLASSES, Conflict, HostingError
 from models_registry.policy import auth
-from models_registry.registry import lookups
+from models_registry.catalog import lookups
 from models_registry.tasks.shape_errors import adapter
 from models_registry.tasks.task_inputs import SUPPORTED_TASKS
 

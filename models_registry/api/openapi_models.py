@@ -20,7 +20,7 @@ from typing import Any
 
 from models_registry.api import dimensions, request_models
 from models_registry.core.task_key import TaskKey
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.tasks.parameter_types import NOT_BLANK
 from models_registry.tasks.task_inputs import TASK_KINDS
 

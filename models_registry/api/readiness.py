@@ -11,7 +11,7 @@ from django.db import connection
 
 from models_registry.broker.work_layer import work_layer
 from models_registry.core.model_state import ModelState, servable
-from models_registry.registry import lookups
+from models_registry.catalog import lookups
 
 CHECK_TIMEOUT_S = 2.0
 

@@ -19,7 +19,7 @@ from models_registry.core.model_state import ModelState
 from models_registry.core.task_key import TaskKey
 from models_registry.media import envelope, samples
 from models_registry.models import ModelTask
-from models_registry.registry.rollout import wire_name
+from models_registry.catalog.rollout import wire_name
 from models_registry.tasks.task_inputs import TASK_KINDS
 
 SAMPLE_SENTENCE = "The quick brown fox jumps over the lazy dog."

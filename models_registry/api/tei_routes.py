@@ -31,8 +31,8 @@ from models_registry.core.errors import (
     TooLarge,
 )
 from models_registry.core.task_key import TaskKey
-from models_registry.registry import lookups
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog import lookups
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
 

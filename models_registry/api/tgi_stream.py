@@ -24,7 +24,7 @@ from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.observe import metrics
 from models_registry.policy import dispatch, gate, priority
 from models_registry.policy.auth import TokenGrant
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
 

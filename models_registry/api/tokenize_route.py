@@ -23,7 +23,7 @@ from models_registry.broker.handoff import InferenceResult
 from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, NotFound, Unavailable
 from models_registry.policy import auth, gate
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 TASK_LABEL = "tokenize"  # the metrics' task label: no pipeline task runs
 INLINE_CHARS = 20_000  # tokenize larger requests in a thread, not on the event loop

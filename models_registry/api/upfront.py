@@ -18,7 +18,7 @@ from models_registry.api.error_answers import error_response_for
 from models_registry.core import paths
 from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.policy import auth, file_quota, gate
-from models_registry.registry.lookups import fresh_connection
+from models_registry.catalog.lookups import fresh_connection
 
 AUTH_FIRST = (paths.FILES_PREFIX,)  # routes with large bodies: the token is checked before the body is read
 UPLOADS = paths.FILES_PREFIX  # an upload is also held to the storage quota and charged before it is read

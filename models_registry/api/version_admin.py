@@ -11,8 +11,8 @@ from django.http import HttpRequest
 from models_registry.core.errors import InvalidInput
 from models_registry.models import ModelVersion
 from models_registry.policy.shadow import read_sums
-from models_registry.registry import version_changes
-from models_registry.registry.rollout import SHADOW
+from models_registry.catalog import version_changes
+from models_registry.catalog.rollout import SHADOW
 
 
 class ModelVersionInline(admin.TabularInline):

@@ -24,9 +24,9 @@ from models_registry.core.errors import HostingError, MethodNotAllowed, NotFound
 from models_registry.core.model_state import ModelState, shown_state
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
-from models_registry.registry import lookups
-from models_registry.registry.rollout import split_wire
-from models_registry.registry.specs import ModelSpec
+from models_registry.catalog import lookups
+from models_registry.catalog.rollout import split_wire
+from models_registry.catalog.specs import ModelSpec
 
 logger = logging.getLogger("models_registry.requests")
 

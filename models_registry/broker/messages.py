@@ -34,7 +34,7 @@ class WorkRequest:
 
     id: str  # the server's key for the request (admission, reply, lease), not the client's X-Request-Id
     reply: str  # the channel its answer goes to
-    model: str  # the wire name: a model, or one of its versions (registry.rollout)
+    model: str  # the wire name: a model, or one of its versions (catalog.rollout)
     task: str
     inputs: list[Any]
     parameters: dict[str, Any]

@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from models_registry.broker.admission import pending_key
-from models_registry.registry.rollout import wire_name
+from models_registry.catalog.rollout import wire_name
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +78,8 @@ class ScalingCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Read the registry, Redis and the heartbeats; what cannot be read is left out, never an error."""
-        from models_registry.registry.heartbeats import live_workers
-        from models_registry.registry.specs import read_specs
+        from models_registry.catalog.heartbeats import live_workers
+        from models_registry.catalog.specs import read_specs
 
         families = _families()
         try:

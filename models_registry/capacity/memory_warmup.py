@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 if TYPE_CHECKING:
     from models_registry.inference.loading import LoadedModel  # torch: not imported at run time

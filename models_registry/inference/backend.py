@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 if TYPE_CHECKING:
     import torch

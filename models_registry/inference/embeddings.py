@@ -17,7 +17,7 @@ from models_registry.inference.backend import PackedEncoder
 from models_registry.inference.loading import LoadedModel
 from models_registry.inference.packed_forward import packed_inputs
 from models_registry.inference.task_common import cpu_threads_for
-from models_registry.registry.specs import TaskSpec
+from models_registry.catalog.specs import TaskSpec
 
 # Sentences per padded forward inside a worker batch: larger micro-batches pad more, smaller
 # ones pay the per-forward cost more often (8-16 is the best range on CPU in bench runs).

@@ -32,8 +32,8 @@ from models_registry.inference.backend import PackedEncoder
 from models_registry.inference.packed_forward import EagerEncoder, packed_position_offset
 from models_registry.inference.task_common import ModelBundle
 from models_registry.media.item import is_media
-from models_registry.registry.compute_cost import DEFAULT_MAX_NEW_TOKENS, TokenCounter
-from models_registry.registry.specs import ModelSpec
+from models_registry.catalog.compute_cost import DEFAULT_MAX_NEW_TOKENS, TokenCounter
+from models_registry.catalog.specs import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class LoadedModel:
     intake: tuple[Tokenizer, bool] | None = None
 
     def cost_counter(self) -> TokenCounter:
-        """This model's tokenizer and lengths, for what a request makes it compute (registry.compute_cost)."""
+        """This model's tokenizer and lengths, for what a request makes it compute (catalog.compute_cost)."""
         counter = self.counter
         if counter is None:
             return TokenCounter(lambda text: max(1, len(text) // 4 + 2), self.max_tokens, self.max_new_tokens)

@@ -6,7 +6,7 @@ from typing import Any
 
 from models_registry.inference import audio_tasks, vision_tasks
 from models_registry.inference.media_models import MEDIA_TASKS, DualEncoder
-from models_registry.registry.specs import TaskSpec
+from models_registry.catalog.specs import TaskSpec
 
 RUNS = {
     "image-classification": vision_tasks.image_classification,

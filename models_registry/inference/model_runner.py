@@ -23,7 +23,7 @@ from models_registry.inference.loading import LoadedModel, load_model
 from models_registry.inference.memory_errors import is_out_of_memory
 from models_registry.inference.onnx_backend import OrtSettings
 from models_registry.inference.question_answering import question_answering
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from models_registry.jobs.chunks import Chunk, ChunkOutcome, ChunkReader, Progre
 from models_registry.jobs.fair_share import FairShare
 from models_registry.jobs.line_calls import LineAnswer, LineCalls
 from models_registry.jobs.lines import JobLine
-from models_registry.registry.lookups import fresh_connection
+from models_registry.catalog.lookups import fresh_connection
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from models_registry.jobs import files
 from models_registry.models import BatchFile, BatchJob
-from models_registry.registry.lookups import fresh_connection
+from models_registry.catalog.lookups import fresh_connection
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from models_registry.core.errors import InvalidInput
 from models_registry.jobs.lines import EMBEDDINGS_URL, RouteCheck, model_of
 from models_registry.policy import auth
 from models_registry.policy.auth import TokenGrant
-from models_registry.registry.specs import ModelSpec
+from models_registry.catalog.specs import ModelSpec
 
 
 def route_check(specs: dict[str, ModelSpec], grant: TokenGrant | None) -> RouteCheck:

@@ -86,7 +86,7 @@ class RegisteredModel(models.Model):
             raise ValidationError({"source": problem})
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """Save; an edit of a stored model leaves the version fields alone (registry.version_changes writes those).
+        """Save; an edit of a stored model leaves the version fields alone (catalog.version_changes writes those).
 
         A form read before a switch and saved after it must not undo the switch.
         """

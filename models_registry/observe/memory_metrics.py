@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from models_registry.observe.load_stats import LOAD_BUCKETS
-from models_registry.registry.rollout import split_wire
+from models_registry.catalog.rollout import split_wire
 
 
 def _families() -> dict[str, Metric]:
@@ -39,7 +39,7 @@ class MemoryCollector(Collector):
             "hosting_model_load_seconds", "Seconds from the start of a load to ready.", labels=["model"])]
 
     def collect(self) -> Iterator[Metric]:
-        from models_registry.registry.heartbeats import live_workers
+        from models_registry.catalog.heartbeats import live_workers
 
         try:
             workers = live_workers()

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from models_registry.core.conf import conf
 from models_registry.core.task_key import TaskKey
 from models_registry.observe import traffic_window
-from models_registry.registry.rollout import split_wire
+from models_registry.catalog.rollout import split_wire
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -136,7 +136,7 @@ class FleetCollector(Collector):
         ]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from models_registry.registry.heartbeats import live_workers
+        from models_registry.catalog.heartbeats import live_workers
 
         depth = GaugeMetricFamily(
             "hosting_inference_queue_depth", "Items waiting on live workers.", labels=["model", "task"]

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 
 from models_registry.core.model_state import ModelState, best_report
-from models_registry.registry.rollout import split_wire
+from models_registry.catalog.rollout import split_wire
 
 MIB = 2**20
 

@@ -16,7 +16,7 @@ from models_registry.core.conf import conf
 from models_registry.core.errors import Forbidden, Unauthorized
 from models_registry.models import ApiToken, hash_token
 from models_registry.policy.rate_limits import Limits
-from models_registry.registry.lookups import fresh_connection
+from models_registry.catalog.lookups import fresh_connection
 
 _CACHE_TTL_S = 2.0
 # Every stored token hash, reloaded at most this often and only when an unknown token comes:

@@ -13,8 +13,8 @@ from models_registry.core.errors import HostingError, Unavailable
 from models_registry.core.model_state import ModelState, servable
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import priority, shadow
-from models_registry.registry import lookups, rollout
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog import lookups, rollout
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 VERSION_HEADER = "X-Model-Version"
 LOADING_RETRY_AFTER_S = 2  # a first load takes seconds: ask again soon, not at once
@@ -23,7 +23,7 @@ LOADING_RETRY_AFTER_S = 2  # a first load takes seconds: ask again soon, not at 
 async def require_serving(spec: ModelSpec, task_name: str, wire: str = "") -> float:
     """503 at once when no live worker can answer; else the items/s the task's queue drains at.
 
-    wire: the version's wire name (registry.rollout); empty: the version that answers the model.
+    wire: the version's wire name (catalog.rollout); empty: the version that answers the model.
     """
     if not spec.enabled:
         raise Unavailable(f"model {spec.name!r} is disabled")

@@ -21,7 +21,7 @@ from models_registry.core.errors import HostingError, RateLimited, Unavailable
 from models_registry.observe import metrics
 from models_registry.policy import dispatch, priority, rate_limits, response_cache
 from models_registry.policy.auth import TokenGrant
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from models_registry.broker import enqueue
 from models_registry.broker.lua import LuaScript
 from models_registry.core.errors import HostingError, RateLimited, TooLarge
 from models_registry.media import item as media_item
-from models_registry.registry import compute_cost
+from models_registry.catalog import compute_cost
 
 MINUTE_S = 60
 DAY_S = 86_400
@@ -62,7 +62,7 @@ class Charge:
 def estimate_tokens(inputs: list[Any], task: str | None = None, parameters: dict[str, Any] | None = None) -> int:
     """Tokens as the web can count them without a tokenizer: UTF-8 bytes / 4, plus specials.
 
-    With the task and its merged parameters, what the model will compute (registry.compute_cost):
+    With the task and its merged parameters, what the model will compute (catalog.compute_cost):
     a prompt with every input, one pass per zero-shot label, windows, generated tokens.
     """
     if task is not None and not any(media_item.is_media(item) for item in inputs):

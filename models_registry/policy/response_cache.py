@@ -27,7 +27,7 @@ import msgpack
 
 from models_registry.broker.lua import LuaScript
 from models_registry.media import item as media_item
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 
 @dataclass(frozen=True)

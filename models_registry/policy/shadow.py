@@ -19,8 +19,8 @@ from models_registry.broker import handoff
 from models_registry.core.errors import HostingError
 from models_registry.observe.version_metrics import observe_shadow
 from models_registry.policy.shadow_distance import distance
-from models_registry.registry.rollout import wire_name
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.rollout import wire_name
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger(__name__)
 

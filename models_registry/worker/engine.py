@@ -25,7 +25,7 @@ from models_registry.core.errors import HostingError, Internal, Overloaded, Unav
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
 from models_registry.inference.containment import contained, describe
-from models_registry.registry.specs import ModelSpec
+from models_registry.catalog.specs import ModelSpec
 from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery, Lease

@@ -11,9 +11,9 @@ from models_registry.core.conf import conf
 from models_registry.core.errors import InvalidInput, TooLarge, Unavailable
 from models_registry.core.model_state import ModelState
 from models_registry.media.item import is_media
-from models_registry.registry import answer_size
-from models_registry.registry.compute_cost import is_plain_length, request_cost
-from models_registry.registry.readable_text import cut_inputs
+from models_registry.catalog import answer_size
+from models_registry.catalog.compute_cost import is_plain_length, request_cost
+from models_registry.catalog.readable_text import cut_inputs
 from models_registry.worker.model_slots import ModelSlot
 
 
@@ -80,7 +80,7 @@ def answer_bytes(task: str, inputs: list[Any], params: dict[str, Any], slot: Mod
 
 
 def readable(request: WorkRequest, slot: ModelSlot) -> WorkRequest:
-    """request with each text cut to what the model reads, before any tokenizer sees it (registry.readable_text)."""
+    """request with each text cut to what the model reads, before any tokenizer sees it (catalog.readable_text)."""
     task = slot.spec.tasks[request.task]
     max_tokens = getattr(slot.loaded, "max_tokens", 0)  # a runner that counts no tokens reads no length
     if not max_tokens:

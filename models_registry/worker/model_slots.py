@@ -25,8 +25,8 @@ from models_registry.core.model_state import ModelState
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
 from models_registry.observe.load_stats import LoadStats
-from models_registry.registry.rollout import split_wire
-from models_registry.registry.specs import ModelSpec
+from models_registry.catalog.rollout import split_wire
+from models_registry.catalog.specs import ModelSpec
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery
 from models_registry.worker.replies import Replies

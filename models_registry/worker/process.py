@@ -16,9 +16,9 @@ from models_registry.broker.messages import model_channel
 from models_registry.broker.work_layer import WorkLayer, require_work_layer
 from models_registry.capacity.memory_budget import MemoryConfig
 from models_registry.core.conf import conf
-from models_registry.registry import heartbeats, version_changes
-from models_registry.registry.rollout import ready_everywhere
-from models_registry.registry.specs import read_specs, worker_specs
+from models_registry.catalog import heartbeats, version_changes
+from models_registry.catalog.rollout import ready_everywhere
+from models_registry.catalog.specs import read_specs, worker_specs
 from models_registry.worker import quarantine
 from models_registry.worker.engine import InferenceEngine
 from models_registry.worker.liveness import LivenessThread

@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from models_registry.broker.messages import WorkRequest
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.errors import Quarantined
-from models_registry.registry.rollout import split_wire
+from models_registry.catalog.rollout import split_wire
 from models_registry.worker.replies import Replies
 
 logger = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from models_registry.broker import admission, messages
 from models_registry.broker.layer import HostingChannelLayer
 from models_registry.capacity.memory_budget import MemoryConfig
 from models_registry.core.batch_types import BatchPolicy
-from models_registry.registry.compute_cost import TokenCounter
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.compute_cost import TokenCounter
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.worker.batch_loop import ABANDON_CHECK_AFTER_S
 from models_registry.worker.engine import InferenceEngine
 

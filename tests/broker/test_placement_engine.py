@@ -12,7 +12,7 @@ from models_registry.broker.layer import HostingChannelLayer
 from models_registry.capacity.memory_budget import MemoryConfig
 from models_registry.capacity.placement_plan import MIN_IDLE_S
 from models_registry.core.batch_types import BatchPolicy
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.worker.engine import InferenceEngine
 
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 from models_registry.broker.handoff import InferenceResult
 from models_registry.models import ApiToken, ModelTask, RegisteredModel, WorkerHeartbeat
 from models_registry.policy import auth
-from models_registry.registry import lookups
+from models_registry.catalog import lookups
 from tests.stack import RedisServer
 
 LABELS = [[{"label": "POSITIVE", "score": 0.875}, {"label": "NEGATIVE", "score": 0.125}]]

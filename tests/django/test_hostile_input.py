@@ -246,7 +246,7 @@ async def test_images_over_the_request_pixel_budget_are_a_413_before_any_is_deco
 
 def test_decoded_pixels_and_large_answers_are_charged_and_bounded(settings: Any) -> None:
     from models_registry.core.errors import TooLarge
-    from models_registry.registry import answer_size
+    from models_registry.catalog import answer_size
     from models_registry.worker.intake import media_tokens
 
     image = {"media": "image", "data": b"x", "width": 6000, "height": 6000}

@@ -10,7 +10,7 @@ from asgiref.sync import sync_to_async
 
 from models_registry.broker.handoff import InferenceResult
 from models_registry.policy import dispatch
-from models_registry.registry import lookups
+from models_registry.catalog import lookups
 from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]

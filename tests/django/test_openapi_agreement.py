@@ -18,7 +18,7 @@ from models_registry.api import dimensions, openapi, tgi_stream
 from models_registry.api.openai_routes import read_embedding_request
 from models_registry.api.payloads import read_request
 from models_registry.core.errors import InvalidInput, TooLarge
-from models_registry.registry import lookups
+from models_registry.catalog import lookups
 from models_registry.tasks.parameter_types import MAX_DIMENSIONS
 from models_registry.tasks.shape_errors import keys
 from models_registry.tasks.task_inputs import SUPPORTED_TASKS, TASK_KINDS

@@ -25,7 +25,7 @@ from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import RateLimited, TooLarge, Unavailable
 from models_registry.models import ApiToken, ModelTask, RegisteredModel
 from models_registry.policy import dispatch, rate_limits
-from models_registry.registry import lookups
+from models_registry.catalog import lookups
 from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]

@@ -15,7 +15,7 @@ from django.test import Client
 from models_registry.broker.admission import pending_key
 from models_registry.core.scaling import PENDING_ITEMS_PER_WORKER, desired_workers
 from models_registry.models import RegisteredModel, WorkerHeartbeat
-from models_registry.registry import version_changes
+from models_registry.catalog import version_changes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,7 +13,7 @@ from django.apps import apps as django_apps
 from django.core.management import call_command
 
 from models_registry.models import ApiToken, ModelTask, RegisteredModel
-from models_registry.registry import lookups
+from models_registry.catalog import lookups
 from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]

@@ -114,7 +114,7 @@ async def test_errors_never_show_a_local_source_path(token: str, tmp_path: Any) 
     (broken / "tokenizer.json").write_text("{not json")
     await sync_to_async(RegisteredModel.objects.filter(name="remote").update)(source=str(empty))
     await sync_to_async(RegisteredModel.objects.filter(name="off").update)(source=str(broken), enabled=True)
-    from models_registry.registry import lookups
+    from models_registry.catalog import lookups
     lookups.reset()
     for model, status in (("remote", 404), ("off", 503)):
         response = await tokenize({"model": model, "inputs": "a"}, token)

@@ -16,9 +16,9 @@ from django.test import AsyncClient, Client
 
 from models_registry.broker.handoff import InferenceResult
 from models_registry.models import ModelVersion, RegisteredModel
-from models_registry.registry import version_changes
-from models_registry.registry.rollout import CANARY, Rollout
-from models_registry.registry.specs import read_specs, worker_specs
+from models_registry.catalog import version_changes
+from models_registry.catalog.rollout import CANARY, Rollout
+from models_registry.catalog.specs import read_specs, worker_specs
 
 OLD, NEW, OTHER = "example/old-encoder", "example/new-encoder", "example/third-encoder"
 
@@ -132,7 +132,7 @@ async def test_answers_carry_the_version_that_computed_them(
     assert calls[-1]["model"] == "enc.v1"  # v2 is not warm yet: live answers
 
     from models_registry.models import WorkerHeartbeat
-    from models_registry.registry import lookups
+    from models_registry.catalog import lookups
 
     await sync_to_async(WorkerHeartbeat.objects.all().delete)()
     await sync_to_async(heartbeat)({"enc.v1": {"state": "ready", "tasks": ["feature-extraction"]},

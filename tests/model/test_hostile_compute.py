@@ -8,7 +8,7 @@ import pytest
 
 from models_registry.core.batch_types import BatchPolicy, ItemFailure
 from models_registry.core.errors import HostingError
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 from tests import model_factory
 
 torch = pytest.importorskip("torch")
@@ -131,7 +131,7 @@ def mlm(tmp_path_factory: pytest.TempPathFactory) -> tuple[PipelineRunner, objec
 def test_the_fill_mask_answer_estimate_is_an_upper_bound(mlm: tuple, text: str, params: dict) -> None:
     import json
 
-    from models_registry.registry.answer_size import fill_mask_bytes
+    from models_registry.catalog.answer_size import fill_mask_bytes
 
     runner, model, task = mlm
     [answer] = runner.run(model, task, [text], [params])
@@ -150,7 +150,7 @@ def nli(tmp_path_factory: pytest.TempPathFactory) -> tuple[PipelineRunner, objec
 def test_a_label_the_model_cannot_read_beside_the_text_is_refused_before_compute(nli: tuple) -> None:
     # "x " * 3000 reached the pipeline: "The size of tensor a (3010) must match the size of tensor b (128)".
     from models_registry.core.errors import InvalidInput
-    from models_registry.registry.compute_cost import request_cost
+    from models_registry.catalog.compute_cost import request_cost
 
     runner, model, task = nli
     counter = model.cost_counter()

@@ -10,7 +10,7 @@ from models_registry.core.batch_types import BatchPolicy, ItemFailure
 from models_registry.core.errors import InvalidInput
 from models_registry.inference.model_runner import PipelineRunner
 from models_registry.media import envelope
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.worker.media_intake import MediaDecoder
 from tests import media_factory
 

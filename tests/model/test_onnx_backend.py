@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from models_registry.core.batch_types import BatchPolicy
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 from tests import model_factory
 
 torch = pytest.importorskip("torch")

@@ -9,7 +9,7 @@ import pytest
 
 from models_registry.core.batch_types import BatchPolicy, ItemFailure
 from models_registry.core.errors import InvalidInput
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 from tests import model_factory
 
 torch = pytest.importorskip("torch")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models_registry.core.errors import InvalidInput
-from models_registry.registry.compute_cost import ESTIMATE, TokenCounter, item_cost, request_cost
+from models_registry.catalog.compute_cost import ESTIMATE, TokenCounter, item_cost, request_cost
 
 
 def words(text: str) -> int:
@@ -84,7 +84,7 @@ def test_the_webs_estimate_charges_the_prompt_too() -> None:
     ("text-generation", {}, False), ("summarization", {}, False),
 ])
 def test_plain_length_is_the_cost_only_where_nothing_more_is_computed(task: str, params: dict, plain: bool) -> None:
-    from models_registry.registry.compute_cost import is_plain_length
+    from models_registry.catalog.compute_cost import is_plain_length
 
     assert is_plain_length(task, params) is plain
     if plain:

@@ -8,7 +8,7 @@ import pytest
 from models_registry.api import dimensions
 from models_registry.core.batch_types import BatchPolicy
 from models_registry.core.errors import InvalidInput
-from models_registry.registry.specs import TaskSpec
+from models_registry.catalog.specs import TaskSpec
 from models_registry.tasks.task_inputs import validate_parameters
 
 FE = "feature-extraction"

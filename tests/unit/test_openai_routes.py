@@ -8,7 +8,7 @@ from models_registry.api.error_answers import openai_error_body
 from models_registry.api.openai_routes import embedding_ids, read_embedding_request
 from models_registry.core.batch_types import BatchPolicy
 from models_registry.core.errors import InvalidInput, Overloaded, TooLarge
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 
 def test_a_minimal_request_defaults_to_float() -> None:

@@ -1,5 +1,5 @@
 """The app's packages import only downward: api -> jobs -> policy -> worker -> broker -> observe -> capacity
--> inference -> registry -> models -> tasks -> media -> core (docs/architecture.md). An upward import is a cut in the
+-> inference -> catalog -> models -> tasks -> media -> core (docs/architecture.md). An upward import is a cut in the
 wrong place. Only inference/ imports the model libraries, and no module imports relatively (so no import hides)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 APP = Path(__file__).resolve().parents[2] / "models_registry"
 # Bottom first; a package may import its own modules and any package below it. models (Django's, a package
-# since it was split) sits below registry, whose snapshots read it, and above tasks, whose shapes validate it.
-LAYERS = ("core", "media", "tasks", "models", "registry", "inference", "capacity", "observe", "broker", "worker",
+# since it was split) sits below catalog, whose snapshots read it, and above tasks, whose shapes validate it.
+LAYERS = ("core", "media", "tasks", "models", "catalog", "inference", "capacity", "observe", "broker", "worker",
           "policy", "jobs", "api")
 # The libraries that load or run models: heavy to import and device-bound, so they stay behind inference/.
 MODEL_LIBRARIES = ("torch", "transformers", "onnxruntime", "onnx", "optimum", "accelerate")
@@ -114,11 +114,11 @@ def test_the_checks_see_model_libraries_and_relative_imports(tmp_path: Path) -> 
 
 
 def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
-    """The check itself can fail: an import of api from registry is found."""
+    """The check itself can fail: an import of api from catalog is found."""
     bad = tmp_path / "bad.py"
     bad.write_text("from models_registry.api import views\n")
     assert ("api", 1) in imported_packages(bad)
-    assert RANK["api"] > RANK["registry"]
+    assert RANK["api"] > RANK["catalog"]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,7 @@ import pytest
 
 from models_registry.core.errors import Forbidden, InvalidInput
 from models_registry.policy import priority, response_cache
-from models_registry.registry.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.worker.batcher import BatchPolicy
 
 TASK = TaskSpec(name="emb", task="feature-extraction", parameters={}, pooling="mean", normalize=True,

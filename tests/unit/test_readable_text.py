@@ -1,8 +1,8 @@
-"""registry.readable_text: a text is cut to what the model can read before any tokenizer sees it."""
+"""catalog.readable_text: a text is cut to what the model can read before any tokenizer sees it."""
 
 from __future__ import annotations
 
-from models_registry.registry.readable_text import cut_inputs, readable_chars
+from models_registry.catalog.readable_text import cut_inputs, readable_chars
 
 
 def test_an_encoder_text_is_cut_on_the_side_truncation_keeps() -> None:

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from models_registry.policy.shadow_distance import cosine_distance, distance
-from models_registry.registry.rollout import (
+from models_registry.catalog.rollout import (
     CANARY,
     SHADOW,
     Rollout,

@@ -11,8 +11,8 @@ from django.db import transaction
 
 from models_registry.core.errors import InvalidInput
 from models_registry.models import ModelTask, RegisteredModel
-from models_registry.registry import version_changes
-from models_registry.registry.rollout import CANARY, SHADOW
+from models_registry.catalog import version_changes
+from models_registry.catalog.rollout import CANARY, SHADOW
 from models_registry.tasks.task_inputs import SUPPORTED_TASKS
 
 

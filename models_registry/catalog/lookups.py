@@ -17,9 +17,9 @@ from django.db import close_old_connections
 from models_registry.core.conf import conf
 from models_registry.core.model_state import ModelState, best_report
 from models_registry.core.task_key import TaskKey
-from models_registry.registry import heartbeats
-from models_registry.registry.rollout import ready_everywhere, serving, wire_name
-from models_registry.registry.specs import ModelSpec, read_specs
+from models_registry.catalog import heartbeats
+from models_registry.catalog.rollout import ready_everywhere, serving, wire_name
+from models_registry.catalog.specs import ModelSpec, read_specs
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class WorkerView:
     drain_rates: dict[str, float]  # items/s per "model/task", summed over live workers
     # items/s per "model/task" the live workers can drain, from their measured cost per token
     capacities: dict[str, float] = field(default_factory=dict)
-    # {model: versions ready on every worker serving it}: the web routes only to these (registry.rollout)
+    # {model: versions ready on every worker serving it}: the web routes only to these (catalog.rollout)
     ready: dict[str, set[int]] = field(default_factory=dict)
 
 

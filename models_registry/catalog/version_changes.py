@@ -15,7 +15,7 @@ from django.utils import timezone
 from models_registry.core.errors import InvalidInput
 from models_registry.models import ModelVersion, RegisteredModel
 from models_registry.models.registered import VERSION_FIELDS
-from models_registry.registry.rollout import CANARY, SHADOW
+from models_registry.catalog.rollout import CANARY, SHADOW
 
 
 def _store(model: RegisteredModel) -> None:

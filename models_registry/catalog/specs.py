@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from models_registry.core.batch_types import BatchPolicy
-from models_registry.registry.rollout import Rollout, wire_name
+from models_registry.catalog.rollout import Rollout, wire_name
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class ModelSpec:
 
 
 def worker_specs(specs: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
-    """What workers hold: one spec per version to serve, named by its wire name (registry.rollout)."""
+    """What workers hold: one spec per version to serve, named by its wire name (catalog.rollout)."""
     held: dict[str, ModelSpec] = {}
     for name, spec in specs.items():
         if not spec.version:
