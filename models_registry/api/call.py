@@ -36,6 +36,8 @@ class ApiCall:
     priority: str | None = None  # the X-Priority header
     # A batch-job line acts as its job's owner: that token record's id (never set from HTTP).
     acting_token_id: int | None = None
+    # The admin's sample request (api.sample_request): a staff user, no token, no rate limit (never set from HTTP).
+    staff: bool = False
 
 
 def header(scope: dict[str, Any], name: bytes) -> str | None:

@@ -75,7 +75,7 @@ async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> 
     started = time.perf_counter()
     if call.method != "POST":
         raise MethodNotAllowed(f"{call.method} is not allowed here; use POST", headers={"Allow": "POST"})
-    grant = await auth.authorize(call.authorization, None, acting_token_id=call.acting_token_id)
+    grant = await auth.authorize(call.authorization, None, acting_token_id=call.acting_token_id, staff=call.staff)
     name, wanted = route.read(call, path)
     auth.require_allowed(grant, name)
     spec, task = await route.resolve(wanted)

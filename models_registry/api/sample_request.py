@@ -1,8 +1,11 @@
-"""One sample request through the real path (admission, the channel layer, a live worker), for the admin's
-"Run a test input" action: (ok, a one-line message with the timings and a preview of the answer)."""
+"""One sample request for the admin's "Run a test input" action and upload form, through the skeleton every
+inference route uses (inference_route.serve on the HF route): the same version choice, serving check, admission,
+metrics and log line as an API request. (ok, a one-line message with the timings and a preview of the answer)."""
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import json
 import time
 import uuid
@@ -11,15 +14,14 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from models_registry.api import answer, payloads
-from models_registry.broker import handoff
-from models_registry.core.conf import conf
-from models_registry.core.errors import HostingError
+from models_registry.api import answer, hf_route, inference_route
+from models_registry.api.call import ApiCall
 from models_registry.core.model_state import ModelState
 from models_registry.core.task_key import TaskKey
-from models_registry.media import envelope, samples
+from models_registry.media import samples
 from models_registry.models import ModelTask
-from models_registry.catalog.rollout import wire_name
+from models_registry.policy.dispatch import VERSION_HEADER
+from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.tasks.task_inputs import TASK_KINDS
 
 SAMPLE_SENTENCE = "The quick brown fox jumps over the lazy dog."
@@ -57,8 +59,7 @@ def _rounded(value: Any) -> Any:
 
 
 def _preview(output: Any) -> str:
-    """The output as short JSON: floats to 4 places, a vector introduced by its length."""
-    output = json.loads(answer.dump_json(output))  # vectors arrive as float32 arrays
+    """The output (the answer's JSON, decoded) as short JSON: floats to 4 places, a vector introduced by its length."""
     text = json.dumps(_rounded(output))
     if isinstance(output, list) and output and all(isinstance(v, float) for v in output):
         text = f"{len(output)} floats {text}"
@@ -67,47 +68,63 @@ def _preview(output: Any) -> str:
     return text
 
 
-def _media_input(task: ModelTask, upload: bytes | None) -> dict[str, Any] | None:
-    """A media task's input: the uploaded file (its header checked as the API does), else a sample; None for text."""
+class _SampleRoute(hf_route.HfRoute):
+    """The HF route, the task's timeout capped at TEST_TIMEOUT_S: the operator waits on the admin page."""
+
+    async def resolve(self, wanted: tuple[str, str | None]) -> tuple[ModelSpec, TaskSpec]:
+        spec, task = await super().resolve(wanted)
+        return spec, dataclasses.replace(task, timeout_s=min(task.timeout_s, TEST_TIMEOUT_S))
+
+
+_ROUTE = _SampleRoute()
+
+
+def _request(task: ModelTask, upload: bytes | None) -> tuple[dict[str, Any], str]:
+    """The HF request body (computed afresh: options.use_cache false) and what it sends, as the message names it.
+
+    A media task gets the uploaded file (else a sample) base64-encoded, as media_requests.read takes it from
+    JSON; a text task the uploaded UTF-8 text, else a sample sentence.
+    """
+    options = {"use_cache": False}  # the worker answers, not the response cache
     kind = TASK_KINDS[task.task].media if task.task in TASK_KINDS else None
     if kind is None:
-        return None
+        text = sample_input(task) if upload is None else upload.decode("utf-8", "replace")
+        return {"inputs": text, "options": options}, repr(text)
     data = upload if upload is not None else samples.sample_image() if kind == "image" else samples.sample_clip()
-    return envelope.probe(data, kind, "the file", conf.MAX_IMAGE_PIXELS,
-                          conf.MAX_AUDIO_SECONDS).wire()
+    return ({"inputs": base64.b64encode(data).decode("ascii"), "options": options},
+            f"the {kind} file ({len(data)} bytes)")
+
+
+def _ms(headers: dict[str, str], name: str) -> float:
+    return float(headers.get(name) or 0.0)
 
 
 def run_test_input(task: ModelTask, state: str, upload: bytes | None = None) -> tuple[bool, str]:
-    """Send the task a sample input (or an uploaded file) through the channel layer and a live worker: (ok, message).
+    """Send the task a sample input (or an uploaded file) as an API request would go: (ok, message).
 
-    upload: a file for a media task, UTF-8 text for a text task.
+    upload: a file for a media task, UTF-8 text for a text task. The call is a staff user's (no API token, no
+    rate limit: ApiCall.staff), whatever HOSTING_REQUIRE_API_TOKEN says.
     """
     label = str(TaskKey(task.model.name, task.name))
     if not task.model.enabled:
         return False, f"{label}: the model is disabled; enable it first."
     if state != ModelState.READY:
         return False, f"{label}: no live worker has this model ready (state: {state})."
+    body, sent = _request(task, upload)
+    call = ApiCall(request_id=f"admin-test-{uuid.uuid4().hex[:12]}", method="POST",
+                   path=f"/models/{task.model.name}/{task.name}", body=json.dumps(body).encode(),
+                   content_type=answer.JSON, staff=True)
     started = time.perf_counter()
-    try:
-        media = _media_input(task, upload)
-        text = (sample_input(task) if upload is None else upload.decode("utf-8", "replace")) if media is None else ""
-        parsed = payloads.read_request({"inputs": text or "x"}, task.task, dict(task.parameters or {}), 1)
-        if media is not None:  # the parameters checked as for JSON; the input is the file
-            parsed = payloads.InferenceRequest(inputs=[media], is_batch=False, parameters=parsed.parameters)
-            text = f"the {media['media']} file ({len(media['data'])} bytes)"
-        result = async_to_sync(handoff.infer)(
-            request_id=f"admin-test-{uuid.uuid4().hex[:12]}", model=wire_name(task.model.name, task.model.live_version),
-            task=task.name,
-            inputs=parsed.inputs, parameters=parsed.parameters, timeout_s=min(task.timeout_s, TEST_TIMEOUT_S),
-            max_queue_size=task.max_queue_size,
-        )
-        output = _preview(payloads.shape_response(task.task, result.outputs, parsed.is_batch))
-    except HostingError as error:
-        return False, f"{label}: {error.error_type}: {error.message}"
-    except Exception as error:  # the operator sees what broke; the trace is not theirs to read
-        return False, f"{label}: {type(error).__name__}: {error}"
+    reply = async_to_sync(inference_route.serve)(_ROUTE, call, {"name": task.model.name, "task": task.name})
     total_ms = (time.perf_counter() - started) * 1000
+    data = json.loads(reply.body)  # the route answers JSON, errors included (inference_route.serve)
+    if reply.status != 200:
+        return False, f"{label}: {data.get('error_type')}: {data.get('error')}"
+    headers = reply.headers
+    version = headers.get(VERSION_HEADER)
     return True, (
-        f"{label} answered {text!r} in {total_ms:.1f} ms (queue {result.queue_ms:.1f} ms, compute "
-        f"{result.compute_ms:.1f} ms, batch of {result.batch_size}): {output}"
+        f"{label} answered {sent} in {total_ms:.1f} ms ("
+        + (f"version {version}, " if version else "")
+        + f"queue {_ms(headers, 'X-Queue-Time-Ms'):.1f} ms, compute {_ms(headers, 'X-Inference-Time-Ms'):.1f} ms, "
+        f"batch of {headers.get('X-Batch-Size', '?')}): {_preview(data)}"
     )

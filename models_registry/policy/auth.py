@@ -87,14 +87,16 @@ def bearer_token(authorization: str) -> str | None:
 
 
 async def authorize(authorization: str | None, model: str | None,
-                    acting_token_id: int | None = None) -> TokenGrant | None:
+                    acting_token_id: int | None = None, staff: bool = False) -> TokenGrant | None:
     """Check the request's token (if tokens are required) and that it may use model.
 
     acting_token_id: a batch job's line runs, inside a worker process, as the token record that
     created the job (nothing an HTTP client sends sets it): the job goes on under its owner's
     current scope and limits when the token is rotated, and stops when it is revoked.
+    staff: the admin's sample request, sent by a logged-in staff user (nothing an HTTP client
+    sends sets it either): no token needed, and no grant, so no scope or rate limit, as with tokens off.
     """
-    if not conf.REQUIRE_API_TOKEN:
+    if staff or not conf.REQUIRE_API_TOKEN:
         return None
     if acting_token_id is not None:
         grant = await _acting_grant(acting_token_id)

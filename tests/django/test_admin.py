@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from models_registry.api import dashboard
+from models_registry.api import dashboard, hf_route, inference_route, sample_request
+from models_registry.api.call import ApiCall
 from models_registry.broker import handoff as inference_client
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import Timeout
 from models_registry.models import RegisteredModel, WorkerHeartbeat
-from models_registry.observe import traffic_window
+from models_registry.observe import metrics, traffic_window
 
 CHANGELIST = "/admin/models_registry/registeredmodel/"
 HEARTBEATS = "/admin/models_registry/workerheartbeat/"
@@ -111,6 +114,36 @@ def test_test_input_action_shows_output_and_timings(admin_client: Client, make_m
     assert sent["model"] == "masker" and sent["task"] == "fill-mask" and sent["max_queue_size"] == 1024
     assert "capital" in message and "queue 1.2 ms" in message and "compute 8.5 ms" in message
     assert "characters)" in message and len(message) < 600  # the long output is truncated
+
+
+@pytest.mark.usefixtures("require_tokens")
+def test_test_input_is_an_api_request_of_a_staff_user(admin_client: Client, make_model: Callable[..., Any],
+                                                      heartbeat: Callable[..., Any], monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """The sample request goes through the routes' skeleton: counted and logged like any, with no API token."""
+    model = make_model("sentiment", timeout_s=120.0)
+    heartbeat({"sentiment": ready_state("text-classification")})
+    sent: list[dict[str, Any]] = []
+
+    async def fake_infer(**kwargs: Any) -> InferenceResult:
+        sent.append(kwargs)
+        return InferenceResult(outputs=[[{"label": "POSITIVE", "score": 0.987654}]], queue_ms=1.0, compute_ms=2.0,
+                               batch_size=1)
+
+    monkeypatch.setattr(inference_client, "infer", fake_infer)
+    answered = metrics.REQUESTS.labels("sentiment", "text-classification", "200")
+    before = answered._value.get()
+    with caplog.at_level(logging.INFO, logger="models_registry.requests"):
+        [(level, message)] = _run_action(admin_client, model)
+    assert level == "success" and '[[{"label": "POSITIVE", "score": 0.9877}]]' in message, message
+    assert answered._value.get() == before + 1
+    [line] = [r.getMessage() for r in caplog.records if r.name == "models_registry.requests"]
+    assert "model=sentiment" in line and "route=hf" in line and "status=200" in line and "id=admin-test-" in line
+    assert sent[0]["timeout_s"] == sample_request.TEST_TIMEOUT_S  # the task's 120 s, capped
+    # The same call from HTTP (no staff flag: from_scope and from_django never set it) needs a token.
+    call = ApiCall("r1", "POST", "/models/sentiment", b'{"inputs": "hi"}', "application/json")
+    refused = async_to_sync(inference_route.serve)(hf_route.ROUTE, call, {"name": "sentiment"})
+    assert refused.status == 401 and len(sent) == 1
 
 
 def test_test_input_action_reports_errors(admin_client: Client, make_model: Callable[..., Any],
