@@ -23,9 +23,13 @@ def request_id_from(header: str | None) -> str:
     return os.urandom(16).hex()  # what uuid4().hex carries, without building a UUID
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ApiCall:
-    """What a route may read of a request: no transport, no Django request object."""
+    """What a route may read of a request: no transport, no Django request object.
+
+    The front door reads a request's headers into one before its body comes (its refusals
+    read them here), and sets body once it is read; nothing changes a call after that.
+    """
 
     request_id: str
     method: str
@@ -38,6 +42,10 @@ class ApiCall:
     acting_token_id: int | None = None
     # The admin's sample request (api.sample_request): a staff user, no token, no rate limit (never set from HTTP).
     staff: bool = False
+    # What the front door checks before the body (from_scope): the Host header, Content-Length, chunking.
+    host: str | None = None
+    content_length: str | None = None
+    chunked: bool = False
 
 
 def header(scope: dict[str, Any], name: bytes) -> str | None:
@@ -53,10 +61,11 @@ def media_type(header: str) -> str:
     return header.split(";", 1)[0].strip()
 
 
-def from_scope(scope: dict[str, Any], body: bytes, request_id: str) -> ApiCall:
-    """The call of an ASGI HTTP scope whose body was read."""
-    authorization = priority = None
+def from_scope(scope: dict[str, Any]) -> ApiCall:
+    """The call of an ASGI HTTP scope, its headers read in one pass (the front door sets body once it is read)."""
+    authorization = priority = host = length = request_id = None
     content_type = ""
+    chunked = False
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             authorization = value.decode("latin-1")
@@ -64,7 +73,16 @@ def from_scope(scope: dict[str, Any], body: bytes, request_id: str) -> ApiCall:
             content_type = media_type(value.decode("latin-1"))
         elif name == b"x-priority":
             priority = value.decode("latin-1")
-    return ApiCall(request_id, scope["method"], scope["path"], body, content_type, authorization, priority)
+        elif name == b"host":
+            host = value.decode("latin-1")
+        elif name == b"content-length":
+            length = value.decode("latin-1")
+        elif name == b"transfer-encoding":
+            chunked = "chunked" in value.decode("latin-1").lower()
+        elif name == b"x-request-id":
+            request_id = value.decode("latin-1")
+    return ApiCall(request_id_from(request_id), scope["method"], scope["path"], b"", content_type, authorization,
+                   priority, host=host, content_length=length, chunked=chunked)
 
 
 def from_django(request: HttpRequest) -> ApiCall:

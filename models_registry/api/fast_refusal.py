@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
-
 from django.http import HttpResponse
 
-from models_registry.api.call import header, request_id_from
+from models_registry.api.call import ApiCall
 from models_registry.api.error_answers import error_response
 from models_registry.broker import queue_state
 from models_registry.core import paths
@@ -27,18 +25,11 @@ from models_registry.catalog import lookups
 logger = logging.getLogger("models_registry.requests")
 
 
-def _route(scope: dict[str, Any]) -> tuple[str, str | None] | None:
-    """(model, task or None for its default) of an HF inference POST, else None."""
-    if scope.get("method") != "POST":
+async def refusal(call: ApiCall) -> HttpResponse | None:
+    """The 503 answer when the call's task is known full, else None (serve it normally)."""
+    if not queue_state.marks:  # the test every request pays: nothing is marked full
         return None
-    return paths.model_path(scope["path"])
-
-
-async def refusal(scope: dict[str, Any]) -> HttpResponse | None:
-    """The 503 answer when scope's task is known full, else None (serve it normally)."""
-    if not queue_state.any_full():
-        return None
-    route = _route(scope)
+    route = paths.model_path(call.path) if call.method == "POST" else None  # (model, task or None: its default)
     if route is None:
         return None
     started = time.perf_counter()
@@ -52,10 +43,10 @@ async def refusal(scope: dict[str, Any]) -> HttpResponse | None:
     if mark is None:
         return None
     try:  # a stranger learns nothing of the queue: the normal path answers 401/403
-        await auth.authorize(header(scope, b"authorization"), model)
+        await auth.authorize(call.authorization, model)
     except HostingError:
         return None
-    request_id = request_id_from(header(scope, b"x-request-id"))
+    request_id = call.request_id
     error = Overloaded(f"{model}/{task} has {mark.depth} items queued (limit {mark.limit}); "
                        f"retry in {mark.retry_after_s} s", headers={"Retry-After": str(mark.retry_after_s)})
     response = error_response(error, request_id)

@@ -34,7 +34,7 @@ from django.urls import set_script_prefix, set_urlconf
 
 from models_registry.api import fast_refusal, inference_route, route_table, upfront
 from models_registry.api.answer import Answer
-from models_registry.api.call import from_scope, header, request_id_from
+from models_registry.api.call import ApiCall, from_scope
 from models_registry.api.error_answers import error_answer, error_response_for
 from models_registry.api.hosts import host_allowed
 from models_registry.core import paths
@@ -75,15 +75,12 @@ def body_limit(path: str) -> int:
     return settings.HOSTING_MAX_BODY_BYTES
 
 
-def declared_length(scope: dict) -> int | None:  # type: ignore[type-arg]
+def declared_length(call: ApiCall) -> int | None:
     """The request's Content-Length, if it sent a well-formed one."""
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+    try:
+        return int(call.content_length) if call.content_length is not None else None
+    except ValueError:
+        return None
 
 
 async def send_answer(send, answer: Answer) -> None:  # type: ignore[no-untyped-def]
@@ -131,24 +128,25 @@ class ApiASGIHandler(ASGIHandler):
 
     async def handle(self, scope, receive, send):  # type: ignore[no-untyped-def]
         """Django's handle(), minus the request_started hop, with an inline close."""
-        refused = await fast_refusal.refusal(scope)  # a queue known full: 503 before the body is read
+        call = from_scope(scope)  # the headers, read once: the refusals and the route read them here
+        refused = await fast_refusal.refusal(call)  # a queue known full: 503 before the body is read
         if refused is not None:
             await self.send_response(refused, send)
             refused.close()
             return
-        limit = body_limit(scope["path"])
-        declared = declared_length(scope)
-        refused = await upfront.refusal(scope)  # from the headers: before any of the body is read
+        limit = body_limit(call.path)
+        declared = declared_length(call)
+        refused = await upfront.refusal(call)  # from the headers: before any of the body is read
         if refused is not None:
-            no_body = declared == 0 or (declared is None and not upfront.is_chunked(scope))
+            no_body = declared == 0 or (declared is None and not call.chunked)
             heard = no_body or (declared is not None and declared <= DRAIN_BYTES and await drain(receive, declared))
             await self._answer_early(send, refused, heard)
             return
         if declared is not None and declared > limit:
             heard = declared <= limit + DRAIN_BYTES and await drain(receive, declared)
-            await self._too_large(scope, send, f"request body is {declared} bytes; the limit is {limit}", heard)
+            await self._too_large(call, send, f"request body is {declared} bytes; the limit is {limit}", heard)
             return
-        matched = route_table.match(scope["path"]) if scope["method"] == "POST" else None
+        matched = route_table.match(call.path) if call.method == "POST" else None
         try:
             if matched is not None:
                 body = await self.read_limited_bytes(receive, limit)
@@ -158,10 +156,11 @@ class ApiASGIHandler(ASGIHandler):
             return
         except BodyTooLarge as too_large:
             heard = too_large.ended or await drain(receive, DRAIN_BYTES)
-            await self._too_large(scope, send, f"request body is over the limit of {limit} bytes", heard)
+            await self._too_large(call, send, f"request body is over the limit of {limit} bytes", heard)
             return
         if matched is not None:
-            await self._until_disconnect(receive, self._serve_route(scope, send, *matched, body))
+            call.body = body
+            await self._until_disconnect(receive, self._serve_route(scope, send, call, *matched))
             return
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
@@ -216,14 +215,13 @@ class ApiASGIHandler(ASGIHandler):
             current.uncancel()  # type: ignore[union-attr]
         return result
 
-    async def _serve_route(self, scope, send, route, path, body: bytes) -> None:  # type: ignore[no-untyped-def]
+    async def _serve_route(self, scope, send, call: ApiCall, route, path) -> None:  # type: ignore[no-untyped-def]
         """An inference route served on the bytes of its body, its answer written straight to the connection."""
-        request_id = request_id_from(header(scope, b"x-request-id"))
-        if not host_allowed(header(scope, b"host"), scope.get("server")):
-            answer = error_answer(InvalidInput("this server does not answer for that Host header"), request_id)
+        if not host_allowed(call.host, scope.get("server")):
+            answer = error_answer(InvalidInput("this server does not answer for that Host header"), call.request_id)
         else:
-            answer = await inference_route.serve(route, from_scope(scope, body, request_id), path)
-        answer.headers["X-Request-Id"] = request_id
+            answer = await inference_route.serve(route, call, path)
+        answer.headers["X-Request-Id"] = call.request_id
         try:
             await send_answer(send, answer)
         except asyncio.CancelledError:
@@ -260,11 +258,9 @@ class ApiASGIHandler(ASGIHandler):
         body_file.seek(0)
         return body_file
 
-    async def _too_large(self, scope, send, message: str, heard: bool) -> None:  # type: ignore[no-untyped-def]
+    async def _too_large(self, call: ApiCall, send, message: str, heard: bool) -> None:  # type: ignore[no-untyped-def]
         """413; unless the whole body was read (heard), the connection is closed after it."""
-        headers = dict(scope.get("headers", ()))
-        request_id = request_id_from(headers.get(b"x-request-id", b"").decode("latin-1") or None)
-        response = error_response_for(scope["path"], TooLarge(message), request_id)
+        response = error_response_for(call.path, TooLarge(message), call.request_id)
         await self._answer_early(send, response, heard)
 
     async def _answer_early(self, send, response, heard: bool) -> None:  # type: ignore[no-untyped-def]

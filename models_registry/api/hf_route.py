@@ -11,15 +11,13 @@ from models_registry.api.error_answers import error_answer
 from models_registry.api.inference_route import Work
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.conf import conf
-from models_registry.core.errors import HostingError, NotFound
-from models_registry.policy import priority, response_cache
-from models_registry.catalog import lookups
+from models_registry.core.errors import HostingError, InvalidInput, NotFound
+from models_registry.policy import priority
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 
-async def model_and_task(name: str, task_name: str | None) -> tuple[ModelSpec, TaskSpec]:
+def model_and_task(name: str, task_name: str | None, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
     """The registered model name and its task task_name (its default task when None); 404 when either is unknown."""
-    specs = await lookups.get_specs()
     spec = specs.get(name)
     if spec is None:
         raise NotFound(f"no model named {name!r}; GET /models lists them")
@@ -40,9 +38,9 @@ class HfRoute:
         """The model named in the path (the body waits for the task)."""
         return path["name"], (path["name"], path.get("task"))
 
-    async def resolve(self, wanted: tuple[str, str | None]) -> tuple[ModelSpec, TaskSpec]:
+    def resolve(self, wanted: tuple[str, str | None], specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
         """The path's model and task."""
-        return await model_and_task(*wanted)
+        return model_and_task(*wanted, specs)
 
     async def prepare(self, call: ApiCall, wanted: Any, spec: ModelSpec, task: TaskSpec) -> Work:
         """The body read for the task: media files or JSON; TGI's stream and details; embedding dimensions."""
@@ -53,7 +51,7 @@ class HfRoute:
             body = payloads.parse_body(call.body, call.content_type, conf.MAX_BODY_BYTES)
             body, stream, tgi_options = tgi_stream.split(body, task.task)
             parsed = payloads.read_request(body, task.task, task.parameters, conf.MAX_INPUTS)
-        asked = priority.asked(call.priority, body)
+        asked = asked_priority(call.priority, body)
         if stream:
             async def respond(grant: Any, started: float) -> Answer:
                 return await tgi_stream.respond(call, grant, spec, task, parsed, tgi_options, asked, started)
@@ -74,11 +72,28 @@ class HfRoute:
         def shape(result: InferenceResult) -> Any:
             return payloads.shape_response(task.task, shorten(result.outputs), parsed.is_batch)
 
-        return Work(parsed.inputs, parameters, len(parsed.inputs), asked, shape, response_cache.wanted(body))
+        return Work(parsed.inputs, parameters, len(parsed.inputs), asked, shape, cache_wanted(body))
 
     def error(self, error: HostingError, request_id: str) -> Answer:
         """The API's one error shape."""
         return error_answer(error, request_id)
+
+
+def asked_priority(header: str | None, body: Any) -> str | None:
+    """The class a request asks for: its X-Priority header, else HF's options.priority (policy.priority decides)."""
+    if header and header.strip():
+        return header
+    options = body.get("options") if isinstance(body, dict) else None
+    value = options.get("priority") if isinstance(options, dict) else None
+    if value is not None and not isinstance(value, str):
+        raise InvalidInput(f"options.priority must be {' or '.join(priority.CLASSES)}")
+    return value
+
+
+def cache_wanted(body: Any) -> bool:
+    """False when the request asks for a fresh computation (HF's options.use_cache: false)."""
+    options = body.get("options") if isinstance(body, dict) else None
+    return not (isinstance(options, dict) and options.get("use_cache") is False)
 
 
 def _identity(outputs: list[Any]) -> list[Any]:

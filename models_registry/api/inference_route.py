@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from models_registry.api import request_record
@@ -20,6 +21,7 @@ from models_registry.api.answer import Answer
 from models_registry.api.call import ApiCall
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import HostingError, MethodNotAllowed, internal_error
+from models_registry.catalog import lookups
 from models_registry.policy import auth, gate
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 
@@ -50,8 +52,8 @@ class InferenceRoute(Protocol):
     def read(self, call: ApiCall, path: dict[str, str]) -> tuple[str, Any]:
         """(the model name the request names, what was read of it) before the model is known."""
 
-    async def resolve(self, wanted: Any) -> tuple[ModelSpec, TaskSpec]:
-        """The registered model and task the request calls (404 when none)."""
+    def resolve(self, wanted: Any, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
+        """The registered model and task the request calls, among specs (404 when none)."""
 
     async def prepare(self, call: ApiCall, wanted: Any, spec: ModelSpec, task: TaskSpec) -> Work:
         """The inputs and parameters for the task (400 when the request does not fit it)."""
@@ -75,17 +77,17 @@ async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> 
     started = time.perf_counter()
     if call.method != "POST":
         raise MethodNotAllowed(f"{call.method} is not allowed here; use POST", headers={"Allow": "POST"})
-    grant = await auth.authorize(call.authorization, None, acting_token_id=call.acting_token_id, staff=call.staff)
-    name, wanted = route.read(call, path)
-    auth.require_allowed(grant, name)
-    spec, task = await route.resolve(wanted)
+    grant, wanted = await auth.authorize_reading(call.authorization, partial(route.read, call, path),
+                                                 call.acting_token_id, call.staff)
+    catalog = await lookups.snapshot()  # one view of the registry and the workers for the whole path
+    spec, task = route.resolve(wanted, catalog.specs)
     try:
         work = await route.prepare(call, wanted, spec, task)
         if work.respond is not None:
             return await work.respond(grant, started)
         served = await gate.serve(
             request_id=call.request_id, grant=grant, asked_priority=work.asked_priority, spec=spec, task=task,
-            inputs=work.inputs, parameters=work.parameters, use_cache=work.use_cache,
+            inputs=work.inputs, parameters=work.parameters, use_cache=work.use_cache, workers=catalog.workers,
         )
         body = work.shape(served.result) if work.shape is not None else served.result.outputs
     except HostingError as error:

@@ -15,17 +15,16 @@ from models_registry.core.errors import InvalidInput, NotFound
 from models_registry.core.task_key import TaskKey
 from models_registry.media import envelope
 from models_registry.observe import media_counts
-from models_registry.catalog import lookups
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 MODALITIES = ("image",)  # Infinity's "audio" is refused by the request's shape: no audio embedding task yet
 EMBEDDING_TASKS = {"image": "image-feature-extraction"}
 
 
-async def resolve(model_id: str, modality: str) -> tuple[ModelSpec, TaskSpec]:
+def resolve(model_id: str, modality: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
     """The model's task that embeds modality: the named task, or the model's first one of that kind."""
     name, task_name = TaskKey.parse(model_id)
-    spec = (await lookups.get_specs()).get(name)
+    spec = specs.get(name)
     if spec is None:
         raise NotFound(f"no model {model_id!r}; GET /v1/models lists them")
     wanted = EMBEDDING_TASKS.get(modality)

@@ -39,9 +39,9 @@ logger = logging.getLogger("models_registry.requests")
 TASK = "text-generation"
 
 
-async def resolve(model_id: str) -> tuple[ModelSpec, TaskSpec]:
+def resolve(model_id: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
     """The text-generation task a /v1 model id names (404 or 400 otherwise)."""
-    spec, task = await model_task(model_id, "ids")
+    spec, task = model_task(model_id, "ids", specs)
     if task.task != TASK:  # OpenAI answers 404 for a model the endpoint does not serve
         raise NotFound(f"{model_id!r} is a {task.task} task, not a text-generation model; GET /v1/models "
                        "lists the ids")
@@ -60,9 +60,9 @@ class GenerationRoute:
         wanted = generation_requests.read(_body(call), self.chat)
         return TaskKey.parse(wanted.model).model, wanted
 
-    async def resolve(self, wanted: GenerationRequest) -> tuple[ModelSpec, TaskSpec]:
+    def resolve(self, wanted: GenerationRequest, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
         """The text-generation task the model id names."""
-        return await resolve(wanted.model)
+        return resolve(wanted.model, specs)
 
     async def prepare(self, call: ApiCall, wanted: GenerationRequest, spec: ModelSpec, task: TaskSpec) -> Work:
         """Every answer is generated as streams: the route answers by itself."""

@@ -116,10 +116,10 @@ def _embeds(task: TaskSpec) -> bool:
     return task.task == "feature-extraction" and task.pooling != "none"
 
 
-async def model_task(model_id: str, ids: str) -> tuple[ModelSpec, TaskSpec]:
+def model_task(model_id: str, ids: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
     """The model and task a /v1 model id ("name" or "name/task") names: 404 when there is none (ids: which ids)."""
     name, task_name = TaskKey.parse(model_id)
-    spec = (await lookups.get_specs()).get(name)
+    spec = specs.get(name)
     if spec is None:
         raise NotFound(f"no model {model_id!r}; GET /v1/models lists them")
     task = spec.tasks.get(task_name or spec.default_task)
@@ -128,8 +128,8 @@ async def model_task(model_id: str, ids: str) -> tuple[ModelSpec, TaskSpec]:
     return spec, task
 
 
-async def _resolve(model_id: str) -> tuple[ModelSpec, TaskSpec]:
-    spec, task = await model_task(model_id, "embedding ids")
+def _resolve(model_id: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
+    spec, task = model_task(model_id, "embedding ids", specs)
     if task.task != "feature-extraction":
         raise invalid(f"{model_id!r} is a {task.task} task, not an embedding model; GET /v1/models lists "
                       "the embedding ids", "model")
@@ -162,11 +162,11 @@ class EmbeddingsRoute:
         wanted = read_embedding_request(_body(call), conf.MAX_INPUTS)
         return TaskKey.parse(wanted.model).model, wanted
 
-    async def resolve(self, wanted: EmbeddingRequest) -> tuple[ModelSpec, TaskSpec]:
+    def resolve(self, wanted: EmbeddingRequest, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
         """The embedding task the model id names (an image one for modality "image")."""
         if wanted.modality in media_embeddings.MODALITIES:
-            return await media_embeddings.resolve(wanted.model, wanted.modality)
-        return await _resolve(wanted.model)
+            return media_embeddings.resolve(wanted.model, wanted.modality, specs)
+        return _resolve(wanted.model, specs)
 
     async def prepare(self, call: ApiCall, wanted: EmbeddingRequest, spec: ModelSpec, task: TaskSpec) -> Work:
         """The inputs (media items for images), the task's parameters, and OpenAI's list as the answer."""

@@ -71,8 +71,8 @@ def _preview(output: Any) -> str:
 class _SampleRoute(hf_route.HfRoute):
     """The HF route, the task's timeout capped at TEST_TIMEOUT_S: the operator waits on the admin page."""
 
-    async def resolve(self, wanted: tuple[str, str | None]) -> tuple[ModelSpec, TaskSpec]:
-        spec, task = await super().resolve(wanted)
+    def resolve(self, wanted: tuple[str, str | None], specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
+        spec, task = super().resolve(wanted, specs)
         return spec, dataclasses.replace(task, timeout_s=min(task.timeout_s, TEST_TIMEOUT_S))
 
 

@@ -31,7 +31,6 @@ from models_registry.core.errors import (
     TooLarge,
 )
 from models_registry.core.task_key import TaskKey
-from models_registry.catalog import lookups
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
@@ -166,10 +165,10 @@ def body_of(call: ApiCall) -> Any:
     return payloads.parse_body(call.body, call.content_type, conf.MAX_BODY_BYTES)
 
 
-async def resolve(model_id: str) -> tuple[ModelSpec, TaskSpec | None]:
+def resolve(model_id: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec | None]:
     """The model named model_id ("name" or "name/task") and the task it names (None: not named)."""
     name, task_name = TaskKey.parse(model_id)
-    spec = (await lookups.get_specs()).get(name)
+    spec = specs.get(name)
     if spec is None:
         raise NotFound(f"no model named {name!r}; GET /models lists them")
     if not task_name:
@@ -206,9 +205,9 @@ class RerankRoute:
         wanted = read_rerank_request(body_of(call), conf.MAX_INPUTS)
         return TaskKey.parse(wanted.model).model, wanted
 
-    async def resolve(self, wanted: RerankRequest) -> tuple[ModelSpec, TaskSpec]:
+    def resolve(self, wanted: RerankRequest, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
         """The text-ranking task of the model named."""
-        spec, named = await resolve(wanted.model)
+        spec, named = resolve(wanted.model, specs)
         return spec, ranking_task(spec, named)
 
     async def prepare(self, call: ApiCall, wanted: RerankRequest, spec: ModelSpec, task: TaskSpec) -> Work:

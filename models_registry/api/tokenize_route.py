@@ -39,9 +39,9 @@ class TokenizeRoute:
         wanted = tei_routes.read_tokenize_request(tei_routes.body_of(call), conf.MAX_INPUTS)
         return tei_routes.TaskKey.parse(wanted.model).model, wanted
 
-    async def resolve(self, wanted: tei_routes.TokenizeRequest) -> tuple[ModelSpec, TaskSpec]:
+    def resolve(self, wanted: tei_routes.TokenizeRequest, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
         """The model named; its task is the tokenizer itself (labelled 'tokenize' in metrics and logs)."""
-        spec, named = await tei_routes.resolve(wanted.model)
+        spec, named = tei_routes.resolve(wanted.model, specs)
         task = named or spec.tasks.get(spec.default_task) or next(iter(spec.tasks.values()), None)
         if task is None:
             raise NotFound(f"model {spec.name!r} has no task yet, so no tokenizer is loaded for it")

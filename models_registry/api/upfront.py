@@ -13,46 +13,41 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse
 
-from models_registry.api.call import header, request_id_from
+from models_registry.api.call import ApiCall
 from models_registry.api.error_answers import error_response_for
+from models_registry.catalog.lookups import fresh_connection
 from models_registry.core import paths
 from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.policy import auth, file_quota, gate
-from models_registry.catalog.lookups import fresh_connection
 
 AUTH_FIRST = (paths.FILES_PREFIX,)  # routes with large bodies: the token is checked before the body is read
 UPLOADS = paths.FILES_PREFIX  # an upload is also held to the storage quota and charged before it is read
 
 
-def is_chunked(scope: dict) -> bool:  # type: ignore[type-arg]
-    """Whether the body comes in chunks of unannounced size (else Content-Length, or no body)."""
-    return "chunked" in (header(scope, b"transfer-encoding") or "").lower()
-
-
-def _check_length(scope: dict) -> None:  # type: ignore[type-arg]
-    length = header(scope, b"content-length")
+def _check_length(call: ApiCall) -> None:
+    length = call.content_length
     if length is not None and not length.strip().isdigit():
         raise InvalidInput(f"malformed Content-Length header {length[:40]!r}: send the body's size in bytes")
 
 
-async def _admit_upload(scope: dict, grant: auth.TokenGrant | None) -> None:  # type: ignore[type-arg]
+async def _admit_upload(call: ApiCall, grant: auth.TokenGrant | None) -> None:
     """An upload fits the token's storage quota (by its Content-Length) and is charged as one request."""
     if grant is None:
         return
-    declared = header(scope, b"content-length")
+    declared = call.content_length
     adding = int(declared) if declared and declared.strip().isdigit() else 0
     await sync_to_async(fresh_connection(file_quota.check))(grant.token_id, adding)
     await gate.admit_direct(grant=grant, inputs=[])  # 429 when its requests_per_minute are spent
 
 
-async def refusal(scope: dict) -> HttpResponse | None:  # type: ignore[type-arg]
+async def refusal(call: ApiCall) -> HttpResponse | None:
     """The answer to a request its headers already rule out, or None to read its body and serve it."""
     try:
-        _check_length(scope)
-        if scope["path"].startswith(AUTH_FIRST):
-            grant = await auth.authorize(header(scope, b"authorization"), None)
-            if scope["method"] == "POST" and scope["path"].rstrip("/") == UPLOADS:
-                await _admit_upload(scope, grant)
+        _check_length(call)
+        if call.path.startswith(AUTH_FIRST):
+            grant = await auth.authorize(call.authorization, None)
+            if call.method == "POST" and call.path.rstrip("/") == UPLOADS:
+                await _admit_upload(call, grant)
     except HostingError as error:
-        return error_response_for(scope["path"], error, request_id_from(header(scope, b"x-request-id")))
+        return error_response_for(call.path, error, call.request_id)
     return None

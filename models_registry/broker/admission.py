@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from models_registry.broker.enqueue import Admission
 from models_registry.broker.lua import LuaScript
 
 _ADMIT = """
@@ -37,6 +38,12 @@ class Places:
 def pending_key(layer: Any, model: str, task: str) -> str:
     """The sorted set of pending items of one model task."""
     return f"{layer.prefix}pending:{model}:{task}"
+
+
+def places(layer: Any, model: str, task: str, request_id: str, count: int, deadline: float,
+           limit: int) -> Admission:
+    """A request's count places in its task's queue, to take in the enqueue script (broker.enqueue)."""
+    return Admission(pending_key(layer, model, task), members(request_id, count), deadline, limit, time.time())
 
 
 def members(request_id: str, count: int) -> list[str]:

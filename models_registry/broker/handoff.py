@@ -82,13 +82,16 @@ async def send_request(layer: WorkLayer, model: str, message: dict[str, Any]) ->
         raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
 
 
-async def _enqueue(layer: WorkLayer, model: str, task: str, message: dict[str, Any], places: enqueue.Admission,
-                   count: int, max_queue_size: int, drain_rate: float, priority: str,
-                   plan: enqueue.ChargePlan | None) -> None:
-    """Charge (plan), admit and send; Overloaded (with Retry-After), ChargeRefused or Unavailable when not."""
+async def _enqueue(layer: WorkLayer, model: str, task: str, channel: str, message: dict[str, Any],
+                   places: enqueue.Admission, count: int, max_queue_size: int, drain_rate: float, priority: str,
+                   plan: enqueue.ChargePlan | None, reply: tuple[str, asyncio.Future[Any], Any] | None = None) -> None:
+    """Charge (plan), admit and send to channel; Overloaded (with Retry-After), ChargeRefused or Unavailable when not.
+
+    reply: (reply channel, future, reader) for the layer to resolve with the worker's answer.
+    """
     try:
         status, depth = await asyncio.wait_for(
-            layer.enqueue(messages.model_channel(model), message, places, plan), BROKER_TIMEOUT_S)
+            layer.enqueue(channel, message, places, plan, batch=priority == "batch", reply=reply), BROKER_TIMEOUT_S)
     except Exception as error:
         raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
     if status == enqueue.QUEUE_FULL:
@@ -128,32 +131,33 @@ async def infer(
     still_served: Callable[[], Awaitable[bool]] | None = None,
     priority: str = "interactive",
     charge: enqueue.ChargePlan | None = None,
+    version: int = 0,
 ) -> InferenceResult:
     """Run inputs through model/task on some worker; raises a HostingError on failure.
 
     charge: the token's rate-limit charge (policy.gate's plan), made in the same script as the
     admission and the send; its outcome lands in the plan, and a refusal raises ChargeRefused.
     request_id is the client's (logs and the response header): clients reuse theirs on
-    retries, so admission, the message and its reply are keyed on an id made here.
+    retries, so admission, the message and its reply are keyed on an id made here. version: the
+    model version the wire name model stands for (catalog.rollout), stated on the result.
     """
     layer = work_layer()
     deadline = time.time() + timeout_s
     count = len(inputs)
     key = uuid.uuid4().hex
     reply_channel = await layer.new_channel()
-    receiver = layer.expect_reply(reply_channel)
-    members = admission.members(key, count)
-    pending_key = admission.pending_key(layer, model, task)
+    receiver: asyncio.Future[messages.WorkResult] = asyncio.get_running_loop().create_future()
+    message = messages.WorkRequest(
+        id=key, reply=reply_channel, model=model, task=task,
+        inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
+    ).to_wire()
+    channel = messages.model_channel(model)
+    places = admission.places(layer, model, task, key, count, deadline, max_queue_size)
     admitted = False
     try:
-        message = messages.WorkRequest(
-            id=key, reply=reply_channel, model=model, task=task,
-            inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
-        ).to_wire()
         # The token's charge (from the policy gate), admission and the send: one round trip.
-        await _enqueue(layer, model, task, message, enqueue.Admission(pending_key, members, deadline, max_queue_size,
-                                                                      time.time()),
-                       count, max_queue_size, drain_rate, priority, charge)
+        await _enqueue(layer, model, task, channel, message, places, count, max_queue_size, drain_rate, priority,
+                       charge, (reply_channel, receiver, messages.WorkResult.from_wire))
         admitted = True
 
         async def still_queued() -> bool:
@@ -163,11 +167,10 @@ async def infer(
             except Exception:
                 return True  # broker away: wait for it to return (or for the deadline)
 
-        reply = messages.WorkResult.from_wire(
-            await _await_reply(receiver, deadline, timeout_s, model, still_served, still_queued))
+        reply = await _await_reply(receiver, deadline, timeout_s, model, still_served, still_queued)
         admitted = not reply.left  # the worker gave the places back with its answer
     finally:
-        layer.forget_reply(reply_channel)
+        receiver.cancel()  # nothing once answered; else the layer stops waiting for the reply
         if admitted:
             # At once, not batched with the turn's other writes (broker.deferred): a client that
             # sends its next request as soon as it has this answer must find the place free.
@@ -178,13 +181,13 @@ async def infer(
             error.headers["Retry-After"] = reply.retry_after
         raise error
     return InferenceResult(outputs=reply.outputs or [], queue_ms=reply.queue_ms, compute_ms=reply.compute_ms,
-                           batch_size=reply.batch_size, tokens=reply.tokens)
+                           batch_size=reply.batch_size, tokens=reply.tokens, version=version)
 
 
 async def _await_reply(
-    receiver: asyncio.Future[dict[str, Any]], deadline: float, timeout_s: float, model: str,
+    receiver: asyncio.Future[messages.WorkResult], deadline: float, timeout_s: float, model: str,
     still_served: Callable[[], Awaitable[bool]] | None, still_queued: Callable[[], Awaitable[bool]],
-) -> dict[str, Any]:
+) -> messages.WorkResult:
     """The reply, or Timeout at the deadline, or Unavailable once no live worker serves model
     or the broker lost the request (its admission entry vanished: Redis restarted empty)."""
     while True:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from channels.exceptions import ChannelFull
@@ -27,6 +28,7 @@ from models_registry.broker.message_leases import LeasedPulls
 
 logger = logging.getLogger(__name__)
 REPLY_BATCH = 64
+Reader = Callable[[dict[str, Any]], Any]  # how a waiting request reads its reply (broker.messages)
 
 _SEND = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, tonumber(ARGV[2]) - tonumber(ARGV[3]))
@@ -82,7 +84,8 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         # Work channels pop the lowest score first: a batch-priority message is scored this much
         # later, so it waits behind interactive messages sent up to batch_delay_s after it.
         self.batch_delay_s = batch_delay_s
-        self._replies: dict[str, asyncio.Future[dict[str, Any]] | asyncio.Queue[dict[str, Any]]] = {}
+        # A reply channel's waiter: a future and how to read its message, or a stream's queue.
+        self._replies: dict[str, tuple[asyncio.Future[Any], Reader | None] | asyncio.Queue[dict[str, Any]]] = {}
         self._pump: asyncio.Task[None] | None = None
 
     def is_work_channel(self, channel: str) -> bool:
@@ -122,10 +125,18 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
             raise ChannelFull()
 
     async def enqueue(self, channel: str, message: dict[str, Any], admission: enqueue.Admission,
-                      plan: enqueue.ChargePlan | None) -> tuple[int, int]:
-        """Charge, admit and send a work message in one round trip (broker.enqueue): (status, depth)."""
+                      plan: enqueue.ChargePlan | None, *, batch: bool = False,
+                      reply: tuple[str, asyncio.Future[Any], Reader] | None = None) -> tuple[int, int]:
+        """Charge, admit and send a work message in one round trip (broker.enqueue): (status, depth).
+
+        batch: a batch-priority message (it waits behind interactive ones). reply: (the message's
+        reply channel, a future, how to read the reply): the future is resolved with the reply read,
+        and the channel forgotten once the future is done or cancelled.
+        """
+        if reply is not None:
+            self._await_on(*reply)
         now = time.time()
-        score = now + (self.batch_delay_s if messages.is_batch_priority(message) else 0.0)
+        score = now + (self.batch_delay_s if batch else 0.0)
         send = enqueue.Send(self._key(channel), self.doorbell_key(channel), self.serialize(message), score,
                             int(self.expiry), self.get_capacity(channel), now)
         index = self._index(channel)
@@ -212,10 +223,20 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         sitting in a buffer forever, and no cancellation can ever lose a reply.
         """
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._replies[channel] = future
+        self._await_on(channel, future, None)
+        return future
+
+    def _await_on(self, channel: str, future: asyncio.Future[Any], read: Reader | None) -> None:
+        """Resolve future with the next message sent to channel (read, if given); forget channel once it is done."""
+        self._replies[channel] = (future, read)
+        future.add_done_callback(lambda _: self._forget_answered(channel, future))
         if self._pump is None or self._pump.done():
             self._pump = asyncio.ensure_future(self._pump_replies())
-        return future
+
+    def _forget_answered(self, channel: str, future: asyncio.Future[Any]) -> None:
+        waiter = self._replies.get(channel)
+        if isinstance(waiter, tuple) and waiter[0] is future:
+            del self._replies[channel]
 
     def expect_stream(self, channel: str) -> asyncio.Queue[dict[str, Any]]:
         """A queue receiving every message sent to channel, in arrival order, until forget_reply."""
@@ -259,6 +280,11 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
             if isinstance(waiter, asyncio.Queue):  # a stream: every message, until forgotten
                 waiter.put_nowait(message)
                 continue
-            future = self._replies.pop(channel, None)
-            if future is not None and not future.done():
-                future.set_result(message)
+            waiter = self._replies.pop(channel, None)
+            if waiter is None or waiter[0].done():
+                continue
+            future, read = waiter
+            try:
+                future.set_result(read(message) if read is not None else message)
+            except Exception as error:  # noqa: BLE001 - a reply it cannot read fails its request, not the pump
+                future.set_exception(error)

@@ -28,18 +28,19 @@ class Full:
     asked_at: float | None = None  # when one request was let through to ask the broker again
 
 
-_full: dict[tuple[str, str], Full] = {}
+# (model, task) -> its mark; empty when nothing is full, the test api.fast_refusal makes on every request.
+marks: dict[tuple[str, str], Full] = {}
 
 
 def note_full(model: str, task: str, depth: int, limit: int, retry_after_s: int) -> None:
     """The broker refused a request of model/task: its queue held depth items (limit limit)."""
-    _full[(model, task)] = Full(time.monotonic() + FULL_FOR_S, depth, limit, retry_after_s)
+    marks[(model, task)] = Full(time.monotonic() + FULL_FOR_S, depth, limit, retry_after_s)
 
 
 def note_admitted(model: str, task: str) -> None:
     """The broker admitted a request of model/task: its queue has room."""
-    if _full:
-        _full.pop((model, task), None)
+    if marks:
+        marks.pop((model, task), None)
 
 
 def known_full(model: str, task: str) -> Full | None:
@@ -51,16 +52,16 @@ def known_full(model: str, task: str) -> Full | None:
     under a burst. A request that never got its answer (it failed earlier) lets another
     through after FULL_FOR_S; a mark nobody renews in STALE_LIMIT_S is dropped.
     """
-    if not _full:
+    if not marks:
         return None
-    mark = _full.get((model, task))
+    mark = marks.get((model, task))
     if mark is None:
         return None
     now = time.monotonic()
     if now < mark.until:
         return mark
     if now >= mark.until + STALE_LIMIT_S:
-        _full.pop((model, task), None)
+        marks.pop((model, task), None)
         return None
     if mark.asked_at is None or now - mark.asked_at >= FULL_FOR_S:
         mark.asked_at = now
@@ -68,11 +69,6 @@ def known_full(model: str, task: str) -> Full | None:
     return mark
 
 
-def any_full() -> bool:
-    """Whether any task is marked (the cheap first test on every request)."""
-    return bool(_full)
-
-
 def reset() -> None:
     """Forget every mark (tests)."""
-    _full.clear()
+    marks.clear()

@@ -122,6 +122,19 @@ _specs = _Cached(read_specs)
 _workers = _Cached(_read_workers)
 
 
+@dataclass(frozen=True)
+class Catalog:
+    """What one request reads of the registry and the workers, read once at the start of its path."""
+
+    specs: dict[str, ModelSpec]
+    workers: WorkerView
+
+
+async def snapshot() -> Catalog:
+    """The registered models and the live workers, both cached, for one request."""
+    return Catalog(await _specs.get(), await _workers.get())
+
+
 async def get_specs() -> dict[str, ModelSpec]:
     """Every registered model (cached)."""
     return await _specs.get()

@@ -78,6 +78,13 @@ def choose(rollout: Rollout, ready: set[int], share: float) -> int:
     return serving(rollout, ready)
 
 
+def pick(model: str, rollout: Rollout, ready: set[int], sticky_key: str | None, share: float,
+         shadow_share: float) -> tuple[int, str, int]:
+    """(version, its wire name, the version a copy goes to or 0) for one request; shares: two random numbers."""
+    version = choose(rollout, ready, draw(sticky_key if rollout.sticky else None, share))
+    return version, wire_name(model, version), shadow_of(rollout, ready, shadow_share)
+
+
 def shadow_of(rollout: Rollout, ready: set[int], share: float) -> int:
     """The version a copy of the request goes to (0: none)."""
     if rollout.mode == SHADOW and rollout.candidate in ready and share * 100 < rollout.percent:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from typing import Any
 
@@ -12,7 +11,7 @@ from models_registry.core import sources
 from models_registry.core.errors import HostingError, Unavailable
 from models_registry.core.model_state import ModelState, servable
 from models_registry.core.task_key import TaskKey
-from models_registry.policy import priority, shadow
+from models_registry.policy import shadow
 from models_registry.catalog import lookups, rollout
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 
@@ -21,13 +20,17 @@ LOADING_RETRY_AFTER_S = 2  # a first load takes seconds: ask again soon, not at 
 
 
 async def require_serving(spec: ModelSpec, task_name: str, wire: str = "") -> float:
+    """serving_rate on this process's current view of the workers (streams)."""
+    return serving_rate(spec, task_name, wire, await lookups.get_workers())
+
+
+def serving_rate(spec: ModelSpec, task_name: str, wire: str, workers: lookups.WorkerView) -> float:
     """503 at once when no live worker can answer; else the items/s the task's queue drains at.
 
     wire: the version's wire name (catalog.rollout); empty: the version that answers the model.
     """
     if not spec.enabled:
         raise Unavailable(f"model {spec.name!r} is disabled")
-    workers = await lookups.get_workers()
     state = workers.model_states.get(wire or spec.name)
     if state is None:
         raise Unavailable(f"no live worker serves model {spec.name!r}")
@@ -47,17 +50,19 @@ async def serving_wire(spec: ModelSpec) -> tuple[str, int]:
 
 
 async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: list[Any], parameters: dict[str, Any],
-                    klass: str, charge: ChargePlan | None = None,
+                    place: tuple[str, int], workers: lookups.WorkerView, charge: ChargePlan | None = None,
                     sticky_key: str | None = None) -> handoff.InferenceResult:
-    """Hand the request to a live worker at priority klass (503 at once when none serves it).
+    """Hand the request to a live worker (503 at once when none serves it).
 
-    charge: the token's rate-limit charge, made by the hand-off's one script (a 429 before anything is queued).
-    sticky_key (the API token): the same token always meets the same side of a sticky canary.
+    place: its priority class and queue limit (policy.priority.place); workers: the request's view
+    of the live workers. charge: the token's rate-limit charge, made by the hand-off's one script
+    (a 429 before anything is queued). sticky_key (the API token): the same token always meets the
+    same side of a sticky canary.
     """
-    ready = (await lookups.get_workers()).ready.get(spec.name, set())
+    klass, queue_limit = place
     plan = spec.rollout
-    version = rollout.choose(plan, ready, rollout.draw(sticky_key if plan.sticky else None, random.random()))
-    wire = rollout.wire_name(spec.name, version)
+    version, wire, copy_to = rollout.pick(spec.name, plan, workers.ready.get(spec.name, set()),
+                                          sticky_key, random.random(), random.random())
 
     async def still_served() -> bool:
         view = await lookups.get_workers()
@@ -72,19 +77,16 @@ async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: li
         return current is not None and version in current.rollout.held()
 
     try:
-        drain_rate = await require_serving(spec, task.name, wire)
+        drain_rate = serving_rate(spec, task.name, wire, workers)
         result = await handoff.infer(
             request_id=request_id, model=wire, task=task.name, inputs=inputs,
-            parameters=parameters, timeout_s=task.timeout_s,
-            max_queue_size=priority.queue_limit(klass, task.policy.max_queue_size, task.max_batch_queue_size),
-            drain_rate=drain_rate, still_served=still_served, priority=klass, charge=charge,
+            parameters=parameters, timeout_s=task.timeout_s, max_queue_size=queue_limit,
+            drain_rate=drain_rate, still_served=still_served, priority=klass, charge=charge, version=version,
         )
     except HostingError as error:
         if version:  # a refusal or failure of one version says which
             error.headers.setdefault(VERSION_HEADER, str(version))
         raise
-    result = dataclasses.replace(result, version=version) if version else result
-    copy_to = rollout.shadow_of(plan, ready, random.random())
     if copy_to:
         shadow.compare_soon(spec, task, inputs, parameters, result, copy_to)
     return result

@@ -21,6 +21,7 @@ from models_registry.core.errors import HostingError, RateLimited, Unavailable
 from models_registry.observe import metrics
 from models_registry.policy import dispatch, priority, rate_limits, response_cache
 from models_registry.policy.auth import TokenGrant
+from models_registry.catalog.lookups import WorkerView
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger(__name__)
@@ -69,8 +70,8 @@ async def _reserve(conn: Any, prefix: str, grant: TokenGrant, tokens: int) -> ra
     return charge
 
 
-# The hand-off at a priority class, with the charge to make in its script (None: nothing to charge).
-Send = Callable[[str, "enqueue.ChargePlan | None"], Awaitable[InferenceResult]]
+# The hand-off at a priority class and its queue limit, with the charge to make in its script (None: none).
+Send = Callable[[tuple[str, int], "enqueue.ChargePlan | None"], Awaitable[InferenceResult]]
 
 
 @dataclass
@@ -116,15 +117,16 @@ def _pass(layer: Any, klass: str, grant: TokenGrant | None, charge: rate_limits.
     return StreamPass(klass, dict(charge.headers) if charge else {}, settle)
 
 
-async def _send_charged(layer: Any, grant: TokenGrant | None, asked_priority: str | None, tokens: int,
+async def _send_charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], tokens: int,
                         send: Send) -> tuple[InferenceResult, StreamPass]:
-    """send(priority, plan) with the token's charge made in the hand-off's own script (one round trip for both).
+    """send(place, plan) with the token's charge made in the hand-off's own script (one round trip for both).
 
-    A 429 comes back from the script (ChargeRefused) before anything was queued.
+    place: the request's priority class and its queue limit. A 429 comes back from the script
+    (ChargeRefused) before anything was queued.
     """
-    klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
+    klass = place[0]
     if grant is None or not conf.RATE_LIMITS:
-        return await send(klass, None), _pass(layer, klass, None, None)
+        return await send(place, None), _pass(layer, klass, None, None)
     now = time.time()
     label = metrics.token_label(grant.name, grant.token_id)
     try:
@@ -133,7 +135,7 @@ async def _send_charged(layer: Any, grant: TokenGrant | None, asked_priority: st
         metrics.RATE_LIMITED.labels(label, "size").inc()
         raise
     try:
-        result = await send(klass, plan)
+        result = await send(place, plan)
     except enqueue.ChargeRefused:
         metrics.RATE_LIMITED.labels(label, "rate").inc()
         rate_limits.outcome(plan, grant.limits, now)  # raises the 429 with its headers
@@ -159,14 +161,16 @@ async def serve(
     inputs: list[Any],
     parameters: dict[str, Any],
     use_cache: bool = True,
+    workers: WorkerView,
 ) -> Served:
     """Check the token's limits, answer from the cache or hand the inputs to a worker; charge what it used.
 
     use_cache False: compute afresh (and store the new answer), as HF's options.use_cache asks.
+    workers: the request's view of the live workers (catalog.lookups.snapshot).
     """
 
-    def send(klass: str, plan: enqueue.ChargePlan | None) -> Awaitable[InferenceResult]:
-        return dispatch.to_worker(request_id, spec, task, inputs, parameters, klass, plan,
+    def send(place: tuple[str, int], plan: enqueue.ChargePlan | None) -> Awaitable[InferenceResult]:
+        return dispatch.to_worker(request_id, spec, task, inputs, parameters, place, workers, plan,
                                   str(grant.token_id) if grant else None)
 
     layer = get_channel_layer()
@@ -176,9 +180,11 @@ async def serve(
     merged = {**task.parameters, **parameters}
     key = response_cache.cache_key(layer.prefix, spec, task, parameters, inputs,
                                    grant.token_id if grant else None) if task.cache_ttl_s else None
+    place = priority.place(grant.priority if grant else priority.INTERACTIVE, asked_priority,
+                           task.policy.max_queue_size, task.max_batch_queue_size)
     if key is None:  # no cache to ask first: the charge rides in the hand-off's script
         tokens = rate_limits.estimate_tokens(inputs, task.task, merged) if grant is not None else 0
-        result, admitted = await _send_charged(layer, grant, asked_priority, tokens, send)
+        result, admitted = await _send_charged(layer, grant, place, tokens, send)
         return Served(result, admitted.headers)
     admitted = await _admit(layer, grant, asked_priority, inputs, task.task, merged)
     headers = admitted.headers
@@ -193,7 +199,7 @@ async def serve(
                                          tokens=hit.tokens, version=spec.version)  # the key holds live's source
                 admitted.settle(hit.tokens)
                 return Served(result, headers)
-        result = await send(admitted.klass, None)  # charged already, before the cache was asked
+        result = await send(place, None)  # charged already, before the cache was asked
     except BaseException:
         admitted.settle(0)  # refused or failed: it still counts as a request, its tokens do not
         raise

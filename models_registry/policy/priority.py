@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 from models_registry.core.errors import Forbidden, InvalidInput
 
@@ -10,17 +9,6 @@ INTERACTIVE = "interactive"
 BATCH = "batch"
 CLASSES = (INTERACTIVE, BATCH)
 HEADER = "X-Priority"
-
-
-def asked(header: str | None, body: Any = None) -> str | None:
-    """The class a request asks for: its X-Priority header, else its body's options.priority."""
-    if header and header.strip():
-        return header
-    options = body.get("options") if isinstance(body, dict) else None
-    value = options.get("priority") if isinstance(options, dict) else None
-    if value is not None and not isinstance(value, str):
-        raise InvalidInput(f"options.priority must be {' or '.join(CLASSES)}")
-    return value
 
 
 def resolve(token_priority: str, asked: str | None) -> str:
@@ -34,6 +22,13 @@ def resolve(token_priority: str, asked: str | None) -> str:
     if wanted == INTERACTIVE and token_priority == BATCH:
         raise Forbidden(f"this API token has batch priority; its requests cannot ask for {INTERACTIVE}")
     return wanted
+
+
+def place(token_priority: str, asked: str | None, max_queue_size: int,
+          max_batch_queue_size: int | None) -> tuple[str, int]:
+    """(the request's class, the pending items past which it is refused): resolve and queue_limit at once."""
+    klass = resolve(token_priority, asked)
+    return klass, queue_limit(klass, max_queue_size, max_batch_queue_size)
 
 
 def queue_limit(priority: str, max_queue_size: int, max_batch_queue_size: int | None) -> int:

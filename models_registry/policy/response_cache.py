@@ -38,12 +38,6 @@ class CachedResult:
     tokens: int
 
 
-def wanted(body: Any) -> bool:
-    """False when the request asks for a fresh computation (the HF Inference API's options.use_cache: false)."""
-    options = body.get("options") if isinstance(body, dict) else None
-    return not (isinstance(options, dict) and options.get("use_cache") is False)
-
-
 def cache_key(prefix: str, spec: ModelSpec, task: TaskSpec, parameters: dict[str, Any], inputs: list[Any],
               token_id: int | None = None) -> str:
     """The Redis key of this exact request's answer, for this API token unless the task shares its cache.

@@ -67,16 +67,16 @@ async def test_a_refusal_marks_the_queue_known_full_and_an_admission_clears_it(l
     from models_registry.core.errors import Overloaded
 
     queue_state.reset()
-    await handoff._enqueue(layer, "m", "t", {"id": "a"}, places(layer, "a", 2, limit=2), 2, 2, 0.0, "interactive", None)
+    await handoff._enqueue(layer, "m", "t", WORK, {"id": "a"}, places(layer, "a", 2, limit=2), 2, 2, 0.0, "interactive", None)
     assert queue_state.known_full("m", "t") is None  # full, but a place frees with any answer: no mark
     with pytest.raises(Overloaded):
-        await handoff._enqueue(layer, "m", "t", {"id": "b"}, places(layer, "b", 1, limit=1), 1, 1, 0.0, "batch", None)
+        await handoff._enqueue(layer, "m", "t", WORK, {"id": "b"}, places(layer, "b", 1, limit=1), 1, 1, 0.0, "batch", None)
     assert queue_state.known_full("m", "t") is None  # batch traffic's limit is not the task's
     with pytest.raises(Overloaded):
-        await handoff._enqueue(layer, "m", "t", {"id": "c"}, places(layer, "c", 1, limit=2), 1, 2, 0.0, "interactive", None)
+        await handoff._enqueue(layer, "m", "t", WORK, {"id": "c"}, places(layer, "c", 1, limit=2), 1, 2, 0.0, "interactive", None)
     mark = queue_state.known_full("m", "t")
     assert mark is not None and (mark.depth, mark.limit) == (2, 2)
     await admission.leave(layer, "m", "t", "a", 2)
-    await handoff._enqueue(layer, "m", "t", {"id": "d"}, places(layer, "d", 1, limit=2), 1, 2, 0.0, "interactive", None)
+    await handoff._enqueue(layer, "m", "t", WORK, {"id": "d"}, places(layer, "d", 1, limit=2), 1, 2, 0.0, "interactive", None)
     assert queue_state.known_full("m", "t") is None
     queue_state.reset()

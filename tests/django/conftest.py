@@ -8,6 +8,7 @@ connection: rows a test writes must be committed to be seen there, so API fixtur
 from __future__ import annotations
 
 import datetime as dt
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -116,16 +117,18 @@ def stub_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[dict[str
 
         seen: list[dict[str, Any]] = []
 
-        async def serving(spec: Any, task: str, wire: str = "") -> float:
+        def serving(spec: Any, task: str, wire: str, workers: Any) -> float:
             return 0.0
 
         async def infer(**kwargs: Any) -> Any:
             await _charge_as_the_handoff_does(kwargs.get("charge"))  # a refused request never reaches a worker
             seen.append(kwargs)
             result = answer(kwargs)
-            return await result if inspect.isawaitable(result) else result
+            result = await result if inspect.isawaitable(result) else result
+            # The hand-off states the version its wire name stands for on the result.
+            return dataclasses.replace(result, version=kwargs["version"]) if kwargs.get("version") else result
 
-        monkeypatch.setattr(dispatch, "require_serving", serving)
+        monkeypatch.setattr(dispatch, "serving_rate", serving)
         monkeypatch.setattr(dispatch.handoff, "infer", infer)
         return seen
 

@@ -145,13 +145,13 @@ async def test_failed_requests_are_refunded_their_tokens(
 ) -> None:
     token = await sync_to_async(make_token)("tokens", tokens_per_minute=40)
 
-    async def serving(spec: Any, task: str, wire: str = "") -> float:
+    def serving(spec: Any, task: str, wire: str, workers: Any) -> float:
         return 0.0
 
     async def overloaded(**kwargs: Any) -> InferenceResult:
         raise Unavailable("no worker")
 
-    monkeypatch.setattr(dispatch, "require_serving", serving)
+    monkeypatch.setattr(dispatch, "serving_rate", serving)
     monkeypatch.setattr(dispatch.handoff, "infer", overloaded)
     client = AsyncClient()
     text = "x" * 100  # about 27 tokens: a second one fits only if the first was refunded

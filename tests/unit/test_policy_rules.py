@@ -29,12 +29,22 @@ def test_a_request_may_lower_its_priority_but_not_raise_it() -> None:
 
 
 def test_the_header_or_the_body_options_ask() -> None:
-    assert priority.asked("batch", {"options": {"priority": "interactive"}}) == "batch"  # the header wins
-    assert priority.asked(None, {"inputs": "x", "options": {"priority": "batch"}}) == "batch"
-    assert priority.asked("", {"inputs": "x"}) is None
-    assert priority.asked(None, "plain text body") is None
+    from models_registry.api.hf_route import asked_priority
+
+    assert asked_priority("batch", {"options": {"priority": "interactive"}}) == "batch"  # the header wins
+    assert asked_priority(None, {"inputs": "x", "options": {"priority": "batch"}}) == "batch"
+    assert asked_priority("", {"inputs": "x"}) is None
+    assert asked_priority(None, "plain text body") is None
     with pytest.raises(InvalidInput, match="options.priority must be interactive or batch"):
-        priority.asked(None, {"options": {"priority": 1}})
+        asked_priority(None, {"options": {"priority": 1}})
+
+
+def test_a_place_is_the_class_and_its_queue_limit_in_one() -> None:
+    assert priority.place("interactive", None, 64, None) == ("interactive", 64)
+    assert priority.place("interactive", "batch", 64, None) == ("batch", 32)
+    assert priority.place("batch", None, 64, 8) == ("batch", 8)
+    with pytest.raises(Forbidden):
+        priority.place("batch", "interactive", 64, None)
 
 
 def test_batch_traffic_has_its_own_smaller_queue_limit() -> None:
