@@ -54,6 +54,13 @@ async def _leave_quietly(layer: WorkLayer, model: str, task: str, request_id: st
         pass  # the entry expires at its deadline anyway
 
 
+def queue_full(model: str, task: str, depth: int, limit: int, wait: int, priority: str | None = None) -> Overloaded:
+    """The 503 of a task's queue too full to take a request (of priority's traffic, when known), with Retry-After."""
+    traffic = f" for {priority} traffic" if priority else ""
+    return Overloaded(f"{model}/{task} has {depth} items queued (limit {limit}{traffic}); retry in {wait} s",
+                      headers={"Retry-After": str(wait)})
+
+
 async def admit(layer: WorkLayer, model: str, task: str, key: str, count: int, deadline: float, max_queue_size: int,
                 drain_rate: float, priority: str) -> None:
     """Reserve count places in the task's queue; Overloaded (with Retry-After) or Unavailable when not."""
@@ -65,11 +72,7 @@ async def admit(layer: WorkLayer, model: str, task: str, key: str, count: int, d
         raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
     if not admitted:
         wait = retry_after_s(depth + count, drain_rate)
-        raise Overloaded(
-            f"{model}/{task} has {depth} items queued (limit {max_queue_size} for {priority} traffic); "
-            f"retry in {wait} s",
-            headers={"Retry-After": str(wait)},
-        )
+        raise queue_full(model, task, depth, max_queue_size, wait, priority)
 
 
 async def send_request(layer: WorkLayer, model: str, message: dict[str, Any]) -> None:
@@ -82,10 +85,11 @@ async def send_request(layer: WorkLayer, model: str, message: dict[str, Any]) ->
         raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
 
 
-async def _enqueue(layer: WorkLayer, model: str, task: str, message: dict[str, Any], places: enqueue.Admission,
-                   count: int, max_queue_size: int, drain_rate: float, priority: str,
-                   plan: enqueue.ChargePlan | None) -> None:
-    """Charge (plan), admit and send; Overloaded (with Retry-After), ChargeRefused or Unavailable when not."""
+async def enqueue_request(layer: WorkLayer, model: str, task: str, message: dict[str, Any],
+                          places: enqueue.Admission, count: int, max_queue_size: int, drain_rate: float, priority: str,
+                          plan: enqueue.ChargePlan | None) -> None:
+    """Charge (plan), admit and send in one round trip (a unary request's or a stream's);
+    Overloaded (with Retry-After), ChargeRefused or Unavailable when not."""
     try:
         status, depth = await asyncio.wait_for(
             layer.enqueue(messages.model_channel(model), message, places, plan), BROKER_TIMEOUT_S)
@@ -95,11 +99,7 @@ async def _enqueue(layer: WorkLayer, model: str, task: str, message: dict[str, A
         wait = retry_after_s(depth + count, drain_rate)
         if priority != "batch":  # refused at the task's own limit (batch traffic's is lower)
             queue_state.note_full(model, task, depth, max_queue_size, wait)
-        raise Overloaded(
-            f"{model}/{task} has {depth} items queued (limit {max_queue_size} for {priority} traffic); "
-            f"retry in {wait} s",
-            headers={"Retry-After": str(wait)},
-        )
+        raise queue_full(model, task, depth, max_queue_size, wait, priority)
     if status == enqueue.CHANNEL_FULL:
         deferred.writes.leave(layer, places.pending_key, places.members)  # admitted on a sharded ring
         raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"})
@@ -151,9 +151,9 @@ async def infer(
             inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
         ).to_wire()
         # The token's charge (from the policy gate), admission and the send: one round trip.
-        await _enqueue(layer, model, task, message, enqueue.Admission(pending_key, members, deadline, max_queue_size,
-                                                                      time.time()),
-                       count, max_queue_size, drain_rate, priority, charge)
+        await enqueue_request(layer, model, task, message, enqueue.Admission(pending_key, members, deadline,
+                                                                             max_queue_size, time.time()),
+                              count, max_queue_size, drain_rate, priority, charge)
         admitted = True
 
         async def still_queued() -> bool:
