@@ -40,6 +40,7 @@ class Work:
     shape: Callable[[InferenceResult], Any] | None = None  # None: the outputs as they came
     use_cache: bool = True
     respond: Respond | None = None  # set when the route answers itself (a stream) instead of the gate
+    here: Callable[[], Awaitable[InferenceResult]] | None = None  # set when the web computes it (no worker)
 
 
 class InferenceRoute(Protocol):
@@ -83,13 +84,16 @@ async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> 
         work = await route.prepare(call, wanted, spec, task)
         if work.respond is not None:
             return await work.respond(grant, started)
-        served = await gate.serve(
-            request_id=call.request_id, grant=grant, asked_priority=work.asked_priority, spec=spec, task=task,
-            inputs=work.inputs, parameters=work.parameters, use_cache=work.use_cache,
-        )
+        if work.here is not None:
+            served = await gate.serve_here(grant=grant, inputs=work.inputs, compute=work.here)
+        else:
+            served = await gate.serve(
+                request_id=call.request_id, grant=grant, asked_priority=work.asked_priority, spec=spec, task=task,
+                inputs=work.inputs, parameters=work.parameters, use_cache=work.use_cache,
+            )
         body = work.shape(served.result) if work.shape is not None else served.result.outputs
     except HostingError as error:
         request_record.failed(call.request_id, route.label, spec.name, task.name, error, started)
         raise
     return request_record.served_answer(call.request_id, route.label, spec.name, task.name, body, served,
-                                 work.counted_inputs, started)
+                                        work.counted_inputs, started, timings=work.here is None)

@@ -17,13 +17,15 @@ logger = logging.getLogger("models_registry.requests")
 
 
 def served_answer(request_id: str, route: str, model: str, task: str, body: Any, served: Served, inputs: int,
-                  started: float) -> Answer:
-    """The JSON answer of a served request, with timing and policy headers, counted and logged."""
+                  started: float, timings: bool = True) -> Answer:
+    """The JSON answer of a served request, with timing and policy headers, counted and logged.
+
+    timings False: no queue, compute or batch headers (the web computed it: nothing was queued).
+    """
     result = served.result
     answer = json_answer(body, headers={
-        "X-Queue-Time-Ms": f"{result.queue_ms:.2f}",
-        "X-Inference-Time-Ms": f"{result.compute_ms:.2f}",
-        "X-Batch-Size": str(result.batch_size),
+        **({"X-Queue-Time-Ms": f"{result.queue_ms:.2f}", "X-Inference-Time-Ms": f"{result.compute_ms:.2f}",
+            "X-Batch-Size": str(result.batch_size)} if timings else {}),
         **({VERSION_HEADER: str(result.version)} if result.version else {}),
         **served.headers,
     })

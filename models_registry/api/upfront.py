@@ -42,7 +42,7 @@ async def _admit_upload(scope: dict, grant: auth.TokenGrant | None) -> None:  # 
     declared = header(scope, b"content-length")
     adding = int(declared) if declared and declared.strip().isdigit() else 0
     await sync_to_async(fresh_connection(file_quota.check))(grant.token_id, adding)
-    await gate.admit_direct(grant=grant, inputs=[])  # 429 when its requests_per_minute are spent
+    await gate.charge_only(grant=grant, inputs=[])  # 429 when its requests_per_minute are spent
 
 
 async def refusal(scope: dict) -> HttpResponse | None:  # type: ignore[type-arg]
