@@ -1,4 +1,4 @@
-"""The view side of the hand-off: admit, send to the workers, await the request's own reply."""
+"""The view side of the hand-off: charge, admit and send in one script (broker.enqueue), await the request's own reply."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-
-from channels.exceptions import ChannelFull
 
 from models_registry.broker import admission, deferred, enqueue, messages, queue_state
 from models_registry.broker.work_layer import WorkLayer, work_layer
@@ -59,30 +57,6 @@ def queue_full(model: str, task: str, depth: int, limit: int, wait: int, priorit
     traffic = f" for {priority} traffic" if priority else ""
     return Overloaded(f"{model}/{task} has {depth} items queued (limit {limit}{traffic}); retry in {wait} s",
                       headers={"Retry-After": str(wait)})
-
-
-async def admit(layer: WorkLayer, model: str, task: str, key: str, count: int, deadline: float, max_queue_size: int,
-                drain_rate: float, priority: str) -> None:
-    """Reserve count places in the task's queue; Overloaded (with Retry-After) or Unavailable when not."""
-    try:
-        admitted, depth = await asyncio.wait_for(
-            admission.admit(layer, model, task, key, count, deadline, max_queue_size), BROKER_TIMEOUT_S
-        )
-    except Exception as error:
-        raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
-    if not admitted:
-        wait = retry_after_s(depth + count, drain_rate)
-        raise queue_full(model, task, depth, max_queue_size, wait, priority)
-
-
-async def send_request(layer: WorkLayer, model: str, message: dict[str, Any]) -> None:
-    """Send a request message to the model's work channel (a worker pulls only the models it has ready)."""
-    try:
-        await asyncio.wait_for(layer.send(messages.model_channel(model), message), BROKER_TIMEOUT_S)
-    except ChannelFull:
-        raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"}) from None
-    except Exception as error:
-        raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
 
 
 async def enqueue_request(layer: WorkLayer, model: str, task: str, message: dict[str, Any],

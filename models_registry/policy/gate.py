@@ -1,7 +1,7 @@
 """The policies around one inference call: the token's limits, its priority, the response cache.
 
 Routes call `serve`, which reaches a worker through policy.dispatch (a cache hit never does),
-and `serve_here` for an answer the web computes itself.
+`open_streams` for a streamed request and `serve_here` for an answer the web computes itself.
 Every charge is made by broker.enqueue's one script: with the request's admission and send,
 or alone (a cached answer, /tokenize, an upload).
 """
@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 from channels.layers import get_channel_layer
 
-from models_registry.broker import deferred, enqueue
+from models_registry.broker import deferred, enqueue, stream_handoff
 from models_registry.broker.handoff import InferenceResult
+from models_registry.broker.stream_handoff import Opening, Stream
 from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, Unavailable
 from models_registry.observe import metrics
@@ -59,6 +60,16 @@ class StreamPass:
     klass: str
     headers: dict[str, str]
     settle: Callable[[int], None]  # the input tokens it really used (0 when refused or failed)
+
+
+@dataclass
+class Streams:
+    """A streamed request's open streams, what its answer says of the policies, and its charge to settle."""
+
+    streams: list[Stream]
+    headers: dict[str, str]  # the token's X-RateLimit-* headers
+    version: int  # the model version generating them (0: a model without versions)
+    settle: Callable[[int], None]  # the tokens the whole request used, once its streams ended
 
 
 def _pass(layer: Any, klass: str, grant: TokenGrant | None, charge: rate_limits.Charge | None) -> StreamPass:
@@ -154,10 +165,27 @@ async def serve_here(*, grant: TokenGrant | None, inputs: list[Any],
     return Served(result, admitted.headers)
 
 
-async def admit_stream(*, grant: TokenGrant | None, asked_priority: str | None, inputs: list[Any],
-                       task: str | None = None, parameters: dict[str, Any] | None = None) -> StreamPass:
-    """The token's limits for a streamed request (no cache: a stream is generated for its client)."""
-    return await _charge(get_channel_layer(), grant, asked_priority, inputs, task, parameters)
+async def open_streams(*, grant: TokenGrant | None, asked_priority: str | None, spec: ModelSpec, task: TaskSpec,
+                       openings: list[Opening], inputs: list[Any], parameters: dict[str, Any]) -> Streams:
+    """A streamed request's streams (one per opening), charged as one request in the first one's script.
+
+    No cache (a stream is generated for its client) and no canary: the version answering the
+    model generates (dispatch.serving_wire), 503 before any charge when no live worker serves
+    it. inputs and parameters (the task's merged in): the estimate charged until settle.
+    """
+    wire, version = await dispatch.serving_wire(spec)
+    drain_rate = await dispatch.require_serving(spec, task.name, wire)
+
+    def send(klass: str, plan: enqueue.ChargePlan | None) -> Awaitable[list[Stream]]:
+        return stream_handoff.open_streams(
+            openings, plan, model=wire, task=task.name, timeout_s=task.timeout_s, drain_rate=drain_rate,
+            max_queue_size=priority.queue_limit(klass, task.policy.max_queue_size, task.max_batch_queue_size),
+            priority=klass, client=str(grant.token_id) if grant is not None else "")
+
+    merged = {**task.parameters, **parameters}
+    tokens = rate_limits.estimate_tokens(inputs, task.task, merged) if grant is not None else 0
+    streams, admitted = await _charged(get_channel_layer(), grant, asked_priority, tokens, send)
+    return Streams(streams, admitted.headers, version, admitted.settle)
 
 
 async def serve(
