@@ -9,6 +9,7 @@ which all ran in the first phase. Every other test runs in both.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 import os
 from pathlib import Path
 
@@ -38,3 +39,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _one_phase(item):
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _no_queue_left_marked_full() -> Iterator[None]:
+    """Each test starts with no task marked full: a mark is this process's, and would refuse the next test's posts."""
+    from models_registry.broker import queue_state
+
+    yield
+    queue_state.reset()

@@ -15,9 +15,9 @@ from django.http import HttpResponse
 
 from models_registry.api.call import ApiCall
 from models_registry.api.error_answers import error_response
-from models_registry.broker import queue_state
+from models_registry.broker import handoff, queue_state
 from models_registry.core import paths
-from models_registry.core.errors import HostingError, Overloaded
+from models_registry.core.errors import HostingError
 from models_registry.observe import metrics
 from models_registry.policy import auth
 from models_registry.catalog import lookups
@@ -47,8 +47,7 @@ async def refusal(call: ApiCall) -> HttpResponse | None:
     except HostingError:
         return None
     request_id = call.request_id
-    error = Overloaded(f"{model}/{task} has {mark.depth} items queued (limit {mark.limit}); "
-                       f"retry in {mark.retry_after_s} s", headers={"Retry-After": str(mark.retry_after_s)})
+    error = handoff.queue_full(model, task, mark.depth, mark.limit, mark.retry_after_s)
     response = error_response(error, request_id)
     response["X-Content-Type-Options"] = "nosniff"
     elapsed = time.perf_counter() - started

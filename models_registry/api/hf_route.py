@@ -53,10 +53,7 @@ class HfRoute:
             parsed = payloads.read_request(body, task.task, task.parameters, conf.MAX_INPUTS)
         asked = asked_priority(call.priority, body)
         if stream:
-            async def respond(grant: Any, started: float) -> Answer:
-                return await tgi_stream.respond(call, grant, spec, task, parsed, tgi_options, asked, started)
-
-            return Work(parsed.inputs, parsed.parameters, 1, asked, respond=respond)
+            return Work(parsed.inputs, parsed.parameters, 1, asked, streaming=tgi_stream.streaming(parsed, tgi_options))
         parameters = {**parsed.parameters, **tgi_options}
         shorten = _identity
         if task.task == "feature-extraction":

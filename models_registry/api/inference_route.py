@@ -1,17 +1,21 @@
 """The one skeleton of every inference route: authorize, read, resolve, prepare, pass the gate, answer.
 
-The HF route (`/models/<name>[/<task>]`), OpenAI's `/v1/embeddings` and TEI's `/rerank`
-differ only in how they read a body, name a model and shape an answer: each is an
-InferenceRoute, and `serve` runs its steps in the order every route shares, from any
-transport (the API's ASGI handler, Django's views, a batch-job line). Every error of the
-hierarchy becomes the route's error answer here; nothing else ever reaches a client.
+The HF route (`/models/<name>[/<task>]`), OpenAI's `/v1/embeddings`, chat and completions,
+TEI's `/rerank` and `/tokenize` differ only in how they read a body, name a model and shape
+an answer: each is an InferenceRoute, and `serve` runs its steps in the order every route
+shares, from any transport (the API's ASGI handler, Django's views, a batch-job line). A
+request goes to the workers whole, as streams (Work.streaming) or is computed by the web
+itself (Work.here); the gate charges each the same way and the record is written here, once.
+Every error of the hierarchy becomes the route's error answer here; nothing else ever
+reaches a client.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -20,15 +24,38 @@ from models_registry.api import request_record
 from models_registry.api.answer import Answer
 from models_registry.api.call import ApiCall
 from models_registry.broker.handoff import InferenceResult
+from models_registry.broker.stream_handoff import Opening, Stream
 from models_registry.core.errors import HostingError, MethodNotAllowed, internal_error
 from models_registry.catalog import lookups
 from models_registry.policy import auth, gate
+from models_registry.policy.dispatch import VERSION_HEADER
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 logger = logging.getLogger("models_registry.requests")
 
-# A route that answers by itself (a stream): given the token's grant and the request's start.
-Respond = Callable[[auth.TokenGrant | None, float], Awaitable[Answer]]
+
+class StreamShape(Protocol):
+    """How one streamed request's events become its answer, and what it counted of them."""
+
+    log_route: str  # the route in its log line ("stream" for TGI's, "v1-chat", "v1-completions")
+    sse: bool  # server-sent events as they come; else one JSON body once every stream ended
+
+    def events(self, streams: list[Stream]) -> AsyncGenerator[bytes, None]:
+        """The answer's events (or its one JSON body); a HostingError raised mid-way ends them."""
+
+    def error_event(self, error: HostingError) -> bytes:
+        """The event telling the client its stream failed after the first byte."""
+
+    def tally(self) -> request_record.StreamTally:
+        """What was counted so far: the tokens to charge, the streams, the log line's own fields."""
+
+
+@dataclass
+class Streaming:
+    """A request answered as it is generated: one stream per opening, answered in the route's shape."""
+
+    openings: list[Opening]
+    shape: StreamShape
 
 
 @dataclass
@@ -41,7 +68,8 @@ class Work:
     asked_priority: str | None = None
     shape: Callable[[InferenceResult], Any] | None = None  # None: the outputs as they came
     use_cache: bool = True
-    respond: Respond | None = None  # set when the route answers itself (a stream) instead of the gate
+    streaming: Streaming | None = None  # set when the answer is generated as streams (no cache, no canary)
+    here: Callable[[], Awaitable[InferenceResult]] | None = None  # set when the web computes it (no worker)
 
 
 class InferenceRoute(Protocol):
@@ -83,15 +111,74 @@ async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> 
     spec, task = route.resolve(wanted, catalog.specs)
     try:
         work = await route.prepare(call, wanted, spec, task)
-        if work.respond is not None:
-            return await work.respond(grant, started)
-        served = await gate.serve(
-            request_id=call.request_id, grant=grant, asked_priority=work.asked_priority, spec=spec, task=task,
-            inputs=work.inputs, parameters=work.parameters, use_cache=work.use_cache, workers=catalog.workers,
-        )
+        if work.streaming is not None:
+            return await _streamed(call, grant, spec, task, work, work.streaming, started)
+        if work.here is not None:
+            served = await gate.serve_here(grant=grant, inputs=work.inputs, compute=work.here)
+        else:
+            served = await gate.serve(
+                request_id=call.request_id, grant=grant, asked_priority=work.asked_priority, spec=spec, task=task,
+                inputs=work.inputs, parameters=work.parameters, use_cache=work.use_cache,
+                workers=catalog.workers,
+            )
         body = work.shape(served.result) if work.shape is not None else served.result.outputs
     except HostingError as error:
         request_record.failed(call.request_id, route.label, spec.name, task.name, error, started)
         raise
     return request_record.served_answer(call.request_id, route.label, spec.name, task.name, body, served,
-                                 work.counted_inputs, started)
+                                        work.counted_inputs, started, timings=work.here is None)
+
+
+async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec, work: Work,
+                    streaming: Streaming, started: float) -> Answer:
+    """Open the streams through the gate (errors raise here, before any byte) and answer their events.
+
+    Once they end, however they end, the streams are closed, the charge settled to the tokens
+    counted and the request recorded (a whole answer that failed: by the caller, as any error).
+    """
+    opened = await gate.open_streams(grant=grant, asked_priority=work.asked_priority, spec=spec, task=task,
+                                     openings=streaming.openings, inputs=work.inputs, parameters=work.parameters)
+    first_token_s = time.perf_counter() - started
+    shape = streaming.shape
+    headers = {**opened.headers, "X-Time-To-First-Token-Ms": f"{first_token_s * 1000:.2f}",
+               **({VERSION_HEADER: str(opened.version)} if opened.version else {})}
+
+    def finish(failure: HostingError | None, gone: bool, record: bool = True) -> None:
+        for stream in opened.streams:
+            stream.close()
+        tally = shape.tally()
+        opened.settle(tally.tokens)
+        if record:
+            request_record.streamed(call.request_id, shape.log_route, spec.name, task.name, tally, first_token_s,
+                                    started, failure, gone)
+
+    if not shape.sse:
+        try:
+            async with aclosing(shape.events(opened.streams)) as parts:
+                body = b"".join([part async for part in parts])
+        except HostingError:
+            finish(None, False, record=False)  # recorded as the error it is answered with
+            raise
+        except BaseException:
+            finish(None, True)
+            raise
+        finish(None, False)
+        return Answer(200, body, headers)
+
+    async def events() -> AsyncIterator[bytes]:
+        failure, gone = None, False
+        try:
+            async with aclosing(shape.events(opened.streams)) as parts:  # closed with the answer, not by the GC
+                async for event in parts:
+                    yield event
+        except HostingError as error:
+            failure = error
+            yield shape.error_event(error)
+        except BaseException:  # the client went away (the handler cancels the response)
+            gone = True
+            raise
+        finally:
+            finish(failure, gone)
+
+    return Answer(200, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",  # proxies pass events at once
+                                **headers}, content_type="text/event-stream", events=events())

@@ -9,24 +9,16 @@ that goes away closes the stream, and the worker stops generating at its next to
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
 
-from models_registry.api.answer import Answer
-from models_registry.api.call import ApiCall
+from models_registry.api.inference_route import Streaming
 from models_registry.api.payloads import InferenceRequest
-from models_registry.broker import stream_handoff
+from models_registry.api.request_record import StreamTally
+from models_registry.broker.stream_handoff import Opening, Stream
 from models_registry.core.errors import HostingError, InvalidInput
-from models_registry.observe import metrics
-from models_registry.policy import dispatch, gate, priority
-from models_registry.policy.auth import TokenGrant
-from models_registry.catalog.specs import ModelSpec, TaskSpec
-
-logger = logging.getLogger("models_registry.requests")
 
 STREAM_TASKS = ("text-generation", "text2text-generation")
 TGI_OPTIONS = ("details", "decoder_input_details")  # TGI parameters answered by the token-level path
@@ -60,64 +52,40 @@ def _sse(data: dict[str, Any]) -> bytes:
     return b"data:" + orjson.dumps(data) + b"\n\n"
 
 
-async def respond(call: ApiCall, grant: TokenGrant | None, spec: ModelSpec, task: TaskSpec,
-                  parsed: InferenceRequest, options: dict[str, bool], asked_priority: str | None,
-                  started: float) -> Answer:
-    """Open the stream (errors raise here, before any byte) and answer its events as they come.
+def streaming(parsed: InferenceRequest, options: dict[str, bool]) -> Streaming:
+    """The request's one stream, answered in TGI's events (the skeleton opens it through the gate).
 
     The token's rate limits and priority apply as on every inference route (no response cache).
     """
     if parsed.is_batch:
         raise InvalidInput("a streamed request takes one prompt: send 'inputs' as a string, not a list")
-    wire, version = await dispatch.serving_wire(spec)
-    drain_rate = await dispatch.require_serving(spec, task.name, wire)
-    admitted = await gate.admit_stream(grant=grant, asked_priority=asked_priority,
-                                       inputs=parsed.inputs, task=task.task,
-                                       parameters={**task.parameters, **parsed.parameters})
-    try:
-        stream = await stream_handoff.open_stream(
-            model=wire, task=task.name, text=parsed.inputs[0], parameters={**parsed.parameters, **options},
-            timeout_s=task.timeout_s, drain_rate=drain_rate, priority=admitted.klass,
-            max_queue_size=priority.queue_limit(admitted.klass, task.policy.max_queue_size, task.max_batch_queue_size),
-            client=str(grant.token_id) if grant is not None else "",
-        )
-    except BaseException:
-        admitted.settle(0)
-        raise
-    first_token_s = time.perf_counter() - started
+    return Streaming([Opening(parsed.inputs[0], {**parsed.parameters, **options})], TgiEvents(options))
 
-    async def events() -> AsyncIterator[bytes]:
-        count, failure, gone, input_tokens = 0, None, False, 0
-        try:
-            async for event in stream.events():
-                count += 1
-                input_tokens = (event.get("details") or {}).get("input_length") or input_tokens
-                if not options.get("details"):
-                    event = {**event, "details": None}
-                yield _sse(event)
-        except HostingError as error:
-            failure = error
-            yield _sse({"error": error.message, "error_type": error.error_type})
-        except BaseException:  # the client went away (the handler cancels the response)
-            gone = True
-            raise
-        finally:
-            stream.close()
-            admitted.settle(input_tokens)
-            elapsed = time.perf_counter() - started
-            if failure is not None:
-                metrics.observe_failure(spec.name, task.name, failure.status, failure.error_type, elapsed)
-            else:
-                metrics.observe_success(spec.name, task.name, elapsed, first_token_s, elapsed - first_token_s, 1)
-            logger.info("request id=%s model=%s task=%s route=stream status=200 events=%d first_token_ms=%.1f "
-                        "total_ms=%.1f%s", call.request_id, spec.name, task.name, count, first_token_s * 1000,
-                        elapsed * 1000, f" error_type={failure.error_type}" if failure else " client_gone" if gone else "")
 
-    headers = {
-        "Cache-Control": "no-cache",
-        "X-Accel-Buffering": "no",  # proxies must pass events on at once
-        "X-Time-To-First-Token-Ms": f"{first_token_s * 1000:.2f}",
-        **admitted.headers,
-        **({"X-Model-Version": str(version)} if version else {}),
-    }
-    return Answer(200, headers=headers, content_type="text/event-stream", events=events())
+class TgiEvents:
+    """TGI's events of one stream; the input tokens its details count are what the token is charged."""
+
+    log_route = "stream"
+    sse = True
+
+    def __init__(self, options: dict[str, bool]) -> None:
+        self.options = options
+        self.count = 0
+        self.input_tokens = 0
+
+    async def events(self, streams: list[Stream]) -> AsyncGenerator[bytes, None]:
+        """Each token's event, its details shown only when asked."""
+        async for event in streams[0].events():
+            self.count += 1
+            self.input_tokens = (event.get("details") or {}).get("input_length") or self.input_tokens
+            if not self.options.get("details"):
+                event = {**event, "details": None}
+            yield _sse(event)
+
+    def error_event(self, error: HostingError) -> bytes:
+        """TGI's error event."""
+        return _sse({"error": error.message, "error_type": error.error_type})
+
+    def tally(self) -> StreamTally:
+        """The input tokens, one stream, its events."""
+        return StreamTally(self.input_tokens, 1, {"events": self.count})

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from models_registry.api import inference_route, request_record, tei_routes, tokenization
+from models_registry.api import inference_route, tei_routes, tokenization
 from models_registry.api.answer import Answer, to_django
 from models_registry.api.call import ApiCall, from_django
 from models_registry.api.error_answers import error_answer
@@ -22,7 +22,6 @@ from models_registry.api.views import api_view
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, NotFound, Unavailable
-from models_registry.policy import auth, gate
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 TASK_LABEL = "tokenize"  # the metrics' task label: no pipeline task runs
@@ -49,29 +48,17 @@ class TokenizeRoute:
 
     async def prepare(self, call: ApiCall, wanted: tei_routes.TokenizeRequest, spec: ModelSpec,
                       task: TaskSpec) -> Work:
-        """No worker: the answer is made here, after the token's limits let it through."""
+        """No worker: the answer is made here, once the token's limits let it through (its tokens are charged)."""
         if not spec.enabled:
             raise Unavailable(f"model {spec.name!r} is disabled")
 
-        async def respond(grant: auth.TokenGrant | None, started: float) -> Answer:
-            admitted = await gate.admit_direct(grant=grant, inputs=wanted.inputs)
-            try:
-                tokens = await _tokenize(spec, wanted)
-            except BaseException:
-                admitted.settle(0)  # refused or failed: it counts as a request, its tokens do not
-                raise
-            count = sum(len(found) for found in tokens)
-            admitted.settle(count)
+        async def here() -> InferenceResult:
+            tokens = await _tokenize(spec, wanted)
             body = [[asdict(token) for token in found] for found in tokens]
-            served = gate.Served(InferenceResult(body, queue_ms=0.0, compute_ms=0.0, batch_size=0, tokens=count),
-                                 admitted.headers)
-            answer = request_record.served_answer(call.request_id, self.label, spec.name, TASK_LABEL, body, served,
-                                                  len(wanted.inputs), started)
-            for timing in ("X-Queue-Time-Ms", "X-Inference-Time-Ms", "X-Batch-Size"):
-                answer.headers.pop(timing, None)  # nothing was queued or batched
-            return answer
+            return InferenceResult(body, queue_ms=0.0, compute_ms=0.0, batch_size=0,
+                                   tokens=sum(len(found) for found in tokens))
 
-        return Work(wanted.inputs, {}, len(wanted.inputs), call.priority, respond=respond)
+        return Work(wanted.inputs, {}, len(wanted.inputs), here=here)
 
     def error(self, error: HostingError, request_id: str) -> Answer:
         """The API's one error shape."""

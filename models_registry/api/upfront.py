@@ -37,7 +37,7 @@ async def _admit_upload(call: ApiCall, grant: auth.TokenGrant | None) -> None:
     declared = call.content_length
     adding = int(declared) if declared and declared.strip().isdigit() else 0
     await sync_to_async(fresh_connection(file_quota.check))(grant.token_id, adding)
-    await gate.admit_direct(grant=grant, inputs=[])  # 429 when its requests_per_minute are spent
+    await gate.charge_only(grant=grant, inputs=[])  # 429 when its requests_per_minute are spent
 
 
 async def refusal(call: ApiCall) -> HttpResponse | None:

@@ -1,9 +1,10 @@
 """Admission across every worker: a task's pending items live in one Redis sorted set.
 
-A view adds its request's items (scored by deadline) before sending and removes them
-when it has its answer, gave up, or its client went away. Over max_queue_size the
-request is refused at once. A worker asks the same set, just before compute, which of
-its requests still have a waiting client, and drops the others.
+A view adds its request's items (scored by deadline) in the script that sends it
+(broker.enqueue) and removes them when it has its answer, gave up, or its client went
+away. Over max_queue_size the request is refused at once, whole. A worker asks the same
+set, just before compute, which of its requests still have a waiting client, and drops
+the others.
 """
 
 from __future__ import annotations
@@ -13,17 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from models_registry.broker.enqueue import Admission
-from models_registry.broker.lua import LuaScript
-
-_ADMIT = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-local depth = redis.call('ZCARD', KEYS[1])
-if depth + #ARGV - 3 > tonumber(ARGV[2]) then return -depth - 1 end
-for i = 4, #ARGV do redis.call('ZADD', KEYS[1], ARGV[3], ARGV[i]) end
-redis.call('EXPIRE', KEYS[1], 3600)
-return depth
-"""
-_admit = LuaScript(_ADMIT)
 
 
 @dataclass(frozen=True)
@@ -49,18 +39,6 @@ def places(layer: Any, model: str, task: str, request_id: str, count: int, deadl
 def members(request_id: str, count: int) -> list[str]:
     """One member per input of a request."""
     return [f"{request_id}:{i}" for i in range(count)]
-
-
-async def admit(layer: Any, model: str, task: str, request_id: str, count: int, deadline: float,
-                limit: int) -> tuple[bool, int]:
-    """Reserve count places; (admitted, depth before this request)."""
-    result = int(await _admit(
-        layer.connection(0), [pending_key(layer, model, task)],
-        [repr(time.time()), limit, repr(deadline), *members(request_id, count)],
-    ))
-    if result < 0:
-        return False, -result - 1
-    return True, result
 
 
 async def leave(layer: Any, model: str, task: str, request_id: str, count: int) -> None:

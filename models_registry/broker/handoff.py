@@ -1,4 +1,4 @@
-"""The view side of the hand-off: admit, send to the workers, await the request's own reply."""
+"""The view side of the hand-off: charge, admit and send in one script (broker.enqueue), await the request's own reply."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-
-from channels.exceptions import ChannelFull
 
 from models_registry.broker import admission, deferred, enqueue, messages, queue_state
 from models_registry.broker.work_layer import WorkLayer, work_layer
@@ -54,38 +52,19 @@ async def _leave_quietly(layer: WorkLayer, model: str, task: str, request_id: st
         pass  # the entry expires at its deadline anyway
 
 
-async def admit(layer: WorkLayer, model: str, task: str, key: str, count: int, deadline: float, max_queue_size: int,
-                drain_rate: float, priority: str) -> None:
-    """Reserve count places in the task's queue; Overloaded (with Retry-After) or Unavailable when not."""
-    try:
-        admitted, depth = await asyncio.wait_for(
-            admission.admit(layer, model, task, key, count, deadline, max_queue_size), BROKER_TIMEOUT_S
-        )
-    except Exception as error:
-        raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
-    if not admitted:
-        wait = retry_after_s(depth + count, drain_rate)
-        raise Overloaded(
-            f"{model}/{task} has {depth} items queued (limit {max_queue_size} for {priority} traffic); "
-            f"retry in {wait} s",
-            headers={"Retry-After": str(wait)},
-        )
+def queue_full(model: str, task: str, depth: int, limit: int, wait: int, priority: str | None = None) -> Overloaded:
+    """The 503 of a task's queue too full to take a request (of priority's traffic, when known), with Retry-After."""
+    traffic = f" for {priority} traffic" if priority else ""
+    return Overloaded(f"{model}/{task} has {depth} items queued (limit {limit}{traffic}); retry in {wait} s",
+                      headers={"Retry-After": str(wait)})
 
 
-async def send_request(layer: WorkLayer, model: str, message: dict[str, Any]) -> None:
-    """Send a request message to the model's work channel (a worker pulls only the models it has ready)."""
-    try:
-        await asyncio.wait_for(layer.send(messages.model_channel(model), message), BROKER_TIMEOUT_S)
-    except ChannelFull:
-        raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"}) from None
-    except Exception as error:
-        raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
-
-
-async def _enqueue(layer: WorkLayer, model: str, task: str, channel: str, message: dict[str, Any],
-                   places: enqueue.Admission, count: int, max_queue_size: int, drain_rate: float, priority: str,
-                   plan: enqueue.ChargePlan | None, reply: tuple[str, asyncio.Future[Any], Any] | None = None) -> None:
-    """Charge (plan), admit and send to channel; Overloaded (with Retry-After), ChargeRefused or Unavailable when not.
+async def enqueue_request(layer: WorkLayer, model: str, task: str, channel: str, message: dict[str, Any],
+                          places: enqueue.Admission, count: int, max_queue_size: int, drain_rate: float, priority: str,
+                          plan: enqueue.ChargePlan | None,
+                          reply: tuple[str, asyncio.Future[Any], Any] | None = None) -> None:
+    """Charge (plan), admit and send to channel in one round trip (a unary request's or a stream's);
+    Overloaded (with Retry-After), ChargeRefused or Unavailable when not.
 
     reply: (reply channel, future, reader) for the layer to resolve with the worker's answer.
     """
@@ -98,11 +77,7 @@ async def _enqueue(layer: WorkLayer, model: str, task: str, channel: str, messag
         wait = retry_after_s(depth + count, drain_rate)
         if priority != "batch":  # refused at the task's own limit (batch traffic's is lower)
             queue_state.note_full(model, task, depth, max_queue_size, wait)
-        raise Overloaded(
-            f"{model}/{task} has {depth} items queued (limit {max_queue_size} for {priority} traffic); "
-            f"retry in {wait} s",
-            headers={"Retry-After": str(wait)},
-        )
+        raise queue_full(model, task, depth, max_queue_size, wait, priority)
     if status == enqueue.CHANNEL_FULL:
         deferred.writes.leave(layer, places.pending_key, places.members)  # admitted on a sharded ring
         raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"})
@@ -156,8 +131,8 @@ async def infer(
     admitted = False
     try:
         # The token's charge (from the policy gate), admission and the send: one round trip.
-        await _enqueue(layer, model, task, channel, message, places, count, max_queue_size, drain_rate, priority,
-                       charge, (reply_channel, receiver, messages.WorkResult.from_wire))
+        await enqueue_request(layer, model, task, channel, message, places, count, max_queue_size, drain_rate,
+                              priority, charge, (reply_channel, receiver, messages.WorkResult.from_wire))
         admitted = True
 
         async def still_queued() -> bool:

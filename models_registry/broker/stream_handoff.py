@@ -1,6 +1,6 @@
-"""The view side of a streamed generation: admit, send, then the worker's token events in order.
+"""The view side of a streamed generation: charged, admitted and sent in one script, then its token events in order.
 
-`open_stream` returns only once the first events (or an error) came back, so every
+`open_streams` returns only once the first events (or an error) came back, so every
 usual error is an ordinary JSON answer before the first byte; afterwards `events()`
 yields the rest as they arrive. Token messages carry a sequence number (the broker may
 deliver two of one round trip in either order); the request's final result message
@@ -12,15 +12,24 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from models_registry.broker import admission, handoff, messages
+from models_registry.broker import admission, enqueue, handoff, messages
 from models_registry.broker.work_layer import WorkLayer, work_layer
-from models_registry.core.errors import HostingError, Timeout, Unavailable, from_wire
+from models_registry.core.errors import Overloaded, Timeout, Unavailable, from_wire
 
 LATE_TOKENS_S = 2.0  # after the result, how long tokens still on their way are awaited
 EXTEND_EVERY_S = 1.0  # how often a live stream pushes its admission deadline forward
+
+
+@dataclass(frozen=True)
+class Opening:
+    """One generation to stream: its prompt and the worker's parameters for it."""
+
+    text: str
+    parameters: dict[str, Any]
 
 
 class Stream:
@@ -105,27 +114,69 @@ async def _extend(layer: WorkLayer, model: str, task: str, key: str, deadline: f
         pass
 
 
-async def open_stream(*, model: str, task: str, text: str, parameters: dict[str, Any], timeout_s: float,
-                      max_queue_size: int, drain_rate: float = 0.0, priority: str = "interactive",
-                      client: str = "") -> Stream:
-    """Admit and send one prompt for streamed generation; return once its first events are in."""
-    layer = work_layer()
+async def _start(layer: WorkLayer, opening: Opening, charge: enqueue.ChargePlan | None, *, model: str, task: str,
+                 timeout_s: float, max_queue_size: int, drain_rate: float, priority: str, client: str) -> Stream:
+    """Charge, admit and send one prompt in one round trip (handoff.enqueue_request); its Stream, listening."""
     deadline = time.time() + timeout_s
     key = uuid.uuid4().hex
-    await handoff.admit(layer, model, task, key, 1, deadline, max_queue_size, drain_rate, priority)
     reply = await layer.new_channel()
-    stream = Stream(layer, model, task, key, reply, timeout_s)
+    stream = Stream(layer, model, task, key, reply, timeout_s)  # listens before the request goes out
+    message = messages.WorkRequest(
+        id=key, reply=reply, model=model, task=task, inputs=[opening.text],
+        parameters={**opening.parameters, "stream": True}, deadline=deadline, priority=priority, client=client,
+    ).to_wire()
+    places = admission.places(layer, model, task, key, 1, deadline, max_queue_size)
     try:
-        message = messages.WorkRequest(
-            id=key, reply=reply, model=model, task=task, inputs=[text],
-            parameters={**parameters, "stream": True}, deadline=deadline, priority=priority, client=client,
-        ).to_wire()
-        await handoff.send_request(layer, model, message)
-        first = await stream.next_events()
-        if first is None:
-            raise Unavailable("the worker answered without generating anything")
-        stream.first = first
-    except (HostingError, asyncio.CancelledError):
+        await handoff.enqueue_request(layer, model, task, messages.model_channel(model), message, places, 1,
+                                      max_queue_size, drain_rate, priority, charge)
+    except (Overloaded, enqueue.ChargeRefused):  # refused whole: it holds no place
+        layer.forget_reply(reply)
+        raise
+    except BaseException:  # the broker may have taken it: its place goes back too
         stream.close()
         raise
     return stream
+
+
+async def open_streams(openings: list[Opening], charge: enqueue.ChargePlan | None, *, model: str, task: str,
+                       timeout_s: float, max_queue_size: int, drain_rate: float = 0.0, priority: str = "interactive",
+                       client: str = "") -> list[Stream]:
+    """One stream per opening, returned once each has its first events; all closed if any fails.
+
+    The first is sent with the request's charge in its script (a refusal raises ChargeRefused
+    before anything is queued); the others are sent once it was admitted, together.
+    """
+    layer = work_layer()
+    streams: list[Stream | None] = [None] * len(openings)
+
+    async def start(index: int, plan: enqueue.ChargePlan | None) -> None:
+        streams[index] = await _start(layer, openings[index], plan, model=model, task=task, timeout_s=timeout_s,
+                                      max_queue_size=max_queue_size, drain_rate=drain_rate, priority=priority,
+                                      client=client)
+
+    try:
+        await start(0, charge)
+        await _together(start(index, None) for index in range(1, len(openings)))
+        await _together(_begin(stream) for stream in streams if stream is not None)
+    except BaseException:
+        for stream in streams:
+            if stream is not None:
+                stream.close()
+        raise
+    return [stream for stream in streams if stream is not None]
+
+
+async def _together(steps: Iterable[Awaitable[None]]) -> None:
+    """Run steps at once; raise the first failure once every one has ended."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    failure = next((result for result in results if isinstance(result, BaseException)), None)
+    if failure is not None:
+        raise failure
+
+
+async def _begin(stream: Stream) -> None:
+    """Wait for the stream's first events (its errors raise here, before any byte is answered)."""
+    first = await stream.next_events()
+    if first is None:
+        raise Unavailable("the worker answered without generating anything")
+    stream.first = first

@@ -1,6 +1,9 @@
 """The policies around one inference call: the token's limits, its priority, the response cache.
 
-Routes call `serve`, which reaches a worker through policy.dispatch; a cache hit never does.
+Routes call `serve`, which reaches a worker through policy.dispatch (a cache hit never does),
+`open_streams` for a streamed request and `serve_here` for an answer the web computes itself.
+Every charge is made by broker.enqueue's one script: with the request's admission and send,
+or alone (a cached answer, /tokenize, an upload).
 """
 
 from __future__ import annotations
@@ -10,14 +13,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from channels.layers import get_channel_layer
 
-from models_registry.broker import deferred, enqueue
+from models_registry.broker import deferred, enqueue, stream_handoff
 from models_registry.broker.handoff import InferenceResult
+from models_registry.broker.stream_handoff import Opening, Stream
 from models_registry.core.conf import conf
-from models_registry.core.errors import HostingError, RateLimited, Unavailable
+from models_registry.core.errors import HostingError, Unavailable
 from models_registry.observe import metrics
 from models_registry.policy import dispatch, priority, rate_limits, response_cache
 from models_registry.policy.auth import TokenGrant
@@ -28,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 BROKER_TIMEOUT_S = 1.0
 CACHE_HEADER = "X-Cache"
+T = TypeVar("T")
 
 
 @dataclass
@@ -45,33 +50,8 @@ def _settle_soon(layer: Any, charge: rate_limits.Charge, tokens: int, grant: Tok
     deferred.writes.settle(layer, charge.keys, tokens - charge.tokens)
 
 
-async def _reserve(conn: Any, prefix: str, grant: TokenGrant, tokens: int) -> rate_limits.Charge | None:
-    """The request's charge; None (not counted) when Redis does not answer.
-
-    Failing open costs nothing: without Redis no request reaches a worker anyway, and the
-    hand-off answers 503 with the reason.
-    """
-    label = metrics.token_label(grant.name, grant.token_id)
-    try:
-        charge = await asyncio.wait_for(
-            rate_limits.reserve(conn, prefix, grant.token_id, grant.limits, tokens),
-            BROKER_TIMEOUT_S,
-        )
-    except RateLimited:
-        metrics.RATE_LIMITED.labels(label, "rate").inc()
-        raise
-    except HostingError:
-        metrics.RATE_LIMITED.labels(label, "size").inc()
-        raise
-    except Exception as error:
-        logger.warning("rate limits not checked: the broker did not answer (%s)", type(error).__name__)
-        return None
-    metrics.TOKEN_REQUESTS.labels(label).inc()
-    return charge
-
-
-# The hand-off at a priority class and its queue limit, with the charge to make in its script (None: none).
-Send = Callable[[tuple[str, int], "enqueue.ChargePlan | None"], Awaitable[InferenceResult]]
+# The hand-off at a place (priority class, queue limit), with the charge to make in its script (None: none).
+Send = Callable[[tuple[str, int], "enqueue.ChargePlan | None"], Awaitable[T]]
 
 
 @dataclass
@@ -83,30 +63,14 @@ class StreamPass:
     settle: Callable[[int], None]  # the input tokens it really used (0 when refused or failed)
 
 
-async def admit_stream(*, grant: TokenGrant | None, asked_priority: str | None, inputs: list[Any],
-                       task: str | None = None, parameters: dict[str, Any] | None = None) -> StreamPass:
-    """The token's limits for a streamed request (no cache: a stream is generated for its client)."""
-    return await _admit(get_channel_layer(), grant, asked_priority, inputs, task, parameters)
+@dataclass
+class Streams:
+    """A streamed request's open streams, what its answer says of the policies, and its charge to settle."""
 
-
-async def admit_direct(*, grant: TokenGrant | None, inputs: list[Any]) -> StreamPass:
-    """The token's limits for a request the web answers itself (/tokenize): metered like a model route."""
-    return await _admit(get_channel_layer(), grant, None, inputs)
-
-
-async def _admit(layer: Any, grant: TokenGrant | None, asked_priority: str | None, inputs: list[Any],
-                 task: str | None = None, parameters: dict[str, Any] | None = None) -> StreamPass:
-    """The request's priority class and its reservation against the token's limits (429 when spent).
-
-    task and parameters (defaults merged): the estimate charges what the model will compute
-    (prompts, labels, windows, new tokens), not only the inputs' length.
-    """
-    klass = priority.resolve(grant.priority if grant else priority.INTERACTIVE, asked_priority)
-    charge = None
-    if grant is not None and conf.RATE_LIMITS:
-        tokens = rate_limits.estimate_tokens(inputs, task, parameters)
-        charge = await _reserve(layer.connection(0), layer.prefix, grant, tokens)
-    return _pass(layer, klass, grant, charge)
+    streams: list[Stream]
+    headers: dict[str, str]  # the token's X-RateLimit-* headers
+    version: int  # the model version generating them (0: a model without versions)
+    settle: Callable[[int], None]  # the tokens the whole request used, once its streams ended
 
 
 def _pass(layer: Any, klass: str, grant: TokenGrant | None, charge: rate_limits.Charge | None) -> StreamPass:
@@ -117,12 +81,13 @@ def _pass(layer: Any, klass: str, grant: TokenGrant | None, charge: rate_limits.
     return StreamPass(klass, dict(charge.headers) if charge else {}, settle)
 
 
-async def _send_charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], tokens: int,
-                        send: Send) -> tuple[InferenceResult, StreamPass]:
+async def _charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], tokens: int,
+                   send: Send[T]) -> tuple[T, StreamPass]:
     """send(place, plan) with the token's charge made in the hand-off's own script (one round trip for both).
 
-    place: the request's priority class and its queue limit. A 429 comes back from the script
-    (ChargeRefused) before anything was queued.
+    place: the request's priority class and queue limit (policy.priority.place). A 429 comes back
+    from the script (ChargeRefused) before anything was queued. The pass's settle is the
+    caller's, once the request's real tokens are known.
     """
     klass = place[0]
     if grant is None or not conf.RATE_LIMITS:
@@ -146,9 +111,83 @@ async def _send_charged(layer: Any, grant: TokenGrant | None, place: tuple[str, 
             _pass(layer, klass, grant, rate_limits.outcome(plan, grant.limits, now)).settle(0)
         raise
     metrics.TOKEN_REQUESTS.labels(label).inc()
-    admitted = _pass(layer, klass, grant, rate_limits.outcome(plan, grant.limits, now))
+    return result, _pass(layer, klass, grant, rate_limits.outcome(plan, grant.limits, now))
+
+
+async def _send_charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], tokens: int,
+                        send: Send[InferenceResult]) -> tuple[InferenceResult, StreamPass]:
+    """send(place, plan), charged in its own script, and the charge settled to the tokens its answer used."""
+    result, admitted = await _charged(layer, grant, place, tokens, send)
     admitted.settle(result.tokens)
     return result, admitted
+
+
+async def _charge(layer: Any, grant: TokenGrant | None, place: tuple[str, int], inputs: list[Any],
+                  task: str | None = None, parameters: dict[str, Any] | None = None) -> StreamPass:
+    """The request's charge alone, by the enqueue script's charge part (nothing admitted or sent; 429 when spent).
+
+    task and parameters (defaults merged): the estimate charges what the model will compute.
+    Not charged nor counted when Redis does not answer: failing open costs nothing, as without
+    Redis no request reaches a worker anyway, and the hand-off answers 503 with the reason.
+    """
+    tokens = rate_limits.estimate_tokens(inputs, task, parameters) if grant is not None else 0
+
+    async def charge_alone(_: tuple[str, int], plan: enqueue.ChargePlan | None) -> None:
+        if plan is not None:
+            status, _depth = await asyncio.wait_for(enqueue.run(layer.connection(0), plan), BROKER_TIMEOUT_S)
+            if status == enqueue.RATE_REFUSED:
+                raise enqueue.ChargeRefused()
+
+    try:
+        _, admitted = await _charged(layer, grant, place, tokens, charge_alone)
+    except HostingError:
+        raise
+    except Exception as error:
+        logger.warning("rate limits not checked: the broker did not answer (%s)", type(error).__name__)
+        return _pass(layer, place[0], None, None)
+    return admitted
+
+
+async def charge_only(*, grant: TokenGrant | None, inputs: list[Any]) -> StreamPass:
+    """The token's limits for a request no worker computes (an upload): one request and its inputs' tokens."""
+    return await _charge(get_channel_layer(), grant, (grant.priority if grant else priority.INTERACTIVE, 0), inputs)
+
+
+async def serve_here(*, grant: TokenGrant | None, inputs: list[Any],
+                     compute: Callable[[], Awaitable[InferenceResult]]) -> Served:
+    """The token's limits around an answer the web computes itself (/tokenize): metered like a model route."""
+    admitted = await charge_only(grant=grant, inputs=inputs)
+    try:
+        result = await compute()
+    except BaseException:
+        admitted.settle(0)  # refused or failed: it counts as a request, its tokens do not
+        raise
+    admitted.settle(result.tokens)
+    return Served(result, admitted.headers)
+
+
+async def open_streams(*, grant: TokenGrant | None, asked_priority: str | None, spec: ModelSpec, task: TaskSpec,
+                       openings: list[Opening], inputs: list[Any], parameters: dict[str, Any]) -> Streams:
+    """A streamed request's streams (one per opening), charged as one request in the first one's script.
+
+    No cache (a stream is generated for its client) and no canary: the version answering the
+    model generates (dispatch.serving_wire), 503 before any charge when no live worker serves
+    it. inputs and parameters (the task's merged in): the estimate charged until settle.
+    """
+    wire, version = await dispatch.serving_wire(spec)
+    drain_rate = await dispatch.require_serving(spec, task.name, wire)
+
+    def send(place: tuple[str, int], plan: enqueue.ChargePlan | None) -> Awaitable[list[Stream]]:
+        return stream_handoff.open_streams(
+            openings, plan, model=wire, task=task.name, timeout_s=task.timeout_s, drain_rate=drain_rate,
+            max_queue_size=place[1], priority=place[0], client=str(grant.token_id) if grant is not None else "")
+
+    place = priority.place(grant.priority if grant else priority.INTERACTIVE, asked_priority,
+                           task.policy.max_queue_size, task.max_batch_queue_size)
+    merged = {**task.parameters, **parameters}
+    tokens = rate_limits.estimate_tokens(inputs, task.task, merged) if grant is not None else 0
+    streams, admitted = await _charged(get_channel_layer(), grant, place, tokens, send)
+    return Streams(streams, admitted.headers, version, admitted.settle)
 
 
 async def serve(
@@ -186,7 +225,7 @@ async def serve(
         tokens = rate_limits.estimate_tokens(inputs, task.task, merged) if grant is not None else 0
         result, admitted = await _send_charged(layer, grant, place, tokens, send)
         return Served(result, admitted.headers)
-    admitted = await _admit(layer, grant, asked_priority, inputs, task.task, merged)
+    admitted = await _charge(layer, grant, place, inputs, task.task, merged)
     headers = admitted.headers
     try:
         if key is not None:

@@ -154,15 +154,6 @@ def outcome(charge_plan: enqueue.ChargePlan, limits: Limits, now: float) -> Char
     return Charge(keys=charge_plan.keys, tokens=charge_plan.tokens if status == enqueue.DONE else 0, headers=headers)
 
 
-async def reserve(conn: Any, prefix: str, token_id: int, limits: Limits, tokens: int,
-                  now: float | None = None) -> Charge:
-    """Count one request of tokens input tokens now (no admission), or raise RateLimited if a limit is spent."""
-    now = time.time() if now is None else now
-    charge_plan = plan(prefix, token_id, limits, tokens, now)
-    await enqueue.run(conn, charge_plan)
-    return outcome(charge_plan, limits, now)
-
-
 async def settle(conn: Any, charge: Charge, actual_tokens: int) -> None:
     """Correct the charged tokens to what the worker counted (0 refunds them all)."""
     delta = actual_tokens - charge.tokens

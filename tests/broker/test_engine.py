@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from models_registry.broker import admission, messages
+from models_registry.broker import messages
 from models_registry.broker.layer import HostingChannelLayer
 from models_registry.capacity.memory_budget import MemoryConfig
 from models_registry.core.batch_types import BatchPolicy
@@ -18,6 +18,7 @@ from models_registry.catalog.compute_cost import TokenCounter
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.worker.batch_loop import ABANDON_CHECK_AFTER_S
 from models_registry.worker.engine import InferenceEngine
+from tests.admitting import admit
 
 CHANNEL = messages.model_channel("m")
 
@@ -104,7 +105,7 @@ def send(layer: HostingChannelLayer, engine: InferenceEngine) -> Send:
         future = layer.expect_reply(reply)
         deadline = time.time() + 10
         if admitted:
-            await admission.admit(layer, model, "t", request_id, len(inputs), deadline, 100)
+            await admit(layer, model, "t", request_id, len(inputs), deadline, 100)
         await layer.send(CHANNEL, messages.WorkRequest(
             id=request_id, reply=reply, model=model, task="t", inputs=inputs, parameters={},
             deadline=deadline).to_wire())

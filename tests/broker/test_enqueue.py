@@ -66,17 +66,22 @@ async def test_a_refusal_marks_the_queue_known_full_and_an_admission_clears_it(l
     from models_registry.broker import handoff, queue_state
     from models_registry.core.errors import Overloaded
 
+    async def send(key: str, count: int, limit: int, priority: str = "interactive") -> None:
+        await handoff.enqueue_request(layer, "m", "t", WORK, {"id": key}, places(layer, key, count, limit=limit),
+                                      count, limit, 0.0, priority, None)
+
     queue_state.reset()
-    await handoff._enqueue(layer, "m", "t", WORK, {"id": "a"}, places(layer, "a", 2, limit=2), 2, 2, 0.0, "interactive", None)
+    await send("a", 2, limit=2)
     assert queue_state.known_full("m", "t") is None  # full, but a place frees with any answer: no mark
     with pytest.raises(Overloaded):
-        await handoff._enqueue(layer, "m", "t", WORK, {"id": "b"}, places(layer, "b", 1, limit=1), 1, 1, 0.0, "batch", None)
+        await send("b", 1, limit=1, priority="batch")
     assert queue_state.known_full("m", "t") is None  # batch traffic's limit is not the task's
-    with pytest.raises(Overloaded):
-        await handoff._enqueue(layer, "m", "t", WORK, {"id": "c"}, places(layer, "c", 1, limit=2), 1, 2, 0.0, "interactive", None)
+    with pytest.raises(Overloaded) as refused:
+        await send("c", 1, limit=2)
+    assert refused.value.message == "m/t has 2 items queued (limit 2 for interactive traffic); retry in 1 s"
     mark = queue_state.known_full("m", "t")
     assert mark is not None and (mark.depth, mark.limit) == (2, 2)
     await admission.leave(layer, "m", "t", "a", 2)
-    await handoff._enqueue(layer, "m", "t", WORK, {"id": "d"}, places(layer, "d", 1, limit=2), 1, 2, 0.0, "interactive", None)
+    await send("d", 1, limit=2)
     assert queue_state.known_full("m", "t") is None
     queue_state.reset()

@@ -10,6 +10,7 @@ import pytest
 from channels.exceptions import ChannelFull
 
 from models_registry.broker.layer import HostingChannelLayer
+from tests.admitting import admit
 
 WORK = "inference.m"
 
@@ -137,7 +138,7 @@ async def test_replies_give_back_their_requests_admission_places(layer: HostingC
 
     conn = layer.connection(0)
     for request_id, count in (("a", 3), ("b", 1), ("other", 2)):
-        assert (await admission.admit(layer, "m", "t", request_id, count, time.time() + 60, 100))[0]
+        assert (await admit(layer, "m", "t", request_id, count, time.time() + 60, 100))[0]
     key = admission.pending_key(layer, "m", "t")
     channels = [await layer.new_channel() for _ in range(3)]
     futures = [layer.expect_reply(c) for c in channels]

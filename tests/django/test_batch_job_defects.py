@@ -14,8 +14,8 @@ import orjson
 import pytest
 from asgiref.sync import sync_to_async
 
-from models_registry.api import tgi_stream
 from models_registry.api.line_caller import LineCaller
+from models_registry.broker import stream_handoff
 from models_registry.broker.handoff import InferenceResult
 from models_registry.jobs.driver import JobDriver
 from models_registry.jobs.line_calls import LineAnswer
@@ -58,11 +58,11 @@ async def test_a_stream_line_is_refused_and_opens_no_stream(token: str, stub_wor
     stub_worker(_labels)
     opened: list[dict[str, Any]] = []
 
-    async def open_stream(**kwargs: Any) -> Any:  # what would start a generation on a worker
+    async def open_streams(*args: Any, **kwargs: Any) -> Any:  # what would start a generation on a worker
         opened.append(kwargs)
         raise AssertionError("a batch line opened a stream")
 
-    monkeypatch.setattr(tgi_stream.stream_handoff, "open_stream", open_stream)
+    monkeypatch.setattr(stream_handoff, "open_streams", open_streams)
     content = b"".join(orjson.dumps({"custom_id": f"s{i}", "method": "POST", "url": "/models/gpt",
                                      "body": {"inputs": "once upon", "stream": True}}) + b"\n" for i in range(3))
     client = AsyncClient()

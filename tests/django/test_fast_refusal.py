@@ -15,6 +15,7 @@ from channels.layers import get_channel_layer
 from models_registry.api.front_door import ApiASGIHandler
 from models_registry.broker import admission, queue_state
 from models_registry.models import RegisteredModel
+from tests.admitting import admit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
 TASK = "feature-extraction"
@@ -71,7 +72,7 @@ def full_queue(make_model: Callable[..., RegisteredModel], make_token: Callable[
 
 async def test_a_queue_known_full_is_refused_before_the_body_is_read(full_queue: str) -> None:
     layer = get_channel_layer()
-    await admission.admit(layer, "emb", TASK, "other-client", 2, time.time() + 60, 2)
+    await admit(layer, "emb", TASK, "other-client", 2, time.time() + 60, 2)
 
     first = Exchange(full_queue)
     status, _, body = await first.run()
@@ -91,7 +92,7 @@ async def test_a_queue_known_full_is_refused_before_the_body_is_read(full_queue:
 async def test_the_mark_expires_and_an_admitted_request_clears_it(full_queue: str, monkeypatch: pytest.MonkeyPatch
                                                                  ) -> None:
     layer = get_channel_layer()
-    await admission.admit(layer, "emb", TASK, "other-client", 2, time.time() + 60, 2)
+    await admit(layer, "emb", TASK, "other-client", 2, time.time() + 60, 2)
     monkeypatch.setattr(queue_state, "FULL_FOR_S", 0.05)
     assert (await Exchange(full_queue).run())[0] == 503
     assert queue_state.known_full("emb", TASK) is not None

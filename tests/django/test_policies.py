@@ -21,10 +21,11 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.core.management import CommandError, call_command
 
+from models_registry.broker import enqueue
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import RateLimited, TooLarge, Unavailable
 from models_registry.models import ApiToken, ModelTask, RegisteredModel
-from models_registry.policy import dispatch, rate_limits
+from models_registry.policy import auth, dispatch, gate, rate_limits
 from models_registry.catalog import lookups
 from tests.asgi_client import AsyncClient
 
@@ -44,6 +45,14 @@ async def post(client: AsyncClient, token: str, text: str = "so good", path: str
 # --- the Lua script ----------------------------------------------------------------------
 
 
+async def charged(conn: Any, prefix: str, token_id: int, limits: rate_limits.Limits, tokens: int,
+                 now: float) -> rate_limits.Charge:
+    """The enqueue script's charge part alone, as the gate runs it for a request no worker computes."""
+    plan = rate_limits.plan(prefix, token_id, limits, tokens, now)
+    await enqueue.run(conn, plan)
+    return rate_limits.outcome(plan, limits, now)
+
+
 async def test_concurrent_reservations_never_pass_the_limit() -> None:
     layer = get_channel_layer()
     limits = rate_limits.Limits(requests_per_minute=5)
@@ -51,7 +60,7 @@ async def test_concurrent_reservations_never_pass_the_limit() -> None:
 
     async def one() -> bool:
         try:
-            await rate_limits.reserve(layer.connection(0), layer.prefix, 1, limits, 3, now=now)
+            await charged(layer.connection(0), layer.prefix, 1, limits, 3, now=now)
             return True
         except RateLimited:
             return False
@@ -59,27 +68,27 @@ async def test_concurrent_reservations_never_pass_the_limit() -> None:
     admitted = await asyncio.gather(*(one() for _ in range(40)))
     assert sum(admitted) == 5
     with pytest.raises(RateLimited) as refused:
-        await rate_limits.reserve(layer.connection(0), layer.prefix, 1, limits, 3, now=now + 10)
+        await charged(layer.connection(0), layer.prefix, 1, limits, 3, now=now + 10)
     assert refused.value.headers["X-RateLimit-Limit"] == "5"
     assert refused.value.headers["X-RateLimit-Remaining"] == "0"
     assert refused.value.headers["Retry-After"] == refused.value.headers["X-RateLimit-Reset"] == "50"
     # The next minute is a new window.
-    await rate_limits.reserve(layer.connection(0), layer.prefix, 1, limits, 3, now=now + 60)
+    await charged(layer.connection(0), layer.prefix, 1, limits, 3, now=now + 60)
 
 
 async def test_tokens_are_charged_as_estimated_then_corrected() -> None:
     layer = get_channel_layer()
     conn, now = layer.connection(0), 2_000_000.0
     limits = rate_limits.Limits(tokens_per_minute=100, tokens_per_day=1000)
-    charge = await rate_limits.reserve(conn, layer.prefix, 2, limits, 60, now=now)
+    charge = await charged(conn, layer.prefix, 2, limits, 60, now=now)
     assert charge.headers["X-RateLimit-Remaining"] == "40"  # the minute's is the tighter limit
     with pytest.raises(RateLimited, match="tokens_per_minute is 100"):
-        await rate_limits.reserve(conn, layer.prefix, 2, limits, 60, now=now)
+        await charged(conn, layer.prefix, 2, limits, 60, now=now)
     await rate_limits.settle(conn, charge, 10)  # the worker counted 10, not 60
-    again = await rate_limits.reserve(conn, layer.prefix, 2, limits, 60, now=now)
+    again = await charged(conn, layer.prefix, 2, limits, 60, now=now)
     assert again.headers["X-RateLimit-Remaining"] == "30"
     with pytest.raises(TooLarge, match="over this API token's tokens_per_minute limit of 100"):
-        await rate_limits.reserve(conn, layer.prefix, 2, limits, 101, now=now)
+        await charged(conn, layer.prefix, 2, limits, 101, now=now)
 
 
 def test_estimate_counts_bytes_and_special_tokens() -> None:
@@ -122,6 +131,23 @@ async def test_requests_over_the_limit_get_429_with_headers(
     assert f'hosting_rate_limited_total{{limit="rate",token="{label}"}} 1.0' in metrics
     assert f'hosting_token_requests_total{{token="{label}"}} 2.0' in metrics
     assert "tight" not in metrics
+
+
+async def test_a_charge_alone_fails_open_when_the_broker_does_not_answer(
+    make_token: Callable[..., str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    token = await sync_to_async(make_token)("unmetered", requests_per_minute=1)
+    grant = await auth.authorize(f"Bearer {token}", None)
+
+    async def unreachable(*args: Any) -> tuple[int, int]:
+        raise ConnectionError("refused")
+
+    monkeypatch.setattr(enqueue, "run", unreachable)
+    for _ in range(2):  # past its one request a minute: nothing was counted
+        assert (await gate.charge_only(grant=grant, inputs=["hello"])).headers == {}
+    assert "rate limits not checked: the broker did not answer (ConnectionError)" in caplog.text
+    metrics = (await AsyncClient().get("/metrics")).content.decode()
+    assert f'hosting_token_requests_total{{token="id:{grant.token_id}"}}' not in metrics
 
 
 async def test_openai_route_shares_the_limit(
