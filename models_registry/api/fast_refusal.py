@@ -9,20 +9,18 @@ else (no mark, another route, a token that is not cached as valid) goes the norm
 
 from __future__ import annotations
 
-import logging
 import time
+
 from django.http import HttpResponse
 
+from models_registry.api import request_record
 from models_registry.api.call import ApiCall
 from models_registry.api.error_answers import error_response
 from models_registry.broker import handoff, queue_state
 from models_registry.core import paths
 from models_registry.core.errors import HostingError
-from models_registry.observe import metrics
 from models_registry.policy import auth
 from models_registry.catalog import lookups
-
-logger = logging.getLogger("models_registry.requests")
 
 
 async def refusal(call: ApiCall) -> HttpResponse | None:
@@ -46,12 +44,8 @@ async def refusal(call: ApiCall) -> HttpResponse | None:
         await auth.authorize(call.authorization, model)
     except HostingError:
         return None
-    request_id = call.request_id
     error = handoff.queue_full(model, task, mark.depth, mark.limit, mark.retry_after_s)
-    response = error_response(error, request_id)
+    response = error_response(error, call.request_id)
     response["X-Content-Type-Options"] = "nosniff"
-    elapsed = time.perf_counter() - started
-    metrics.observe_failure(model, task, error.status, error.error_type, elapsed)
-    logger.info("request id=%s model=%s task=%s route=hf status=503 error_type=overloaded known_full=1 "
-                "total_ms=%.1f", request_id, model, task, elapsed * 1000)
+    request_record.failed(call.request_id, "hf", model, task, error, started, "known_full=1")
     return response

@@ -48,12 +48,13 @@ def served_answer(request_id: str, route: str, model: str, task: str, body: Any,
     return answer
 
 
-def failed(request_id: str, route: str, model: str, task: str, error: HostingError, started: float) -> None:
-    """Count and log a request that ends in one of the API's errors (the caller re-raises it)."""
+def failed(request_id: str, route: str, model: str, task: str, error: HostingError, started: float,
+           detail: str = "") -> None:
+    """Count and log a request that ends in one of the API's errors (the caller re-raises it); detail ends the line."""
     elapsed = time.perf_counter() - started
     metrics.observe_failure(model, task, error.status, error.error_type, elapsed)
-    logger.info("request id=%s model=%s task=%s route=%s status=%d error_type=%s total_ms=%.1f", request_id,
-                model, task, route, error.status, error.error_type, elapsed * 1000)
+    logger.info("request id=%s model=%s task=%s route=%s status=%d error_type=%s total_ms=%.1f%s", request_id,
+                model, task, route, error.status, error.error_type, elapsed * 1000, f" {detail}" if detail else "")
 
 
 def streamed(request_id: str, route: str, model: str, task: str, tally: StreamTally, first_token_s: float,
