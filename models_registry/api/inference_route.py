@@ -148,6 +148,7 @@ async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpe
             stream.close()
         tally = shape.tally()
         opened.settle(tally.tokens)
+        request_record.count_token(opened.metered, tally.tokens)
         if record:
             request_record.streamed(call.request_id, shape.log_route, spec.name, task.name, tally, first_token_s,
                                     started, failure, gone)

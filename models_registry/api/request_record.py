@@ -12,6 +12,7 @@ from models_registry.core.errors import HostingError
 from models_registry.observe import metrics
 from models_registry.observe.version_metrics import observe_version
 from models_registry.policy.dispatch import VERSION_HEADER
+from models_registry.policy.auth import TokenGrant
 from models_registry.policy.gate import Served
 
 logger = logging.getLogger("models_registry.requests")
@@ -40,12 +41,19 @@ def served_answer(request_id: str, route: str, model: str, task: str, body: Any,
         **served.headers,
     })
     elapsed = time.perf_counter() - started
+    count_token(served.metered, result.tokens)
     metrics.observe_success(model, task, elapsed, result.queue_ms / 1000, result.compute_ms / 1000, result.batch_size)
     observe_version(model, result.version)
     logger.info("request id=%s model=%s version=%d task=%s route=%s status=200 inputs=%d queue_ms=%.1f "
                 "compute_ms=%.1f batch=%d total_ms=%.1f", request_id, model, result.version, task, route, inputs,
                 result.queue_ms, result.compute_ms, result.batch_size, elapsed * 1000)
     return answer
+
+
+def count_token(metered: TokenGrant | None, tokens: int) -> None:
+    """Count a request of the token it was charged to (None: not charged), and the input tokens it used."""
+    if metered is not None:
+        metrics.observe_token(metered.name, metered.token_id, tokens)
 
 
 def failed(request_id: str, route: str, model: str, task: str, error: HostingError, started: float,

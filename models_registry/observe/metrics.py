@@ -72,6 +72,14 @@ MEDIA_BYTES = Counter(
 _token_labels: set[str] = set()
 
 
+def observe_token(name: str, token_id: int, tokens: int) -> None:
+    """One request an API token was charged for, and the input tokens it used (0: refunded)."""
+    label = token_label(name, token_id)
+    TOKEN_REQUESTS.labels(label).inc()
+    if tokens:
+        TOKEN_INPUT_TOKENS.labels(label).inc(tokens)
+
+
 def token_label(name: str, token_id: int) -> str:
     """The token's label: "id:<id>", or its name where /metrics is protected or names are asked for.
 

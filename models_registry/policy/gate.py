@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from channels.layers import get_channel_layer
@@ -41,13 +41,7 @@ class Served:
 
     result: InferenceResult
     headers: dict[str, str] = field(default_factory=dict)
-
-
-def _settle_soon(layer: Any, charge: rate_limits.Charge, tokens: int, grant: TokenGrant) -> None:
-    """Correct the charge to the tokens used, in the next shared pipeline (broker.deferred)."""
-    if tokens:
-        metrics.TOKEN_INPUT_TOKENS.labels(metrics.token_label(grant.name, grant.token_id)).inc(tokens)
-    deferred.writes.settle(layer, charge.keys, tokens - charge.tokens)
+    metered: TokenGrant | None = None  # the token charged: its request is counted with the answer's (api.request_record)
 
 
 # The hand-off at a place (priority class, queue limit), with the charge to make in its script (None: none).
@@ -61,6 +55,7 @@ class StreamPass:
     klass: str
     headers: dict[str, str]
     settle: Callable[[int], None]  # the input tokens it really used (0 when refused or failed)
+    metered: TokenGrant | None = None  # the token charged (None: no charge), counted once the request is recorded
 
 
 @dataclass
@@ -71,53 +66,43 @@ class Streams:
     headers: dict[str, str]  # the token's X-RateLimit-* headers
     version: int  # the model version generating them (0: a model without versions)
     settle: Callable[[int], None]  # the tokens the whole request used, once its streams ended
+    metered: TokenGrant | None = None  # the token charged, counted once the streams ended
 
 
 def _pass(layer: Any, klass: str, grant: TokenGrant | None, charge: rate_limits.Charge | None) -> StreamPass:
     def settle(tokens: int) -> None:
-        if charge is not None and grant is not None:
-            _settle_soon(layer, charge, tokens, grant)
+        """Correct the charge to the tokens used, in the next shared pipeline (broker.deferred)."""
+        if charge is not None:
+            deferred.writes.settle(layer, charge.keys, tokens - charge.tokens)
 
-    return StreamPass(klass, dict(charge.headers) if charge else {}, settle)
+    return StreamPass(klass, dict(charge.headers) if charge else {}, settle, grant if charge is not None else None)
 
 
-async def _charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], tokens: int,
-                   send: Send[T]) -> tuple[T, StreamPass]:
+def _count_unrecorded(admitted: StreamPass) -> None:
+    """Count a charged request that no answer records (an upload, or one that failed after a charge of its own)."""
+    if admitted.metered is not None:
+        metrics.observe_token(admitted.metered.name, admitted.metered.token_id, 0)
+
+
+async def _charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], inputs: list[Any], task: str | None,
+                   parameters: dict[str, Any] | None, send: Send[T]) -> tuple[T, StreamPass]:
     """send(place, plan) with the token's charge made in the hand-off's own script (one round trip for both).
 
-    place: the request's priority class and queue limit (policy.priority.place). A 429 comes back
-    from the script (ChargeRefused) before anything was queued. The pass's settle is the
-    caller's, once the request's real tokens are known.
+    place: the request's priority class and queue limit (policy.priority.place). The charge
+    (policy.rate_limits.charged) is estimated from inputs, task and parameters; a 429 comes back
+    from the script before anything was queued. The pass's settle is the caller's, once the
+    request's real tokens are known.
     """
-    klass = place[0]
     if grant is None or not conf.RATE_LIMITS:
-        return await send(place, None), _pass(layer, klass, None, None)
-    now = time.time()
-    label = metrics.token_label(grant.name, grant.token_id)
-    try:
-        plan = rate_limits.plan(layer.prefix, grant.token_id, grant.limits, tokens, now)
-    except HostingError:  # more tokens than any window could take: 413
-        metrics.RATE_LIMITED.labels(label, "size").inc()
-        raise
-    try:
-        result = await send(place, plan)
-    except enqueue.ChargeRefused:
-        metrics.RATE_LIMITED.labels(label, "rate").inc()
-        rate_limits.outcome(plan, grant.limits, now)  # raises the 429 with its headers
-        raise
-    except BaseException:
-        if plan.outcome is not None:  # charged, then refused or failed: it counts as a request, its tokens do not
-            metrics.TOKEN_REQUESTS.labels(label).inc()
-            _pass(layer, klass, grant, rate_limits.outcome(plan, grant.limits, now)).settle(0)
-        raise
-    metrics.TOKEN_REQUESTS.labels(label).inc()
-    return result, _pass(layer, klass, grant, rate_limits.outcome(plan, grant.limits, now))
+        return await send(place, None), _pass(layer, place[0], None, None)
+    result, charge = await rate_limits.charged(layer, grant, inputs, task, parameters, partial(send, place))
+    return result, _pass(layer, place[0], grant, charge)
 
 
-async def _send_charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], tokens: int,
-                        send: Send[InferenceResult]) -> tuple[InferenceResult, StreamPass]:
+async def _send_charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], inputs: list[Any], task: str,
+                        parameters: dict[str, Any], send: Send[InferenceResult]) -> tuple[InferenceResult, StreamPass]:
     """send(place, plan), charged in its own script, and the charge settled to the tokens its answer used."""
-    result, admitted = await _charged(layer, grant, place, tokens, send)
+    result, admitted = await _charged(layer, grant, place, inputs, task, parameters, send)
     admitted.settle(result.tokens)
     return result, admitted
 
@@ -130,8 +115,6 @@ async def _charge(layer: Any, grant: TokenGrant | None, place: tuple[str, int], 
     Not charged nor counted when Redis does not answer: failing open costs nothing, as without
     Redis no request reaches a worker anyway, and the hand-off answers 503 with the reason.
     """
-    tokens = rate_limits.estimate_tokens(inputs, task, parameters) if grant is not None else 0
-
     async def charge_alone(_: tuple[str, int], plan: enqueue.ChargePlan | None) -> None:
         if plan is not None:
             status, _depth = await asyncio.wait_for(enqueue.run(layer.connection(0), plan), BROKER_TIMEOUT_S)
@@ -139,7 +122,7 @@ async def _charge(layer: Any, grant: TokenGrant | None, place: tuple[str, int], 
                 raise enqueue.ChargeRefused()
 
     try:
-        _, admitted = await _charged(layer, grant, place, tokens, charge_alone)
+        _, admitted = await _charged(layer, grant, place, inputs, task, parameters, charge_alone)
     except HostingError:
         raise
     except Exception as error:
@@ -150,20 +133,23 @@ async def _charge(layer: Any, grant: TokenGrant | None, place: tuple[str, int], 
 
 async def charge_only(*, grant: TokenGrant | None, inputs: list[Any]) -> StreamPass:
     """The token's limits for a request no worker computes (an upload): one request and its inputs' tokens."""
-    return await _charge(get_channel_layer(), grant, (grant.priority if grant else priority.INTERACTIVE, 0), inputs)
+    admitted = await _charge(get_channel_layer(), grant, (grant.priority if grant else priority.INTERACTIVE, 0), inputs)
+    _count_unrecorded(admitted)  # an upload is no inference request: no answer records it
+    return admitted
 
 
 async def serve_here(*, grant: TokenGrant | None, inputs: list[Any],
                      compute: Callable[[], Awaitable[InferenceResult]]) -> Served:
     """The token's limits around an answer the web computes itself (/tokenize): metered like a model route."""
-    admitted = await charge_only(grant=grant, inputs=inputs)
+    admitted = await _charge(get_channel_layer(), grant, (grant.priority if grant else priority.INTERACTIVE, 0), inputs)
     try:
         result = await compute()
     except BaseException:
         admitted.settle(0)  # refused or failed: it counts as a request, its tokens do not
+        _count_unrecorded(admitted)
         raise
     admitted.settle(result.tokens)
-    return Served(result, admitted.headers)
+    return Served(result, admitted.headers, admitted.metered)
 
 
 async def open_streams(*, grant: TokenGrant | None, asked_priority: str | None, spec: ModelSpec, task: TaskSpec,
@@ -185,9 +171,8 @@ async def open_streams(*, grant: TokenGrant | None, asked_priority: str | None, 
     place = priority.place(grant.priority if grant else priority.INTERACTIVE, asked_priority,
                            task.policy.max_queue_size, task.max_batch_queue_size)
     merged = {**task.parameters, **parameters}
-    tokens = rate_limits.estimate_tokens(inputs, task.task, merged) if grant is not None else 0
-    streams, admitted = await _charged(get_channel_layer(), grant, place, tokens, send)
-    return Streams(streams, admitted.headers, version, admitted.settle)
+    streams, admitted = await _charged(get_channel_layer(), grant, place, inputs, task.task, merged, send)
+    return Streams(streams, admitted.headers, version, admitted.settle, admitted.metered)
 
 
 async def serve(
@@ -222,9 +207,8 @@ async def serve(
     place = priority.place(grant.priority if grant else priority.INTERACTIVE, asked_priority,
                            task.policy.max_queue_size, task.max_batch_queue_size)
     if key is None:  # no cache to ask first: the charge rides in the hand-off's script
-        tokens = rate_limits.estimate_tokens(inputs, task.task, merged) if grant is not None else 0
-        result, admitted = await _send_charged(layer, grant, place, tokens, send)
-        return Served(result, admitted.headers)
+        result, admitted = await _send_charged(layer, grant, place, inputs, task.task, merged, send)
+        return Served(result, admitted.headers, admitted.metered)
     admitted = await _charge(layer, grant, place, inputs, task.task, merged)
     headers = admitted.headers
     try:
@@ -237,15 +221,16 @@ async def serve(
                 result = InferenceResult(outputs=hit.outputs, queue_ms=0.0, compute_ms=0.0, batch_size=0,
                                          tokens=hit.tokens, version=spec.version)  # the key holds live's source
                 admitted.settle(hit.tokens)
-                return Served(result, headers)
+                return Served(result, headers, admitted.metered)
         result = await send(place, None)  # charged already, before the cache was asked
     except BaseException:
         admitted.settle(0)  # refused or failed: it still counts as a request, its tokens do not
+        _count_unrecorded(admitted)
         raise
     admitted.settle(result.tokens)
     if key is not None and result.version == spec.version:  # the key is the live version's: not a canary's answer
         await _store(conn, layer.prefix, key, result, task.cache_ttl_s, grant.token_id if grant else None)
-    return Served(result, headers)
+    return Served(result, headers, admitted.metered)
 
 
 async def _lookup(conn: Any, key: str) -> response_cache.CachedResult | None:

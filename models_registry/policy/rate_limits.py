@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from models_registry.broker import enqueue
+from models_registry.broker import deferred, enqueue
 from models_registry.broker.lua import LuaScript
+from models_registry.catalog import compute_cost
 from models_registry.core.errors import HostingError, RateLimited, TooLarge
 from models_registry.media import item as media_item
-from models_registry.catalog import compute_cost
+from models_registry.observe import metrics
+
+if TYPE_CHECKING:
+    from models_registry.policy.auth import TokenGrant
+
+T = TypeVar("T")
 
 MINUTE_S = 60
 DAY_S = 86_400
@@ -119,6 +126,9 @@ def check_size(limits: Limits, tokens: int) -> None:
                            f"{name} limit of {limit}: send fewer or shorter inputs per request")
 
 
+_TOKENS = 3  # where a plan's args hold its estimated tokens
+
+
 def plan(prefix: str, token_id: int, limits: Limits, tokens: int, now: float) -> enqueue.ChargePlan:
     """The charge of one request of tokens input tokens, to run in broker.enqueue's script."""
     check_size(limits, tokens)
@@ -151,7 +161,39 @@ def outcome(charge_plan: enqueue.ChargePlan, limits: Limits, now: float) -> Char
         limit, spent, reset_s = min(windows.values(), key=lambda w: (w[0] - w[1]) / w[0])
         headers = _header_set(limit, spent, reset_s)
     # A request refused later in the same script (queue or channel full) was counted, its tokens were not.
-    return Charge(keys=charge_plan.keys, tokens=charge_plan.tokens if status == enqueue.DONE else 0, headers=headers)
+    return Charge(keys=charge_plan.keys, tokens=charge_plan.args[_TOKENS] if status == enqueue.DONE else 0,
+                  headers=headers)
+
+
+async def charged(layer: Any, grant: TokenGrant, inputs: list[Any], task: str | None, parameters: dict[str, Any] | None,
+                  send: Callable[[enqueue.ChargePlan], Awaitable[T]]) -> tuple[T, Charge]:
+    """send(plan), the token's charge made in send's own script: (send's result, what was charged, with its headers).
+
+    The tokens charged are estimated from inputs (task and parameters: what the model will
+    compute). TooLarge (413) before anything is sent when no window could take them;
+    RateLimited (429, with its headers) when a limit refused the request in the script, before
+    anything was queued. Charged, then refused or failed: it counts as a request, its tokens
+    are refunded.
+    """
+    now = time.time()
+    try:
+        charge_plan = plan(layer.prefix, grant.token_id, grant.limits, estimate_tokens(inputs, task, parameters), now)
+    except HostingError:
+        metrics.RATE_LIMITED.labels(metrics.token_label(grant.name, grant.token_id), "size").inc()
+        raise
+    try:
+        result = await send(charge_plan)
+    except enqueue.ChargeRefused:
+        metrics.RATE_LIMITED.labels(metrics.token_label(grant.name, grant.token_id), "rate").inc()
+        outcome(charge_plan, grant.limits, now)  # raises the 429 with its headers
+        raise
+    except BaseException:
+        if charge_plan.outcome is not None:
+            spent = outcome(charge_plan, grant.limits, now)
+            metrics.observe_token(grant.name, grant.token_id, 0)
+            deferred.writes.settle(layer, spent.keys, -spent.tokens)
+        raise
+    return result, outcome(charge_plan, grant.limits, now)
 
 
 async def settle(conn: Any, charge: Charge, actual_tokens: int) -> None:

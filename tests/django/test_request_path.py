@@ -5,10 +5,9 @@ the web's side is exactly what production runs. Every function of ours entered w
 request is served is recorded by module: a *stay* is a run of calls in one module, a
 *visit* is a module entered at all, and a *return* is entering a module the request had
 left (PathTrace says when). The rule that makes the path readable top to bottom: no
-returns, except the skeleton's calls into its route (and the route's own helpers). It
-holds for a request without a token; with a token and rate limits, METERED_RETURNS are
-the ones still to close. The tables land in test-artifacts/request-path*.md; MAX_VISITS
-guards against growth.
+returns, except the skeleton's calls into its route (and the route's own helpers), for a
+request without a token and for one with a token and its rate limits. The tables land in
+test-artifacts/request-path*.md; MAX_VISITS guards against growth.
 """
 
 from __future__ import annotations
@@ -44,11 +43,6 @@ BACKGROUND = {("models_registry.api.front_door", "ApiASGIHandler._until_disconne
               ("models_registry.broker.deferred", "DeferredWrites._flush")}
 # Modules entered: 37 (no token) on 2026-11-26 before the pipeline; 36 after it, 41 with a token and its limits.
 MAX_VISITS = {False: 37, True: 41}
-# The metered path's returns still to close: the gate plans the charge, the hand-off's script makes it, and the
-# gate reads its outcome (rate_limits, and the plan's token count); the token's counters are bumped in the gate and
-# the request's at the end (metrics).
-METERED_RETURNS = ["models_registry.policy.rate_limits", "models_registry.policy.rate_limits",
-                   "models_registry.broker.enqueue", "models_registry.observe.metrics"]
 
 
 class PathTrace:
@@ -226,7 +220,7 @@ async def test_one_requests_path_stays_short_and_never_goes_back_up(
     visits = list(dict.fromkeys(stays))
     assert "models_registry.policy.gate" in visits and "models_registry.broker.handoff" in visits  # the real path
     assert len(visits) <= MAX_VISITS[metered], _report(trace)
-    assert trace.returns == (METERED_RETURNS if metered else []), _report(trace)
+    assert trace.returns == [], _report(trace)
 
 
 async def test_the_trace_sees_a_return() -> None:
