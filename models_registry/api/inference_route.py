@@ -112,7 +112,7 @@ async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> 
     try:
         work = await route.prepare(call, wanted, spec, task)
         if work.streaming is not None:
-            return await _streamed(call, grant, spec, task, work, work.streaming, started)
+            return await _streamed(call, grant, spec, task, work, work.streaming, started, catalog.workers)
         if work.here is not None:
             served = await gate.serve_here(grant=grant, inputs=work.inputs, compute=work.here)
         else:
@@ -130,14 +130,15 @@ async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> 
 
 
 async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec, work: Work,
-                    streaming: Streaming, started: float) -> Answer:
+                    streaming: Streaming, started: float, workers: lookups.WorkerView) -> Answer:
     """Open the streams through the gate (errors raise here, before any byte) and answer their events.
 
     Once they end, however they end, the streams are closed, the charge settled to the tokens
     counted and the request recorded (a whole answer that failed: by the caller, as any error).
     """
     opened = await gate.open_streams(grant=grant, asked_priority=work.asked_priority, spec=spec, task=task,
-                                     openings=streaming.openings, inputs=work.inputs, parameters=work.parameters)
+                                     openings=streaming.openings, inputs=work.inputs, parameters=work.parameters,
+                                     workers=workers)
     first_token_s = time.perf_counter() - started
     shape = streaming.shape
     headers = {**opened.headers, "X-Time-To-First-Token-Ms": f"{first_token_s * 1000:.2f}",

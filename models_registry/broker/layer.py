@@ -84,8 +84,8 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         # Work channels pop the lowest score first: a batch-priority message is scored this much
         # later, so it waits behind interactive messages sent up to batch_delay_s after it.
         self.batch_delay_s = batch_delay_s
-        # A reply channel's waiter: a future and how to read its message, or a stream's queue.
-        self._replies: dict[str, tuple[asyncio.Future[Any], Reader | None] | asyncio.Queue[dict[str, Any]]] = {}
+        # A reply channel's waiter (a future: its one reply; a queue: a stream's every message) and how to read one.
+        self._replies: dict[str, tuple[asyncio.Future[Any] | asyncio.Queue[Any], Reader | None]] = {}
         self._pump: asyncio.Task[None] | None = None
 
     def is_work_channel(self, channel: str) -> bool:
@@ -126,12 +126,14 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
 
     async def enqueue(self, channel: str, message: dict[str, Any], admission: enqueue.Admission,
                       plan: enqueue.ChargePlan | None, *, batch: bool = False,
-                      reply: tuple[str, asyncio.Future[Any], Reader] | None = None) -> tuple[int, int]:
+                      reply: tuple[str, asyncio.Future[Any] | asyncio.Queue[Any], Reader] | None = None,
+                      ) -> tuple[int, int]:
         """Charge, admit and send a work message in one round trip (broker.enqueue): (status, depth).
 
         batch: a batch-priority message (it waits behind interactive ones). reply: (the message's
-        reply channel, a future, how to read the reply): the future is resolved with the reply read,
-        and the channel forgotten once the future is done or cancelled.
+        reply channel, a future or a stream's queue, how to read a reply): the future is resolved
+        with the reply read, and the channel forgotten once it is done or cancelled; the queue
+        gets every message read, until forget_reply.
         """
         if reply is not None:
             self._await_on(*reply)
@@ -226,24 +228,24 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         self._await_on(channel, future, None)
         return future
 
-    def _await_on(self, channel: str, future: asyncio.Future[Any], read: Reader | None) -> None:
-        """Resolve future with the next message sent to channel (read, if given); forget channel once it is done."""
-        self._replies[channel] = (future, read)
-        future.add_done_callback(lambda _: self._forget_answered(channel, future))
+    def _await_on(self, channel: str, waiter: asyncio.Future[Any] | asyncio.Queue[Any], read: Reader | None) -> None:
+        """Hand waiter the messages sent to channel (read, if given): a future the next one (channel forgotten once
+        it is done), a queue every one until forget_reply."""
+        self._replies[channel] = (waiter, read)
+        if isinstance(waiter, asyncio.Future):
+            waiter.add_done_callback(lambda _: self._forget_answered(channel, waiter))
         if self._pump is None or self._pump.done():
             self._pump = asyncio.ensure_future(self._pump_replies())
 
     def _forget_answered(self, channel: str, future: asyncio.Future[Any]) -> None:
         waiter = self._replies.get(channel)
-        if isinstance(waiter, tuple) and waiter[0] is future:
+        if waiter is not None and waiter[0] is future:
             del self._replies[channel]
 
     def expect_stream(self, channel: str) -> asyncio.Queue[dict[str, Any]]:
         """A queue receiving every message sent to channel, in arrival order, until forget_reply."""
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._replies[channel] = queue
-        if self._pump is None or self._pump.done():
-            self._pump = asyncio.ensure_future(self._pump_replies())
+        self._await_on(channel, queue, None)
         return queue
 
     def forget_reply(self, channel: str) -> None:
@@ -277,14 +279,19 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
                 continue
             channel = message.pop("__asgi_channel__", "")
             waiter = self._replies.get(channel)
-            if isinstance(waiter, asyncio.Queue):  # a stream: every message, until forgotten
-                waiter.put_nowait(message)
+            if waiter is None:
                 continue
-            waiter = self._replies.pop(channel, None)
-            if waiter is None or waiter[0].done():
+            target, read = waiter
+            if isinstance(target, asyncio.Queue):  # a stream: every message, until forgotten
+                try:
+                    target.put_nowait(read(message) if read is not None else message)
+                except Exception:
+                    logger.exception("dropped a stream message it could not read")
                 continue
-            future, read = waiter
+            del self._replies[channel]
+            if target.done():
+                continue
             try:
-                future.set_result(read(message) if read is not None else message)
+                target.set_result(read(message) if read is not None else message)
             except Exception as error:  # noqa: BLE001 - a reply it cannot read fails its request, not the pump
-                future.set_exception(error)
+                target.set_exception(error)

@@ -39,7 +39,8 @@ class Stream:
         self.layer = layer
         self.model, self.task, self.key, self.reply = model, task, key, reply
         self.timeout_s = timeout_s
-        self.queue = layer.expect_stream(reply)
+        # Its reply channel's messages, read (broker.messages.read_reply): the layer fills it once the request is sent.
+        self.queue: asyncio.Queue[messages.WorkResult | messages.TokenEvents] = asyncio.Queue()
         self.next_seq = 0
         self.waiting: dict[int, list[dict[str, Any]]] = {}
         self.result: messages.WorkResult | None = None
@@ -67,13 +68,12 @@ class Stream:
                 late_until = time.time() + LATE_TOKENS_S
             until = late_until if late_until is not None else quiet_until
             try:
-                message = await asyncio.wait_for(self.queue.get(), max(0.0, until - time.time()))
+                reply = await asyncio.wait_for(self.queue.get(), max(0.0, until - time.time()))
             except TimeoutError:
                 if late_until is not None:
                     return None
                 raise Timeout(f"no token within {self.timeout_s:g} s") from None
             self._keep_admitted()
-            reply = messages.read_reply(message)
             if isinstance(reply, messages.TokenEvents):
                 self.source = self.source or reply.source
                 if reply.source != self.source:  # requeued after its worker died: it starts over
@@ -120,15 +120,16 @@ async def _start(layer: WorkLayer, opening: Opening, charge: enqueue.ChargePlan 
     deadline = time.time() + timeout_s
     key = uuid.uuid4().hex
     reply = await layer.new_channel()
-    stream = Stream(layer, model, task, key, reply, timeout_s)  # listens before the request goes out
+    stream = Stream(layer, model, task, key, reply, timeout_s)
     message = messages.WorkRequest(
         id=key, reply=reply, model=model, task=task, inputs=[opening.text],
         parameters={**opening.parameters, "stream": True}, deadline=deadline, priority=priority, client=client,
     ).to_wire()
+    channel = messages.model_channel(model)
     places = admission.places(layer, model, task, key, 1, deadline, max_queue_size)
-    try:
-        await handoff.enqueue_request(layer, model, task, messages.model_channel(model), message, places, 1,
-                                      max_queue_size, drain_rate, priority, charge)
+    try:  # the layer listens on the reply channel before the request goes out
+        await handoff.enqueue_request(layer, model, task, channel, message, places, 1, max_queue_size, drain_rate,
+                                      priority, charge, (reply, stream.queue, messages.read_reply))
     except (Overloaded, enqueue.ChargeRefused):  # refused whole: it holds no place
         layer.forget_reply(reply)
         raise

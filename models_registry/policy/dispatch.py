@@ -19,11 +19,6 @@ VERSION_HEADER = "X-Model-Version"
 LOADING_RETRY_AFTER_S = 2  # a first load takes seconds: ask again soon, not at once
 
 
-async def require_serving(spec: ModelSpec, task_name: str, wire: str = "") -> float:
-    """serving_rate on this process's current view of the workers (streams)."""
-    return serving_rate(spec, task_name, wire, await lookups.get_workers())
-
-
 def serving_rate(spec: ModelSpec, task_name: str, wire: str, workers: lookups.WorkerView) -> float:
     """503 at once when no live worker can answer; else the items/s the task's queue drains at.
 
@@ -43,10 +38,12 @@ def serving_rate(spec: ModelSpec, task_name: str, wire: str, workers: lookups.Wo
     return workers.capacities.get(key) or workers.drain_rates.get(key, 0.0)
 
 
-async def serving_wire(spec: ModelSpec) -> tuple[str, int]:
-    """(wire name, number) of the version that answers the model's requests (no canary: streams, admin tests)."""
-    version = rollout.serving(spec.rollout, (await lookups.get_workers()).ready.get(spec.name, set()))
-    return rollout.wire_name(spec.name, version), version
+def stream_target(spec: ModelSpec, task_name: str, workers: lookups.WorkerView) -> tuple[str, int, float]:
+    """(wire name, number, drain rate) of the version that generates a stream: the one answering the model
+    (no canary: a stream is one client's); 503 at once when no live worker serves it."""
+    version = rollout.serving(spec.rollout, workers.ready.get(spec.name, set()))
+    wire = rollout.wire_name(spec.name, version)
+    return wire, version, serving_rate(spec, task_name, wire, workers)
 
 
 async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: list[Any], parameters: dict[str, Any],

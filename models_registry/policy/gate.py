@@ -153,15 +153,16 @@ async def serve_here(*, grant: TokenGrant | None, inputs: list[Any],
 
 
 async def open_streams(*, grant: TokenGrant | None, asked_priority: str | None, spec: ModelSpec, task: TaskSpec,
-                       openings: list[Opening], inputs: list[Any], parameters: dict[str, Any]) -> Streams:
+                       openings: list[Opening], inputs: list[Any], parameters: dict[str, Any],
+                       workers: WorkerView) -> Streams:
     """A streamed request's streams (one per opening), charged as one request in the first one's script.
 
     No cache (a stream is generated for its client) and no canary: the version answering the
-    model generates (dispatch.serving_wire), 503 before any charge when no live worker serves
+    model generates (dispatch.stream_target), 503 before any charge when no live worker serves
     it. inputs and parameters (the task's merged in): the estimate charged until settle.
+    workers: the request's view of the live workers (catalog.lookups.snapshot).
     """
-    wire, version = await dispatch.serving_wire(spec)
-    drain_rate = await dispatch.require_serving(spec, task.name, wire)
+    wire, version, drain_rate = dispatch.stream_target(spec, task.name, workers)
 
     def send(place: tuple[str, int], plan: enqueue.ChargePlan | None) -> Awaitable[list[Stream]]:
         return stream_handoff.open_streams(

@@ -43,6 +43,9 @@ BACKGROUND = {("models_registry.api.front_door", "ApiASGIHandler._until_disconne
               ("models_registry.broker.deferred", "DeferredWrites._flush")}
 # Modules entered: 37 (no token) on 2026-11-26 before the pipeline; 36 after it, 41 with a token and its limits.
 MAX_VISITS = {False: 37, True: 41}
+SKELETON = "models_registry.api.inference_route"
+# The front door starts writing the answer: a stream's events, produced after its first byte, are a second path.
+ANSWER_WRITTEN = ("models_registry.api.front_door", "send_answer")
 
 
 class PathTrace:
@@ -50,6 +53,9 @@ class PathTrace:
 
     A module is *left* once none of its calls is still running (a coroutine waiting on an
     await still runs) and another module was entered; entering it again after that is a *return*.
+    The skeleton's calls into its route, and the route's own helpers (the modules first entered
+    under the route), may come back. A streamed answer's events, produced once the front door
+    writes the answer, are a path of their own, held to the same rule.
     Code made at run time (a dataclass's __init__) is no module's code to read, and is not counted. The request's own task
     and the tasks it awaits (asyncio.wait_for runs its awaitable in a task) are held to the
     rule; the background work it starts (BACKGROUND) is listed in the table but is not its path.
@@ -90,12 +96,15 @@ class PathTrace:
         if task not in self._background:  # a task's first call of ours says what it is
             self._background[task] = (module, frame.f_code.co_qualname) in BACKGROUND
         if not self._background[task]:
-            self._check_return(module)
+            if (module, frame.f_code.co_qualname) == ANSWER_WRITTEN:  # a stream's events: a path of their own
+                self._route_helpers, self._last = {}, ""
+            caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back is not None else ""
+            self._check_return(module, caller)
             self._running[frame] = module
 
-    def _check_return(self, module: str) -> None:
+    def _check_return(self, module: str, caller: str) -> None:
         running = set(self._running.values())
-        in_route = self.route in running or module == self.route
+        in_route = self.route in running or module == self.route or caller == SKELETON
         if module not in self._route_helpers:
             self._route_helpers[module] = in_route
         elif module not in running and module != self._last and not (in_route and self._route_helpers[module]):
@@ -238,3 +247,45 @@ async def test_the_trace_sees_a_return() -> None:
     with PathTrace("models_registry.api.hf_route") as trace:
         await asyncio.ensure_future(path())
     assert trace.returns == ["models_registry.broker.queue_state"]
+
+
+async def _stream_worker(layer: Any, model: str, stop: asyncio.Event) -> None:
+    """Answers every streamed request on model's channel as a generating worker does: its events, then its result."""
+    channel = messages.model_channel(model)
+    while not stop.is_set():
+        pulled = await layer.pull(channel, "w1", 16)
+        if not pulled:
+            await asyncio.sleep(0.002)
+            continue
+        for lease, request in pulled:
+            event = {"index": 1, "token": {"id": 1, "text": "hi", "logprob": 0.0, "special": False},
+                     "generated_text": "hi", "details": {"finish_reason": "length", "generated_tokens": 1}}
+            await layer.send_replies([(request["reply"], messages.TokenEvents(request["id"], 0, [event], "w1").to_wire())])
+            await layer.send_replies(
+                [(request["reply"], messages.WorkResult(id=request["id"], outputs=[{"generated_text": "hi"}],
+                                                        batch_size=1, worker="w1").to_wire())],
+                "w1", [(channel, lease)],
+                [admission.Places(admission.pending_key(layer, request["model"], request["task"]), request["id"], 1)])
+
+
+async def test_a_streamed_requests_path(
+        broker: str, make_model: Callable[..., RegisteredModel], heartbeat: Callable[..., Any], settings: Any) -> None:
+    settings.HOSTING_REQUIRE_API_TOKEN = settings.HOSTING_RATE_LIMITS = False
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(make_model)("gen", task="text-generation", timeout_s=10.0)
+    await sync_to_async(heartbeat)({"gen": {"state": "ready", "error": "", "device": "cpu",
+                                            "tasks": ["text-generation"]}})
+    layer, stop = work_layer(), asyncio.Event()
+    worker = asyncio.ensure_future(_stream_worker(layer, "gen", stop))
+    body = b'{"inputs": "say", "stream": true}'
+    try:
+        handler = ApiASGIHandler()
+        assert (await _post(handler, "/models/gen", body))[0] == 200
+        status, answer, trace = await _traced(handler, "/models/gen", body, None)
+    finally:
+        stop.set()
+        await worker
+    assert status == 200 and b'"generated_text":"hi"' in answer, answer
+    ARTIFACT.with_name("request-path-stream.md").write_text(_report(trace))
+    assert trace.returns == [], _report(trace)

@@ -30,10 +30,10 @@ CHANNEL = messages.model_channel("gpt")
 def gpt(make_model: Callable[..., RegisteredModel], monkeypatch: pytest.MonkeyPatch) -> RegisteredModel:
     """A text-generation model a (stub) worker serves."""
 
-    async def serving(spec: Any, task: str, wire: str = "") -> float:
+    def serving(spec: Any, task: str, wire: str, workers: Any) -> float:
         return 0.0
 
-    monkeypatch.setattr(dispatch, "require_serving", serving)
+    monkeypatch.setattr(dispatch, "serving_rate", serving)
     return make_model("gpt", task="text-generation")
 
 

@@ -13,15 +13,10 @@ from models_registry.core.errors import InvalidInput, Unavailable
 
 
 class FakeLayer:
-    """Only what a Stream uses: one queue per reply channel."""
+    """Only what a Stream uses (the layer fills its queue with the replies it reads)."""
 
     def __init__(self) -> None:
-        self.queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
         self.forgotten: list[str] = []
-
-    def expect_stream(self, channel: str) -> asyncio.Queue[dict[str, Any]]:
-        self.queues[channel] = asyncio.Queue()
-        return self.queues[channel]
 
     def forget_reply(self, channel: str) -> None:
         self.forgotten.append(channel)
@@ -41,18 +36,17 @@ async def collect(stream: Stream) -> list[str]:
 async def test_events_come_out_in_sequence_order_and_the_result_may_overtake_them() -> None:
     layer = FakeLayer()
     stream = Stream(layer, "m", "t", "r", "reply!1", timeout_s=5)  # type: ignore[arg-type]
-    queue = layer.queues["reply!1"]
+    queue = stream.queue
     for message in (tokens(1, "c", "d"), messages.WorkResult(id="r", outputs=[]).to_wire(), tokens(0, "a", "b"),
                     tokens(2, "e", final=True)):
-        queue.put_nowait(message)
+        queue.put_nowait(messages.read_reply(message))
     assert await asyncio.wait_for(collect(stream), 2) == ["a", "b", "c", "d", "e"]
 
 
 async def test_an_error_result_raises_the_workers_error() -> None:
     layer = FakeLayer()
     stream = Stream(layer, "m", "t", "r", "reply!2", timeout_s=5)  # type: ignore[arg-type]
-    layer.queues["reply!2"].put_nowait(messages.WorkResult(id="r", error_type="invalid_input",
-                                                               error="prompt too long").to_wire())
+    stream.queue.put_nowait(messages.WorkResult(id="r", error_type="invalid_input", error="prompt too long"))
     with pytest.raises(InvalidInput, match="prompt too long"):
         await stream.next_events()
 
@@ -60,10 +54,10 @@ async def test_an_error_result_raises_the_workers_error() -> None:
 async def test_a_second_worker_starting_over_ends_the_stream() -> None:
     layer = FakeLayer()
     stream = Stream(layer, "m", "t", "r", "reply!3", timeout_s=5)  # type: ignore[arg-type]
-    queue = layer.queues["reply!3"]
-    queue.put_nowait(tokens(0, "a"))
+    queue = stream.queue
+    queue.put_nowait(messages.read_reply(tokens(0, "a")))
     assert [e["token"]["text"] for e in await stream.next_events() or []] == ["a"]
-    queue.put_nowait(tokens(0, "x", source="w2"))
+    queue.put_nowait(messages.read_reply(tokens(0, "x", source="w2")))
     with pytest.raises(Unavailable, match="went away"):
         await stream.next_events()
 
