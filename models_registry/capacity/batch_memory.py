@@ -38,6 +38,8 @@ class BatchMemory:
         self.budget_bytes = budget_bytes
         self.enabled = enabled
         self.probe = PeakProbe(device)
+        if enabled:
+            self.probe.prepare()  # its thread, before models load: measured batches run there (PeakProbe)
         self.fits: dict[Key, MemoryFit] = {}
         self.resting_bytes = self.probe.resting() if enabled else 0  # models and runtime, between batches
         self.ooms = 0
@@ -79,7 +81,7 @@ class BatchMemory:
             if measure:
                 self.probe.start()
             try:
-                outputs = compute(positions)
+                outputs = self.probe.run(lambda: compute(positions)) if measure else compute(positions)
             except Exception as error:
                 if not is_out_of_memory(error):
                     raise

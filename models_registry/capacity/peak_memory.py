@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import ctypes.util
 import logging
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from models_registry.inference import device_memory
+from models_registry.inference import compute_deadline, device_memory
 
 logger = logging.getLogger(__name__)
 
@@ -17,9 +21,13 @@ _CLEAR_REFS = Path("/proc/self/clear_refs")
 _libc: Any = None
 
 
-M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+T = TypeVar("T")
+
+M_MMAP_THRESHOLD = -3  # mallopt's parameter numbers (malloc.h)
+M_ARENA_MAX = -8
 MEASURED_MMAP_THRESHOLD = 256 * 1024  # while measuring: every large block is its own mapping, freed at once
 SERVING_MMAP_THRESHOLD = 32 * 1024 * 1024  # otherwise: glibc's own dynamic ceiling, heap blocks reused
+ARENAS = 64  # at least: every thread keeps an allocator arena of its own (glibc's default: 8 per core)
 
 
 def _mmap_threshold(size: int) -> None:
@@ -36,18 +44,22 @@ def _mmap_threshold(size: int) -> None:
             pass
 
 
-def _trim() -> None:
-    """Give freed heap pages back to the kernel, so the next peak is measured from what is really in use.
-
-    glibc keeps freed blocks (its mmap threshold grows after large frees): without this a
-    batch that reuses the previous batch's pages shows no peak at all.
-    """
+def _load_libc() -> None:
     global _libc
     if _libc is None:
         try:
             _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         except OSError:
             _libc = False
+
+
+def _trim() -> None:
+    """Give freed heap pages back to the kernel, so the next peak is measured from what is really in use.
+
+    glibc keeps freed blocks (its mmap threshold grows after large frees): without this a
+    batch that reuses the previous batch's pages shows no peak at all.
+    """
+    _load_libc()
     if _libc:
         try:
             _libc.malloc_trim(0)
@@ -72,14 +84,55 @@ def resident_bytes() -> int:
     return _status_bytes("VmRSS").get("VmRSS", 0)
 
 
+def _take_arena() -> None:
+    """Allocate once, so the calling thread takes its allocator arena now."""
+    if _libc:
+        try:
+            _libc.malloc.restype = ctypes.c_void_p
+            _libc.free.argtypes = [ctypes.c_void_p]
+            _libc.free(_libc.malloc(64))
+        except AttributeError:
+            pass
+
+
 class PeakProbe:
-    """start() before the work, peak() after it: the most bytes the work added over the resting process."""
+    """start() before the work, peak() after it: the most bytes the work added over the resting process.
+
+    On CPU the work measured runs in the probe's own thread (prepare, run): glibc serves a
+    thread's blocks from its own arena, and an arena that unmeasured batches used keeps
+    their freed blocks (32 MiB of them and less, in the heap, see _mmap_threshold) on its
+    free lists, where malloc looks before it maps a block, whatever the threshold. A batch
+    measured there lands on some of those chunks (trimmed, so not resident) where a block
+    of its own would have reused one it freed: its peak was the allocator's history as much
+    as its shape (MiniLM at 24 x 128 tokens: 77-100 MiB after unmeasured batches, 50 MiB in
+    an arena only measured batches use), and the fit missed held-out shapes by up to 50%.
+    """
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
         self.cuda = device.startswith("cuda")
         self.baseline = 0
         self.works = self.cuda or (_STATUS.exists() and _CLEAR_REFS.exists())
+        self._thread: ThreadPoolExecutor | None = None  # CPU: where measured work runs (prepare)
+
+    def prepare(self) -> None:
+        """Start the thread measured work runs in (CPU), before models load and batches run, so its arena is new."""
+        if self.cuda or self._thread is not None:
+            return
+        _load_libc()
+        if _libc:
+            try:  # no other thread shares the new arena (beyond the limit, new threads take turns in old ones)
+                _libc.mallopt(M_ARENA_MAX, max(ARENAS, 8 * (os.cpu_count() or 1)))
+            except AttributeError:
+                pass
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="measured")
+        self._thread.submit(_take_arena).result()
+
+    def run(self, work: Callable[[], T]) -> T:
+        """work() between start() and peak(): in the probe's own thread once prepared (CPU), with the batch's deadline."""
+        if self._thread is None:
+            return work()
+        return self._thread.submit(contextvars.copy_context().run, compute_deadline.carried(work)).result()
 
     def start(self) -> int:
         """Reset the peak counter; the resting bytes (the models and the runtime) it measures from."""

@@ -11,14 +11,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from models_registry.core.errors import Timeout
 
 logger = logging.getLogger(__name__)
 _local = threading.local()
+T = TypeVar("T")
 
 
 @contextmanager
@@ -30,6 +31,17 @@ def computing_until(deadline: float | None) -> Iterator[None]:
         yield
     finally:
         _local.deadline = previous
+
+
+def carried(work: Callable[[], T]) -> Callable[[], T]:
+    """work, to be run on another thread under this thread's deadline (a measured batch runs in the probe's thread)."""
+    deadline = getattr(_local, "deadline", None)
+
+    def run() -> T:
+        with computing_until(deadline):
+            return work()
+
+    return run
 
 
 def passed() -> bool:

@@ -228,7 +228,7 @@ class ModelSlots:
         started = time.time()
         try:
             loaded, added = await loop.run_in_executor(self._loader, self._load_measured, spec)
-            # In the compute thread, where its batches will run: measured there, peaks match real batches'.
+            # In the compute thread, where its batches will run (the measured ones in the probe's thread, as theirs).
             await self.in_compute(lambda: memory_warmup.warm_up(self.memory, self.runner, spec, loaded))
         except Exception as error:
             logger.exception("loading model %s from %s failed", name, spec.source)

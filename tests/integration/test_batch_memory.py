@@ -94,9 +94,10 @@ def test_the_fit_predicts_peaks_of_shapes_it_has_not_seen(capped: Stack) -> None
         errors.append(error)
         print(f"{batch['items']:>5} {batch['longest']:>6} {batch['predicted_bytes'] / 2**20:>13.1f} "
               f"{batch['measured_bytes'] / 2**20:>12.1f} {error:>+7.1%}")
-    # The target is 20%; on this shared 2-core box runs gave 3.4% (quiet) to 31-37% (busy neighbours, and one
-    # whole-suite run whose fit missed its own warm-up samples by 57%): the bound here is what held in every run,
-    # the printed table is the figure.
+    # The target is 20%. Misses of 31-57% here were measurements, not the fit: batches measured in the compute
+    # thread's allocator arena landed on blocks unmeasured batches had freed, peaking 1.3-2 times their own
+    # (peak_memory.PeakProbe). Measured in an arena of their own, held-out shapes are within 2.0% on this shared
+    # 2-core box, quiet or beside two busy loops; the bound is kept loose, the printed table is the figure.
     assert all(abs(error) <= TOLERANCE for error in errors), errors
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.batch_types import BatchPolicy, ItemFailure
 from models_registry.core.errors import TooLarge
+from models_registry.inference import compute_deadline
 from models_registry.worker.batcher import Batcher
 
 KEY = ("m", "t")
@@ -98,3 +100,21 @@ def test_measured_batches_train_the_fit_from_the_second_run_of_a_shape() -> None
     assert report["samples"] == 4 and report["coefficients"] is not None  # the first measured one is discarded
     assert [(b["items"], b["longest"]) for b in report["recent_batches"]] == [(1, 16), (2, 16), (4, 16), (8, 16),
                                                                                  (16, 16)]
+
+
+def test_a_measured_batch_runs_in_the_probes_own_thread_under_the_batch_deadline() -> None:
+    # The caller's allocator arena holds what unmeasured batches freed: a batch measured there peaks by that history.
+    memory = BatchMemory(budget_bytes=1 << 40)
+    ran: list[tuple[str, bool]] = []
+
+    def compute(positions: list[int]) -> list[Any]:
+        ran.append((threading.current_thread().name, compute_deadline.passed()))
+        return [None] * len(positions)
+
+    with compute_deadline.computing_until(0.0):  # long past
+        for _ in range(2):  # the shape's first run is not measured, the second is
+            memory.run(KEY, [16, 16], compute)
+    here = threading.current_thread().name
+    assert ran[0] == (here, True)
+    assert ran[1][0] != here and ran[1][0].startswith("measured") and ran[1][1] is True
+    assert memory.report(KEY)["last_batch"] is not None
