@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import pytest
 
@@ -17,6 +16,7 @@ from models_registry.broker.layer import HostingChannelLayer
 from models_registry.broker.stream_handoff import Opening
 from models_registry.core.errors import Overloaded
 from models_registry.policy import rate_limits
+from tests import admitting
 
 CHANNEL = messages.model_channel("m")
 LIMITS = rate_limits.Limits(requests_per_minute=1)
@@ -26,15 +26,7 @@ LIMITS = rate_limits.Limits(requests_per_minute=1)
 def runs(layer: HostingChannelLayer, monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool, bool]]:
     """Every run of the enqueue script, as (charged, admitted, sent): the streams open on layer."""
     monkeypatch.setattr(stream_handoff, "work_layer", lambda: layer)
-    seen: list[tuple[bool, bool, bool]] = []
-    original = enqueue.run
-
-    async def run(conn: Any, plan: Any, places: Any = None, send: Any = None) -> tuple[int, int]:
-        seen.append((plan is not None, places is not None, send is not None))
-        return await original(conn, plan, places, send)
-
-    monkeypatch.setattr(enqueue, "run", run)
-    return seen
+    return admitting.record_runs(monkeypatch)
 
 
 async def answer(layer: HostingChannelLayer, count: int) -> list[str]:

@@ -128,23 +128,28 @@ class PathTrace:
         return [m for i, m in enumerate(self.modules) if i == 0 or self.modules[i - 1] != m]
 
 
-async def _worker(layer: Any, model: str, stop: asyncio.Event) -> None:
-    """Answers every request on model's channel as a worker does: leased pull, one send_replies with places."""
+async def _worker(layer: Any, model: str, stop: asyncio.Event, streamed: bool = False) -> None:
+    """Answers every request on model's channel as a worker does: a leased pull, then for each request one
+    send_replies with its places and lease; a streamed one (streamed) gets its token events first."""
     channel = messages.model_channel(model)
     while not stop.is_set():
         pulled = await layer.pull(channel, "w1", 16)
         if not pulled:
             await asyncio.sleep(0.002)
             continue
-        replies, places, leases = [], [], []
         for lease, request in pulled:
             count = len(request["inputs"])
-            replies.append((request["reply"], messages.WorkResult(
-                id=request["id"], outputs=LABELS * count, batch_size=count, worker="w1").to_wire()))
-            places.append(admission.Places(admission.pending_key(layer, request["model"], request["task"]),
-                                           request["id"], count))
-            leases.append((channel, lease))
-        await layer.send_replies(replies, "w1", leases, places)
+            outputs = LABELS * count
+            if streamed:
+                event = {"index": 1, "token": {"id": 1, "text": "hi", "logprob": 0.0, "special": False},
+                         "generated_text": "hi", "details": {"finish_reason": "length", "generated_tokens": 1}}
+                await layer.send_replies([(request["reply"],
+                                           messages.TokenEvents(request["id"], 0, [event], "w1").to_wire())])
+                outputs = [{"generated_text": "hi"}]
+            result = messages.WorkResult(id=request["id"], outputs=outputs, batch_size=count, worker="w1")
+            places = admission.Places(admission.pending_key(layer, request["model"], request["task"]), request["id"],
+                                      count)
+            await layer.send_replies([(request["reply"], result.to_wire())], "w1", [(channel, lease)], [places])
 
 
 async def _post(handler: ApiASGIHandler, path: str, body: bytes, token: str | None = None) -> tuple[int, bytes]:
@@ -249,25 +254,6 @@ async def test_the_trace_sees_a_return() -> None:
     assert trace.returns == ["models_registry.broker.queue_state"]
 
 
-async def _stream_worker(layer: Any, model: str, stop: asyncio.Event) -> None:
-    """Answers every streamed request on model's channel as a generating worker does: its events, then its result."""
-    channel = messages.model_channel(model)
-    while not stop.is_set():
-        pulled = await layer.pull(channel, "w1", 16)
-        if not pulled:
-            await asyncio.sleep(0.002)
-            continue
-        for lease, request in pulled:
-            event = {"index": 1, "token": {"id": 1, "text": "hi", "logprob": 0.0, "special": False},
-                     "generated_text": "hi", "details": {"finish_reason": "length", "generated_tokens": 1}}
-            await layer.send_replies([(request["reply"], messages.TokenEvents(request["id"], 0, [event], "w1").to_wire())])
-            await layer.send_replies(
-                [(request["reply"], messages.WorkResult(id=request["id"], outputs=[{"generated_text": "hi"}],
-                                                        batch_size=1, worker="w1").to_wire())],
-                "w1", [(channel, lease)],
-                [admission.Places(admission.pending_key(layer, request["model"], request["task"]), request["id"], 1)])
-
-
 async def test_a_streamed_requests_path(
         broker: str, make_model: Callable[..., RegisteredModel], heartbeat: Callable[..., Any], settings: Any) -> None:
     settings.HOSTING_REQUIRE_API_TOKEN = settings.HOSTING_RATE_LIMITS = False
@@ -277,7 +263,7 @@ async def test_a_streamed_requests_path(
     await sync_to_async(heartbeat)({"gen": {"state": "ready", "error": "", "device": "cpu",
                                             "tasks": ["text-generation"]}})
     layer, stop = work_layer(), asyncio.Event()
-    worker = asyncio.ensure_future(_stream_worker(layer, "gen", stop))
+    worker = asyncio.ensure_future(_worker(layer, "gen", stop, streamed=True))
     body = b'{"inputs": "say", "stream": true}'
     try:
         handler = ApiASGIHandler()

@@ -16,9 +16,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from models_registry.broker import admission, enqueue, messages
+from models_registry.broker import admission, messages
 from models_registry.models import ApiToken, RegisteredModel
 from models_registry.policy import auth, dispatch, gate
+from tests import admitting
 from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
@@ -40,15 +41,7 @@ def gpt(make_model: Callable[..., RegisteredModel], monkeypatch: pytest.MonkeyPa
 @pytest.fixture
 def runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool, bool]]:
     """Every run of the enqueue script, as (charged, admitted, sent)."""
-    seen: list[tuple[bool, bool, bool]] = []
-    original = enqueue.run
-
-    async def run(conn: Any, plan: Any, places: Any = None, send: Any = None) -> tuple[int, int]:
-        seen.append((plan is not None, places is not None, send is not None))
-        return await original(conn, plan, places, send)
-
-    monkeypatch.setattr(enqueue, "run", run)
-    return seen
+    return admitting.record_runs(monkeypatch)
 
 
 @pytest.fixture
