@@ -21,7 +21,7 @@ from models_registry.api.inference_route import Work
 from models_registry.api.views import api_view
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.conf import conf
-from models_registry.core.errors import HostingError, NotFound, Unavailable
+from models_registry.core.errors import HostingError, ModelDisabled, NotFound
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 TASK_LABEL = "tokenize"  # the metrics' task label: no pipeline task runs
@@ -50,7 +50,7 @@ class TokenizeRoute:
                       task: TaskSpec) -> Work:
         """No worker: the answer is made here, once the token's limits let it through (its tokens are charged)."""
         if not spec.enabled:
-            raise Unavailable(f"model {spec.name!r} is disabled")
+            raise ModelDisabled(spec.name)
 
         async def here() -> InferenceResult:
             tokens = await _tokenize(spec, wanted)

@@ -75,6 +75,13 @@ class Unavailable(HostingError):
     error_type, status = "unavailable", 503
 
 
+class ModelDisabled(Unavailable):
+    """An operator disabled the model (the admin's enabled box): 503, whatever else would answer."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"model {model!r} is disabled")
+
+
 class Timeout(HostingError):
     """No result within the task's timeout_s."""
 

@@ -8,7 +8,7 @@ from typing import Any
 from models_registry.broker import handoff
 from models_registry.broker.enqueue import ChargePlan
 from models_registry.core import sources
-from models_registry.core.errors import HostingError, Unavailable
+from models_registry.core.errors import HostingError, ModelDisabled, Unavailable
 from models_registry.core.model_state import ModelState, servable
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import shadow
@@ -25,7 +25,7 @@ def serving_rate(spec: ModelSpec, task_name: str, wire: str, workers: lookups.Wo
     wire: the version's wire name (catalog.rollout); empty: the version that answers the model.
     """
     if not spec.enabled:
-        raise Unavailable(f"model {spec.name!r} is disabled")
+        raise ModelDisabled(spec.name)
     state = workers.model_states.get(wire or spec.name)
     if state is None:
         raise Unavailable(f"no live worker serves model {spec.name!r}")

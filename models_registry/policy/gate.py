@@ -21,7 +21,7 @@ from models_registry.broker import deferred, enqueue, stream_handoff
 from models_registry.broker.handoff import InferenceResult
 from models_registry.broker.stream_handoff import Opening, Stream
 from models_registry.core.conf import conf
-from models_registry.core.errors import HostingError, Unavailable
+from models_registry.core.errors import HostingError, ModelDisabled
 from models_registry.observe import metrics
 from models_registry.policy import dispatch, priority, rate_limits, response_cache
 from models_registry.policy.auth import TokenGrant
@@ -201,7 +201,7 @@ async def serve(
     layer = get_channel_layer()
     conn = layer.connection(0)
     if not spec.enabled:  # before the cache: a disabled model answers nothing, cached or not
-        raise Unavailable(f"model {spec.name!r} is disabled")
+        raise ModelDisabled(spec.name)
     merged = {**task.parameters, **parameters}
     key = response_cache.cache_key(layer.prefix, spec, task, parameters, inputs,
                                    grant.token_id if grant else None) if task.cache_ttl_s else None

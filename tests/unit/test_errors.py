@@ -107,3 +107,11 @@ def test_from_wire_gives_a_fresh_error_each_time() -> None:
     first = from_wire("overloaded", "full")
     first.headers["Retry-After"] = "1"
     assert from_wire("overloaded", "full").headers == {}
+
+
+def test_a_disabled_model_is_one_error_with_one_message() -> None:
+    from models_registry.core.errors import ModelDisabled
+
+    error = ModelDisabled("mini")
+    assert isinstance(error, Unavailable) and (error.status, error.error_type) == (503, "unavailable")
+    assert error.message == "model 'mini' is disabled"
