@@ -8,6 +8,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from tests import source_tree
+
 APP = Path(__file__).resolve().parents[2] / "models_registry"
 MAX_MODULE_LINES = 300  # a module over this is asking to be split
 # Basenames Django itself asks for in more than one place.
@@ -57,7 +59,7 @@ def test_no_hidden_arguments_on_the_request_path() -> None:
     """The gate, the hand-off and the token check take what they need as arguments: no ContextVar carries it."""
     for relative in ("policy/gate.py", "policy/auth.py", "policy/dispatch.py", "broker/handoff.py",
                      "broker/enqueue.py", "api/inference_route.py"):
-        tree = ast.parse((APP / relative).read_text())
+        tree = source_tree.parse(APP / relative)
         names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
         names |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
         assert "ContextVar" not in names, relative

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import source_tree
+
 APP = Path(__file__).resolve().parents[2] / "models_registry"
 # Bottom first; a package may import its own modules and any package below it. models (Django's, a package
 # since it was split) sits below catalog, whose snapshots read it, and above tasks, whose shapes validate it.
@@ -22,7 +24,7 @@ RANK = {name: rank for rank, name in enumerate(LAYERS)}
 def imported_packages(path: Path) -> set[tuple[str, int]]:
     """(package of ours, line) for every import of models_registry.<package> in path, lazy ones included."""
     found: set[tuple[str, int]] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(source_tree.parse(path)):
         modules: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             modules = [node.module]
@@ -61,7 +63,7 @@ def test_no_package_imports_a_package_above_it() -> None:
 def test_core_imports_no_django_http(tmp_path: Path) -> None:
     """core is what every package needs: no package of ours and no Django HTTP layer."""
     for path in (APP / "core").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(source_tree.parse(path)):
             if isinstance(node, ast.ImportFrom) and node.module:
                 assert not node.module.startswith(("django.http", "models_registry.")), f"{path.name}: {node.module}"
 
@@ -69,7 +71,7 @@ def test_core_imports_no_django_http(tmp_path: Path) -> None:
 def model_library_imports(path: Path) -> list[str]:
     """Every import of a model library in path, lazy ones included, as 'module:line'."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(source_tree.parse(path)):
         names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
@@ -93,7 +95,7 @@ def test_no_relative_imports() -> None:
     """A relative import would slip past the layer check; the app spells every import out."""
     wrong = [f"{path.relative_to(APP.parent)}:{node.lineno}"
              for path in sorted(APP.rglob("*.py"))
-             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             for node in ast.walk(source_tree.parse(path))
              if isinstance(node, ast.ImportFrom) and node.level > 0]
     assert wrong == []
 
@@ -110,7 +112,7 @@ def test_the_checks_see_model_libraries_and_relative_imports(tmp_path: Path) -> 
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    import torch.cuda\n    from . import sibling\n")
     assert model_library_imports(bad) == ["torch.cuda:2"]
-    assert any(isinstance(n, ast.ImportFrom) and n.level == 1 for n in ast.walk(ast.parse(bad.read_text())))
+    assert any(isinstance(n, ast.ImportFrom) and n.level == 1 for n in ast.walk(source_tree.parse(bad)))
 
 
 def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
