@@ -55,8 +55,8 @@ def exchange(address: tuple[str, int], head: bytes, body_bytes: int = 0, timeout
             except (BrokenPipeError, ConnectionResetError):
                 break
         conn.settimeout(timeout_s)
-        try:
-            while b"\r\n\r\n" not in answer:
+        try:  # the whole answer: its head, then as much body as its Content-Length says (it may come apart)
+            while b"\r\n\r\n" not in answer or len(answer.partition(b"\r\n\r\n")[2]) < _length(answer):
                 more = conn.recv(65536)
                 if not more:
                     break
@@ -65,6 +65,15 @@ def exchange(address: tuple[str, int], head: bytes, body_bytes: int = 0, timeout
             pass
     status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
     return status, answer, sent
+
+
+def _length(answer: bytes) -> int:
+    """The Content-Length an answer's head states (0 when its head is not all in, or states none)."""
+    head = answer.partition(b"\r\n\r\n")[0].lower()
+    for line in head.split(b"\r\n"):
+        if line.startswith(b"content-length:"):
+            return int(line.split(b":", 1)[1])
+    return 0
 
 
 def test_headers_over_the_limit_are_answered_431(server: tuple[str, int]) -> None:
