@@ -75,10 +75,10 @@ def body_limit(path: str) -> int:
     return settings.HOSTING_MAX_BODY_BYTES
 
 
-def declared_length(call: ApiCall) -> int | None:
-    """The request's Content-Length, if it sent a well-formed one."""
+def declared_length(content_length: str | None) -> int | None:
+    """A request's Content-Length header as a number, if it sent a well-formed one."""
     try:
-        return int(call.content_length) if call.content_length is not None else None
+        return int(content_length) if content_length is not None else None
     except ValueError:
         return None
 
@@ -135,7 +135,7 @@ class ApiASGIHandler(ASGIHandler):
             refused.close()
             return
         limit = body_limit(call.path)
-        declared = declared_length(call)
+        declared = declared_length(call.content_length)
         refused = await upfront.refusal(call)  # from the headers: before any of the body is read
         if refused is not None:
             no_body = declared == 0 or (declared is None and not call.chunked)

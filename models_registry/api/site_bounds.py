@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from models_registry.api.call import from_scope, header, request_id_from
+from models_registry.api.call import header, request_id_from
 from models_registry.api.error_answers import error_response
 from models_registry.api.front_door import DRAIN_BYTES, body_limit, declared_length, drain
 from models_registry.core.errors import HostingError, NotFound, TooLarge
@@ -69,7 +69,7 @@ def bounded(app: App) -> App:
             await app(scope, receive, send)
             return
         limit = body_limit(scope["path"])
-        declared = declared_length(from_scope(scope))
+        declared = declared_length(header(scope, b"content-length"))
         if declared is not None and declared > limit:
             heard = declared <= limit + DRAIN_BYTES and await drain(receive, declared)
             await send_error(send, scope, TooLarge(f"request body is {declared} bytes; the limit is {limit}"),

@@ -94,13 +94,10 @@ class ChargePlan:
     """
 
     keys: list[str]  # the token's usage windows: minute, day, month
-    args: list[int]  # rpm, tpm, tpd (-1 = none), estimated tokens, minute ttl, day ttl, month ttl
+    limits: list[int]  # requests per minute, tokens per minute, tokens per day (-1 = none)
+    tokens: int  # the input tokens to charge (the web's estimate)
+    ttls: list[int]  # how long each window's key lives: minute, day, month
     outcome: tuple[int, int, list[int]] | None = None  # (status, refused limit, [r/min, t/min, t/day]) once run
-
-    @property
-    def tokens(self) -> int:
-        """The input tokens charged (the web's estimate)."""
-        return self.args[3]
 
 
 class ChargeRefused(Exception):
@@ -138,7 +135,7 @@ async def run(conn: Any, plan: ChargePlan | None, admission: Admission | None = 
     args: list[Any] = ["1" if plan else "0", "1" if admission else "0", "1" if send else "0"]
     if plan is not None:
         keys += plan.keys
-        args += plan.args
+        args += [*plan.limits, plan.tokens, *plan.ttls]
     if admission is not None:
         keys.append(admission.pending_key)
         args += [repr(admission.now), admission.limit, repr(admission.deadline), len(admission.members),

@@ -60,13 +60,12 @@ def queue_full(model: str, task: str, depth: int, limit: int, wait: int, priorit
 
 
 async def enqueue_request(layer: WorkLayer, model: str, task: str, channel: str, message: dict[str, Any],
-                          places: enqueue.Admission, count: int, max_queue_size: int, drain_rate: float, priority: str,
-                          plan: enqueue.ChargePlan | None,
-                          reply: tuple[str, asyncio.Future[Any], Any] | None = None) -> None:
-    """Charge (plan), admit and send to channel in one round trip (a unary request's or a stream's);
+                          places: enqueue.Admission, drain_rate: float, priority: str, plan: enqueue.ChargePlan | None,
+                          reply: tuple[str, asyncio.Future[Any] | asyncio.Queue[Any], Any] | None = None) -> None:
+    """Charge (plan), admit (places) and send to channel in one round trip (a unary request's or a stream's);
     Overloaded (with Retry-After), ChargeRefused or Unavailable when not.
 
-    reply: (reply channel, future, reader) for the layer to resolve with the worker's answer.
+    reply: (reply channel, a future or a stream's queue, reader) for the layer to hand the worker's answer.
     """
     try:
         status, depth = await asyncio.wait_for(
@@ -74,10 +73,10 @@ async def enqueue_request(layer: WorkLayer, model: str, task: str, channel: str,
     except Exception as error:
         raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
     if status == enqueue.QUEUE_FULL:
-        wait = retry_after_s(depth + count, drain_rate)
+        wait = retry_after_s(depth + len(places.members), drain_rate)
         if priority != "batch":  # refused at the task's own limit (batch traffic's is lower)
-            queue_state.note_full(model, task, depth, max_queue_size, wait)
-        raise queue_full(model, task, depth, max_queue_size, wait, priority)
+            queue_state.note_full(model, task, depth, places.limit, wait)
+        raise queue_full(model, task, depth, places.limit, wait, priority)
     if status == enqueue.CHANNEL_FULL:
         deferred.writes.leave(layer, places.pending_key, places.members)  # admitted on a sharded ring
         raise Overloaded("the inference channel is full; retry later", headers={"Retry-After": "1"})
@@ -131,8 +130,8 @@ async def infer(
     admitted = False
     try:
         # The token's charge (from the policy gate), admission and the send: one round trip.
-        await enqueue_request(layer, model, task, channel, message, places, count, max_queue_size, drain_rate,
-                              priority, charge, (reply_channel, receiver, messages.WorkResult.from_wire))
+        await enqueue_request(layer, model, task, channel, message, places, drain_rate, priority, charge,
+                              (reply_channel, receiver, messages.WorkResult.from_wire))
         admitted = True
 
         async def still_queued() -> bool:

@@ -242,12 +242,6 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         if waiter is not None and waiter[0] is future:
             del self._replies[channel]
 
-    def expect_stream(self, channel: str) -> asyncio.Queue[dict[str, Any]]:
-        """A queue receiving every message sent to channel, in arrival order, until forget_reply."""
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._await_on(channel, queue, None)
-        return queue
-
     def forget_reply(self, channel: str) -> None:
         """Stop waiting on channel (answered, timed out or cancelled)."""
         self._replies.pop(channel, None)

@@ -128,8 +128,8 @@ async def _start(layer: WorkLayer, opening: Opening, charge: enqueue.ChargePlan 
     channel = messages.model_channel(model)
     places = admission.places(layer, model, task, key, 1, deadline, max_queue_size)
     try:  # the layer listens on the reply channel before the request goes out
-        await handoff.enqueue_request(layer, model, task, channel, message, places, 1, max_queue_size, drain_rate,
-                                      priority, charge, (reply, stream.queue, messages.read_reply))
+        await handoff.enqueue_request(layer, model, task, channel, message, places, drain_rate, priority, charge,
+                                      (reply, stream.queue, messages.read_reply))
     except (Overloaded, enqueue.ChargeRefused):  # refused whole: it holds no place
         layer.forget_reply(reply)
         raise

@@ -33,14 +33,15 @@ class WorkLayer(Protocol):
     async def send(self, channel: str, message: dict[str, Any]) -> None:
         """Send one message (raises ChannelFull at capacity); a work channel also wakes a worker."""
 
-    async def enqueue(self, channel: str, message: dict[str, Any], admission: Any, plan: Any) -> tuple[int, int]:
-        """Charge (plan), admit and send a work message in one round trip: (broker.enqueue status, depth)."""
+    async def enqueue(self, channel: str, message: dict[str, Any], admission: Any, plan: Any, *, batch: bool = False,
+                      reply: Any = None) -> tuple[int, int]:
+        """Charge (plan), admit and send a work message in one round trip: (broker.enqueue status, depth).
+
+        reply: (reply channel, a future or a stream's queue, how to read a reply) to hand the worker's answers to.
+        """
 
     def expect_reply(self, channel: str) -> asyncio.Future[dict[str, Any]]:
         """A future resolved with the next message sent to channel."""
-
-    def expect_stream(self, channel: str) -> asyncio.Queue[dict[str, Any]]:
-        """A queue receiving every message sent to channel until forget_reply (streamed tokens)."""
 
     def forget_reply(self, channel: str) -> None:
         """Stop waiting on channel (answered, timed out or cancelled)."""

@@ -49,10 +49,9 @@ Send = Callable[[tuple[str, int], "enqueue.ChargePlan | None"], Awaitable[T]]
 
 
 @dataclass
-class StreamPass:
-    """A request let through (streamed or not): its priority class, the limit headers, and its charge to settle."""
+class Admitted:
+    """A request the token's limits let through: their headers, and its charge to settle."""
 
-    klass: str
     headers: dict[str, str]
     settle: Callable[[int], None]  # the input tokens it really used (0 when refused or failed)
     metered: TokenGrant | None = None  # the token charged (None: no charge), counted once the request is recorded
@@ -69,23 +68,31 @@ class Streams:
     metered: TokenGrant | None = None  # the token charged, counted once the streams ended
 
 
-def _pass(layer: Any, klass: str, grant: TokenGrant | None, charge: rate_limits.Charge | None) -> StreamPass:
+def _pass(layer: Any, grant: TokenGrant | None, charge: rate_limits.Charge | None) -> Admitted:
     def settle(tokens: int) -> None:
         """Correct the charge to the tokens used, in the next shared pipeline (broker.deferred)."""
         if charge is not None:
             deferred.writes.settle(layer, charge.keys, tokens - charge.tokens)
 
-    return StreamPass(klass, dict(charge.headers) if charge else {}, settle, grant if charge is not None else None)
+    return Admitted(dict(charge.headers) if charge else {}, settle, grant if charge is not None else None)
 
 
-def _count_unrecorded(admitted: StreamPass) -> None:
+def _place(grant: TokenGrant | None, asked_priority: str | None, task: TaskSpec | None = None) -> tuple[str, int]:
+    """The request's priority class and queue limit (policy.priority.place); no task: nothing is queued (limit 0)."""
+    token_priority = grant.priority if grant else priority.INTERACTIVE
+    if task is None:
+        return priority.resolve(token_priority, asked_priority), 0
+    return priority.place(token_priority, asked_priority, task.policy.max_queue_size, task.max_batch_queue_size)
+
+
+def _count_unrecorded(admitted: Admitted) -> None:
     """Count a charged request that no answer records (an upload, or one that failed after a charge of its own)."""
     if admitted.metered is not None:
         metrics.observe_token(admitted.metered.name, admitted.metered.token_id, 0)
 
 
 async def _charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], inputs: list[Any], task: str | None,
-                   parameters: dict[str, Any] | None, send: Send[T]) -> tuple[T, StreamPass]:
+                   parameters: dict[str, Any] | None, send: Send[T]) -> tuple[T, Admitted]:
     """send(place, plan) with the token's charge made in the hand-off's own script (one round trip for both).
 
     place: the request's priority class and queue limit (policy.priority.place). The charge
@@ -94,13 +101,13 @@ async def _charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int],
     request's real tokens are known.
     """
     if grant is None or not conf.RATE_LIMITS:
-        return await send(place, None), _pass(layer, place[0], None, None)
+        return await send(place, None), _pass(layer, None, None)
     result, charge = await rate_limits.charged(layer, grant, inputs, task, parameters, partial(send, place))
-    return result, _pass(layer, place[0], grant, charge)
+    return result, _pass(layer, grant, charge)
 
 
 async def _send_charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], inputs: list[Any], task: str,
-                        parameters: dict[str, Any], send: Send[InferenceResult]) -> tuple[InferenceResult, StreamPass]:
+                        parameters: dict[str, Any], send: Send[InferenceResult]) -> tuple[InferenceResult, Admitted]:
     """send(place, plan), charged in its own script, and the charge settled to the tokens its answer used."""
     result, admitted = await _charged(layer, grant, place, inputs, task, parameters, send)
     admitted.settle(result.tokens)
@@ -108,7 +115,7 @@ async def _send_charged(layer: Any, grant: TokenGrant | None, place: tuple[str, 
 
 
 async def _charge(layer: Any, grant: TokenGrant | None, place: tuple[str, int], inputs: list[Any],
-                  task: str | None = None, parameters: dict[str, Any] | None = None) -> StreamPass:
+                  task: str | None = None, parameters: dict[str, Any] | None = None) -> Admitted:
     """The request's charge alone, by the enqueue script's charge part (nothing admitted or sent; 429 when spent).
 
     task and parameters (defaults merged): the estimate charges what the model will compute.
@@ -127,13 +134,13 @@ async def _charge(layer: Any, grant: TokenGrant | None, place: tuple[str, int], 
         raise
     except Exception as error:
         logger.warning("rate limits not checked: the broker did not answer (%s)", type(error).__name__)
-        return _pass(layer, place[0], None, None)
+        return _pass(layer, None, None)
     return admitted
 
 
-async def charge_only(*, grant: TokenGrant | None, inputs: list[Any]) -> StreamPass:
+async def charge_only(*, grant: TokenGrant | None, inputs: list[Any]) -> Admitted:
     """The token's limits for a request no worker computes (an upload): one request and its inputs' tokens."""
-    admitted = await _charge(get_channel_layer(), grant, (grant.priority if grant else priority.INTERACTIVE, 0), inputs)
+    admitted = await _charge(get_channel_layer(), grant, _place(grant, None), inputs)
     _count_unrecorded(admitted)  # an upload is no inference request: no answer records it
     return admitted
 
@@ -141,7 +148,7 @@ async def charge_only(*, grant: TokenGrant | None, inputs: list[Any]) -> StreamP
 async def serve_here(*, grant: TokenGrant | None, inputs: list[Any],
                      compute: Callable[[], Awaitable[InferenceResult]]) -> Served:
     """The token's limits around an answer the web computes itself (/tokenize): metered like a model route."""
-    admitted = await _charge(get_channel_layer(), grant, (grant.priority if grant else priority.INTERACTIVE, 0), inputs)
+    admitted = await _charge(get_channel_layer(), grant, _place(grant, None), inputs)
     try:
         result = await compute()
     except BaseException:
@@ -169,8 +176,7 @@ async def open_streams(*, grant: TokenGrant | None, asked_priority: str | None, 
             openings, plan, model=wire, task=task.name, timeout_s=task.timeout_s, drain_rate=drain_rate,
             max_queue_size=place[1], priority=place[0], client=str(grant.token_id) if grant is not None else "")
 
-    place = priority.place(grant.priority if grant else priority.INTERACTIVE, asked_priority,
-                           task.policy.max_queue_size, task.max_batch_queue_size)
+    place = _place(grant, asked_priority, task)
     merged = {**task.parameters, **parameters}
     streams, admitted = await _charged(get_channel_layer(), grant, place, inputs, task.task, merged, send)
     return Streams(streams, admitted.headers, version, admitted.settle, admitted.metered)
@@ -205,8 +211,7 @@ async def serve(
     merged = {**task.parameters, **parameters}
     key = response_cache.cache_key(layer.prefix, spec, task, parameters, inputs,
                                    grant.token_id if grant else None) if task.cache_ttl_s else None
-    place = priority.place(grant.priority if grant else priority.INTERACTIVE, asked_priority,
-                           task.policy.max_queue_size, task.max_batch_queue_size)
+    place = _place(grant, asked_priority, task)
     if key is None:  # no cache to ask first: the charge rides in the hand-off's script
         result, admitted = await _send_charged(layer, grant, place, inputs, task.task, merged, send)
         return Served(result, admitted.headers, admitted.metered)

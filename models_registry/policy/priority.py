@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from models_registry.core.errors import Forbidden, InvalidInput
 
 INTERACTIVE = "interactive"

@@ -126,18 +126,12 @@ def check_size(limits: Limits, tokens: int) -> None:
                            f"{name} limit of {limit}: send fewer or shorter inputs per request")
 
 
-_TOKENS = 3  # where a plan's args hold its estimated tokens
-
-
 def plan(prefix: str, token_id: int, limits: Limits, tokens: int, now: float) -> enqueue.ChargePlan:
     """The charge of one request of tokens input tokens, to run in broker.enqueue's script."""
     check_size(limits, tokens)
-    return enqueue.ChargePlan(keys=usage_keys(prefix, token_id, now), args=[
-        -1 if limits.requests_per_minute is None else limits.requests_per_minute,
-        -1 if limits.tokens_per_minute is None else limits.tokens_per_minute,
-        -1 if limits.tokens_per_day is None else limits.tokens_per_day,
-        tokens, 2 * MINUTE_S, 2 * DAY_S, MONTH_TTL_S,
-    ])
+    windows = (limits.requests_per_minute, limits.tokens_per_minute, limits.tokens_per_day)
+    return enqueue.ChargePlan(keys=usage_keys(prefix, token_id, now), limits=[-1 if w is None else w for w in windows],
+                              tokens=tokens, ttls=[2 * MINUTE_S, 2 * DAY_S, MONTH_TTL_S])
 
 
 def outcome(charge_plan: enqueue.ChargePlan, limits: Limits, now: float) -> Charge:
@@ -161,8 +155,7 @@ def outcome(charge_plan: enqueue.ChargePlan, limits: Limits, now: float) -> Char
         limit, spent, reset_s = min(windows.values(), key=lambda w: (w[0] - w[1]) / w[0])
         headers = _header_set(limit, spent, reset_s)
     # A request refused later in the same script (queue or channel full) was counted, its tokens were not.
-    return Charge(keys=charge_plan.keys, tokens=charge_plan.args[_TOKENS] if status == enqueue.DONE else 0,
-                  headers=headers)
+    return Charge(keys=charge_plan.keys, tokens=charge_plan.tokens if status == enqueue.DONE else 0, headers=headers)
 
 
 async def charged(layer: Any, grant: TokenGrant, inputs: list[Any], task: str | None, parameters: dict[str, Any] | None,

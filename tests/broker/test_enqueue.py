@@ -68,7 +68,7 @@ async def test_a_refusal_marks_the_queue_known_full_and_an_admission_clears_it(l
 
     async def send(key: str, count: int, limit: int, priority: str = "interactive") -> None:
         await handoff.enqueue_request(layer, "m", "t", WORK, {"id": key}, places(layer, key, count, limit=limit),
-                                      count, limit, 0.0, priority, None)
+                                      0.0, priority, None)
 
     queue_state.reset()
     await send("a", 2, limit=2)
