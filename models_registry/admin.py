@@ -6,12 +6,9 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import F
-from django.http import HttpRequest, HttpResponse
-from django.urls import path
-from django.utils.html import format_html
+from django.http import HttpRequest
 
-from models_registry.api import sample_input_form
-from models_registry.api.sample_request import run_test_input
+from models_registry.api.sample_input_form import TestInputPage
 from models_registry.api.version_admin import ModelVersionInline, VersionActions
 from models_registry.core.model_state import ModelState, best_report
 from models_registry.models import ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
@@ -53,7 +50,7 @@ def _best_state(entry: dict[str, Any] | None) -> str:
 
 
 @admin.register(RegisteredModel)
-class RegisteredModelAdmin(VersionActions, PlacementColumns, admin.ModelAdmin):
+class RegisteredModelAdmin(TestInputPage, VersionActions, PlacementColumns, admin.ModelAdmin):
     """Models with live state from worker heartbeats."""
 
     inlines = [ModelTaskInline, ModelVersionInline]
@@ -63,6 +60,7 @@ class RegisteredModelAdmin(VersionActions, PlacementColumns, admin.ModelAdmin):
     list_display = ("name", "short_source", "version", "live_state", "loaded_on", "memory", "queue_depth", "throughput",
                     "task_names", "runtime")
     readonly_fields = ("version", "live_backend", "test_input")
+    state_of = staticmethod(lambda name: _best_state(_live_states().get(name)))  # the test input's worker check
     search_fields = ("name", "source")
     actions = ["enable", "disable", "load_now", "run_test_input", "promote", "rollback"]
 
@@ -72,6 +70,11 @@ class RegisteredModelAdmin(VersionActions, PlacementColumns, admin.ModelAdmin):
         version = version_changes.record(form.instance)
         if version is not None and version.number > 1:
             self.message_user(request, f"version {version.number} made: it goes live once warm on every worker.")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The test-input link for those who may run it; what the model computes for those who may make versions."""
+        return [*self.test_input_fields(request, super().get_readonly_fields(request, obj)),
+                *self.version_readonly_fields(request, obj)]
 
     def get_queryset(self, request: HttpRequest) -> Any:
         """Tasks in one query for the whole page."""
@@ -87,24 +90,6 @@ class RegisteredModelAdmin(VersionActions, PlacementColumns, admin.ModelAdmin):
         """Read the heartbeats for the backend the workers chose."""
         self._states = _live_states()
         return super().change_view(request, object_id, form_url, extra_context)
-
-    def get_urls(self) -> list[Any]:
-        """The model's "Run a test input" page (an uploaded image, clip or text file) beside the admin's own."""
-        view = self.admin_site.admin_view(self.test_input_view)
-        return [path("<int:pk>/test-input/", view, name="models_registry_registeredmodel_test_input"),
-                *super().get_urls()]
-
-    def test_input_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """Upload a file and run it through one of the model's tasks on a live worker."""
-        return sample_input_form.view(self, request, pk, lambda name: _best_state(_live_states().get(name)))
-
-    @admin.display(description="test input")
-    def test_input(self, obj: RegisteredModel) -> str:
-        """A link to the page that runs an uploaded file through the model."""
-        if obj.pk is None:
-            return "-"
-        return format_html('<a href="{}">Run a test input (upload an image, audio or text file)</a>',
-                           f"../../{obj.pk}/test-input/")
 
     @admin.display(description="backend in use")
     def live_backend(self, obj: RegisteredModel) -> str:
@@ -149,33 +134,23 @@ class RegisteredModelAdmin(VersionActions, PlacementColumns, admin.ModelAdmin):
         """Task names and pipeline tasks."""
         return ", ".join(t.name if t.name == t.task else f"{t.name} ({t.task})" for t in obj.tasks.all())
 
-    @admin.action(description="Load now (every worker reloads them from their source)")
+    @admin.action(description="Load now (every worker reloads them from their source)", permissions=["change"])
     def load_now(self, request: HttpRequest, queryset: Any) -> None:
         """Reload the selected models on every worker: new weights at the same source, or a retry after an error."""
         count = queryset.update(load_generation=F("load_generation") + 1)
         self.message_user(request, f"{count} model(s) will be reloaded by the workers within seconds.")
 
-    @admin.action(description="Enable (workers load them within seconds)")
+    @admin.action(description="Enable (workers load them within seconds)", permissions=["change"])
     def enable(self, request: HttpRequest, queryset: Any) -> None:
         """Enable the selected models."""
         count = queryset.update(enabled=True)
         self.message_user(request, f"{count} model(s) enabled.")
 
-    @admin.action(description="Disable (workers unload them within seconds)")
+    @admin.action(description="Disable (workers unload them within seconds)", permissions=["change"])
     def disable(self, request: HttpRequest, queryset: Any) -> None:
         """Disable the selected models."""
         count = queryset.update(enabled=False)
         self.message_user(request, f"{count} model(s) disabled.")
-
-    @admin.action(description="Run a test input through the real worker")
-    def run_test_input(self, request: HttpRequest, queryset: Any) -> None:
-        """Send each task of the selected models a sample input and show what came back."""
-        states = _live_states()
-        for model in queryset:
-            for task in model.tasks.all():
-                ok, message = run_test_input(task, _best_state(states.get(model.name)))
-                self.message_user(request, message, messages.SUCCESS if ok else messages.ERROR)
-
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
@@ -239,7 +214,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
             messages.warning(request, f"New API token for {obj.name} (shown only now): {raw}")
         super().save_model(request, obj, form, change)
 
-    @admin.action(description="Revoke selected tokens")
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: Any) -> None:
         """Revoke the selected tokens."""
         count = queryset.update(revoked=True)

@@ -10,6 +10,7 @@ from django.http import HttpRequest
 
 from models_registry.core.errors import InvalidInput
 from models_registry.models import ModelVersion
+from models_registry.models.registered import MANAGE_VERSIONS
 from models_registry.policy.shadow import read_sums
 from models_registry.catalog import version_changes
 from models_registry.catalog.rollout import SHADOW
@@ -54,23 +55,37 @@ def _shadow_sums(model: str, version: int) -> str:
             f"mean {sums['mean_ms']:.1f} ms, {int(sums['errors'])} failed")
 
 
+# What a model computes: an edit of these makes a new version, so it needs the version permission too.
+COMPUTE_FIELDS = ("source", "revision", "dtype", "backend")
+
+
 class VersionActions:
-    """Promote and roll back, as `register_model NAME --promote / --rollback` do."""
+    """Promote and roll back, as `register_model NAME --promote / --rollback` do (models_registry.manage_versions)."""
 
     message_user: Any
+    opts: Any
+
+    def has_manage_versions_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Promote, roll back, or change what a stored model computes."""
+        return request.user.has_perm(f"{self.opts.app_label}.{MANAGE_VERSIONS}")
+
+    def version_readonly_fields(self, request: HttpRequest, obj: Any) -> tuple[str, ...]:
+        """What a stored model computes stays read-only for a user who may change it but not make versions."""
+        return COMPUTE_FIELDS if obj is not None and not self.has_manage_versions_permission(request) else ()
 
     @admin.display(description="version")
     def version(self, obj: Any) -> str:
         """The live version, a switch in progress, the candidate."""
         return version_summary(obj)
 
-    @admin.action(description="Promote the canary or shadow version (live once warm)")
+    @admin.action(description="Promote the canary or shadow version (live once warm)", permissions=[MANAGE_VERSIONS])
     def promote(self, request: HttpRequest, queryset: Any) -> None:
         """Make each selected model's candidate live."""
         for model in queryset:
             self._report(request, model.name, lambda name: f"promoted v{version_changes.promote(name)}")
 
-    @admin.action(description="Roll back (drop the candidate, or return to the previous live version)")
+    @admin.action(description="Roll back (drop the candidate, or return to the previous live version)",
+                  permissions=[MANAGE_VERSIONS])
     def rollback(self, request: HttpRequest, queryset: Any) -> None:
         """Roll each selected model back."""
         for model in queryset:

@@ -85,7 +85,11 @@ class BatchJobAdmin(ReadOnlyAdmin):
         """Download of the error file."""
         return _download(job.error_file, "errors")
 
-    @admin.action(description="Cancel the selected batches")
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        """The rows are read-only here, yet Django's change permission on batch jobs lets a user cancel them."""
+        return request.user.has_perm(f"{self.opts.app_label}.change_batchjob")
+
+    @admin.action(description="Cancel the selected batches", permissions=["cancel"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[BatchJob]) -> None:
         """Running batches stop within seconds; the others are left as they are."""
         count = queryset.filter(status__in=("validating", "in_progress")).update(

@@ -20,6 +20,9 @@ CACHEABLE_TASKS = ("feature-extraction", "fill-mask", "text-classification", "to
                    "audio-classification", "automatic-speech-recognition")
 
 
+RUN_TEST_INPUT = "run_test_input"  # the admin's test input: inference without an API token
+MANAGE_VERSIONS = "manage_versions"  # promote, roll back, and edits that make a new version
+
 VERSION_FIELDS = ("live_version", "target_version", "previous_version", "candidate_version", "candidate_mode",
                   "candidate_percent", "candidate_sticky")
 
@@ -68,6 +71,11 @@ class RegisteredModel(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # Beside Django's add/change/delete/view (the admin checks each on the server: admin.py).
+        permissions = [
+            (RUN_TEST_INPUT, "Can run a test input through the model's workers"),
+            (MANAGE_VERSIONS, "Can promote and roll back versions, and change what the model computes"),
+        ]
 
     def __str__(self) -> str:
         return self.name
