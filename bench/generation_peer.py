@@ -54,18 +54,24 @@ def install_serve() -> tuple[Path | None, str]:
     return venv / "bin" / "python", ""
 
 
-def start_serve(model_dir: Path, threads: int, log_dir: Path) -> tuple[subprocess.Popen[bytes] | None, Server | None,
-                                                                          str]:
-    """`transformers serve --continuous-batching` on loopback, or why not."""
-    python, why = install_serve()
+def start_serve(model_dir: Path, threads: int, log_dir: Path, device: str = "cpu", python: Path | None = None,
+                extra: list[str] | None = None,
+                blocks: int = CB_BLOCKS) -> tuple[subprocess.Popen[bytes] | None, Server | None, str]:
+    """`transformers serve --continuous-batching` on loopback, or why not.
+
+    python: one that already imports its extras (an offline GPU machine); else its own venv is made.
+    """
     if python is None:
-        return None, None, why
+        python, why = install_serve()
+        if python is None:
+            return None, None, why
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
     log = open(log_dir / "transformers-serve.log", "ab")  # noqa: SIM115 - open while the server runs
     process = subprocess.Popen([str(python), "-m", "transformers.cli.transformers", "serve", str(model_dir),
                                 "--continuous-batching", "--host", "127.0.0.1", "--port", str(port), "--device",
-                                "cpu", "--cb-block-size", "32", "--cb-num-blocks", str(CB_BLOCKS)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                device, "--cb-block-size", "32", "--cb-num-blocks", str(blocks), *(extra or [])],
+                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 180
     while time.time() < deadline:
         if process.poll() is not None:

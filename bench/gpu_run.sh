@@ -2,6 +2,8 @@
 # On the GPU machine (no package index): install the wheels bench/gpu_wheels.sh prepared into
 # DIR/site (no index, no dependencies resolved: every pin is there) and run the benchmark.
 #   sh bench/gpu_run.sh [DIR] [python -m bench.gpu ARGS...]
+# BENCH_MODULE=bench.gpu_generation runs the generation bench instead (its transformers serve extras: wheels
+# that bench/gpu_wheels.sh puts in DIR-gen, installed into DIR-gen/site and put on PYTHONPATH here).
 set -eu
 dest=${1:-wheels/gpu}
 [ "$#" -gt 0 ] && shift
@@ -12,5 +14,9 @@ if [ ! -f "$dest/site/.installed" ]; then
     touch "$dest/site/.installed"
 fi
 export PYTHONPATH="$PWD/$dest/site${PYTHONPATH:+:$PYTHONPATH}"
+if [ -d "$dest-gen" ]; then
+    [ -f "$dest-gen/site/.installed" ] || { "$python" -m pip install --quiet --no-index --no-deps --target "$dest-gen/site" "$dest-gen"/*.whl && touch "$dest-gen/site/.installed"; }
+    export PYTHONPATH="$PYTHONPATH:$PWD/$dest-gen/site" HOSTING_BENCH_EXTRA_SITE="$PWD/$dest-gen/site"
+fi
 export HOSTING_BENCH_TOKENIZER_DIR="$PWD/$dest/tokenizer"
-exec "$python" -m bench.gpu "$@"
+exec "$python" -m "${BENCH_MODULE:-bench.gpu}" "$@"

@@ -29,4 +29,10 @@ for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_to
     if (source / name).is_file():
         shutil.copy(source / name, Path(sys.argv[1]) / name)
 PY
-du -sh "$dest"
+# transformers serve's extras for bench.gpu_generation (torch, transformers and uvicorn come from above).
+mkdir -p "$dest-gen"
+"$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --abi cp312 --abi abi3 --abi none --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform any -d "$dest-gen" -r requirements-bench-generation.txt \
+    openai==3.54.0 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1 importlib-metadata==10.2.0 zipp==4.1.2
+du -sh "$dest" "$dest-gen"
