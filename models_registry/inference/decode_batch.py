@@ -31,6 +31,7 @@ from transformers import (
 
 from models_registry.core.errors import InvalidInput
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
+from models_registry.inference.kv_rows import growing
 from models_registry.inference.streaming import TokenSink, _Decoder, _eos_ids, _LogProbs, _Sequence, chat_prompt
 from models_registry.inference.task_common import max_positions
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
@@ -188,7 +189,9 @@ class DecodeBatch:
 
     def _join(self, row: Row, cache: DynamicCache) -> None:
         if self.cache is None or self.mask is None:
-            self.cache, self.mask = cache, torch.ones((1, row.cached), dtype=torch.long, device=self.model.device)
+            # Written in place from now on (inference.kv_rows): a step appends a column, it copies no cache.
+            self.cache = growing(cache)
+            self.mask = torch.ones((1, row.cached), dtype=torch.long, device=self.model.device)
             self.rows = [row]
             return
         width, own = self.mask.shape[1], row.cached
