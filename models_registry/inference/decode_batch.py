@@ -32,6 +32,7 @@ from transformers import (
 from models_registry.core.errors import InvalidInput
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
 from models_registry.inference.kv_rows import growing
+from models_registry.inference.prefix_cache import PrefixCache
 from models_registry.inference.streaming import TokenSink, _Decoder, _eos_ids, _LogProbs, _Sequence, chat_prompt
 from models_registry.inference.task_common import max_positions
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
@@ -97,6 +98,7 @@ class DecodeBatch:
         self.mask: torch.Tensor | None = None  # [rows, columns]: 1 for a real token, 0 for padding
         self.eos = _eos_ids(self.model, self.tokenizer)
         self.limit = max_positions(self.model, self.tokenizer)
+        self.prefixes = PrefixCache()  # shared prompt heads (a service's system prompt) are prefilled once
 
     def bytes_per_token(self) -> int:
         """KV-cache bytes one token of one row takes (keys and values of every layer)."""
@@ -136,8 +138,7 @@ class DecodeBatch:
     def prefill(self, row: Row) -> bool:
         """Run the prompt, emit the first token; the row joins unless already done (True when it joined)."""
         with torch.inference_mode():
-            ids = torch.tensor([row.ids], device=self.model.device)
-            out = self.model(input_ids=ids, use_cache=True)
+            out = self._prompt_forward(row.ids)
             row.history = list(row.ids)
             self._emit(row, out.logits[0, -1])
             row.cached = len(row.ids)
@@ -145,6 +146,21 @@ class DecodeBatch:
                 return False
             self._join(row, out.past_key_values)
         return True
+
+    def _prompt_forward(self, ids: list[int]) -> Any:
+        """One prompt's forward, from the longest kept head of it when there is one (prefix cache); keeps its head."""
+        device = self.model.device
+        hit = self.prefixes.lookup(ids)
+        if hit is None:
+            out = self.model(input_ids=torch.tensor([ids], device=device), use_cache=True)
+        else:
+            cache = DynamicCache(config=self.model.config)
+            for index, (keys, values) in enumerate(hit.layers):
+                cache.update(keys, values, index)  # onto an empty layer: a copy, the kept head stays as it is
+            out = self.model(input_ids=torch.tensor([ids[hit.tokens:]], device=device), past_key_values=cache,
+                             use_cache=True)
+        self.prefixes.store(ids, [(layer.keys, layer.values) for layer in out.past_key_values.layers])
+        return out
 
     def step(self) -> list[Row]:
         """One token for every running row; the rows that finished (already cut out)."""
