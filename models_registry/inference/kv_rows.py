@@ -24,47 +24,53 @@ class GrowingLayer(DynamicLayer):
     def __init__(self, **kwargs: object) -> None:
         self._key_buffer: torch.Tensor | None = None
         self._value_buffer: torch.Tensor | None = None
-        self._length = 0
+        # One length each: a join assigns new keys, then builds the new values from the old ones.
+        self._key_length = 0
+        self._value_length = 0
         super().__init__(**kwargs)
 
     @property  # type: ignore[override]
     def keys(self) -> torch.Tensor | None:
         """The filled part of the key buffer: [rows, heads, length, head_dim]."""
-        return None if self._key_buffer is None else self._key_buffer[:, :, :self._length]
+        return None if self._key_buffer is None else self._key_buffer[:, :, :self._key_length]
 
     @keys.setter
     def keys(self, tensor: torch.Tensor | None) -> None:
         self._key_buffer = None if tensor is None else _with_room(tensor, tensor.shape[-2])
-        self._length = 0 if tensor is None else tensor.shape[-2]
+        self._key_length = 0 if tensor is None else tensor.shape[-2]
 
     @property  # type: ignore[override]
     def values(self) -> torch.Tensor | None:
         """The filled part of the value buffer."""
-        return None if self._value_buffer is None else self._value_buffer[:, :, :self._length]
+        return None if self._value_buffer is None else self._value_buffer[:, :, :self._value_length]
 
     @values.setter
     def values(self, tensor: torch.Tensor | None) -> None:
         self._value_buffer = None if tensor is None else _with_room(tensor, tensor.shape[-2])
+        self._value_length = 0 if tensor is None else tensor.shape[-2]
 
     def room(self) -> int:
         """Columns that can still be written before the buffers are reallocated."""
-        return 0 if self._key_buffer is None else self._key_buffer.shape[-2] - self._length
+        if self._key_buffer is None or self._value_buffer is None:
+            return 0
+        return min(self._key_buffer.shape[-2] - self._key_length, self._value_buffer.shape[-2] - self._value_length)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object,
                **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the new columns in place (reallocating with room when full); the filled views."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        if self._key_buffer is None or self._value_buffer is None or self._length == 0:
+        if self._key_buffer is None or self._value_buffer is None or self._key_length == 0:
             self.keys, self.values = key_states, value_states
             return self.keys, self.values  # type: ignore[return-value]
-        end = self._length + key_states.shape[-2]
-        if end > self._key_buffer.shape[-2]:
-            self._key_buffer = _with_room(self._key_buffer[:, :, :self._length], end)
-            self._value_buffer = _with_room(self._value_buffer[:, :, :self._length], end)
-        self._key_buffer[:, :, self._length:end] = key_states
-        self._value_buffer[:, :, self._length:end] = value_states
-        self._length = end
+        length = self._key_length
+        end = length + key_states.shape[-2]
+        if end > min(self._key_buffer.shape[-2], self._value_buffer.shape[-2]):
+            self._key_buffer = _with_room(self._key_buffer[:, :, :length], end)
+            self._value_buffer = _with_room(self._value_buffer[:, :, :length], end)
+        self._key_buffer[:, :, length:end] = key_states
+        self._value_buffer[:, :, length:end] = value_states
+        self._key_length = self._value_length = end
         return self.keys, self.values  # type: ignore[return-value]
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:

@@ -62,3 +62,43 @@ def test_rows_assigned_whole_are_adopted_with_room(gpt2: object) -> None:
     layer.keys, layer.values = kept, layer.values.index_select(0, torch.tensor([0, 2]))[:, :, 1:]
     assert torch.equal(layer.keys, kept) and layer.room() >= kv_rows.MIN_ROOM
     assert layer.get_seq_length() == kept.shape[-2]
+
+
+def test_a_longer_row_joins_as_decode_batch_joins_it(gpt2: object) -> None:
+    """Keys are assigned first, then the values are built from the old ones: each keeps its own length."""
+    _, cache = decode(gpt2, grow=True, steps=2)
+    layer = cache.layers[0]
+    width = layer.keys.shape[-2]
+    longer = torch.ones((1, layer.keys.shape[1], width + 5, layer.keys.shape[-1]))
+    pad = torch.nn.functional.pad
+    layer.keys = torch.cat([pad(layer.keys, (0, 0, 5, 0)), longer], dim=0)
+    assert layer.values.shape[-2] == width  # not the new keys' length
+    layer.values = torch.cat([pad(layer.values, (0, 0, 5, 0)), longer], dim=0)
+    assert layer.keys.shape == layer.values.shape == (4, longer.shape[1], width + 5, longer.shape[-1])
+    with torch.inference_mode():
+        keys, values = layer.update(longer[:, :, :1].repeat(4, 1, 1, 1), longer[:, :, :1].repeat(4, 1, 1, 1))
+    assert keys.shape[-2] == values.shape[-2] == width + 6
+
+
+def test_rows_of_different_lengths_joining_in_turn_decode_as_generate_alone(tmp_path: Path) -> None:
+    """A short prompt, then a longer one joins (the cache widens), then a short one: greedy tokens equal generate()'s."""
+    from transformers import pipeline
+
+    from models_registry.inference.decode_batch import DecodeBatch
+
+    pipe = pipeline("text-generation", model=str(model_factory.build_tiny_gpt2(tmp_path / "g", positions=256)))
+    batch = DecodeBatch(pipe)
+    prompts = ["a b", "the quick brown fox jumps over the lazy dog and then some more words", "x"]
+    rows = []
+    with torch.inference_mode():
+        for n, prompt in enumerate(prompts):
+            row = batch.prepare(f"r{n}", prompt, {"max_new_tokens": 12, "do_sample": False}, None)
+            assert batch.prefill(row)
+            rows.append(row)
+            batch.step()
+        while batch.rows:
+            batch.step()
+        for row, prompt in zip(rows, prompts):
+            ids = pipe.tokenizer(prompt, return_tensors="pt")["input_ids"]
+            alone = pipe.model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=pipe.tokenizer.eos_token_id)
+            assert row.sequence.ids == alone[0, ids.shape[1]:].tolist(), prompt
