@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import F
 from django.http import HttpRequest
 
 from models_registry.api.sample_input_form import TestInputPage
@@ -134,11 +133,12 @@ class RegisteredModelAdmin(TestInputPage, VersionActions, PlacementColumns, admi
         """Task names and pipeline tasks."""
         return ", ".join(t.name if t.name == t.task else f"{t.name} ({t.task})" for t in obj.tasks.all())
 
-    @admin.action(description="Load now (every worker reloads them from their source)", permissions=["change"])
+    @admin.action(description="Load now (a fresh copy loads beside the live one, then takes over)",
+                  permissions=["change"])
     def load_now(self, request: HttpRequest, queryset: Any) -> None:
-        """Reload the selected models on every worker: new weights at the same source, or a retry after an error."""
-        count = queryset.update(load_generation=F("load_generation") + 1)
-        self.message_user(request, f"{count} model(s) will be reloaded by the workers within seconds.")
+        """Reload the selected models with no outage: new weights at the same source, or a retry after an error."""
+        for model in queryset:
+            self.message_user(request, f"{model.name}: {version_changes.reload(model.name)}.")
 
     @admin.action(description="Enable (workers load them within seconds)", permissions=["change"])
     def enable(self, request: HttpRequest, queryset: Any) -> None:

@@ -22,8 +22,14 @@ class ModelVersionInline(admin.TabularInline):
     model = ModelVersion
     extra = 0
     can_delete = False
-    fields = readonly_fields = ("number", "source", "revision", "dtype", "backend", "created_at", "live_since")
+    fields = readonly_fields = ("number", "source", "revision", "dtype", "backend", "made_by", "created_at",
+                                "live_since")
     ordering = ("-number",)
+
+    @admin.display(description="made by")
+    def made_by(self, obj: ModelVersion) -> str:
+        """A registration, or the admin's Load now (a fresh copy of another version)."""
+        return f"Load now (a copy of v{obj.reload_of})" if obj.reload_of else "registration"
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """Versions come from registrations, not from this form."""

@@ -111,6 +111,42 @@ def rollback(name: str) -> str:
         return done
 
 
+def reload(name: str) -> str:
+    """"Load now" without an outage: a fresh copy of what will be live becomes the target. What was done.
+
+    The copy (a new version number, what it computes unchanged) loads beside the live one on
+    every worker holding the model and takes over once warm on all of them, as any new
+    version does; the replaced copy is unloaded once its requests are answered. A canary or
+    shadow candidate is copied afresh too. A model without versions (made straight in the
+    database) reloads in place: its load generation is bumped, and it answers 503 while it loads.
+    """
+    with transaction.atomic():
+        model = _locked(name)
+        if not model.enabled:
+            return "disabled: nothing to reload (it loads when enabled)"
+        if not model.live_version:
+            RegisteredModel.objects.filter(pk=model.pk).update(load_generation=F("load_generation") + 1)
+            return "will be reloaded in place (no versions: 503 while it loads)"
+        base = model.target_version or model.live_version
+        model.target_version = _copy(model, base).number
+        done = f"v{model.target_version} (a fresh copy of v{base}) loads beside v{model.live_version}"
+        if model.candidate_version:
+            old = model.candidate_version
+            model.candidate_version = _copy(model, old).number
+            done += f"; the {model.candidate_mode} v{old} is copied afresh as v{model.candidate_version}"
+        _store(model)
+        return done + "; it will be reloaded with no outage: live once warm on every worker"
+
+
+def _copy(model: RegisteredModel, number: int) -> ModelVersion:
+    """A new version computing what version number does."""
+    source = model.versions.get(number=number)
+    latest = model.versions.order_by("-number").values_list("number", flat=True).first() or 0
+    return ModelVersion.objects.create(model=model, number=latest + 1, source=source.source,
+                                       revision=source.revision, dtype=source.dtype, backend=source.backend,
+                                       reload_of=number)
+
+
 def _locked(name: str) -> RegisteredModel:
     model = RegisteredModel.objects.select_for_update().filter(name=name).first()
     if model is None:

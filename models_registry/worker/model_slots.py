@@ -228,8 +228,13 @@ class ModelSlots:
         started = time.time()
         try:
             loaded, added = await loop.run_in_executor(self._loader, self._load_measured, spec)
-            # In the compute thread, where its batches will run (the measured ones in the probe's thread, as theirs).
-            await self.in_compute(lambda: memory_warmup.warm_up(self.memory, self.runner, spec, loaded))
+            # In the compute thread, where its batches will run (the measured ones in the probe's thread, as theirs),
+            # one shape at a time: the live models' batches run between them. A fresh copy of a model held
+            # already (Load now) starts from that one's fits instead.
+            memory_warmup.inherit_fits(self.memory, spec, [slot.spec for slot in self.ready()])
+            for step in memory_warmup.steps(self.memory, self.runner, spec, loaded):
+                if not await self.in_compute(step):
+                    break
         except Exception as error:
             logger.exception("loading model %s from %s failed", name, spec.source)
             slot = self.slots.get(name)

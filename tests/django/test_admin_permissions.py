@@ -164,13 +164,14 @@ def test_each_permission_set_takes_exactly_the_actions_it_allows(
         offered = f'<option value="{action}">' in html
         assert offered == allowed(role, action), f"{role}: {action} offered={offered}"
 
-    generation = on.load_generation
+    fresh = make_model("fresh")
+    version_changes.record(fresh)
     assert _act(client, CHANGELIST, "disable", on.pk) in (200, 302, 403)
     assert RegisteredModel.objects.get(pk=on.pk).enabled is not allowed(role, "disable")
     _act(client, CHANGELIST, "enable", off.pk)
     assert RegisteredModel.objects.get(pk=off.pk).enabled is allowed(role, "enable")
-    _act(client, CHANGELIST, "load_now", on.pk)
-    assert (RegisteredModel.objects.get(pk=on.pk).load_generation > generation) is allowed(role, "load_now")
+    _act(client, CHANGELIST, "load_now", fresh.pk)  # a fresh copy of v1 becomes the target
+    assert (RegisteredModel.objects.get(pk=fresh.pk).target_version == 2) is allowed(role, "load_now")
 
     _act(client, CHANGELIST, "promote", versioned.pk)
     promoted = RegisteredModel.objects.get(pk=versioned.pk)

@@ -7,82 +7,21 @@ version answered; every answer must be a 200 whose X-Model-Version agrees with i
 from __future__ import annotations
 
 import datetime as dt
-import http.client
-import json
 import re
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from tests import model_factory
+from tests.integration.closed_loop import Load, Sample
 from tests.stack import Stack, http_json, wait_until
 
 MODEL = "versioned"
-CLIENTS = 8
 WORKERS = 2  # a version goes live once warm on every worker serving the model
 NARROW, WIDE = 32, 48
-
-
-@dataclass
-class Sample:
-    """One answer: when, its status, its vector's length, the version it names, its latency."""
-
-    at: float
-    status: int
-    length: int
-    version: int
-    latency_s: float
-
-
-@dataclass
-class Load:
-    """CLIENTS closed-loop clients, each sending the next request when its answer arrives."""
-
-    port: int
-    token: str
-    samples: list[Sample] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    threads: list[threading.Thread] = field(default_factory=list)
-
-    def start(self) -> None:
-        for index in range(CLIENTS):
-            thread = threading.Thread(target=self._client, args=(index,), daemon=True)
-            thread.start()
-            self.threads.append(thread)
-
-    def _client(self, index: int) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        body = json.dumps({"inputs": f"client {index} asks for a vector"}).encode()
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
-        while not self.stop.is_set():
-            started = time.perf_counter()
-            try:
-                conn.request("POST", f"/models/{MODEL}", body=body, headers=headers)
-                response = conn.getresponse()
-                raw = response.read()
-                status, version = response.status, int(response.getheader("X-Model-Version") or 0)
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-                status, version, raw = 0, 0, b""
-            length = len(json.loads(raw)) if status == 200 else 0
-            with self.lock:
-                self.samples.append(Sample(time.time(), status, length, version, time.perf_counter() - started))
-
-    def since(self, at: float) -> list[Sample]:
-        with self.lock:
-            return [s for s in self.samples if s.at >= at]
-
-    def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +102,7 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         versioned_stack: Stack, encoders: dict[int, Path]) -> None:
     stack = versioned_stack
     worker = stack.workers[0].pid
-    load = Load(stack.web[0][1], stack.tokens["all"])
+    load = Load(stack.web[0][1], stack.tokens["all"], MODEL)
     one_version_mib = rss_mib(worker)  # one worker's: each holds every version
     load.start()
     try:
