@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from models_registry.api.sample_input_form import TestInputPage
-from models_registry.api.version_admin import ModelVersionInline, VersionActions
+from models_registry.api.version_admin import ModelVersionInline, VersionActions, VersionedModelForm
 from models_registry.core.model_state import ModelState, best_report
 from models_registry.models import ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
 from models_registry.observe import traffic_window
@@ -53,6 +53,7 @@ class RegisteredModelAdmin(TestInputPage, VersionActions, PlacementColumns, admi
     """Models with live state from worker heartbeats."""
 
     inlines = [ModelTaskInline, ModelVersionInline]
+    form = VersionedModelForm  # the confirmation a change of output shape needs
     # Fits a 1440 px window beside the admin's side bar: no filter column (the state says "disabled"),
     # keep_loaded shown with the placement, device, dtype and backend in one column (the backend's
     # reason is on the change page).
@@ -66,7 +67,8 @@ class RegisteredModelAdmin(TestInputPage, VersionActions, PlacementColumns, admi
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """After the model and its tasks: a change of what it computes makes a new version (live once warm)."""
         super().save_related(request, form, formsets, change)
-        version = version_changes.record(form.instance)
+        version = version_changes.record(form.instance,
+                                         allow_shape_change=bool(form.cleaned_data.get("allow_shape_change")))
         if version is not None and version.number > 1:
             self.message_user(request, f"version {version.number} made: it goes live once warm on every worker.")
 

@@ -25,6 +25,7 @@ from models_registry.core.model_state import ModelState
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
 from models_registry.observe.load_stats import LoadStats
+from models_registry.catalog import output_shape
 from models_registry.catalog.rollout import split_wire
 from models_registry.catalog.specs import ModelSpec
 from models_registry.worker.batcher import Batcher
@@ -218,7 +219,9 @@ class ModelSlots:
         """Load (in the loader thread) and measure the resident bytes the model added, then warm up its batches."""
         with self.memory.lock:  # between batches: a batch's transient memory is not the model's
             before = self.memory.probe.resting()
+        output_shape.check(spec)  # a version whose answers look unlike live's is refused (before its weights load)
         loaded = self.runner.load(spec)
+        output_shape.check(spec)  # a hub model's config is at hand now
         with self.memory.lock:
             added = max(0, self.memory.probe.resting() - before)
         return loaded, added
@@ -240,7 +243,8 @@ class ModelSlots:
             slot = self.slots.get(name)
             if slot is not None and slot.spec is spec:
                 slot.state = ModelState.ERROR
-                slot.error = f"loading {spec.source!r} failed: {type(error).__name__}: {error}"[:2000]
+                slot.error = (str(error) if isinstance(error, output_shape.ShapeRefused)
+                              else f"loading {spec.source!r} failed: {type(error).__name__}: {error}")[:2000]
             self.on_change()
             return
         slot = self.slots.get(name)

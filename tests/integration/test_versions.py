@@ -113,14 +113,17 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         # 1. A source change: v2 loads beside v1 and takes over in one step.
         before = load.since(steady)
         registering = time.time()
-        registered = register(stack, *source_args(encoders[WIDE]))
+        registered = register(stack, *source_args(encoders[WIDE]), "--allow-shape-change")
         switched = wait_all(load, WIDE, registered, "the switch to v2")
         during = [s for s in load.since(registering) if s.at <= switched + 1]
         print(f"\nregistration (commit) to the switch: {switched - registered:.2f} s; "
               f"before: {summary(before)}; during the switch: {summary(during)}")
 
-        # 2. A 25% canary (v3, narrow): its share of 400 answers.
-        canary_at = register(stack, *source_args(encoders[NARROW]), "--canary", "25")
+        # 2. A 25% canary (v3, narrow): refused while its vectors' size differs from live's, unless allowed;
+        # then its share of 400 answers.
+        with pytest.raises(RuntimeError, match="v3 answers 32-float vectors where live v2 answers 48-float vectors"):
+            stack.manage("register_model", MODEL, *source_args(encoders[NARROW]), "--canary", "25")
+        canary_at = register(stack, *source_args(encoders[NARROW]), "--canary", "25", "--allow-shape-change")
         wait_until(lambda: any(s.length == NARROW for s in load.since(canary_at)), 60, "the canary answering")
         counted = time.time()
         two_versions_mib = rss_mib(worker)
@@ -146,9 +149,16 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         print(f"--rollback (commit) to the switch: {done - rolled:.2f} s")
 
         # 5. A 100% shadow (v4, narrow): answers stay v2's, the distance is recorded.
-        shadowed = register(stack, *source_args(encoders[NARROW]), "--shadow", "100")
+        shadowed = register(stack, *source_args(encoders[NARROW]), "--shadow", "100", "--allow-shape-change")
         wait_until(lambda: shadow_count(stack.url) >= 20, 60, "shadow comparisons recorded")
         assert all(s.length == WIDE for s in load.since(shadowed))
+
+        # 6. Two more rollbacks: the shadow is dropped, then back to v1 (live before v2), never forward to v3.
+        register(stack, "--rollback")
+        rolled = register(stack, "--rollback")
+        done = wait_all(load, NARROW, rolled, "the rollback to v1")
+        time.sleep(1.0)
+        assert {s.version for s in load.since(done)} == {1}
         loaded_for = load.since(0)[-1].at - load.since(0)[0].at
     finally:
         load.close()

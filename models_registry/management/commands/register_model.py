@@ -59,6 +59,9 @@ class Command(BaseCommand):
         rollout.add_argument("--reload", action="store_true",
                              help="the admin's Load now: a fresh copy loads beside the live one and takes over once warm")
         parser.add_argument("--sticky", action="store_true", help="split the canary per API token, not per request")
+        parser.add_argument("--allow-shape-change", action="store_true",
+                            help="register a version whose answers look unlike live's (another vector size, "
+                                 "other labels); refused without it")
         state = parser.add_mutually_exclusive_group()
         state.add_argument("--disabled", action="store_true", help="disable it (workers unload it)")
         state.add_argument("--enabled", action="store_true", help="enable it again (the default for a new model)")
@@ -109,7 +112,11 @@ class Command(BaseCommand):
                 except json.JSONDecodeError as error:
                     raise CommandError(f"--parameters is not valid JSON: {error}") from None
             self._save(task)
-            version = version_changes.record(model, mode, percent, options["sticky"])
+            try:
+                version = version_changes.record(model, mode, percent, options["sticky"],
+                                                 allow_shape_change=options["allow_shape_change"])
+            except InvalidInput as error:  # nothing of this registration is kept
+                raise CommandError(error.message) from None
         made = ""
         if version is not None and version.number > 1:  # a first registration prints as it always did
             made = f"; version {version.number}" + (f" ({mode} {percent}%)" if mode else "")
