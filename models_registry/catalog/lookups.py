@@ -116,6 +116,7 @@ class _Cached:
 
     def reset(self) -> None:
         self.loaded_at = float("-inf")
+        self.lock = None  # a test's next event loop makes its own (a lock once waited on is bound to its loop)
 
 
 _specs = _Cached(read_specs)
