@@ -5,6 +5,9 @@ route (`/models/<name>[/<task>]`) whose task this process saw refused at its lim
 moment ago (broker.queue_state) is answered `503 overloaded` with the refusal's
 Retry-After, once its token is known to be valid and allowed for the model. Anything
 else (no mark, another route, a token that is not cached as valid) goes the normal way.
+The broker refuses a version's queue by its wire name ("emb.v2"): a versioned model is
+looked up by the version answering it (with versions, the marks under the model's own name
+were never found, and every 503 of a burst took the full path).
 """
 
 from __future__ import annotations
@@ -21,6 +24,21 @@ from models_registry.core import paths
 from models_registry.core.errors import HostingError
 from models_registry.policy import auth
 from models_registry.catalog import lookups
+from models_registry.catalog.rollout import CANARY, wire_name
+from models_registry.catalog.specs import ModelSpec
+
+
+async def _known_full(spec: ModelSpec, task: str) -> queue_state.Full | None:
+    """The mark of the queue the request would join: the answering version's (marks are by wire name, as the
+    broker refuses them), and a canary's too when it has one: refused here only when every one is full."""
+    if not spec.version:
+        return queue_state.known_full(spec.name, task)
+    workers = await lookups.get_workers()
+    wires = [lookups.answering(spec, workers)]
+    if spec.rollout.mode == CANARY and spec.rollout.candidate:
+        wires.append(wire_name(spec.name, spec.rollout.candidate))
+    marks = [queue_state.known_full(wire, task) for wire in wires]
+    return marks[0] if all(marks) else None
 
 
 async def refusal(call: ApiCall) -> HttpResponse | None:
@@ -32,12 +50,11 @@ async def refusal(call: ApiCall) -> HttpResponse | None:
         return None
     started = time.perf_counter()
     model, task = route
-    if task is None:
-        spec = (await lookups.get_specs()).get(model)
-        if spec is None:
-            return None
-        task = spec.default_task
-    mark = queue_state.known_full(model, task)
+    spec = (await lookups.get_specs()).get(model)
+    if spec is None:
+        return None
+    task = task or spec.default_task
+    mark = await _known_full(spec, task)
     if mark is None:
         return None
     try:  # a stranger learns nothing of the queue: the normal path answers 401/403

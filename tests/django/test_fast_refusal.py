@@ -106,3 +106,21 @@ async def test_the_mark_expires_and_an_admitted_request_clears_it(full_queue: st
     queue_state.note_full("emb", TASK, 2, 2, 1)
     queue_state.note_admitted("emb", TASK)
     assert queue_state.known_full("emb", TASK) is None
+
+
+async def test_a_versioned_models_full_queue_is_refused_from_its_versions_mark(
+        make_model: Callable[..., RegisteredModel], make_token: Callable[..., str], heartbeat: Callable[..., Any]) -> None:
+    """Issue 35: every model registered by register_model or the admin has versions; the broker marks "emb.v1"
+    full, and the fast path looked for "emb": each 503 of a burst read its body and asked Redis."""
+    from models_registry.catalog import version_changes
+
+    model = await sync_to_async(make_model)("emb", task=TASK, max_queue_size=2, timeout_s=0.3)
+    await sync_to_async(version_changes.record)(model)
+    await sync_to_async(heartbeat)({"emb.v1": {"state": "ready"}})
+    token = await sync_to_async(make_token)("t", [model])
+    await admit(get_channel_layer(), "emb.v1", TASK, "other-client", 2, time.time() + 60, 2)
+    first = Exchange(token)
+    assert (await first.run())[0] == 503 and first.reads >= 1
+    second = Exchange(token)
+    status, headers, body = await second.run()
+    assert status == 503 and body["error_type"] == "overloaded" and second.reads == 0
