@@ -197,18 +197,18 @@ def test_a_failed_version_shows_as_failed_in_the_api_and_the_admin(
 
 @pytest.mark.django_db(transaction=True)
 def test_the_admin_asks_for_a_confirmation_of_a_shape_change(admin_client: Client, sources: dict[str, str]) -> None:
-    from tests.django.test_admin_permissions import _Form
+    from tests.integration.admin_session import _FormFields
 
     register(sources["narrow"])
     url = f"{CHANGELIST}{model().pk}/change/"
-    form = _Form()
+    form = _FormFields()
     form.feed(admin_client.get(url).content.decode())
-    assert "allow_shape_change" in form.data or 'name="allow_shape_change"' in admin_client.get(url).content.decode()
-    refused = admin_client.post(url, {**form.data, "source": sources["wide"]})
+    assert 'name="allow_shape_change"' in admin_client.get(url).content.decode()
+    refused = admin_client.post(url, {**form.fields, "source": sources["wide"]})
     assert refused.status_code == 200  # the form again, with the refusal
     assert "v2 answers 48-float vectors where live v1 answers 32-float vectors" in refused.content.decode()
     assert model().source == sources["narrow"] and model().target_version == 0
-    allowed = admin_client.post(url, {**form.data, "source": sources["wide"], "allow_shape_change": "on"})
+    allowed = admin_client.post(url, {**form.fields, "source": sources["wide"], "allow_shape_change": "on"})
     assert allowed.status_code == 302
     assert model().target_version == 2 and ModelVersion.objects.get(model__name="enc", number=2).allow_shape_change
 
