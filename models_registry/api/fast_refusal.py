@@ -28,17 +28,21 @@ from models_registry.catalog.rollout import CANARY, wire_name
 from models_registry.catalog.specs import ModelSpec
 
 
-async def _known_full(spec: ModelSpec, task: str) -> queue_state.Full | None:
-    """The mark of the queue the request would join: the answering version's (marks are by wire name, as the
-    broker refuses them), and a canary's too when it has one: refused here only when every one is full."""
+def _known_full(spec: ModelSpec, task: str) -> queue_state.Full | None:
+    """The mark of the queue the request would join: marks are by wire name, as the broker refuses them.
+
+    A versioned model's is its target's or live version's, whichever was refused last (the
+    one answering: the workers' view, a database read when stale, is not asked here, so the
+    503 stays as cheap as /health); with a canary, only when the canary's queue is full too.
+    """
     if not spec.version:
         return queue_state.known_full(spec.name, task)
-    workers = await lookups.get_workers()
-    wires = [lookups.answering(spec, workers)]
-    if spec.rollout.mode == CANARY and spec.rollout.candidate:
-        wires.append(wire_name(spec.name, spec.rollout.candidate))
-    marks = [queue_state.known_full(wire, task) for wire in wires]
-    return marks[0] if all(marks) else None
+    rollout = spec.rollout
+    marks = [queue_state.known_full(wire_name(spec.name, v), task) for v in (rollout.target, rollout.live) if v]
+    mark = next((m for m in marks if m is not None), None)
+    if mark is not None and rollout.mode == CANARY and rollout.candidate:
+        return mark if queue_state.known_full(wire_name(spec.name, rollout.candidate), task) else None
+    return mark
 
 
 async def refusal(call: ApiCall) -> HttpResponse | None:
@@ -54,7 +58,7 @@ async def refusal(call: ApiCall) -> HttpResponse | None:
     if spec is None:
         return None
     task = task or spec.default_task
-    mark = await _known_full(spec, task)
+    mark = _known_full(spec, task)
     if mark is None:
         return None
     try:  # a stranger learns nothing of the queue: the normal path answers 401/403
