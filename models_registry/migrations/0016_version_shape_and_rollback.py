@@ -4,8 +4,12 @@ from django.db import migrations, models
 
 
 def mark_rolled_back(apps, schema_editor):
-    """A version that was live and is newer than the live one was rolled back from: never return to it."""
+    """The history a rollback walks: a version made live by migration 0013 (no live_since) went live when it was
+    made; a version that was live and is newer than the live one was rolled back from: never return to it."""
     versions = apps.get_model("models_registry", "ModelVersion")
+    for version in versions.objects.filter(live_since__isnull=True).select_related("model"):
+        if version.number in (version.model.live_version, version.model.previous_version):
+            versions.objects.filter(pk=version.pk).update(live_since=version.created_at)
     for version in versions.objects.filter(live_since__isnull=False).select_related("model"):
         if version.number > version.model.live_version:
             versions.objects.filter(pk=version.pk).update(rolled_back=True)
