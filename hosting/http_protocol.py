@@ -1,4 +1,5 @@
-"""uvicorn's httptools protocol with deadlines for a request's headers and body, and a connection cap.
+"""uvicorn's httptools protocol with deadlines for a request's headers, its body and its answer's writes, and a
+connection cap.
 
 uvicorn times out idle keep-alive connections only: a client that sends its headers or
 body a byte at a time holds a connection (and its memory) for as long as it likes, and
@@ -15,6 +16,11 @@ the tests do) to close them instead:
 - HOSTING_MAX_HEADER_BYTES: a request line and headers over it are answered 431 and the
   connection closed (httptools itself has no limit: 200 MB of headers were buffered whole).
   Counted as the bytes arrive, so an endless header is cut off at the limit plus one read.
+- HOSTING_WRITE_TIMEOUT_S: a response (a stream above all) whose client takes nothing of
+  what is written for this long, from when the socket's buffers are full (the transport
+  pauses writing), is cut: the connection is aborted (what is buffered dropped), the app
+  hears http.disconnect and its work is cancelled (front_door). A stream whose client never
+  read stayed open with megabytes stuck in the socket, holding a connection slot.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ def body_deadline_s(base_s: float, declared: bytes, path: str) -> float:
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """HttpToolsProtocol that closes connections whose headers or body come too slowly."""
 
-    _limits: tuple[float, float, int, int] | None = None
+    _limits: tuple[float, float, int, int, float] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -56,16 +62,41 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._reading_headers = True  # between a request's first byte and its headers' end
         self._header_bytes = 0  # bytes received while reading this request's headers
         self._headers_refused = False
+        self._write_deadline: asyncio.TimerHandle | None = None
 
     @classmethod
-    def limits(cls) -> tuple[float, float, int, int]:
-        """(header timeout, body timeout, max connections, max header bytes), read once the app has set Django up."""
+    def limits(cls) -> tuple[float, float, int, int, float]:
+        """(header timeout, body timeout, max connections, max header bytes, write timeout), read once Django is set up."""
         if cls._limits is None:
             from django.conf import settings
 
             cls._limits = (settings.HOSTING_HEADER_TIMEOUT_S, settings.HOSTING_BODY_TIMEOUT_S,
-                           settings.HOSTING_MAX_CONNECTIONS, settings.HOSTING_MAX_HEADER_BYTES)
+                           settings.HOSTING_MAX_CONNECTIONS, settings.HOSTING_MAX_HEADER_BYTES,
+                           settings.HOSTING_WRITE_TIMEOUT_S)
         return cls._limits
+
+    def pause_writing(self) -> None:
+        """The client stopped taking what is written: it has HOSTING_WRITE_TIMEOUT_S to take some again."""
+        super().pause_writing()
+        seconds = self.limits()[4]
+        if self._write_deadline is None and seconds > 0:
+            self._write_deadline = self.loop.call_later(seconds, self._write_expired, seconds)
+
+    def resume_writing(self) -> None:
+        """The client took what was buffered: no write deadline until the buffers fill again."""
+        super().resume_writing()
+        self._disarm_write()
+
+    def _disarm_write(self) -> None:
+        if self._write_deadline is not None:
+            self._write_deadline.cancel()
+            self._write_deadline = None
+
+    def _write_expired(self, seconds: float) -> None:
+        self._write_deadline = None
+        if not self.transport.is_closing():
+            logger.info("aborted a connection whose client took nothing written for %.0f s", seconds)
+            self.transport.abort()  # close() would wait for the buffer to flush: the client is not reading
 
     def data_received(self, data: bytes) -> None:
         """Feed the parser; a request whose headers are still coming past the limit is answered 431."""
@@ -102,7 +133,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Refuse a connection over the cap; give the first request's headers their deadline."""
         super().connection_made(transport)
-        header_s, _, max_connections, _ = self.limits()
+        header_s, _, max_connections, _, _ = self.limits()
         if len(self.connections) > max_connections:
             logger.warning("closed a connection: %d open, the limit is %d", len(self.connections), max_connections)
             transport.close()
@@ -136,6 +167,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """Nothing left to time out."""
         self._disarm()
+        self._disarm_write()
         super().connection_lost(exc)
 
     def _arm(self, seconds: float, what: str) -> None:

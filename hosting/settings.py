@@ -230,6 +230,9 @@ HOSTING_PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", ""
 # (plus 1 s per MiB it declares); connections beyond MAX_CONNECTIONS are closed at once.
 HOSTING_HEADER_TIMEOUT_S = float(os.environ.get("HOSTING_HEADER_TIMEOUT_S", "10"))
 HOSTING_BODY_TIMEOUT_S = float(os.environ.get("HOSTING_BODY_TIMEOUT_S", "30"))
+# An answer whose client takes nothing written for this long (its socket's buffers full) is cut and its work
+# cancelled (hosting.http_protocol); 0 = no deadline.
+HOSTING_WRITE_TIMEOUT_S = float(os.environ.get("HOSTING_WRITE_TIMEOUT_S", "30"))
 HOSTING_MAX_CONNECTIONS = int(os.environ.get("HOSTING_MAX_CONNECTIONS", "1000"))
 # A request line and headers over this many bytes are answered 431 (httptools has no limit of its own).
 HOSTING_MAX_HEADER_BYTES = int(os.environ.get("HOSTING_MAX_HEADER_BYTES", 64 * 1024))

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import F
 from django.http import HttpRequest
 
 from models_registry.api.sample_input_form import TestInputPage
-from models_registry.api.version_admin import ModelVersionInline, VersionActions
+from models_registry.api.version_admin import ModelVersionInline, VersionActions, VersionedModelForm
 from models_registry.core.model_state import ModelState, best_report
 from models_registry.models import ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
 from models_registry.observe import traffic_window
@@ -54,6 +53,7 @@ class RegisteredModelAdmin(TestInputPage, VersionActions, PlacementColumns, admi
     """Models with live state from worker heartbeats."""
 
     inlines = [ModelTaskInline, ModelVersionInline]
+    form = VersionedModelForm  # the confirmation a change of output shape needs
     # Fits a 1440 px window beside the admin's side bar: no filter column (the state says "disabled"),
     # keep_loaded shown with the placement, device, dtype and backend in one column (the backend's
     # reason is on the change page).
@@ -67,7 +67,8 @@ class RegisteredModelAdmin(TestInputPage, VersionActions, PlacementColumns, admi
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """After the model and its tasks: a change of what it computes makes a new version (live once warm)."""
         super().save_related(request, form, formsets, change)
-        version = version_changes.record(form.instance)
+        version = version_changes.record(form.instance,
+                                         allow_shape_change=bool(form.cleaned_data.get("allow_shape_change")))
         if version is not None and version.number > 1:
             self.message_user(request, f"version {version.number} made: it goes live once warm on every worker.")
 
@@ -134,11 +135,12 @@ class RegisteredModelAdmin(TestInputPage, VersionActions, PlacementColumns, admi
         """Task names and pipeline tasks."""
         return ", ".join(t.name if t.name == t.task else f"{t.name} ({t.task})" for t in obj.tasks.all())
 
-    @admin.action(description="Load now (every worker reloads them from their source)", permissions=["change"])
+    @admin.action(description="Load now (a fresh copy loads beside the live one, then takes over)",
+                  permissions=["change"])
     def load_now(self, request: HttpRequest, queryset: Any) -> None:
-        """Reload the selected models on every worker: new weights at the same source, or a retry after an error."""
-        count = queryset.update(load_generation=F("load_generation") + 1)
-        self.message_user(request, f"{count} model(s) will be reloaded by the workers within seconds.")
+        """Reload the selected models with no outage: new weights at the same source, or a retry after an error."""
+        for model in queryset:
+            self.message_user(request, f"{model.name}: {version_changes.reload(model.name)}.")
 
     @admin.action(description="Enable (workers load them within seconds)", permissions=["change"])
     def enable(self, request: HttpRequest, queryset: Any) -> None:

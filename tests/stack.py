@@ -258,7 +258,8 @@ class Stack:
         """One ASGI server (processes uvicorn workers) on a free loopback port; its base URL once /health answers."""
         port = port or free_port()
         if server == "daphne":
-            cmd = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "hosting.asgi:application"]
+            # daphne with the bounds uvicorn's guarded protocol holds, as `serve --server daphne` runs it
+            cmd = [PYTHON, "-m", "hosting.daphne_guard", "-b", "127.0.0.1", "-p", str(port), "hosting.asgi:application"]
         else:
             cmd = [PYTHON, "-m", "uvicorn", "hosting.asgi:application", "--host", "127.0.0.1",
                    "--port", str(port), "--no-access-log", "--timeout-keep-alive", "75",

@@ -8,6 +8,7 @@ A token sees only its own files and batches.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,7 +24,7 @@ from models_registry.core.errors import TooLarge
 from models_registry.jobs import files, lines, store
 from models_registry.jobs.shapes import list_object
 from models_registry.jobs.targets import route_check
-from models_registry.policy import auth, file_quota
+from models_registry.policy import auth, file_quota, upload_reservations
 from models_registry.catalog import lookups
 from models_registry.catalog.lookups import fresh_connection
 
@@ -104,13 +105,19 @@ async def _upload(request: HttpRequest) -> HttpResponse:
     check = route_check(await lookups.get_specs(), grant)
     # Not the ORM's thread: checking a big file must not hold up the token lookups.
     upload, summary, ttl = await sync_to_async(_checked_upload, thread_sensitive=False)(request, check)
+    # Again with the file's real size, reserved as the front door reserved the declared one (its reservation,
+    # dropped once this is answered; a view called without it holds one of its own until the file is saved).
+    held = getattr(request, "scope", {}).get(upload_reservations.SCOPE_KEY)
+    field = held[1] if held else f"route-{uuid.uuid4().hex}"
     try:
-        # Again with the file's real size: uploads of one token that ran side by side may have filled the quota.
-        await _db(file_quota.check)(owner_id, upload.size or 0)
+        if owner_id is not None and upload_reservations.enabled():
+            await upload_reservations.hold(owner_id, field, upload.size or 0, _db(file_quota.check))
         saved = await _db(files.save_input)(upload, upload.name or "input.jsonl", owner_id, summary.lines,
                                             summary.urls, ttl)
     finally:
         upload.close()
+        if owner_id is not None and not held:
+            await upload_reservations.release(owner_id, field)
     return JsonResponse(await _db(store.file_json)(saved.public_id, owner_id))
 
 

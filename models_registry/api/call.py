@@ -46,6 +46,8 @@ class ApiCall:
     host: str | None = None
     content_length: str | None = None
     chunked: bool = False
+    # An upload's storage reservation (owner id, field: policy.upload_reservations), dropped once it is answered.
+    reservation: tuple[int, str] | None = None
 
 
 def header(scope: dict[str, Any], name: bytes) -> str | None:

@@ -39,6 +39,7 @@ from models_registry.api.error_answers import error_answer, error_response_for
 from models_registry.api.hosts import host_allowed
 from models_registry.core import paths
 from models_registry.core.errors import InvalidInput, TooLarge
+from models_registry.policy import upload_reservations
 
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and headers around an uploaded file
 # Of a body over the limit, up to this much more is read and dropped before the 413, so a
@@ -134,9 +135,20 @@ class ApiASGIHandler(ASGIHandler):
             await self.send_response(refused, send)
             refused.close()
             return
+        refused = await upfront.refusal(call)  # from the headers: before any of the body is read
+        if call.reservation is None:
+            await self._serve(scope, receive, send, call, refused)
+            return
+        scope[upload_reservations.SCOPE_KEY] = call.reservation  # the upload's route adjusts it to the file's size
+        try:
+            await self._serve(scope, receive, send, call, refused)
+        finally:
+            await upload_reservations.release(*call.reservation)
+
+    async def _serve(self, scope, receive, send, call, refused):  # type: ignore[no-untyped-def]
+        """The rest of handle(): an early refusal, the body read within its limit, the route or Django's view."""
         limit = body_limit(call.path)
         declared = declared_length(call.content_length)
-        refused = await upfront.refusal(call)  # from the headers: before any of the body is read
         if refused is not None:
             no_body = declared == 0 or (declared is None and not call.chunked)
             heard = no_body or (declared is not None and declared <= DRAIN_BYTES and await drain(receive, declared))

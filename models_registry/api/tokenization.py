@@ -4,7 +4,8 @@ A model's `tokenizer.json` is all `/tokenize` needs: the `tokenizers` library re
 tens of milliseconds and encodes in microseconds, without torch or transformers, so the
 web process answers at once instead of queueing behind batches on a worker. Truncation
 follows the rule the worker applies (tokenizer_config's model_max_length when sane, else
-512, from its truncation side).
+512, from its truncation side), and a text is cut to what that truncation can keep before
+it is encoded, as the worker cuts an encoder's texts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from tokenizers import Encoding, Tokenizer
 
+from models_registry.catalog import readable_text
 from models_registry.core import sources
 from models_registry.core.errors import NotFound, Unavailable
 
@@ -99,19 +101,41 @@ async def get(source: str, revision: str) -> Tokenizer:
     return _cache[key]
 
 
-def tokens(encoding: Encoding, text: str) -> list[Token]:
-    """TEI's tokens of one input: special ones carry their token string and no offsets."""
+def tokens(encoding: Encoding, text: str, shift: int = 0) -> list[Token]:
+    """TEI's tokens of one input: special ones carry their token string and no offsets.
+
+    shift: where the part encoded starts in text (a text cut on the left, catalog.readable_text).
+    """
     result = []
     for token_id, (start, stop), special, piece in zip(encoding.ids, encoding.offsets,
                                                       encoding.special_tokens_mask, encoding.tokens):
         if special:
             result.append(Token(token_id, piece, True, None, None))
         else:
-            result.append(Token(token_id, text[start:stop], False, start, stop))
+            result.append(Token(token_id, text[start + shift:stop + shift], False, start + shift, stop + shift))
     return result
 
 
+def readable(tokenizer: Tokenizer, text: str) -> tuple[str, int]:
+    """The part of text the tokenizer's truncation can keep, and where it starts in text.
+
+    As the worker cuts an encoder's texts (catalog.readable_text): the same tokens come out,
+    but a 1 MB text costs what max_length tokens cost (the whole text, tokenized, held a
+    hundred megabytes and seconds of the web process before truncation dropped it).
+    """
+    truncation = tokenizer.truncation
+    if not truncation:
+        return text, 0
+    limit = readable_text.readable_chars(int(truncation.get("max_length") or DEFAULT_MAX_TOKENS))
+    if len(text) <= limit:
+        return text, 0
+    if truncation.get("direction") == "left":
+        return text[-limit:], len(text) - limit
+    return text[:limit], 0
+
+
 def tokenize(tokenizer: Tokenizer, texts: list[str], add_special_tokens: bool) -> list[list[Token]]:
-    """Every input's tokens (character offsets into that input)."""
-    encodings = tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
-    return [tokens(encoding, text) for encoding, text in zip(encodings, texts)]
+    """Every input's tokens (character offsets into that input), each text cut to what truncation keeps first."""
+    parts = [readable(tokenizer, text) for text in texts]
+    encodings = tokenizer.encode_batch([part for part, _ in parts], add_special_tokens=add_special_tokens)
+    return [tokens(encoding, text, shift) for encoding, text, (_, shift) in zip(encodings, texts, parts)]

@@ -67,7 +67,7 @@ class TokenizeRoute:
 
 async def _tokenize(spec: ModelSpec, wanted: tei_routes.TokenizeRequest) -> list[Any]:
     tokenizer = await tokenization.get(spec.source, spec.revision)
-    if sum(len(text) for text in wanted.inputs) > INLINE_CHARS:
+    if sum(len(tokenization.readable(tokenizer, text)[0]) for text in wanted.inputs) > INLINE_CHARS:
         return await asyncio.to_thread(tokenization.tokenize, tokenizer, wanted.inputs, wanted.add_special_tokens)
     return tokenization.tokenize(tokenizer, wanted.inputs, wanted.add_special_tokens)
 

@@ -21,11 +21,12 @@ from models_registry.broker import admission
 from models_registry.core import sources
 from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, MethodNotAllowed, NotFound, internal_error
-from models_registry.core.model_state import ModelState, shown_state
+from models_registry.core.model_state import ModelState, best_report, shown_state
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
 from models_registry.catalog import lookups
-from models_registry.catalog.rollout import split_wire
+from models_registry.catalog import output_shape
+from models_registry.catalog.rollout import split_wire, wire_name
 from models_registry.catalog.specs import ModelSpec
 
 logger = logging.getLogger("models_registry.requests")
@@ -165,6 +166,10 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
     summary = _model_summary(spec, workers.model_states.get(name)) | _placement(workers.workers, wire, operator)
     if spec.version:
         summary["version"] = split_wire(wire)[1]
+        summary["versions"] = _versions(spec, workers.workers)
+        failed = [v for v in summary["versions"] if v["state"] == ModelState.ERROR and v["role"] != "live"]
+        if failed and not summary["error"]:  # live answers; what failed beside it still shows
+            summary["error"] = "; ".join(f"v{v['version']} ({v['role']}) failed: {v['error']}" for v in failed)
     depths = {t: await _pending_items(wire, t) for t in spec.tasks}
     summary["tasks"] = [
         {
@@ -190,6 +195,26 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
     summary["workers"] = [_worker_entry(w, (w.models_state or {})[wire], operator)
                           for w in workers.workers if wire in (w.models_state or {})]
     return JsonResponse(summary)
+
+
+def _versions(spec: ModelSpec, workers: list[Any]) -> list[dict[str, Any]]:
+    """Each version held (live, the target of a switch, a canary or shadow) with its state over the workers.
+
+    A version beside live that failed on any worker shows as failed (it will not take over): a
+    shape refusal with its sentence, a load error as the API shows one (the admin has its text).
+    """
+    roles = {spec.rollout.live: "live", spec.rollout.target: "target", spec.rollout.candidate: spec.rollout.mode}
+    shown = []
+    for number, role in roles.items():
+        if not number:
+            continue
+        reports = [(w.models_state or {}).get(wire_name(spec.name, number)) for w in workers]
+        failed = [r for r in reports if r and r.get("state") == ModelState.ERROR]
+        state, error = shown_state(spec.enabled, failed[0] if failed and role != "live" else best_report(reports))
+        if state == ModelState.ERROR and not output_shape.public(error):
+            error = sources.LOAD_FAILED
+        shown.append({"version": number, "role": role, "state": state, "error": error})
+    return shown
 
 
 def _worker_entry(worker: Any, report: dict[str, Any], operator: bool) -> dict[str, Any]:

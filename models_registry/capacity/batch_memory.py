@@ -9,6 +9,8 @@ Only an input that cannot fit alone is answered 413.
 
 from __future__ import annotations
 
+import copy
+import functools
 import logging
 import threading
 from collections import deque
@@ -129,30 +131,44 @@ class BatchMemory:
         return (items * longest > max(s.items * s.longest for s in seen)
                 or longest > max(s.longest for s in seen))
 
-    def warm_up(self, key: Key, max_tokens: int, run_shape: Callable[[int, int], Any]) -> None:
-        """Measure a few shapes at load, smallest first, so the first burst is already capped.
+    def inherit(self, key: Key, source: Key) -> bool:
+        """Start key's fit from source's trained one (a fresh copy of a model computes the same batches)."""
+        fit = self.fits.get(source)
+        if not self.enabled or fit is None or fit.coef is None or key in self.fits:
+            return False
+        self.fits[key] = copy.deepcopy(fit)
+        return True
 
+    def warm_up_steps(self, key: Key, max_tokens: int, run_shape: Callable[[int, int], Any]) -> list[Callable[[], bool]]:
+        """Steps that measure a few shapes at load, smallest first, so the first burst is already capped.
+
+        Each step (one shape) runs apart, so that batches of the models already serving run
+        between them; a step answers False when warming up stops (a shape failed).
         run_shape(items, tokens) runs one batch of that shape through `run`. A shape the
         fit predicts over the budget is skipped: warming up must not be the thing that runs out.
         """
         if not self.enabled or key in self.fits and self.fits[key].coef is not None:
-            return
+            return []
         top = max(16, max_tokens)
         # Equal padded tokens at different lengths tell attention from the rest; then larger
         # batches, whose peaks stand well above the allocator's noise of a few MiB.
         shapes = [(2, top // 2), (4, top // 4), (8, top // 8), (1, top), (4, top // 2), (16, top // 8),
                   (2, top), (8, top // 2), (4, top)]
-        for items, tokens in shapes:
+
+        def step(items: int, tokens: int) -> bool:
             tokens = max(4, min(tokens, max_tokens))
             if not self.allows(key, items, tokens):
-                continue
+                return True
             try:
                 # Twice: the first run of a shape is not measured (its kernels and caches are built then).
                 run_shape(items, tokens)
                 run_shape(items, tokens)
             except Exception:  # warming up is a measurement: serving goes on without it
                 logger.warning("memory warm-up of %s at %dx%d failed", key, items, tokens, exc_info=True)
-                return
+                return False
+            return True
+
+        return [functools.partial(step, items, tokens) for items, tokens in shapes]
 
     # --- what is shown ------------------------------------------------------------------------
     def cap_tokens(self, key: Key) -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
+from models_registry.catalog.rollout import split_wire
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 
 if TYPE_CHECKING:
@@ -24,10 +26,15 @@ def _text(loaded: LoadedModel, task_kind: str, tokens: int) -> str:
     return " ".join(words)
 
 
-def warm_up(memory: BatchMemory, runner: ModelRunner, spec: ModelSpec, loaded: LoadedModel) -> None:
-    """Measure a few batch shapes of each plain-text task of the model just loaded (in the loader thread)."""
+def steps(memory: BatchMemory, runner: ModelRunner, spec: ModelSpec, loaded: LoadedModel) -> list[Callable[[], bool]]:
+    """Steps that measure a few batch shapes of each plain-text task of the model just loaded.
+
+    The worker runs each in its compute thread, between the batches of the models it serves
+    (a version loading beside a live one must not stop the live one's traffic); False: stop.
+    """
+    found: list[Callable[[], bool]] = []
     if not memory.enabled:
-        return
+        return found
     for task in spec.tasks.values():
         if task.task not in WARM_TASKS:
             continue
@@ -40,4 +47,15 @@ def warm_up(memory: BatchMemory, runner: ModelRunner, spec: ModelSpec, loaded: L
             memory.run(key, [cost] * items,
                        lambda at: runner.run(loaded, task, [text] * len(at), [params] * len(at)))
 
-        memory.warm_up(key, int(getattr(loaded, "max_tokens", 512)), run_shape)
+        found += memory.warm_up_steps(key, int(getattr(loaded, "max_tokens", 512)), run_shape)
+    return found
+
+
+def inherit_fits(memory: BatchMemory, spec: ModelSpec, ready: list[ModelSpec]) -> None:
+    """A version computing what a ready version of the same model computes (Load now's copy) takes its fits."""
+    model = split_wire(spec.name)[0]
+    for other in ready:
+        if other.name != spec.name and split_wire(other.name)[0] == model and other.load_key() == spec.load_key():
+            for task_name in spec.tasks:
+                memory.inherit(TaskKey(spec.name, task_name), TaskKey(other.name, task_name))
+            return

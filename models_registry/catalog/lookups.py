@@ -114,8 +114,15 @@ class _Cached:
                 self.loaded_at = time.monotonic()
         return self.value
 
+    def peek(self) -> Any:
+        """The value as cached, without waiting (None: never loaded); a stale one is refreshed in the background."""
+        if time.monotonic() - self.loaded_at >= conf.CONFIG_REFRESH_S and not (self.lock and self.lock.locked()):
+            self.refreshing = asyncio.ensure_future(self.get())  # held: a task nobody references may be collected
+        return self.value
+
     def reset(self) -> None:
         self.loaded_at = float("-inf")
+        self.lock = None  # a test's next event loop makes its own (a lock once waited on is bound to its loop)
 
 
 _specs = _Cached(read_specs)
@@ -138,6 +145,11 @@ async def snapshot() -> Catalog:
 async def get_specs() -> dict[str, ModelSpec]:
     """Every registered model (cached)."""
     return await _specs.get()
+
+
+def peek_specs() -> dict[str, ModelSpec] | None:
+    """Every registered model as cached now, never waiting for the database (the fast 503; None: not loaded yet)."""
+    return _specs.peek()
 
 
 async def get_workers() -> WorkerView:

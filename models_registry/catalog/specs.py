@@ -45,6 +45,8 @@ class ModelSpec:
     rollout: Rollout = field(default_factory=Rollout)
     # What each held version computes: {number: (source, revision, dtype, backend)}
     versions: dict[int, tuple[str, str, str, str]] = field(default_factory=dict)
+    # Versions whose answers may look unlike live's: registered with --allow-shape-change, or live before (a rollback)
+    shape_changes: frozenset[int] = frozenset()
 
     def load_key(self) -> tuple[str, str, str, str, int, str]:
         """What forces a reload when it changes."""
@@ -110,5 +112,7 @@ def read_specs() -> dict[str, ModelSpec]:
             default_task=tasks[0].name if tasks else "",
             load_generation=model.load_generation, backend=live[3], keep_loaded=model.keep_loaded,
             version=model.live_version if model.live_version in versions else 0, rollout=rollout, versions=versions,
+            shape_changes=frozenset(v.number for v in model.versions.all()
+                                    if v.allow_shape_change or v.live_since is not None),
         )
     return specs

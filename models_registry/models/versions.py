@@ -18,6 +18,12 @@ class ModelVersion(models.Model):
     backend = models.CharField(max_length=20, default="auto")
     created_at = models.DateTimeField(auto_now_add=True)
     live_since = models.DateTimeField(null=True, blank=True, help_text="When requests last switched to it.")
+    allow_shape_change = models.BooleanField(
+        default=False, help_text="Registered with --allow-shape-change: its answers may look unlike live's.")
+    rolled_back = models.BooleanField(
+        default=False, help_text="Rolled back from: a later rollback never returns to it (register it again).")
+    reload_of = models.PositiveIntegerField(
+        default=0, help_text="The version this one is a fresh copy of (the admin's Load now); 0: a registration.")
 
     class Meta:
         ordering = ["model__name", "-number"]

@@ -13,12 +13,15 @@ MIB = 2**20
 
 
 def live_states(workers: list[Any]) -> dict[str, dict[str, Any]]:
-    """{model: {"states": [report per worker], "depth": queued items, "holders": ["host:pid" where ready]}}."""
+    """{model: {"states": [report per worker], "depth": queued items, "holders": ["host:pid" where ready],
+    "versions": {number: [report per worker]}}}."""
     states: dict[str, dict[str, Any]] = {}
     for worker in workers:
         for wire, state in (worker.models_state or {}).items():  # each version by its wire name: one row per model
-            entry = states.setdefault(split_wire(wire)[0], {"states": [], "depth": 0, "holders": []})
+            model, version = split_wire(wire)
+            entry = states.setdefault(model, {"states": [], "depth": 0, "holders": []})
             entry["states"].append(state)
+            entry.setdefault("versions", {}).setdefault(version, []).append(state)
             holder = f"{worker.host}:{worker.pid}"
             if state.get("state") == ModelState.READY and holder not in entry["holders"]:
                 entry["holders"].append(holder)

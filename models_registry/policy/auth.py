@@ -24,6 +24,7 @@ _CACHE_TTL_S = 2.0
 # created a moment ago may be refused for up to this long.
 _KNOWN_TTL_S = 0.5
 _LAST_USED_EVERY_S = 60.0
+STALE_GRANT_S = 4 * _CACHE_TTL_S  # how old a cached grant the fast 503 still takes (refreshing it meanwhile)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,25 @@ def require_allowed(grant: TokenGrant | None, model: str) -> None:
         raise Forbidden(f"this API token is not allowed to use model {model!r}")
 
 
+def known_allowed(authorization: str | None, model: str) -> bool:
+    """Whether the token is cached as valid and allowed for model (tokens off: yes), never waiting for a lookup.
+
+    For the fast 503 (api.fast_refusal): a burst must not wait on the database. A grant up
+    to STALE_GRANT_S old still counts, and starts its lookup in the background; an unknown
+    token (or an older grant) is not known here, and goes the normal way.
+    """
+    if not conf.REQUIRE_API_TOKEN:
+        return True
+    raw = bearer_token(authorization or "")
+    digest = hash_token(raw) if raw is not None else ""
+    cached = _cache.get(digest)
+    if cached is None or time.monotonic() - cached[0] > STALE_GRANT_S:
+        return False
+    if time.monotonic() - cached[0] > _CACHE_TTL_S:
+        _start_lookup(digest, _lookup, digest)  # refreshed in the background: nobody waits for it
+    return cached[1] is not None and cached[1].allows(model)
+
+
 async def _grant(digest: str) -> TokenGrant | None:
     """The token's grant from the cache, or from the one lookup in flight for it."""
     cached = _cache.get(digest)
@@ -143,13 +163,18 @@ async def _grant(digest: str) -> TokenGrant | None:
 
 async def _one_lookup(key: str, look_up: Callable[[Any], TokenGrant | None], argument: Any) -> TokenGrant | None:
     """look_up(argument), cached under key; concurrent callers share the one lookup in flight."""
+    # shield: a client that leaves must not cancel the lookup the others wait on.
+    return await asyncio.shield(_start_lookup(key, look_up, argument))
+
+
+def _start_lookup(key: str, look_up: Callable[[Any], TokenGrant | None], argument: Any) -> asyncio.Task[Any]:
+    """The lookup in flight for key, started now if there is none."""
     lookup = _lookups.get(key)
     if lookup is None:
         lookup = asyncio.ensure_future(_look_up_and_cache(key, look_up, argument))
         _lookups[key] = lookup
         lookup.add_done_callback(lambda _: _lookups.pop(key, None))
-    # shield: a client that leaves must not cancel the lookup the others wait on.
-    return await asyncio.shield(lookup)
+    return lookup
 
 
 def _lookup_id(token_id: int) -> TokenGrant | None:

@@ -30,8 +30,12 @@ def _kept(owner_id: int) -> tuple[int, float | None]:
     return int(found["total"] or 0), (first - now).total_seconds() if first else None
 
 
-def check(owner_id: int | None, adding: int) -> None:
-    """Raise TooLarge or RateLimited if owner may not keep adding more bytes (runs in a thread: it queries)."""
+def check(owner_id: int | None, adding: int, reserved: int | None = None) -> None:
+    """Raise TooLarge or RateLimited if owner may not keep adding more bytes (runs in a thread: it queries).
+
+    reserved: the bytes every upload of the owner in flight holds, this one's included
+    (policy.upload_reservations, read before the files kept are); None: this one alone.
+    """
     quota = conf.FILE_STORAGE_BYTES
     if owner_id is None or quota <= 0:
         return
@@ -39,10 +43,12 @@ def check(owner_id: int | None, adding: int) -> None:
         raise TooLarge(f"the upload is {adding} bytes; this API token may keep at most {quota} bytes of files "
                        "(HOSTING_FILE_STORAGE_BYTES)")
     kept, first_expiry_s = _kept(owner_id)
-    if kept + adding > quota:
+    held = adding if reserved is None else max(reserved, adding)
+    if kept + held > quota:
         retry = NO_EXPIRY_RETRY_S if first_expiry_s is None else max(1, math.ceil(first_expiry_s))
+        uploading = f" and {held - adding} more are being uploaded" if held > adding else ""
         raise RateLimited(
-            f"storage quota reached: this API token keeps {kept} bytes of files and may keep {quota}; "
+            f"storage quota reached: this API token keeps {kept} bytes of files{uploading} and may keep {quota}; "
             f"delete files (DELETE /v1/files/{{file_id}}) or retry in {retry} s, when the first one expires",
             headers={"Retry-After": str(retry)},
         )

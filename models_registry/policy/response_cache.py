@@ -43,10 +43,11 @@ def cache_key(prefix: str, spec: ModelSpec, task: TaskSpec, parameters: dict[str
     """The Redis key of this exact request's answer, for this API token unless the task shares its cache.
 
     Per token by default: a shared entry tells any token whether another sent the same input.
+    The live version's number is part of it: after Load now's switch (same source) old answers miss.
     """
     owner = None if task.cache_shared else token_id
     identity = [
-        list(spec.load_key()), task.name, task.task, task.pooling, task.normalize,
+        list(spec.load_key()), spec.version, task.name, task.task, task.pooling, task.normalize,
         task.parameters, parameters, [media_item.identity(i) for i in inputs], owner,  # a file by its bytes' digest
     ]
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)

@@ -25,6 +25,7 @@ from models_registry.core.model_state import ModelState
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
 from models_registry.observe.load_stats import LoadStats
+from models_registry.catalog import output_shape
 from models_registry.catalog.rollout import split_wire
 from models_registry.catalog.specs import ModelSpec
 from models_registry.worker.batcher import Batcher
@@ -218,7 +219,9 @@ class ModelSlots:
         """Load (in the loader thread) and measure the resident bytes the model added, then warm up its batches."""
         with self.memory.lock:  # between batches: a batch's transient memory is not the model's
             before = self.memory.probe.resting()
+        output_shape.check(spec)  # a version whose answers look unlike live's is refused (before its weights load)
         loaded = self.runner.load(spec)
+        output_shape.check(spec)  # a hub model's config is at hand now
         with self.memory.lock:
             added = max(0, self.memory.probe.resting() - before)
         return loaded, added
@@ -228,14 +231,20 @@ class ModelSlots:
         started = time.time()
         try:
             loaded, added = await loop.run_in_executor(self._loader, self._load_measured, spec)
-            # In the compute thread, where its batches will run (the measured ones in the probe's thread, as theirs).
-            await self.in_compute(lambda: memory_warmup.warm_up(self.memory, self.runner, spec, loaded))
+            # In the compute thread, where its batches will run (the measured ones in the probe's thread, as theirs),
+            # one shape at a time: the live models' batches run between them. A fresh copy of a model held
+            # already (Load now) starts from that one's fits instead.
+            memory_warmup.inherit_fits(self.memory, spec, [slot.spec for slot in self.ready()])
+            for step in memory_warmup.steps(self.memory, self.runner, spec, loaded):
+                if not await self.in_compute(step):
+                    break
         except Exception as error:
             logger.exception("loading model %s from %s failed", name, spec.source)
             slot = self.slots.get(name)
             if slot is not None and slot.spec is spec:
                 slot.state = ModelState.ERROR
-                slot.error = f"loading {spec.source!r} failed: {type(error).__name__}: {error}"[:2000]
+                slot.error = (str(error) if isinstance(error, output_shape.ShapeRefused)
+                              else f"loading {spec.source!r} failed: {type(error).__name__}: {error}")[:2000]
             self.on_change()
             return
         slot = self.slots.get(name)

@@ -233,12 +233,23 @@ def test_rolling_window_drops_old_seconds_and_caps_samples() -> None:
     assert window.rate("m", 60) == pytest.approx(1 / 60)  # the admin's rate counts it already
 
 
-def test_load_now_action_bumps_the_load_generation(admin_client: Any) -> None:
+def test_load_now_makes_a_fresh_copy_the_target_and_reloads_an_unversioned_model_in_place(admin_client: Any) -> None:
+    from models_registry.catalog import version_changes
     from models_registry.models import RegisteredModel
 
-    model = RegisteredModel.objects.create(name="reloadable", source="some/hub-id")
+    versioned = RegisteredModel.objects.create(name="reloadable", source="some/hub-id")
+    version_changes.record(versioned)
+    plain = RegisteredModel.objects.create(name="plain", source="some/other-id")
     response = admin_client.post("/admin/models_registry/registeredmodel/",
-                                 {"action": "load_now", "_selected_action": [model.pk], "index": 0}, follow=True)
+                                 {"action": "load_now", "_selected_action": [versioned.pk, plain.pk], "index": 0},
+                                 follow=True)
     assert response.status_code == 200
-    model.refresh_from_db()
-    assert model.load_generation == 1
+    assert "v2 (a fresh copy of v1) loads beside v1" in response.content.decode()
+    versioned.refresh_from_db()
+    assert (versioned.live_version, versioned.target_version, versioned.load_generation) == (1, 2, 0)
+    copy = versioned.versions.get(number=2)
+    assert copy.compute_key() == versioned.versions.get(number=1).compute_key() and copy.reload_of == 1
+    plain.refresh_from_db()
+    assert plain.load_generation == 1 and plain.live_version == 0
+    page = admin_client.get(f"/admin/models_registry/registeredmodel/{versioned.pk}/change/").content.decode()
+    assert "Load now (a copy of v1)" in page

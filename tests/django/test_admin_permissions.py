@@ -9,7 +9,6 @@ test-input page, and edit what a model computes. The matrix says which must take
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from html.parser import HTMLParser
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from models_registry.broker import handoff
 from models_registry.broker.handoff import InferenceResult
 from models_registry.catalog import version_changes
 from models_registry.models import ApiToken, BatchFile, BatchJob, RegisteredModel
+from tests.integration.admin_session import _FormFields
 
 CHANGELIST = "/admin/models_registry/registeredmodel/"
 TOKENS = "/admin/models_registry/apitoken/"
@@ -103,44 +103,6 @@ def _act(client: Client, url: str, action: str, pk: int) -> int:
     return response.status_code
 
 
-class _Form(HTMLParser):
-    """The fields a browser would submit from the admin's change form (inputs, selects, textareas)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.data: dict[str, Any] = {}
-        self._select: str | None = None
-        self._textarea: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        name = a.get("name")
-        if tag == "input" and name and a.get("type") not in ("submit", "file"):
-            if a.get("type") == "checkbox":
-                if "checked" in a:
-                    self.data[name] = "on"
-            else:
-                self.data[name] = a.get("value") or ""
-        elif tag == "select" and name:
-            self._select = name
-            self.data.setdefault(name, "")
-        elif tag == "option" and self._select and "selected" in a:
-            self.data[self._select] = a.get("value") or ""
-        elif tag == "textarea" and name:
-            self._textarea = name
-            self.data[name] = ""
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "select":
-            self._select = None
-        elif tag == "textarea":
-            self._textarea = None
-
-    def handle_data(self, data: str) -> None:
-        if self._textarea:
-            self.data[self._textarea] += data.strip("\n")
-
-
 @pytest.mark.parametrize("role", list(ROLES))
 def test_each_permission_set_takes_exactly_the_actions_it_allows(
         role: str, login: Callable[[str], Client], versioned: RegisteredModel, make_model: Callable[..., Any],
@@ -164,13 +126,14 @@ def test_each_permission_set_takes_exactly_the_actions_it_allows(
         offered = f'<option value="{action}">' in html
         assert offered == allowed(role, action), f"{role}: {action} offered={offered}"
 
-    generation = on.load_generation
+    fresh = make_model("fresh")
+    version_changes.record(fresh)
     assert _act(client, CHANGELIST, "disable", on.pk) in (200, 302, 403)
     assert RegisteredModel.objects.get(pk=on.pk).enabled is not allowed(role, "disable")
     _act(client, CHANGELIST, "enable", off.pk)
     assert RegisteredModel.objects.get(pk=off.pk).enabled is allowed(role, "enable")
-    _act(client, CHANGELIST, "load_now", on.pk)
-    assert (RegisteredModel.objects.get(pk=on.pk).load_generation > generation) is allowed(role, "load_now")
+    _act(client, CHANGELIST, "load_now", fresh.pk)  # a fresh copy of v1 becomes the target
+    assert (RegisteredModel.objects.get(pk=fresh.pk).target_version == 2) is allowed(role, "load_now")
 
     _act(client, CHANGELIST, "promote", versioned.pk)
     promoted = RegisteredModel.objects.get(pk=versioned.pk)
@@ -198,9 +161,9 @@ def test_each_permission_set_takes_exactly_the_actions_it_allows(
     # posted as the page rendered it, with a new source (a read-only source is ignored, a view-only user is refused).
     edit_page = client.get(f"{CHANGELIST}{on.pk}/change/").content.decode()
     assert ('name="source"' in edit_page) is allowed(role, "edit source")
-    form = _Form()
+    form = _FormFields()  # what a browser posts from the page
     form.feed(edit_page)
-    client.post(f"{CHANGELIST}{on.pk}/change/", {**form.data, "name": "on", "source": "example/edited"})
+    client.post(f"{CHANGELIST}{on.pk}/change/", {**form.fields, "name": "on", "source": "example/edited"})
     assert (RegisteredModel.objects.get(pk=on.pk).source == "example/edited") is allowed(role, "edit source"), role
 
     # Tokens and batch jobs.

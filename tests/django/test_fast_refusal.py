@@ -106,3 +106,51 @@ async def test_the_mark_expires_and_an_admitted_request_clears_it(full_queue: st
     queue_state.note_full("emb", TASK, 2, 2, 1)
     queue_state.note_admitted("emb", TASK)
     assert queue_state.known_full("emb", TASK) is None
+
+
+async def test_a_versioned_models_full_queue_is_refused_from_its_versions_mark(
+        make_model: Callable[..., RegisteredModel], make_token: Callable[..., str], heartbeat: Callable[..., Any]) -> None:
+    """Issue 35: every model registered by register_model or the admin has versions; the broker marks "emb.v1"
+    full, and the fast path looked for "emb": each 503 of a burst read its body and asked Redis."""
+    from models_registry.catalog import version_changes
+
+    model = await sync_to_async(make_model)("emb", task=TASK, max_queue_size=2, timeout_s=0.3)
+    await sync_to_async(version_changes.record)(model)
+    await sync_to_async(heartbeat)({"emb.v1": {"state": "ready"}})
+    token = await sync_to_async(make_token)("t", [model])
+    await admit(get_channel_layer(), "emb.v1", TASK, "other-client", 2, time.time() + 60, 2)
+    first = Exchange(token)
+    assert (await first.run())[0] == 503 and first.reads >= 1
+    second = Exchange(token)
+    status, headers, body = await second.run()
+    assert status == 503 and body["error_type"] == "overloaded" and second.reads == 0
+
+
+async def test_the_fast_503_never_waits_for_a_refresh_of_the_registry_or_the_token(
+        full_queue: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: in a burst, the fast path waited for the registry's cached refresh (a database read on a busy
+    executor): some of its 503s took 0.9 s. It answers from what is cached and refreshes behind."""
+    import threading
+
+    from models_registry.catalog import lookups
+    from models_registry.policy import auth
+
+    await admit(get_channel_layer(), "emb", TASK, "other-client", 2, time.time() + 60, 2)
+    assert (await Exchange(full_queue).run())[0] == 503  # marks the queue, caches the registry and the token
+    released = threading.Event()
+    real = lookups._specs.loader
+
+    def held_loader() -> Any:
+        released.wait(30)  # the database "busy" until the test is done
+        return real()
+
+    monkeypatch.setattr(lookups._specs, "loader", held_loader)
+    lookups._specs.loaded_at = float("-inf")  # stale: the next read refreshes
+    for cached in list(auth._cache):
+        auth._cache[cached] = (time.monotonic() - auth._CACHE_TTL_S - 0.1, auth._cache[cached][1])  # stale too
+    try:
+        fast = Exchange(full_queue)
+        status, _, body = await asyncio.wait_for(fast.run(), 10)  # would wait the 30 s if it waited for the refresh
+        assert status == 503 and body["error_type"] == "overloaded" and fast.reads == 0
+    finally:
+        released.set()

@@ -77,3 +77,32 @@ async def test_the_route_checks_the_quota_again_with_the_files_real_size(
     response = await _upload(AsyncClient(), token, _jsonl(5))
     assert response.status_code == 429, response.content
     assert await sync_to_async(BatchFile.objects.filter(filename="in.jsonl").count)() == 0
+
+
+@pytest.mark.usefixtures("file_storage", "broker")
+async def test_concurrent_uploads_of_one_token_never_exceed_its_quota(
+        make_model: Callable[..., RegisteredModel], make_token: Callable[..., str], settings: Any) -> None:
+    """Issue 35: 16 concurrent 49 KB uploads against a 200 KB quota were all accepted (787 KB kept), twice."""
+    import asyncio
+
+    from models_registry.policy import upload_reservations
+    from tests.asgi_client import AsyncClient as DoorClient
+
+    await sync_to_async(make_model)("cls", task="text-classification")
+    token = await sync_to_async(make_token)("burst")
+    settings.HOSTING_FILE_STORAGE_BYTES = 200 * 1024
+    content = _jsonl(600)[: 49 * 1024]
+    content = content[: content.rfind(b"\n") + 1]  # whole lines, about 49 KB
+    answers = await asyncio.gather(*(_upload(DoorClient(), token, content) for _ in range(16)))
+    statuses = sorted(a.status_code for a in answers)
+    kept = await sync_to_async(lambda: sum(BatchFile.objects.filter(owner__name="burst").values_list("bytes", flat=True)))()
+    assert set(statuses) <= {200, 429}, [a.content for a in answers]
+    assert 0 < kept <= settings.HOSTING_FILE_STORAGE_BYTES, (statuses, kept)
+    assert statuses.count(200) * len(content) == kept
+    # Every reservation is dropped once its upload is answered: what is left is what is kept.
+    layer = __import__("channels.layers", fromlist=["get_channel_layer"]).get_channel_layer()
+    owner = await sync_to_async(lambda: ApiToken.objects.get(name="burst").pk)()
+    assert await layer.connection(0).hlen(upload_reservations._key(layer, owner)) == 0
+    room = (settings.HOSTING_FILE_STORAGE_BYTES - kept) // len(content)  # a race counted twice refuses early
+    sequential = [(await _upload(DoorClient(), token, content)).status_code for _ in range(room + 1)]
+    assert sequential == [200] * room + [429], (statuses, kept, sequential)

@@ -121,3 +121,37 @@ async def test_errors_never_show_a_local_source_path(token: str, tmp_path: Any) 
         assert response.status_code == status, response.content
         assert "secret-dir" not in response.content.decode() and str(tmp_path) not in response.content.decode()
         assert "(local directory)" in response.json()["error"]
+
+
+async def test_a_long_text_is_cut_before_it_is_tokenized(token: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1 MB text: the tokenizer sees only what its truncation keeps (the same tokens), the offsets stay the text's."""
+    seen: list[int] = []
+    tokenizer = await tokenization.get(str(model_factory.minilm_path()), "")
+    real = type(tokenizer).encode_batch
+    monkeypatch.setattr(tokenization, "Tokenizer", type(tokenizer))
+
+    class Watched:
+        truncation = tokenizer.truncation
+
+        def encode_batch(self, texts: list[str], add_special_tokens: bool) -> Any:
+            seen.extend(len(t) for t in texts)
+            return real(tokenizer, texts, add_special_tokens=add_special_tokens)
+
+    text = "naive words and more " * 45_000  # about 1 MB (the body limit is 1 MiB)
+    short = await tokenize({"model": "minilm", "inputs": text[:5000]}, token)
+    key = (str(model_factory.minilm_path()), "")
+    tokenization._cache[key] = Watched()  # type: ignore[assignment]
+    try:
+        response = await tokenize({"model": "minilm", "inputs": text}, token)
+    finally:
+        tokenization._cache[key] = tokenizer
+    assert response.status_code == 200, response.content
+    assert seen == [512 * 32]  # MiniLM's 512 tokens, at most 32 characters each
+    assert response.json() == short.json()  # the first 512 tokens either way
+
+    tokenizer_left = tokenization.load(str(model_factory.minilm_path()), "")
+    tokenizer_left.enable_truncation(8, direction="left")
+    long_text = "alpha beta " * 100 + "the end"
+    [found] = tokenization.tokenize(tokenizer_left, [long_text], add_special_tokens=False)
+    assert [t.text for t in found][-2:] == ["the", "end"]
+    assert all(long_text[t.start:t.stop] == t.text for t in found)  # offsets into the whole text

@@ -7,6 +7,7 @@ to over raw sockets so that a test controls exactly what is sent and when.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,11 +19,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.one_phase]  # no database in 
 MIB = 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, int]]:
-    """(host, port) of a uvicorn serving the product with its guarded protocol, as `make run` does."""
-    with Stack.started(extra_env={"HOSTING_MAX_HEADER_BYTES": str(64 * 1024)}) as running:
-        running.start_web()
+HEADER_TIMEOUT_S = 2.0
+
+
+@pytest.fixture(scope="module", params=["uvicorn", "daphne"])
+def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
+    """(host, port) of the product's web server: uvicorn with its guarded protocol, as `make run` serves, and
+    daphne with hosting.daphne_guard, as `serve --server daphne` does: the same suite holds both to one set of bounds."""
+    env = {"HOSTING_MAX_HEADER_BYTES": str(64 * 1024), "HOSTING_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)}
+    with Stack.started(extra_env=env) as running:
+        running.start_web(server=request.param)
         yield "127.0.0.1", running.web[0][1]
 
 
@@ -137,3 +143,50 @@ def test_an_encoded_slash_in_a_model_path_is_404(server: tuple[str, int]) -> Non
     status, answer, _ = exchange(server, b"GET /models/all-minilm-l6-v2%2Ffeature-extraction HTTP/1.1\r\n"
                                          b"Host: 127.0.0.1\r\n\r\n")
     assert status == 404, answer[:300]
+
+
+def test_a_60_mb_api_body_is_refused_before_8_mb_is_read(server: tuple[str, int]) -> None:
+    """Issue 35: daphne read a 60 MB body whole before the 413 (uvicorn cut it at about 2.4 MB)."""
+    head = (f"POST /models/any HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {60 * MIB}\r\n\r\n").encode()
+    status, answer, sent = exchange(server, head, body_bytes=60 * MIB)
+    assert status == 413, answer[:300]
+    assert sent < 8 * MIB
+
+
+def test_many_small_headers_are_counted_by_their_bytes(server: tuple[str, int]) -> None:
+    """1,000 headers: served within the byte limit (daphne answered 400), 431 over it, on either server."""
+    small = b"".join(b"X-F%d: a\r\n" % i for i in range(1000))  # about 10 KB
+    status, answer, _ = exchange(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + small + b"\r\n")
+    assert status == 200, answer[:200]
+    large = b"".join(b"X-F%d: %s\r\n" % (i, b"a" * 90) for i in range(1000))  # about 100 KB
+    status, answer, _ = exchange(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + large + b"\r\n")
+    assert status == 431, answer[:200]
+
+
+def test_one_70_kb_header_is_a_431(server: tuple[str, int]) -> None:
+    """daphne closed the connection without an answer."""
+    status, answer, _ = exchange(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: "
+                                 + b"a" * (70 * 1024) + b"\r\n\r\n")
+    assert status == 431, answer[:200]
+
+
+def test_headers_sent_a_byte_at_a_time_are_cut_at_the_deadline(server: tuple[str, int]) -> None:
+    """daphne kept such a connection open (25 s and counting); both close it after HOSTING_HEADER_TIMEOUT_S."""
+    with socket.create_connection(server, timeout=5) as conn:
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        started = time.monotonic()
+        closed = False
+        while time.monotonic() - started < HEADER_TIMEOUT_S + 15:  # bounded: a byte every 0.25 s
+            try:
+                conn.sendall(b"X")
+                conn.settimeout(0.25)
+                if conn.recv(65536) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+    assert closed

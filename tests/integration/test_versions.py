@@ -7,82 +7,21 @@ version answered; every answer must be a 200 whose X-Model-Version agrees with i
 from __future__ import annotations
 
 import datetime as dt
-import http.client
-import json
 import re
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from tests import model_factory
+from tests.integration.closed_loop import Load, Sample
 from tests.stack import Stack, http_json, wait_until
 
 MODEL = "versioned"
-CLIENTS = 8
 WORKERS = 2  # a version goes live once warm on every worker serving the model
 NARROW, WIDE = 32, 48
-
-
-@dataclass
-class Sample:
-    """One answer: when, its status, its vector's length, the version it names, its latency."""
-
-    at: float
-    status: int
-    length: int
-    version: int
-    latency_s: float
-
-
-@dataclass
-class Load:
-    """CLIENTS closed-loop clients, each sending the next request when its answer arrives."""
-
-    port: int
-    token: str
-    samples: list[Sample] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    threads: list[threading.Thread] = field(default_factory=list)
-
-    def start(self) -> None:
-        for index in range(CLIENTS):
-            thread = threading.Thread(target=self._client, args=(index,), daemon=True)
-            thread.start()
-            self.threads.append(thread)
-
-    def _client(self, index: int) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        body = json.dumps({"inputs": f"client {index} asks for a vector"}).encode()
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
-        while not self.stop.is_set():
-            started = time.perf_counter()
-            try:
-                conn.request("POST", f"/models/{MODEL}", body=body, headers=headers)
-                response = conn.getresponse()
-                raw = response.read()
-                status, version = response.status, int(response.getheader("X-Model-Version") or 0)
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-                status, version, raw = 0, 0, b""
-            length = len(json.loads(raw)) if status == 200 else 0
-            with self.lock:
-                self.samples.append(Sample(time.time(), status, length, version, time.perf_counter() - started))
-
-    def since(self, at: float) -> list[Sample]:
-        with self.lock:
-            return [s for s in self.samples if s.at >= at]
-
-    def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +102,7 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         versioned_stack: Stack, encoders: dict[int, Path]) -> None:
     stack = versioned_stack
     worker = stack.workers[0].pid
-    load = Load(stack.web[0][1], stack.tokens["all"])
+    load = Load(stack.web[0][1], stack.tokens["all"], MODEL)
     one_version_mib = rss_mib(worker)  # one worker's: each holds every version
     load.start()
     try:
@@ -174,14 +113,17 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         # 1. A source change: v2 loads beside v1 and takes over in one step.
         before = load.since(steady)
         registering = time.time()
-        registered = register(stack, *source_args(encoders[WIDE]))
+        registered = register(stack, *source_args(encoders[WIDE]), "--allow-shape-change")
         switched = wait_all(load, WIDE, registered, "the switch to v2")
         during = [s for s in load.since(registering) if s.at <= switched + 1]
         print(f"\nregistration (commit) to the switch: {switched - registered:.2f} s; "
               f"before: {summary(before)}; during the switch: {summary(during)}")
 
-        # 2. A 25% canary (v3, narrow): its share of 400 answers.
-        canary_at = register(stack, *source_args(encoders[NARROW]), "--canary", "25")
+        # 2. A 25% canary (v3, narrow): refused while its vectors' size differs from live's, unless allowed;
+        # then its share of 400 answers.
+        with pytest.raises(RuntimeError, match="v3 answers 32-float vectors where live v2 answers 48-float vectors"):
+            stack.manage("register_model", MODEL, *source_args(encoders[NARROW]), "--canary", "25")
+        canary_at = register(stack, *source_args(encoders[NARROW]), "--canary", "25", "--allow-shape-change")
         wait_until(lambda: any(s.length == NARROW for s in load.since(canary_at)), 60, "the canary answering")
         counted = time.time()
         two_versions_mib = rss_mib(worker)
@@ -207,9 +149,16 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         print(f"--rollback (commit) to the switch: {done - rolled:.2f} s")
 
         # 5. A 100% shadow (v4, narrow): answers stay v2's, the distance is recorded.
-        shadowed = register(stack, *source_args(encoders[NARROW]), "--shadow", "100")
+        shadowed = register(stack, *source_args(encoders[NARROW]), "--shadow", "100", "--allow-shape-change")
         wait_until(lambda: shadow_count(stack.url) >= 20, 60, "shadow comparisons recorded")
         assert all(s.length == WIDE for s in load.since(shadowed))
+
+        # 6. Two more rollbacks: the shadow is dropped, then back to v1 (live before v2), never forward to v3.
+        register(stack, "--rollback")
+        rolled = register(stack, "--rollback")
+        done = wait_all(load, NARROW, rolled, "the rollback to v1")
+        time.sleep(1.0)
+        assert {s.version for s in load.since(done)} == {1}
         loaded_for = load.since(0)[-1].at - load.since(0)[0].at
     finally:
         load.close()

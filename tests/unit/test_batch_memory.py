@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 from models_registry.capacity.batch_memory import BatchMemory
+from models_registry.capacity.memory_fit import MemoryFit
 from models_registry.core.batch_types import BatchPolicy, ItemFailure
 from models_registry.core.errors import TooLarge
 from models_registry.inference import compute_deadline
@@ -118,3 +119,18 @@ def test_a_measured_batch_runs_in_the_probes_own_thread_under_the_batch_deadline
     assert ran[0] == (here, True)
     assert ran[1][0] != here and ran[1][0].startswith("measured") and ran[1][1] is True
     assert memory.report(KEY)["last_batch"] is not None
+
+
+def test_warm_up_runs_one_shape_per_step_and_a_fresh_copy_inherits_the_fit() -> None:
+    """Each step is one shape (the live models' batches run between steps); a copy skips them all."""
+    memory = BatchMemory(10 * 2**30, enabled=True)
+    runs: list[tuple[int, int]] = []
+    steps = memory.warm_up_steps(("m.v1", "t"), 64, lambda items, tokens: runs.append((items, tokens)))
+    assert len(steps) == 9 and not runs
+    assert steps[0]() and runs == [(2, 32), (2, 32)]  # twice: the first run of a shape is not measured
+    fit = memory.fits.setdefault(("m.v1", "t"), MemoryFit())
+    fit.coef = (1.0, 2.0, 3.0)
+    assert memory.inherit(("m.v2", "t"), ("m.v1", "t"))
+    assert memory.fits[("m.v2", "t")].coef == fit.coef and memory.fits[("m.v2", "t")] is not fit
+    assert memory.warm_up_steps(("m.v2", "t"), 64, lambda items, tokens: runs.append((items, tokens))) == []
+    assert not memory.inherit(("m.v3", "t"), ("other", "t"))  # nothing trained to inherit

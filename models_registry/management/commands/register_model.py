@@ -23,8 +23,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
-        parser.add_argument("--source", help="hub id or local directory (required but with --promote, --rollback)")
-        parser.add_argument("--task", choices=SUPPORTED_TASKS, help="required but with --promote, --rollback")
+        parser.add_argument("--source", help="hub id or local directory (required but with --promote, --rollback, --reload)")
+        parser.add_argument("--task", choices=SUPPORTED_TASKS, help="required but with --promote, --rollback, --reload")
         parser.add_argument("--task-name", help="default: the pipeline task")
         parser.add_argument("--revision", default=None)
         parser.add_argument("--max-batch-size", type=int)
@@ -56,7 +56,12 @@ class Command(BaseCommand):
         rollout.add_argument("--promote", action="store_true", help="make the canary or shadow version live")
         rollout.add_argument("--rollback", action="store_true",
                              help="drop the canary or shadow version, or go back to the previous live version")
+        rollout.add_argument("--reload", action="store_true",
+                             help="the admin's Load now: a fresh copy loads beside the live one and takes over once warm")
         parser.add_argument("--sticky", action="store_true", help="split the canary per API token, not per request")
+        parser.add_argument("--allow-shape-change", action="store_true",
+                            help="register a version whose answers look unlike live's (another vector size, "
+                                 "other labels); refused without it")
         state = parser.add_mutually_exclusive_group()
         state.add_argument("--disabled", action="store_true", help="disable it (workers unload it)")
         state.add_argument("--enabled", action="store_true", help="enable it again (the default for a new model)")
@@ -64,10 +69,12 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         import json
 
-        if options["promote"] or options["rollback"]:
+        if options["promote"] or options["rollback"] or options["reload"]:
             try:
                 if options["promote"]:
                     done = f"promoted v{version_changes.promote(options['name'])} (live once warm on every worker)"
+                elif options["reload"]:
+                    done = version_changes.reload(options["name"])
                 else:
                     done = version_changes.rollback(options["name"])
             except InvalidInput as error:
@@ -75,7 +82,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{options['name']}: {done}")
             return
         if not options["source"] or not options["task"]:
-            raise CommandError("--source and --task are required (but with --promote or --rollback)")
+            raise CommandError("--source and --task are required (but with --promote, --rollback or --reload)")
         mode, percent = (CANARY, options["canary"]) if options["canary"] is not None else (
             (SHADOW, options["shadow"]) if options["shadow"] is not None else ("", 0))
         if mode and not 0 <= percent <= 100:
@@ -105,7 +112,11 @@ class Command(BaseCommand):
                 except json.JSONDecodeError as error:
                     raise CommandError(f"--parameters is not valid JSON: {error}") from None
             self._save(task)
-            version = version_changes.record(model, mode, percent, options["sticky"])
+            try:
+                version = version_changes.record(model, mode, percent, options["sticky"],
+                                                 allow_shape_change=options["allow_shape_change"])
+            except InvalidInput as error:  # nothing of this registration is kept
+                raise CommandError(error.message) from None
         made = ""
         if version is not None and version.number > 1:  # a first registration prints as it always did
             made = f"; version {version.number}" + (f" ({mode} {percent}%)" if mode else "")

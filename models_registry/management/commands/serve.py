@@ -133,7 +133,8 @@ class Command(BaseCommand):
 
     def _web_command(self, server: str, host: str, port: int, processes: int = 1) -> list[str]:
         if server == "daphne":  # one process: daphne has no --workers
-            return [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "hosting.asgi:application"]
+            # daphne with uvicorn's guarded bounds (header bytes, body caps, deadlines): hosting.daphne_guard
+            return [sys.executable, "-m", "hosting.daphne_guard", "-b", host, "-p", str(port), "hosting.asgi:application"]
         self.stdout.write(f"starting {processes} web process(es)")
         return [sys.executable, "-m", "uvicorn", "hosting.asgi:application", "--host", host, "--port", str(port),
                 "--workers", str(processes),
