@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, with_config
@@ -14,8 +15,8 @@ from models_registry.api.generation_requests import (
     MAX_STOP_CHARS,
     MAX_STOPS,
     ROLES,
-    UNSUPPORTED,
 )
+from models_registry.api.openai_options import NO_OPS
 from models_registry.api.response_models import OPEN
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS, SHAPE_CONFIG
 
@@ -46,8 +47,33 @@ class StreamOptions(TypedDict, total=False):
     continuous_usage_stats: bool
 
 
+@with_config(SHAPE_CONFIG)
+class TextFormat(TypedDict):
+    """Plain text (the default)."""
+
+    type: Literal["text"]
+
+
+def _no_op(neutrals: tuple[Any, ...]) -> Any:
+    """The type that admits null and exactly the no-op values of an unimplemented field."""
+    shapes: list[Any] = []
+    for value in neutrals:
+        if value == {"type": "text"}:
+            shapes.append(TextFormat)
+        elif isinstance(value, dict):
+            shapes.append(Annotated[dict[str, Any], Field(max_length=0)])
+        elif isinstance(value, list):
+            shapes.append(Annotated[list[Literal[tuple(value)]], Field(min_length=len(value), max_length=len(value))]
+                          if value else Annotated[list[Any], Field(max_length=0)])
+        else:
+            shapes.append(Literal[value])
+    union: Any = None
+    for shape in dict.fromkeys(shapes):
+        union = shape if union is None else union | shape
+    return None if union is None else union | None
+
+
 def _common() -> dict[str, Any]:
-    unsupported = "not supported: null (or its no-op value) only"
     return {
         "model": Required[Annotated[str, Field(min_length=1, description="a text-generation model id from "
                                                                          "GET /v1/models")]],
@@ -65,8 +91,8 @@ def _common() -> dict[str, Any]:
         "stream": NotRequired[Annotated[bool | None, Field(description="OpenAI's chunks as server-sent events, "
                                                                        "then data: [DONE]")]],
         "stream_options": NotRequired[StreamOptions | None],
-        **{name: NotRequired[Annotated[(None if neutral is None else Literal[neutral] | None),  # type: ignore[valid-type]
-                                      Field(description=unsupported)]] for name, neutral in UNSUPPORTED.items()},
+        **{name: NotRequired[Annotated[_no_op(neutrals), Field(description="not implemented: null" + "".join(
+            f" or {json.dumps(v)}" for v in neutrals) + " (no effect)")]] for name, neutrals in NO_OPS.items()},
         **{name: NotRequired[Annotated[Any, Field(description="accepted and ignored")]] for name in IGNORED},
     }
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models_registry.api.error_answers import invalid
+from models_registry.api.openai_options import NO_OPS, check_no_ops
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
 MAX_CHOICES = 8  # n, and prompts of a completions request: each choice (prompt x n) is one generated stream
@@ -21,12 +22,8 @@ MAX_STOP_CHARS = 256
 MAX_MESSAGES = 256
 MIN_TEMPERATURE = 0.01  # below it: greedy, as temperature 0
 ROLES = ("system", "user", "assistant", "developer", "tool")
-# Known OpenAI fields this server does not implement: a 400 when set to anything but null or their no-op value.
-UNSUPPORTED = {"frequency_penalty": 0, "presence_penalty": 0, "logit_bias": None, "logprobs": False,
-               "top_logprobs": None, "tools": None, "tool_choice": None, "tool_prompt": None,
-               "response_format": None, "best_of": 1, "echo": False, "suffix": None, "functions": None,
-               "function_call": None, "parallel_tool_calls": None}
-IGNORED = ("user", "store", "metadata", "service_tier")  # bookkeeping fields: accepted, no effect here
+# Bookkeeping and caching hints: accepted, no effect here.
+IGNORED = ("user", "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier")
 COMMON = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "seed", "n", "stream",
           "stream_options")
 
@@ -58,14 +55,11 @@ def read(payload: Any, chat: bool) -> GenerationRequest:
         raise invalid('request body must be a JSON object like {"model": "...", '
                       + ('"messages": [...]}' if chat else '"prompt": "..."}'), None)
     own = "messages" if chat else "prompt"
-    known = set(COMMON) | set(UNSUPPORTED) | set(IGNORED) | {own}
+    known = set(COMMON) | set(NO_OPS) | set(IGNORED) | {own}
     unknown = sorted(set(payload) - known)
     if unknown:
         raise invalid(f"unrecognized request argument(s): {', '.join(unknown)}", unknown[0])
-    for name, neutral in UNSUPPORTED.items():
-        value = payload.get(name)
-        if value is not None and value != neutral:
-            raise invalid(f"{name!r} is not supported by this server; leave it out", name)
+    check_no_ops(payload)
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise invalid("'model' is required: a model id from GET /v1/models", "model")

@@ -119,6 +119,17 @@ def test_n_choices_with_a_seed_are_reproducible(client: Any) -> None:
     assert ask() == first and len(set(first)) > 1  # seed + i per choice: they differ, and repeat
 
 
+def test_openais_no_op_values_are_accepted(client: Any, greedy: Any) -> None:
+    answer = client.chat.completions.create(
+        model=CHAT, messages=MESSAGES, max_tokens=6, temperature=0, tools=[], tool_choice="none",
+        parallel_tool_calls=False, logit_bias={}, response_format={"type": "text"}, presence_penalty=0,
+        frequency_penalty=0, logprobs=False, modalities=["text"], store=False)
+    assert answer.choices[0].message.content == greedy(chat_prompt(MESSAGES), 6)
+    completion = client.completions.create(model=CHAT, prompt="The cat sees", max_tokens=6, temperature=0,
+                                           echo=False, best_of=1, logit_bias={}, presence_penalty=0)
+    assert completion.choices[0].text == greedy("The cat sees", 6)
+
+
 def test_bad_parameters_are_400s(client: Any, stack: Stack) -> None:
     import openai
 
