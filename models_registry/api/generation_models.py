@@ -16,7 +16,7 @@ from models_registry.api.generation_requests import (
     MAX_STOPS,
     ROLES,
 )
-from models_registry.api.openai_options import NO_OPS
+from models_registry.api.openai_options import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, NO_OPS
 from models_registry.api.response_models import OPEN
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS, SHAPE_CONFIG
 
@@ -101,6 +101,11 @@ ChatCompletionRequest = with_config(SHAPE_CONFIG)(TypedDict("ChatCompletionReque
     **_common(),
     "messages": Required[Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES, description=(
         "rendered with the model's chat template (a model without one answers 400)"))]],
+    "logprobs": NotRequired[Annotated[bool | None, Field(description=(
+        "each token's logprob in choices[].logprobs.content: the model's raw log-softmax (before temperature, "
+        "top_p and penalties; after a response_format's mask)"))]],
+    "top_logprobs": NotRequired[Annotated[int | None, Field(ge=0, le=MAX_TOP_LOGPROBS, description=(
+        'the most likely alternatives of each token, with "logprobs": true only'))]],
 }))
 ChatCompletionRequest.__doc__ = "OpenAI's chat completions request."
 
@@ -108,6 +113,9 @@ CompletionRequest = with_config(SHAPE_CONFIG)(TypedDict("CompletionRequest", {  
     **_common(),
     "prompt": Required[Annotated[str | Annotated[list[str], Field(min_length=1, max_length=MAX_CHOICES)], Field(
         description="a prompt, or a list of prompts (n choices each)")]],
+    "logprobs": NotRequired[Annotated[int | None, Field(ge=0, le=MAX_COMPLETION_LOGPROBS, description=(
+        "each token's logprob and this many alternatives (choices[].logprobs: tokens, token_logprobs, "
+        "top_logprobs, text_offset): the model's raw log-softmax"))]],
 }))
 CompletionRequest.__doc__ = "OpenAI's completions request."
 
@@ -130,12 +138,39 @@ class AssistantMessage(TypedDict):
 
 
 @with_config(OPEN)
+class TopLogprob(TypedDict):
+    """An alternative to a generated token."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+@with_config(OPEN)
+class TokenLogprob(TypedDict):
+    """A generated token: its text (bytes escaped when part of a character), logprob, bytes, alternatives."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+
+@with_config(OPEN)
+class ChatLogprobs(TypedDict):
+    """With "logprobs": true."""
+
+    content: list[TokenLogprob]
+    refusal: None
+
+
+@with_config(OPEN)
 class ChatChoice(TypedDict):
     """One choice of a chat answer."""
 
     index: int
     message: AssistantMessage
-    logprobs: None
+    logprobs: ChatLogprobs | None
     finish_reason: Literal["stop", "length"]
 
 
@@ -152,12 +187,22 @@ class ChatCompletion(TypedDict):
 
 
 @with_config(OPEN)
+class CompletionLogprobs(TypedDict):
+    """With "logprobs": N; top_logprobs holds the N most likely and the token itself."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+@with_config(OPEN)
 class CompletionChoice(TypedDict):
     """One choice of a completions answer."""
 
     index: int
     text: str
-    logprobs: None
+    logprobs: CompletionLogprobs | None
     finish_reason: Literal["stop", "length"]
 
 

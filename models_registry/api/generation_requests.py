@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models_registry.api.error_answers import invalid
-from models_registry.api.openai_options import NO_OPS, check_no_ops
+from models_registry.api.openai_options import NO_OPS, check_no_ops, read_logprobs
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
 MAX_CHOICES = 8  # n, and prompts of a completions request: each choice (prompt x n) is one generated stream
@@ -25,7 +25,7 @@ ROLES = ("system", "user", "assistant", "developer", "tool")
 # Bookkeeping and caching hints: accepted, no effect here.
 IGNORED = ("user", "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier")
 COMMON = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "seed", "n", "stream",
-          "stream_options")
+          "stream_options", "logprobs")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     seed: int | None
+    logprobs: int | None = None  # alternatives per token with its logprob (None: no logprobs)
 
     @property
     def choices(self) -> int:
@@ -54,8 +55,8 @@ def read(payload: Any, chat: bool) -> GenerationRequest:
     if not isinstance(payload, dict):
         raise invalid('request body must be a JSON object like {"model": "...", '
                       + ('"messages": [...]}' if chat else '"prompt": "..."}'), None)
-    own = "messages" if chat else "prompt"
-    known = set(COMMON) | set(NO_OPS) | set(IGNORED) | {own}
+    own = ("messages", "top_logprobs") if chat else ("prompt",)
+    known = set(COMMON) | set(NO_OPS) | set(IGNORED) | set(own)
     unknown = sorted(set(payload) - known)
     if unknown:
         raise invalid(f"unrecognized request argument(s): {', '.join(unknown)}", unknown[0])
@@ -77,7 +78,8 @@ def read(payload: Any, chat: bool) -> GenerationRequest:
     seed = _integer(payload, "seed", -(2**63), 2**63 - 1, None)
     return GenerationRequest(model=model, chat=chat, prompts=prompts, messages=messages, n=n,
                              parameters=_sampling(payload), stops=_stops(payload.get("stop")),
-                             stream=bool(stream), include_usage=include_usage, seed=seed)
+                             stream=bool(stream), include_usage=include_usage, seed=seed,
+                             logprobs=read_logprobs(payload, chat))
 
 
 def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]:
@@ -87,6 +89,8 @@ def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]
         parameters["messages"] = request.messages
     if request.seed is not None:
         parameters["seed"] = (request.seed + choice) % 2**63  # a negative OpenAI seed too
+    if request.logprobs is not None:
+        parameters["logprobs"] = request.logprobs
     return parameters
 
 

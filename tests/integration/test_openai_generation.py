@@ -130,13 +130,41 @@ def test_openais_no_op_values_are_accepted(client: Any, greedy: Any) -> None:
     assert completion.choices[0].text == greedy("The cat sees", 6)
 
 
+def test_logprobs_whole_and_streamed(client: Any, greedy: Any) -> None:
+    answer = client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=8, temperature=0,
+                                            logprobs=True, top_logprobs=3)
+    choice = answer.choices[0]
+    content = choice.logprobs.content
+    assert choice.message.content == greedy(chat_prompt(MESSAGES), 8) and len(content) == 8
+    assert b"".join(bytes(c.bytes) for c in content) == choice.message.content.encode()
+    for c in content:
+        assert len(c.top_logprobs) == 3 and c.top_logprobs[0].token == c.token  # greedy: the most likely
+        assert c.top_logprobs[0].logprob == c.logprob <= 0 and c.top_logprobs[1].logprob <= c.logprob
+    chunks = list(client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=8, temperature=0,
+                                                 logprobs=True, top_logprobs=3, stream=True))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, round(e.logprob, 4)) for e in streamed] == [(e.token, round(e.logprob, 4)) for e in content]
+    for c in chunks:  # each chunk carries the entries of the text it shows
+        if c.choices and c.choices[0].delta.content:
+            shown = c.choices[0].logprobs.content
+            assert b"".join(bytes(e.bytes) for e in shown) == c.choices[0].delta.content.encode()
+
+    completion = client.completions.create(model=CHAT, prompt="The cat sees", max_tokens=6, temperature=0,
+                                           logprobs=2)
+    logprobs = completion.choices[0].logprobs
+    assert "".join(logprobs.tokens) == completion.choices[0].text == greedy("The cat sees", 6)
+    assert logprobs.text_offset == [sum(len(t) for t in logprobs.tokens[:i]) for i in range(6)]
+    assert all(len(top) in (2, 3) and top[token] == lp
+               for top, token, lp in zip(logprobs.top_logprobs, logprobs.tokens, logprobs.token_logprobs))
+
+
 def test_bad_parameters_are_400s(client: Any, stack: Stack) -> None:
     import openai
 
     bad: list[tuple[dict[str, Any], str]] = [
         ({"temperature": -0.5}, "temperature"), ({"temperature": 1e308}, "temperature"), ({"n": 99}, "n"),
         ({"top_p": 0}, "top_p"), ({"stop": [""]}, "stop"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-        ({"max_tokens": 100_000}, "max_tokens"), ({"logprobs": True}, "logprobs"), ({"tools": [{}]}, "tools"),
+        ({"max_tokens": 100_000}, "max_tokens"), ({"top_logprobs": 3}, "top_logprobs"), ({"tools": [{}]}, "tools"),
     ]
     for extra, param in bad:
         with pytest.raises(openai.BadRequestError) as caught:
