@@ -54,13 +54,43 @@ class TextFormat(TypedDict):
     type: Literal["text"]
 
 
+@with_config(SHAPE_CONFIG)
+class JsonObjectFormat(TypedDict):
+    """Any JSON object, compact."""
+
+    type: Literal["json_object"]
+
+
+@with_config(SHAPE_CONFIG)
+class JsonSchemaSpec(TypedDict, total=False):
+    """The schema the answer follows."""
+
+    name: Required[Annotated[str, Field(min_length=1, max_length=64)]]
+    schema: Annotated[dict[str, Any], Field(description="a JSON Schema; one the grammar engine (llguidance) cannot "
+                                                        "compile is a 400 naming response_format")]
+    strict: Annotated[bool | None, Field(description="true: an object schema that lists properties and says "
+                                                     "nothing of others takes no others")]
+    description: str
+
+
+@with_config(SHAPE_CONFIG)
+class JsonSchemaFormat(TypedDict):
+    """JSON that follows a schema, compact."""
+
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat | None, Field(description=(
+    "structured output: each token is masked by the schema's grammar (no free whitespace); the answer ends when "
+    "the JSON is complete (finish_reason stop), or is cut at max_tokens (length)"))]
+
+
 def _no_op(neutrals: tuple[Any, ...]) -> Any:
     """The type that admits null and exactly the no-op values of an unimplemented field."""
     shapes: list[Any] = []
     for value in neutrals:
-        if value == {"type": "text"}:
-            shapes.append(TextFormat)
-        elif isinstance(value, dict):
+        if isinstance(value, dict):
             shapes.append(Annotated[dict[str, Any], Field(max_length=0)])
         elif isinstance(value, list):
             shapes.append(Annotated[list[Literal[tuple(value)]], Field(min_length=len(value), max_length=len(value))]
@@ -91,6 +121,7 @@ def _common() -> dict[str, Any]:
         "stream": NotRequired[Annotated[bool | None, Field(description="OpenAI's chunks as server-sent events, "
                                                                        "then data: [DONE]")]],
         "stream_options": NotRequired[StreamOptions | None],
+        "response_format": NotRequired[ResponseFormat],
         **{name: NotRequired[Annotated[_no_op(neutrals), Field(description="not implemented: null" + "".join(
             f" or {json.dumps(v)}" for v in neutrals) + " (no effect)")]] for name, neutrals in NO_OPS.items()},
         **{name: NotRequired[Annotated[Any, Field(description="accepted and ignored")]] for name in IGNORED},

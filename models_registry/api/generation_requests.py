@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models_registry.api.error_answers import invalid
-from models_registry.api.openai_options import NO_OPS, check_no_ops, read_logprobs
+from models_registry.api.openai_options import NO_OPS, check_no_ops, read_logprobs, read_response_format
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
 MAX_CHOICES = 8  # n, and prompts of a completions request: each choice (prompt x n) is one generated stream
@@ -25,7 +25,7 @@ ROLES = ("system", "user", "assistant", "developer", "tool")
 # Bookkeeping and caching hints: accepted, no effect here.
 IGNORED = ("user", "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier")
 COMMON = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "seed", "n", "stream",
-          "stream_options", "logprobs")
+          "stream_options", "logprobs", "response_format")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class GenerationRequest:
     include_usage: bool
     seed: int | None
     logprobs: int | None = None  # alternatives per token with its logprob (None: no logprobs)
+    grammar: str | None = None  # response_format's compiled grammar (tasks.json_grammar); None: free text
 
     @property
     def choices(self) -> int:
@@ -79,7 +80,8 @@ def read(payload: Any, chat: bool) -> GenerationRequest:
     return GenerationRequest(model=model, chat=chat, prompts=prompts, messages=messages, n=n,
                              parameters=_sampling(payload), stops=_stops(payload.get("stop")),
                              stream=bool(stream), include_usage=include_usage, seed=seed,
-                             logprobs=read_logprobs(payload, chat))
+                             logprobs=read_logprobs(payload, chat),
+                             grammar=read_response_format(payload.get("response_format")))
 
 
 def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]:
@@ -91,6 +93,8 @@ def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]
         parameters["seed"] = (request.seed + choice) % 2**63  # a negative OpenAI seed too
     if request.logprobs is not None:
         parameters["logprobs"] = request.logprobs
+    if request.grammar is not None:
+        parameters["grammar"] = request.grammar
     return parameters
 
 

@@ -22,7 +22,7 @@ NO_OPS: dict[str, tuple[Any, ...]] = {
     "tool_choice": ("none", "auto"), "parallel_tool_calls": (True, False), "functions": ([],),
     "function_call": ("none", "auto"), "tool_prompt": (), "best_of": (1,), "echo": (False,), "suffix": ("",),
     "modalities": (["text"],), "audio": (), "prediction": (), "reasoning_effort": (), "verbosity": (),
-    "web_search_options": (), "response_format": ({"type": "text"},),
+    "web_search_options": (),
 }
 FORMATS = ("text", "json_object", "json_schema")
 

@@ -11,6 +11,8 @@ outlines-core on a 50,257-token vocabulary).
 from __future__ import annotations
 
 import copy
+import functools
+import json
 from typing import Any
 
 import llguidance
@@ -31,6 +33,12 @@ def compile_schema(schema: dict[str, Any], strict: bool = False) -> str:
     """
     if not isinstance(schema, dict):
         raise SchemaError("the schema must be a JSON object")
+    return _compiled(json.dumps(schema), strict)  # keys in order: an object's properties come in the schema's order
+
+
+@functools.lru_cache(maxsize=256)  # a service sends the same schema with every request
+def _compiled(text: str, strict: bool) -> str:
+    schema = json.loads(text)
     if strict:
         schema = closed(schema)
     try:

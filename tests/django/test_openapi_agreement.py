@@ -290,6 +290,14 @@ GENERATION_EDGES: list[tuple[bool, Any]] = [
     (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}),
     (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 20}),
     (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object"}, "strict": True}}}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {
+        "type": "json_schema", "json_schema": {"schema": {"type": "object"}}}}),
+    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "p", "strict": "yes"}}}),
+    (False, {"model": "m", "prompt": "x", "response_format": {"type": "json_object"}}),
     (False, {"model": "m", "prompt": "x", "logprobs": 5}),
     (False, {"model": "m", "prompt": "x", "logprobs": 6}),
     (False, {"model": "m", "prompt": "x", "logprobs": True}),

@@ -158,6 +158,48 @@ def test_logprobs_whole_and_streamed(client: Any, greedy: Any) -> None:
                for top, token, lp in zip(logprobs.top_logprobs, logprobs.tokens, logprobs.token_logprobs))
 
 
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "pets": {"type": "array", "items": {"enum": ["cat", "dog"]}, "maxItems": 2}, "human": {"type": "boolean"}},
+    "required": ["name", "age", "pets", "human"]}
+
+
+def test_structured_output_is_valid_json_even_from_random_weights(client: Any, greedy: Any) -> None:
+    """Three json_schema rows and a free one at once (one batch): the schema's JSON, compact, ended by the grammar."""
+    import jsonschema
+    from concurrent.futures import ThreadPoolExecutor
+
+    form = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+
+    def structured(seed: int) -> Any:
+        return client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=200, temperature=1.0,
+                                              seed=seed, response_format=form)
+
+    with ThreadPoolExecutor(4) as pool:
+        free = pool.submit(client.completions.create, model=CHAT, prompt="The cat sees", max_tokens=30, temperature=0)
+        answers = list(pool.map(structured, range(3)))
+    assert free.result().choices[0].text == greedy("The cat sees", 30)
+    for answer in answers:
+        content = answer.choices[0].message.content
+        jsonschema.validate(json.loads(content), {**PERSON, "additionalProperties": False})
+        assert answer.choices[0].finish_reason == "stop" and "\n" not in content
+    chunks = list(client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=200, temperature=1.0,
+                                                 seed=0, response_format=form, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == answers[0].choices[0].message.content
+    obj = client.completions.create(model=CHAT, prompt="{", max_tokens=60, temperature=0,
+                                    extra_body={"response_format": {"type": "json_object"}}, logprobs=1)
+    assert obj.choices[0].text.startswith("{") and "".join(obj.choices[0].logprobs.tokens) == obj.choices[0].text
+
+
+def test_a_schema_the_engine_cannot_compile_is_a_400(client: Any) -> None:
+    import openai
+
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(("}}}
+    with pytest.raises(openai.BadRequestError, match="cannot be used for structured output") as caught:
+        client.chat.completions.create(model=CHAT, messages=MESSAGES, response_format=bad, stream=True)
+    assert caught.value.body["param"] == "response_format"
+
+
 def test_bad_parameters_are_400s(client: Any, stack: Stack) -> None:
     import openai
 

@@ -60,3 +60,50 @@ def test_logprobs_are_the_models_raw_log_softmax_beside_a_row_without(gpt2: Any)
             assert [lp for _, lp in entry["top"]] == pytest.approx(expected[top_ids].tolist(), abs=1e-4)
             assert entry["top"][0][0] == entry["bytes"]  # greedy: the token is the most likely one
             ids.append(token)
+
+
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}, "ok": {"type": "boolean"}},
+    "required": ["name", "age", "tags", "ok"], "additionalProperties": False}
+
+
+def test_a_structured_row_and_a_free_row_share_a_batch(gpt2: Any) -> None:
+    """The random-weight model writes schema-valid, compact JSON under the mask and stops once it is complete."""
+    import json
+    import re
+
+    import jsonschema
+
+    from models_registry.tasks.json_grammar import compile_schema
+
+    batch = DecodeBatch(gpt2)
+    grammar = compile_schema(SCHEMA)
+    sinks = [Sink() for _ in range(4)]
+    rows = [batch.prepare(str(n), "The cat sees", {"max_new_tokens": 120, "do_sample": True, "seed": n,
+                                                   "temperature": 1.0, "grammar": grammar, "logprobs": 0}, sinks[n])
+            for n in range(3)]
+    free = batch.prepare("free", "The cat sees", {"max_new_tokens": 20, "do_sample": False}, sinks[3])
+    run(batch, [*rows, free])
+    for row in rows:
+        answer = row.answer()[0]
+        text = answer["generated_text"]
+        jsonschema.validate(json.loads(text), SCHEMA)
+        assert not re.search(r"\s", re.sub(r'"(?:[^"\\]|\\.)*"', '""', text))  # compact: no space outside strings
+        assert list(json.loads(text)) == list(SCHEMA["properties"])  # in the schema's order
+        assert answer["details"]["finish_reason"] == "eos_token"
+    assert free.answer()[0]["generated_text"] == gpt2("The cat sees", max_new_tokens=20, do_sample=False,
+                                                      return_full_text=False)[0]["generated_text"]
+
+
+def test_json_object_masks_a_greedy_row_too(gpt2: Any) -> None:
+    from models_registry.tasks.json_grammar import ANY_OBJECT, compile_schema
+
+    batch = DecodeBatch(gpt2)
+    sink = Sink()
+    row = batch.prepare("o", "The cat sees", {"max_new_tokens": 40, "do_sample": False,
+                                              "grammar": compile_schema(ANY_OBJECT)}, sink)
+    run(batch, [row])
+    text = row.answer()[0]["generated_text"]
+    assert text.startswith("{")  # an object, cut at max_new_tokens or complete
+    assert all(ch not in text for ch in "\n\t")
