@@ -6,7 +6,7 @@ byte-level BPE (GPT-2's size with real merges, trained here on this machine's Py
 sources, since no tokenizer can be downloaded), on one core. Measured: the tokenizer's
 setup, the compile, the first mask, then the mask of every step of a forced document and of
 a 300-step walk driven by random logits (mostly inside strings, the costly state), and the
-cost of setting the forbidden logits to -inf. xgrammar and outlines-core are installed
+cost of setting the forbidden logits to -inf (as the product does it, in numpy). xgrammar and outlines-core are installed
 (pinned, without their dependencies) into bench-results/grammar-engines/ on first use.
 """
 
@@ -86,12 +86,12 @@ def tokenizer() -> Any:
 
 def measure(name: str, tok: Any, setup: Any) -> list[dict[str, Any]]:
     """Every measure of one engine: setup() gives (compile(schema) -> grammar, matcher(grammar), fill, accept)."""
+    import numpy as np
     import torch
 
     started = time.perf_counter()
     compile_, new_matcher, fill, accept = setup(tok)
     setup_s = time.perf_counter() - started
-    shifts = torch.arange(32, dtype=torch.int32)
     rows = []
     for label, schema, doc in (("schema", SCHEMA, DOC), ("json_object", {"type": "object"}, ANY_DOC)):
         started = time.perf_counter()
@@ -115,9 +115,9 @@ def measure(name: str, tok: Any, setup: Any) -> list[dict[str, Any]]:
             fill(matcher, bitmask)
             walk.append(time.perf_counter() - started)
             logits = torch.randn(VOCAB, generator=generator)
-            started = time.perf_counter()
-            allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).reshape(-1)[:VOCAB].bool()
-            logits.masked_fill_(~allowed, float("-inf"))
+            started = time.perf_counter()  # as inference.grammar_mask applies it
+            forbidden = np.unpackbits(bitmask.numpy().view(np.uint8), count=VOCAB, bitorder="little") == 0
+            np.putmask(logits.numpy(), forbidden, -np.inf)
             applies.append(time.perf_counter() - started)
             token = int(logits.argmax())
             if token == tok.eos_token_id:
@@ -137,11 +137,11 @@ def measure(name: str, tok: Any, setup: Any) -> list[dict[str, Any]]:
 def llguidance_setup(tok: Any) -> Any:
     """The product's engine, as tasks.json_grammar and inference.grammar_mask use it."""
     import llguidance
-    import llguidance.hf
 
+    from models_registry.inference.token_vocabulary import Vocabulary
     from models_registry.tasks.json_grammar import COMPACT
 
-    engine = llguidance.hf.from_tokenizer(tok, VOCAB)
+    engine = Vocabulary(tok, VOCAB, [tok.eos_token_id]).engine
     return (lambda schema: llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=COMPACT),
             lambda grammar: llguidance.LLMatcher(engine, grammar),
             lambda m, bitmask: m.unsafe_compute_mask_ptr(bitmask.data_ptr(), bitmask.numel() * 4),
