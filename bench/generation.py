@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from bench import generation_structured
 from bench.generation_peer import Server, start_serve
 from bench.stack_setup import stopped_on_failure
 
@@ -48,6 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of every server (1: two threads on two shared cores spin-wait)")
     parser.add_argument("--only", default="", help="servers to run: continuous,static,transformers-serve")
+    parser.add_argument("--structured", type=int, default=1,
+                        help="1: the structured-output level (json_schema vs free rows at 8 streams, continuous)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "generation-cpu-2core.md"))
     return parser.parse_args(argv)
 
@@ -79,13 +82,17 @@ def build_model(dest: Path) -> Path:
 
 
 async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tokens: int, counted: list[float],
-                     firsts: list[float] | None = None) -> tuple[float | None, float, int]:
+                     firsts: list[float] | None = None, extra: dict[str, Any] | None = None,
+                     answers: list[tuple[str, str | None]] | None = None) -> tuple[float | None, float, int]:
     """(time to first token, total time, tokens) of one streamed completion.
 
     counted gets each token's arrival time, firsts the time to first token as soon as it comes
-    (a request still running at the window's end counts too).
+    (a request still running at the window's end counts too); extra: more body fields; answers
+    gets (text, finish_reason) of each finished answer.
     """
-    body = {"model": server.model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True}
+    body = {"model": server.model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True,
+            **(extra or {})}
+    text, reason = "", None
     started = time.perf_counter()
     first, count = None, 0
     async with client.stream("POST", f"{server.url}/v1/completions", json=body, headers=server.headers) as response:
@@ -95,6 +102,9 @@ async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tok
             if not line.startswith("data: {"):
                 continue
             choices = json.loads(line[6:]).get("choices") or []
+            if choices:
+                text += choices[0].get("text") or ""
+                reason = choices[0].get("finish_reason") or reason
             if choices and choices[0].get("text"):
                 now = time.perf_counter()
                 if first is None:
@@ -103,11 +113,15 @@ async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tok
                         firsts.append(first)
                 count += 1
                 counted.append(now)
+    if answers is not None:
+        answers.append((text, reason))
     return first, time.perf_counter() - started, count
 
 
-async def level(server: Server, streams: int, args: argparse.Namespace) -> dict[str, Any]:
-    """streams closed-loop clients for the window, and the 4-token probe beside them."""
+async def level(server: Server, streams: int, args: argparse.Namespace, extra: dict[str, Any] | None = None,
+                answers: list[tuple[str, str | None]] | None = None) -> dict[str, Any]:
+    """streams closed-loop clients for the window, and the 4-token probe beside them (extra: their body's more
+    fields, answers: their finished answers, as one_stream)."""
     rng = random.Random(streams)
     plan = [(rng.choice(PROMPTS), rng.randint(args.min_tokens, args.max_tokens)) for _ in range(args.max_requests)]
     token_times: list[float] = []
@@ -123,7 +137,7 @@ async def level(server: Server, streams: int, args: argparse.Namespace) -> dict[
             while plan and time.perf_counter() < until:
                 prompt, tokens = plan.pop()
                 try:
-                    await one_stream(client, server, prompt, tokens, token_times, ttfts)
+                    await one_stream(client, server, prompt, tokens, token_times, ttfts, extra, answers)
                     finished.append(1)
                 except Exception as error:  # noqa: BLE001 - reported in the table
                     errors.append(str(error)[:200])
@@ -205,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     solo: dict[str, float] = {}
     skipped: dict[str, str] = {}
     load = os.getloadavg()[0]
+    structured: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="bench-generation-") as tmp:
         model_dir = build_model(Path(tmp) / "gpt2-small-random")
         log_dir = ROOT / "bench-results"
@@ -228,12 +243,17 @@ def main(argv: list[str] | None = None) -> None:
                 for streams in levels:
                     results[name][streams] = asyncio.run(level(server, streams, args))
                     print(name, streams, results[name][streams], flush=True)
+            if args.structured and "continuous" in chosen:
+                structured = asyncio.run(generation_structured.pair(chosen["continuous"], args, level))
+                print("structured", structured, flush=True)
         finally:
             if serve is not None:
                 os.killpg(serve.pid, 15)
                 serve.wait(30)
             stack.stop()
     report = table(results, solo)
+    if structured is not None:
+        report += "\n\n## Structured output\n\n" + generation_structured.table(structured)
     print(report)
     notes = "".join(f"\n- {name} skipped: {why}" for name, why in skipped.items())
     Path(args.out).write_text(

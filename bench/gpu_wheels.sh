@@ -5,7 +5,7 @@
 # onnxruntime, tokenizers, hf-xet, Pillow, uvloop, psutil, prometheus-client; the
 # PostgreSQL driver: the run uses SQLite), plus the MiniLM tokenizer's files (the
 # benchmark's model has random weights but the real vocabulary). About 50 MB, under the
-# device tool's 64 MiB carry limit; wheels/ is git-ignored: carry it to the machine.
+# device tool's 64 MiB carry limit (llguidance's only wheel is manylinux_2_31: glibc 2.31 or newer); wheels/ is git-ignored: carry it to the machine.
 #
 #   sh bench/gpu_wheels.sh [DIR]          # here (default DIR: wheels/gpu)
 #   sh bench/gpu_run.sh [DIR] [ARGS...]   # there: install into DIR/site, run python -m bench.gpu ARGS
@@ -18,8 +18,8 @@ grep -v -E '^\s*(#|$)' requirements.txt requirements-model.txt | sed 's/^[^:]*:/
     | grep -v -i -E '^(sympy|mpmath|networkx|jinja2|markupsafe|filelock|fsspec|protobuf|flatbuffers|ml_dtypes)==' \
     | grep -v -i -E '^(pillow|uvloop|psutil|prometheus_client|psycopg-binary|psycopg\[binary\])==' > "$dest/requirements.txt"
 "$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --abi cp312 --abi abi3 --abi none --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform any -d "$dest/wheels" -r "$dest/requirements.txt"
+    --abi cp312 --abi abi3 --abi none --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d "$dest/wheels" -r "$dest/requirements.txt"
 "$python" - "$dest/tokenizer" <<'PY'
 import shutil, sys
 from pathlib import Path

@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from models_registry.api.logprob_shapes import Released, TokenLogprob, chat_logprobs, completion_logprobs
+
 # The worker's (TGI's) finish reasons in OpenAI's words.
 FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 
@@ -42,17 +44,23 @@ class Choice:
     finish_reason: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    logprobs: Released | None = None  # each token's logprob entry, when asked for
+    cut: bool = False  # a stop sequence ended it: what follows it is not shown
 
     def take(self, event: dict[str, Any]) -> str:
         """Add one worker event; the new text the client may see now."""
         token = event.get("token") or {}
         if not token.get("special"):
+            entry = TokenLogprob.of(token, len(self.text)) if self.logprobs is not None else None
+            if entry is not None and self.logprobs is not None:
+                self.logprobs.entries.append(entry)
             self.text += token.get("text") or ""
         final = event.get("generated_text")
         if final is not None:
             self.text = final
         details = event.get("details") or {}
         shown, stopped = visible(self.text, self.stops, final is not None)
+        self.cut = self.cut or stopped
         if details or stopped:
             self.finish_reason = "stop" if stopped else FINISH_REASONS.get(details.get("finish_reason"), "stop")
             self.prompt_tokens = int(details.get("input_length") or self.prompt_tokens)
@@ -65,6 +73,19 @@ class Choice:
     def content(self) -> str:
         """The text the client gets."""
         return visible(self.text, self.stops, True)[0]
+
+    def new_logprobs(self) -> list[TokenLogprob] | None:
+        """The logprob entries of the text shown since the last call (all that are left once it ended)."""
+        if self.logprobs is None:
+            return None
+        return self.logprobs.upto(self.shown, everything=self.finish_reason is not None and not self.cut)
+
+    def all_logprobs(self) -> list[TokenLogprob] | None:
+        """The logprob entries of the whole content."""
+        if self.logprobs is None:
+            return None
+        shown = len(self.content)
+        return [e for e in self.logprobs.entries if not self.cut or e.start < shown]
 
 
 @dataclass
@@ -87,25 +108,31 @@ class Shaper:
         """The whole (not streamed) answer."""
         if self.chat:
             shaped = [{"index": c.index, "message": {"role": "assistant", "content": c.content},
-                       "logprobs": None, "finish_reason": c.finish_reason or "length"} for c in choices]
+                       "logprobs": self._logprobs(c.all_logprobs()), "finish_reason": c.finish_reason or "length"}
+                      for c in choices]
         else:
-            shaped = [{"index": c.index, "text": c.content, "logprobs": None,
+            shaped = [{"index": c.index, "text": c.content, "logprobs": self._logprobs(c.all_logprobs()),
                        "finish_reason": c.finish_reason or "length"} for c in choices]
         return {"id": self._id(), "object": "chat.completion" if self.chat else "text_completion",
                 "created": self.created, "model": self.model, "choices": shaped, "usage": self.usage(choices)}
 
-    def chunk(self, index: int, text: str | None, finish_reason: str | None, usage: bool) -> dict[str, Any]:
-        """One stream chunk: text None opens a chat choice (its role); finish_reason closes a choice."""
+    def chunk(self, index: int, text: str | None, finish_reason: str | None, usage: bool,
+              logprobs: list[TokenLogprob] | None = None) -> dict[str, Any]:
+        """One stream chunk: text None opens a chat choice (its role); finish_reason closes a choice.
+
+        logprobs: the entries of the tokens this chunk shows (None or empty: "logprobs": null).
+        """
+        shaped_logprobs = self._logprobs(logprobs) if logprobs else None
         if self.chat:
             delta: dict[str, Any] = {}
             if text is None:
                 delta = {"role": "assistant", "content": ""}
             elif text:
                 delta = {"content": text}
-            choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": None,
+            choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": shaped_logprobs,
                                       "finish_reason": finish_reason}
         else:
-            choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": index, "text": text or "", "logprobs": shaped_logprobs, "finish_reason": finish_reason}
         chunk = {"id": self._id(), "object": "chat.completion.chunk" if self.chat else "text_completion",
                  "created": self.created, "model": self.model, "choices": [choice]}
         if usage:
@@ -116,6 +143,11 @@ class Shaper:
         """The last chunk of a stream with include_usage: no choices, the usage."""
         return {"id": self._id(), "object": "chat.completion.chunk" if self.chat else "text_completion",
                 "created": self.created, "model": self.model, "choices": [], "usage": self.usage(choices)}
+
+    def _logprobs(self, entries: list[TokenLogprob] | None) -> dict[str, Any] | None:
+        if entries is None:
+            return None
+        return chat_logprobs(entries) if self.chat else completion_logprobs(entries)
 
     def _id(self) -> str:
         return ("chatcmpl-" if self.chat else "cmpl-") + self.id

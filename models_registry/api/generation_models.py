@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, with_config
@@ -14,8 +15,8 @@ from models_registry.api.generation_requests import (
     MAX_STOP_CHARS,
     MAX_STOPS,
     ROLES,
-    UNSUPPORTED,
 )
+from models_registry.api.openai_options import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, NO_OPS
 from models_registry.api.response_models import OPEN
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS, SHAPE_CONFIG
 
@@ -46,8 +47,63 @@ class StreamOptions(TypedDict, total=False):
     continuous_usage_stats: bool
 
 
+@with_config(SHAPE_CONFIG)
+class TextFormat(TypedDict):
+    """Plain text (the default)."""
+
+    type: Literal["text"]
+
+
+@with_config(SHAPE_CONFIG)
+class JsonObjectFormat(TypedDict):
+    """Any JSON object, compact."""
+
+    type: Literal["json_object"]
+
+
+@with_config(SHAPE_CONFIG)
+class JsonSchemaSpec(TypedDict, total=False):
+    """The schema the answer follows."""
+
+    name: Required[Annotated[str, Field(min_length=1, max_length=64)]]
+    schema: Annotated[dict[str, Any], Field(description="a JSON Schema; one the grammar engine (llguidance) cannot "
+                                                        "compile is a 400 naming response_format")]
+    strict: Annotated[bool | None, Field(description="true: an object schema that lists properties and says "
+                                                     "nothing of others takes no others")]
+    description: str
+
+
+@with_config(SHAPE_CONFIG)
+class JsonSchemaFormat(TypedDict):
+    """JSON that follows a schema, compact."""
+
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat | None, Field(description=(
+    "structured output: each token is masked by the schema's grammar (no free whitespace); the answer ends when "
+    "the JSON is complete (finish_reason stop), or is cut at max_tokens (length)"))]
+
+
+def _no_op(neutrals: tuple[Any, ...]) -> Any:
+    """The type that admits null and exactly the no-op values of an unimplemented field."""
+    shapes: list[Any] = []
+    for value in neutrals:
+        if isinstance(value, dict):
+            shapes.append(Annotated[dict[str, Any], Field(max_length=0)])
+        elif isinstance(value, list):
+            shapes.append(Annotated[list[Literal[tuple(value)]], Field(min_length=len(value), max_length=len(value))]
+                          if value else Annotated[list[Any], Field(max_length=0)])
+        else:
+            shapes.append(Literal[value])
+    union: Any = None
+    for shape in dict.fromkeys(shapes):
+        union = shape if union is None else union | shape
+    return None if union is None else union | None
+
+
 def _common() -> dict[str, Any]:
-    unsupported = "not supported: null (or its no-op value) only"
     return {
         "model": Required[Annotated[str, Field(min_length=1, description="a text-generation model id from "
                                                                          "GET /v1/models")]],
@@ -65,8 +121,9 @@ def _common() -> dict[str, Any]:
         "stream": NotRequired[Annotated[bool | None, Field(description="OpenAI's chunks as server-sent events, "
                                                                        "then data: [DONE]")]],
         "stream_options": NotRequired[StreamOptions | None],
-        **{name: NotRequired[Annotated[(None if neutral is None else Literal[neutral] | None),  # type: ignore[valid-type]
-                                      Field(description=unsupported)]] for name, neutral in UNSUPPORTED.items()},
+        "response_format": NotRequired[ResponseFormat],
+        **{name: NotRequired[Annotated[_no_op(neutrals), Field(description="not implemented: null" + "".join(
+            f" or {json.dumps(v)}" for v in neutrals) + " (no effect)")]] for name, neutrals in NO_OPS.items()},
         **{name: NotRequired[Annotated[Any, Field(description="accepted and ignored")]] for name in IGNORED},
     }
 
@@ -75,6 +132,11 @@ ChatCompletionRequest = with_config(SHAPE_CONFIG)(TypedDict("ChatCompletionReque
     **_common(),
     "messages": Required[Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES, description=(
         "rendered with the model's chat template (a model without one answers 400)"))]],
+    "logprobs": NotRequired[Annotated[bool | None, Field(description=(
+        "each token's logprob in choices[].logprobs.content: the model's raw log-softmax (before temperature, "
+        "top_p and penalties; after a response_format's mask)"))]],
+    "top_logprobs": NotRequired[Annotated[int | None, Field(ge=0, le=MAX_TOP_LOGPROBS, description=(
+        'the most likely alternatives of each token, with "logprobs": true only'))]],
 }))
 ChatCompletionRequest.__doc__ = "OpenAI's chat completions request."
 
@@ -82,6 +144,9 @@ CompletionRequest = with_config(SHAPE_CONFIG)(TypedDict("CompletionRequest", {  
     **_common(),
     "prompt": Required[Annotated[str | Annotated[list[str], Field(min_length=1, max_length=MAX_CHOICES)], Field(
         description="a prompt, or a list of prompts (n choices each)")]],
+    "logprobs": NotRequired[Annotated[int | None, Field(ge=0, le=MAX_COMPLETION_LOGPROBS, description=(
+        "each token's logprob and this many alternatives (choices[].logprobs: tokens, token_logprobs, "
+        "top_logprobs, text_offset): the model's raw log-softmax"))]],
 }))
 CompletionRequest.__doc__ = "OpenAI's completions request."
 
@@ -104,12 +169,39 @@ class AssistantMessage(TypedDict):
 
 
 @with_config(OPEN)
+class TopLogprob(TypedDict):
+    """An alternative to a generated token."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+@with_config(OPEN)
+class TokenLogprob(TypedDict):
+    """A generated token: its text (bytes escaped when part of a character), logprob, bytes, alternatives."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+
+@with_config(OPEN)
+class ChatLogprobs(TypedDict):
+    """With "logprobs": true."""
+
+    content: list[TokenLogprob]
+    refusal: None
+
+
+@with_config(OPEN)
 class ChatChoice(TypedDict):
     """One choice of a chat answer."""
 
     index: int
     message: AssistantMessage
-    logprobs: None
+    logprobs: ChatLogprobs | None
     finish_reason: Literal["stop", "length"]
 
 
@@ -126,12 +218,22 @@ class ChatCompletion(TypedDict):
 
 
 @with_config(OPEN)
+class CompletionLogprobs(TypedDict):
+    """With "logprobs": N; top_logprobs holds the N most likely and the token itself."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+@with_config(OPEN)
 class CompletionChoice(TypedDict):
     """One choice of a completions answer."""
 
     index: int
     text: str
-    logprobs: None
+    logprobs: CompletionLogprobs | None
     finish_reason: Literal["stop", "length"]
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models_registry.api.error_answers import invalid
+from models_registry.api.openai_options import NO_OPS, check_no_ops, read_logprobs, read_response_format
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
 MAX_CHOICES = 8  # n, and prompts of a completions request: each choice (prompt x n) is one generated stream
@@ -21,14 +22,10 @@ MAX_STOP_CHARS = 256
 MAX_MESSAGES = 256
 MIN_TEMPERATURE = 0.01  # below it: greedy, as temperature 0
 ROLES = ("system", "user", "assistant", "developer", "tool")
-# Known OpenAI fields this server does not implement: a 400 when set to anything but null or their no-op value.
-UNSUPPORTED = {"frequency_penalty": 0, "presence_penalty": 0, "logit_bias": None, "logprobs": False,
-               "top_logprobs": None, "tools": None, "tool_choice": None, "tool_prompt": None,
-               "response_format": None, "best_of": 1, "echo": False, "suffix": None, "functions": None,
-               "function_call": None, "parallel_tool_calls": None}
-IGNORED = ("user", "store", "metadata", "service_tier")  # bookkeeping fields: accepted, no effect here
+# Bookkeeping and caching hints: accepted, no effect here.
+IGNORED = ("user", "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier")
 COMMON = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "seed", "n", "stream",
-          "stream_options")
+          "stream_options", "logprobs", "response_format")
 
 
 @dataclass(frozen=True)
@@ -45,6 +42,8 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     seed: int | None
+    logprobs: int | None = None  # alternatives per token with its logprob (None: no logprobs)
+    grammar: str | None = None  # response_format's compiled grammar (tasks.json_grammar); None: free text
 
     @property
     def choices(self) -> int:
@@ -57,15 +56,12 @@ def read(payload: Any, chat: bool) -> GenerationRequest:
     if not isinstance(payload, dict):
         raise invalid('request body must be a JSON object like {"model": "...", '
                       + ('"messages": [...]}' if chat else '"prompt": "..."}'), None)
-    own = "messages" if chat else "prompt"
-    known = set(COMMON) | set(UNSUPPORTED) | set(IGNORED) | {own}
+    own = ("messages", "top_logprobs") if chat else ("prompt",)
+    known = set(COMMON) | set(NO_OPS) | set(IGNORED) | set(own)
     unknown = sorted(set(payload) - known)
     if unknown:
         raise invalid(f"unrecognized request argument(s): {', '.join(unknown)}", unknown[0])
-    for name, neutral in UNSUPPORTED.items():
-        value = payload.get(name)
-        if value is not None and value != neutral:
-            raise invalid(f"{name!r} is not supported by this server; leave it out", name)
+    check_no_ops(payload)
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise invalid("'model' is required: a model id from GET /v1/models", "model")
@@ -83,7 +79,9 @@ def read(payload: Any, chat: bool) -> GenerationRequest:
     seed = _integer(payload, "seed", -(2**63), 2**63 - 1, None)
     return GenerationRequest(model=model, chat=chat, prompts=prompts, messages=messages, n=n,
                              parameters=_sampling(payload), stops=_stops(payload.get("stop")),
-                             stream=bool(stream), include_usage=include_usage, seed=seed)
+                             stream=bool(stream), include_usage=include_usage, seed=seed,
+                             logprobs=read_logprobs(payload, chat),
+                             grammar=read_response_format(payload.get("response_format")))
 
 
 def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]:
@@ -93,6 +91,10 @@ def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]
         parameters["messages"] = request.messages
     if request.seed is not None:
         parameters["seed"] = (request.seed + choice) % 2**63  # a negative OpenAI seed too
+    if request.logprobs is not None:
+        parameters["logprobs"] = request.logprobs
+    if request.grammar is not None:
+        parameters["grammar"] = request.grammar
     return parameters
 
 

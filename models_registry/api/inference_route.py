@@ -27,7 +27,7 @@ from models_registry.broker.handoff import InferenceResult
 from models_registry.broker.stream_handoff import Opening, Stream
 from models_registry.core.errors import HostingError, MethodNotAllowed, internal_error
 from models_registry.catalog import lookups
-from models_registry.policy import auth, gate
+from models_registry.policy import auth, gate, shadow
 from models_registry.policy.dispatch import VERSION_HEADER
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 
@@ -68,7 +68,7 @@ class Work:
     asked_priority: str | None = None
     shape: Callable[[InferenceResult], Any] | None = None  # None: the outputs as they came
     use_cache: bool = True
-    streaming: Streaming | None = None  # set when the answer is generated as streams (no cache, no canary)
+    streaming: Streaming | None = None  # set when the answer is generated as streams (no cache)
     here: Callable[[], Awaitable[InferenceResult]] | None = None  # set when the web computes it (no worker)
 
 
@@ -145,8 +145,11 @@ async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpe
                **({VERSION_HEADER: str(opened.version)} if opened.version else {})}
 
     def finish(failure: HostingError | None, gone: bool, record: bool = True) -> None:
+        texts = [stream.text for stream in opened.streams]
         for stream in opened.streams:
             stream.close()
+        if opened.copy_to and failure is None and not gone and None not in texts:  # a shadow sees streams too
+            shadow.compare_streams_soon(spec, task, streaming.openings, texts, opened.copy_to)  # type: ignore[arg-type]
         tally = shape.tally()
         opened.settle(tally.tokens)
         request_record.count_token(opened.metered, tally.tokens)

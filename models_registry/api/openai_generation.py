@@ -23,6 +23,7 @@ from models_registry.api.answer import Answer, dump_json, to_django
 from models_registry.api.call import ApiCall, from_django
 from models_registry.api.completion_shapes import Choice, Shaper
 from models_registry.api.error_answers import openai_error_answer, openai_error_body
+from models_registry.api.logprob_shapes import Released
 from models_registry.api.generation_requests import GenerationRequest
 from models_registry.api.inference_route import Streaming, Work
 from models_registry.api.openai_routes import _body, model_task, openai_view
@@ -125,7 +126,9 @@ class Choices:
         self.log_route = log_route
         self.sse = wanted.stream
         self.shaper = Shaper(chat=wanted.chat, model=wanted.model, n=wanted.n)
-        self.choices = [Choice(index=i, stops=wanted.stops) for i in range(wanted.choices)]
+        self.choices = [Choice(index=i, stops=wanted.stops,
+                               logprobs=Released([]) if wanted.logprobs is not None else None)
+                        for i in range(wanted.choices)]
 
     async def events(self, streams: list[Stream]) -> AsyncGenerator[bytes, None]:
         """The chunks (a stream), or the one JSON answer."""
@@ -146,9 +149,10 @@ class Choices:
                     continue  # cut at a stop sequence: the rest of its tokens are not shown
                 text = choice.take(event)
                 if text:
-                    yield _sse(shaper.chunk(index, text, None, wanted.include_usage))
+                    yield _sse(shaper.chunk(index, text, None, wanted.include_usage, choice.new_logprobs()))
                 if choice.finish_reason is not None:
-                    yield _sse(shaper.chunk(index, "", choice.finish_reason, wanted.include_usage))
+                    yield _sse(shaper.chunk(index, "", choice.finish_reason, wanted.include_usage,
+                                            choice.new_logprobs()))
         if wanted.include_usage:
             yield _sse(shaper.usage_chunk(self.choices))
         yield b"data: [DONE]\n\n"

@@ -49,6 +49,7 @@ class Stream:
         self.extended_at = time.time()
         self.closed = False
         self.source: str | None = None  # the worker generating it (its first token message says)
+        self.text: str | None = None  # the whole generated text, once its last event came (a shadow compares it)
 
     async def next_events(self) -> list[dict[str, Any]] | None:
         """The next events in order; None at the end. Raises the worker's error, or Timeout when it goes quiet."""
@@ -59,6 +60,8 @@ class Stream:
                 events = self.waiting.pop(self.next_seq)
                 self.next_seq += 1
                 self.finished = self.finished or any(e.get("generated_text") is not None for e in events)
+                if self.finished and self.text is None and events:
+                    self.text = events[-1].get("generated_text")  # the last event is the one with the text
                 return events
             if self.result is not None and self.result.error_type:
                 raise from_wire(self.result.error_type, self.result.error or "generation failed")

@@ -33,6 +33,7 @@ from models_registry.core.errors import InvalidInput
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
 from models_registry.inference.kv_rows import growing
 from models_registry.inference.prefix_cache import PrefixCache
+from models_registry.inference.row_shaping import RowShaping
 from models_registry.inference.streaming import TokenSink, _Decoder, _eos_ids, _LogProbs, _Sequence, chat_prompt
 from models_registry.inference.task_common import max_positions
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
@@ -64,6 +65,7 @@ class Row:
     sample: bool
     generator: torch.Generator | None
     full_text: bool
+    shaping: RowShaping | None = None  # OpenAI's logprobs and structured output (inference.row_shaping)
     last: int = 0  # the token to feed next
     cached: int = 0  # real tokens in its cache row
     history: list[int] = field(default_factory=list)
@@ -131,9 +133,11 @@ class DecodeBatch:
         generator = None
         if sample and params.get("seed") is not None:
             generator = torch.Generator(device=self.model.device).manual_seed(int(params["seed"]))
+        shaping = RowShaping.of(self.tokenizer, self.model.config.get_text_config(decoder=True).vocab_size, self.eos,
+                                params)
         return Row(id=request_id, prompt=text, ids=list(ids), max_new_tokens=max_new, decoder=decoder,
                    sequence=sequence, processors=_processors(config, params, sample), sample=sample,
-                   generator=generator, full_text=params.get("return_full_text") is True)
+                   generator=generator, full_text=params.get("return_full_text") is True, shaping=shaping)
 
     def prefill(self, row: Row) -> bool:
         """Run the prompt, emit the first token; the row joins unless already done (True when it joined)."""
@@ -221,13 +225,18 @@ class DecodeBatch:
 
     def _emit(self, row: Row, logits: torch.Tensor) -> None:
         history = torch.tensor([row.history], device=logits.device)
-        scores = row.processors(history, logits.float()[None])
+        logits = logits.float()[None]
+        if row.shaping is not None:
+            row.shaping.mask(logits)
+        scores = row.processors(history, logits)
         logprobs = torch.log_softmax(scores, dim=-1)
         if row.sample:
             token = int(torch.multinomial(logprobs.exp(), 1, generator=row.generator)[0, 0])
         else:
             token = int(scores.argmax(dim=-1)[0])
         row.decoder.logprobs.last = logprobs
+        if row.shaping is not None:
+            row.decoder.token_extras = row.shaping.chosen(token)
         row.decoder._step(0, row.sequence, token)
         row.history.append(token)
         row.last = token

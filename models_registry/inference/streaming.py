@@ -75,6 +75,7 @@ class _Decoder(BaseStreamer, StoppingCriteria):
         self.seed = seed
         self.special_ids = set(tokenizer.all_special_ids)
         self.prompt_seen = False
+        self.token_extras: dict[str, Any] | None = None  # merged into the next token's event (inference.row_shaping)
 
     def put(self, value: torch.Tensor) -> None:
         """generate() hands the prompt first, then one token per sequence per step."""
@@ -119,6 +120,9 @@ class _Decoder(BaseStreamer, StoppingCriteria):
             ready = len(sequence.text) - (1 if partial else 0)
             piece, sequence.emitted = sequence.text[sequence.emitted:ready], max(sequence.emitted, ready)
         token = {"id": token_id, "text": piece, "logprob": logprob, "special": special}
+        if self.token_extras:
+            token.update(self.token_extras)
+            self.token_extras = None
         sequence.tokens.append(token)
         if sequence.sink is not None:
             if sequence.sink.cancelled():
@@ -179,6 +183,9 @@ def generate(task: str, loaded: Any, texts: list[str], params: dict[str, Any],
     if seq2seq:
         prefix, defaults, _ = _task_settings(task, ModelBundle(model=model, tokenizer=tokenizer), params)
         options = {**defaults, **options}
+    if params.get("logprobs") is not None or params.get("grammar"):  # OpenAI's options: rows of a decode batch only
+        raise InvalidInput("logprobs and response_format need continuous batching, which this model does not run "
+                           "(seq2seq, sliding-window attention, or HOSTING_CONTINUOUS_BATCHING=0)")
     texts = [chat_prompt(tokenizer, params["messages"]) for _ in texts] if params.get("messages") else texts
     limit = max_positions(model, tokenizer)
     encoded = tokenizer([prefix + t for t in texts], padding=True, return_token_type_ids=False, return_tensors="pt",

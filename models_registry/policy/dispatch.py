@@ -38,12 +38,22 @@ def serving_rate(spec: ModelSpec, task_name: str, wire: str, workers: lookups.Wo
     return workers.capacities.get(key) or workers.drain_rates.get(key, 0.0)
 
 
-def stream_target(spec: ModelSpec, task_name: str, workers: lookups.WorkerView) -> tuple[str, int, float]:
-    """(wire name, number, drain rate) of the version that generates a stream: the one answering the model
-    (no canary: a stream is one client's); 503 at once when no live worker serves it."""
-    version = rollout.serving(spec.rollout, workers.ready.get(spec.name, set()))
-    wire = rollout.wire_name(spec.name, version)
-    return wire, version, serving_rate(spec, task_name, wire, workers)
+def stream_target(spec: ModelSpec, task_name: str, workers: lookups.WorkerView,
+                  sticky_key: str | None) -> tuple[str, int, float, int]:
+    """(wire name, number, drain rate, shadow version or 0) of the version that generates a streamed request.
+
+    As for any request (catalog.rollout.pick): the canary for its share, sticky by API token when
+    asked; a shadow version gets a copy afterwards (policy.shadow). 503 at once when no live worker
+    serves the chosen version.
+    """
+    version, wire, copy_to = rollout.pick(spec.name, spec.rollout, workers.ready.get(spec.name, set()),
+                                          sticky_key, random.random(), random.random())
+    try:
+        return wire, version, serving_rate(spec, task_name, wire, workers), copy_to
+    except HostingError as error:
+        if version:
+            error.headers.setdefault(VERSION_HEADER, str(version))
+        raise
 
 
 async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: list[Any], parameters: dict[str, Any],

@@ -66,6 +66,7 @@ class Streams:
     version: int  # the model version generating them (0: a model without versions)
     settle: Callable[[int], None]  # the tokens the whole request used, once its streams ended
     metered: TokenGrant | None = None  # the token charged, counted once the streams ended
+    copy_to: int = 0  # a shadow version that gets a copy once they ended (policy.shadow), else 0
 
 
 def _pass(layer: Any, grant: TokenGrant | None, charge: rate_limits.Charge | None) -> Admitted:
@@ -164,22 +165,23 @@ async def open_streams(*, grant: TokenGrant | None, asked_priority: str | None, 
                        workers: WorkerView) -> Streams:
     """A streamed request's streams (one per opening), charged as one request in the first one's script.
 
-    No cache (a stream is generated for its client) and no canary: the version answering the
-    model generates (dispatch.stream_target), 503 before any charge when no live worker serves
-    it. inputs and parameters (the task's merged in): the estimate charged until settle.
+    No cache (a stream is generated for its client); the version is picked as for any request,
+    canary and shadow included (dispatch.stream_target), 503 before any charge when no live worker
+    serves it. inputs and parameters (the task's merged in): the estimate charged until settle.
     workers: the request's view of the live workers (catalog.lookups.snapshot).
     """
-    wire, version, drain_rate = dispatch.stream_target(spec, task.name, workers)
+    client = str(grant.token_id) if grant is not None else ""
+    wire, version, drain_rate, copy_to = dispatch.stream_target(spec, task.name, workers, client or None)
 
     def send(place: tuple[str, int], plan: enqueue.ChargePlan | None) -> Awaitable[list[Stream]]:
         return stream_handoff.open_streams(
             openings, plan, model=wire, task=task.name, timeout_s=task.timeout_s, drain_rate=drain_rate,
-            max_queue_size=place[1], priority=place[0], client=str(grant.token_id) if grant is not None else "")
+            max_queue_size=place[1], priority=place[0], client=client)
 
     place = _place(grant, asked_priority, task)
     merged = {**task.parameters, **parameters}
     streams, admitted = await _charged(get_channel_layer(), grant, place, inputs, task.task, merged, send)
-    return Streams(streams, admitted.headers, version, admitted.settle, admitted.metered)
+    return Streams(streams, admitted.headers, version, admitted.settle, admitted.metered, copy_to)
 
 
 async def serve(

@@ -15,7 +15,8 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from models_registry.broker import handoff
+from models_registry.broker import handoff, stream_handoff
+from models_registry.broker.stream_handoff import Opening
 from models_registry.core.errors import HostingError
 from models_registry.observe.version_metrics import observe_shadow
 from models_registry.policy.shadow_distance import distance
@@ -58,6 +59,43 @@ async def _compare(spec: ModelSpec, task: TaskSpec, inputs: list[Any], parameter
         logger.info("shadow copy to %s v%d failed: %s", spec.name, version, error.message)
     except Exception:
         logger.exception("shadow copy to %s v%d failed", spec.name, version)
+    observe_shadow(spec.name, version, seconds, far)
+    await _add(spec.name, version, seconds, far)
+
+
+def compare_streams_soon(spec: ModelSpec, task: TaskSpec, openings: list[Opening], live_texts: list[str],
+                         version: int) -> None:
+    """A streamed request's copy: the same openings streamed by version (at batch priority, uncharged), its
+    texts compared with live's (exact match), recorded as any shadow copy."""
+    job = asyncio.ensure_future(_compare_streams(spec, task, openings, live_texts, version))
+    _background.add(job)
+    job.add_done_callback(_background.discard)
+
+
+async def _compare_streams(spec: ModelSpec, task: TaskSpec, openings: list[Opening], live_texts: list[str],
+                           version: int) -> None:
+    started = time.perf_counter()
+    seconds: float | None = None
+    far: float | None = None
+    try:
+        streams = await stream_handoff.open_streams(
+            openings, None, model=wire_name(spec.name, version), task=task.name, timeout_s=task.timeout_s,
+            max_queue_size=task.max_batch_queue_size or max(1, task.policy.max_queue_size // 2), priority="batch")
+        try:
+            for stream in streams:
+                async for _ in stream.events():
+                    pass
+        finally:
+            for stream in streams:
+                stream.close()
+        texts = [stream.text for stream in streams]
+        if None not in texts:
+            seconds = time.perf_counter() - started
+            far = distance([{"generated_text": t} for t in live_texts], [{"generated_text": t} for t in texts])
+    except HostingError as error:
+        logger.info("shadow stream copy to %s v%d failed: %s", spec.name, version, error.message)
+    except Exception:
+        logger.exception("shadow stream copy to %s v%d failed", spec.name, version)
     observe_shadow(spec.name, version, seconds, far)
     await _add(spec.name, version, seconds, far)
 

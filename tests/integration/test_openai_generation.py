@@ -119,13 +119,94 @@ def test_n_choices_with_a_seed_are_reproducible(client: Any) -> None:
     assert ask() == first and len(set(first)) > 1  # seed + i per choice: they differ, and repeat
 
 
+def test_openais_no_op_values_are_accepted(client: Any, greedy: Any) -> None:
+    answer = client.chat.completions.create(
+        model=CHAT, messages=MESSAGES, max_tokens=6, temperature=0, tools=[], tool_choice="none",
+        parallel_tool_calls=False, logit_bias={}, response_format={"type": "text"}, presence_penalty=0,
+        frequency_penalty=0, logprobs=False, modalities=["text"], store=False)
+    assert answer.choices[0].message.content == greedy(chat_prompt(MESSAGES), 6)
+    completion = client.completions.create(model=CHAT, prompt="The cat sees", max_tokens=6, temperature=0,
+                                           echo=False, best_of=1, logit_bias={}, presence_penalty=0)
+    assert completion.choices[0].text == greedy("The cat sees", 6)
+
+
+def test_logprobs_whole_and_streamed(client: Any, greedy: Any) -> None:
+    answer = client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=8, temperature=0,
+                                            logprobs=True, top_logprobs=3)
+    choice = answer.choices[0]
+    content = choice.logprobs.content
+    assert choice.message.content == greedy(chat_prompt(MESSAGES), 8) and len(content) == 8
+    assert b"".join(bytes(c.bytes) for c in content) == choice.message.content.encode()
+    for c in content:
+        assert len(c.top_logprobs) == 3 and c.top_logprobs[0].token == c.token  # greedy: the most likely
+        assert c.top_logprobs[0].logprob == c.logprob <= 0 and c.top_logprobs[1].logprob <= c.logprob
+    chunks = list(client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=8, temperature=0,
+                                                 logprobs=True, top_logprobs=3, stream=True))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, round(e.logprob, 4)) for e in streamed] == [(e.token, round(e.logprob, 4)) for e in content]
+    for c in chunks:  # each chunk carries the entries of the text it shows
+        if c.choices and c.choices[0].delta.content:
+            shown = c.choices[0].logprobs.content
+            assert b"".join(bytes(e.bytes) for e in shown) == c.choices[0].delta.content.encode()
+
+    completion = client.completions.create(model=CHAT, prompt="The cat sees", max_tokens=6, temperature=0,
+                                           logprobs=2)
+    logprobs = completion.choices[0].logprobs
+    assert "".join(logprobs.tokens) == completion.choices[0].text == greedy("The cat sees", 6)
+    assert logprobs.text_offset == [sum(len(t) for t in logprobs.tokens[:i]) for i in range(6)]
+    assert all(len(top) in (2, 3) and top[token] == lp
+               for top, token, lp in zip(logprobs.top_logprobs, logprobs.tokens, logprobs.token_logprobs))
+
+
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "pets": {"type": "array", "items": {"enum": ["cat", "dog"]}, "maxItems": 2}, "human": {"type": "boolean"}},
+    "required": ["name", "age", "pets", "human"]}
+
+
+def test_structured_output_is_valid_json_even_from_random_weights(client: Any, greedy: Any) -> None:
+    """Three json_schema rows and a free one at once (one batch): the schema's JSON, compact, ended by the grammar."""
+    import jsonschema
+    from concurrent.futures import ThreadPoolExecutor
+
+    form = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+
+    def structured(seed: int) -> Any:
+        return client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=200, temperature=1.0,
+                                              seed=seed, response_format=form)
+
+    with ThreadPoolExecutor(4) as pool:
+        free = pool.submit(client.completions.create, model=CHAT, prompt="The cat sees", max_tokens=30, temperature=0)
+        answers = list(pool.map(structured, range(3)))
+    assert free.result().choices[0].text == greedy("The cat sees", 30)
+    for answer in answers:
+        content = answer.choices[0].message.content
+        jsonschema.validate(json.loads(content), {**PERSON, "additionalProperties": False})
+        assert answer.choices[0].finish_reason == "stop" and "\n" not in content
+    chunks = list(client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=200, temperature=1.0,
+                                                 seed=0, response_format=form, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == answers[0].choices[0].message.content
+    obj = client.completions.create(model=CHAT, prompt="{", max_tokens=60, temperature=0,
+                                    extra_body={"response_format": {"type": "json_object"}}, logprobs=1)
+    assert obj.choices[0].text.startswith("{") and "".join(obj.choices[0].logprobs.tokens) == obj.choices[0].text
+
+
+def test_a_schema_the_engine_cannot_compile_is_a_400(client: Any) -> None:
+    import openai
+
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(("}}}
+    with pytest.raises(openai.BadRequestError, match="cannot be used for structured output") as caught:
+        client.chat.completions.create(model=CHAT, messages=MESSAGES, response_format=bad, stream=True)
+    assert caught.value.body["param"] == "response_format"
+
+
 def test_bad_parameters_are_400s(client: Any, stack: Stack) -> None:
     import openai
 
     bad: list[tuple[dict[str, Any], str]] = [
         ({"temperature": -0.5}, "temperature"), ({"temperature": 1e308}, "temperature"), ({"n": 99}, "n"),
         ({"top_p": 0}, "top_p"), ({"stop": [""]}, "stop"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-        ({"max_tokens": 100_000}, "max_tokens"), ({"logprobs": True}, "logprobs"), ({"tools": [{}]}, "tools"),
+        ({"max_tokens": 100_000}, "max_tokens"), ({"top_logprobs": 3}, "top_logprobs"), ({"tools": [{}]}, "tools"),
     ]
     for extra, param in bad:
         with pytest.raises(openai.BadRequestError) as caught:

@@ -36,7 +36,11 @@ def test_each_choice_has_its_own_seed_and_the_messages() -> None:
     ({"n": 0}, "n"), ({"n": 9}, "n"), ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": 10**6}, "max_tokens"),
     ({"max_tokens": True}, "max_tokens"), ({"stop": [""]}, "stop"), ({"stop": ["a"] * 5}, "stop"),
     ({"stop": [1]}, "stop"), ({"stop": "\ud800"}, "stop"), ({"seed": 2**64}, "seed"), ({"stream": "yes"}, "stream"),
-    ({"logprobs": True}, "logprobs"), ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"tools": []}, "tools"),
+    ({"logprobs": "yes"}, "logprobs"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs"), ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"tools": [{"type": "function"}]}, "tools"),
+    ({"tool_choice": "required"}, "tool_choice"), ({"logit_bias": {"50256": -100}}, "logit_bias"),
+    ({"presence_penalty": False}, "presence_penalty"), ({"response_format": {"type": "yaml"}}, "response_format"),
+    ({"modalities": ["text", "audio"]}, "modalities"), ({"audio": {"voice": "x"}}, "audio"),
     ({"bogus": 1}, "bogus"), ({"model": ""}, "model"), ({"messages": []}, "messages"),
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
@@ -45,6 +49,19 @@ def test_bad_values_name_their_field(body: dict[str, Any], param: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         read({**CHAT, **body}, chat=True)
     assert caught.value.param == param  # type: ignore[attr-defined]
+
+
+def test_openais_no_op_values_are_accepted_and_change_nothing() -> None:
+    no_ops = {"tools": [], "tool_choice": "none", "parallel_tool_calls": True, "logit_bias": {},
+              "response_format": {"type": "text"}, "presence_penalty": 0, "frequency_penalty": 0.0,
+              "functions": [], "function_call": "none", "modalities": ["text"], "audio": None, "logprobs": False,
+              "store": False, "prompt_cache_key": "k", "safety_identifier": "s", "metadata": {"a": "b"}}
+    plain = read(CHAT, chat=True)
+    assert read({**CHAT, **no_ops}, chat=True) == plain
+    assert read({**CHAT, "tool_choice": "auto", "parallel_tool_calls": False}, chat=True) == plain
+    completion = {"model": "m", "prompt": "a"}
+    assert read({**completion, "echo": False, "best_of": 1, "suffix": "", "logit_bias": {}},
+                chat=False) == read(completion, chat=False)
 
 
 def test_completions_take_prompts_not_token_ids() -> None:

@@ -1,0 +1,109 @@
+"""OpenAI's per-row options in a decode batch: logprobs from the very logits each token was drawn from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests import model_factory
+
+torch = pytest.importorskip("torch")
+from models_registry.inference.decode_batch import DecodeBatch, Row  # noqa: E402
+from models_registry.inference.loading import load_pipeline  # noqa: E402
+
+
+class Sink:
+    """Collects a row's events."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def put(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+    def cancelled(self) -> bool:
+        return False
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    path = model_factory.build_tiny_gpt2(tmp_path_factory.mktemp("shaping") / "gpt2", positions=256)
+    return load_pipeline("text-generation", str(path), None, "cpu", torch.float32)
+
+
+def run(batch: DecodeBatch, rows: list[Row]) -> None:
+    """Prefill every row, then step until all finished (the decode loop's calls, in one thread)."""
+    for row in rows:
+        batch.prefill(row)
+    while batch.rows:
+        batch.step()
+
+
+def test_logprobs_are_the_models_raw_log_softmax_beside_a_row_without(gpt2: Any) -> None:
+    batch = DecodeBatch(gpt2)
+    sinks = [Sink(), Sink()]
+    asked = batch.prepare("a", "The cat sees", {"max_new_tokens": 6, "do_sample": False, "logprobs": 3}, sinks[0])
+    free = batch.prepare("b", "A dog likes the lazy dog and", {"max_new_tokens": 6, "do_sample": False}, sinks[1])
+    run(batch, [asked, free])
+    assert all("logprobs" not in e["token"] for e in sinks[1].events)
+    events = sinks[0].events
+    ids = gpt2.tokenizer("The cat sees")["input_ids"]
+    with torch.inference_mode():
+        for event in events:
+            expected = torch.log_softmax(gpt2.model(torch.tensor([ids])).logits[0, -1].float(), dim=-1)
+            token = event["token"]["id"]
+            entry = event["token"]["logprobs"]
+            assert entry["logprob"] == pytest.approx(float(expected[token]), abs=1e-4)
+            assert entry["bytes"] == list(gpt2.tokenizer.decode([token]).encode())
+            top_ids = expected.topk(3).indices.tolist()
+            assert [lp for _, lp in entry["top"]] == pytest.approx(expected[top_ids].tolist(), abs=1e-4)
+            assert entry["top"][0][0] == entry["bytes"]  # greedy: the token is the most likely one
+            ids.append(token)
+
+
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}, "ok": {"type": "boolean"}},
+    "required": ["name", "age", "tags", "ok"], "additionalProperties": False}
+
+
+def test_a_structured_row_and_a_free_row_share_a_batch(gpt2: Any) -> None:
+    """The random-weight model writes schema-valid, compact JSON under the mask and stops once it is complete."""
+    import json
+    import re
+
+    import jsonschema
+
+    from models_registry.tasks.json_grammar import compile_schema
+
+    batch = DecodeBatch(gpt2)
+    grammar = compile_schema(SCHEMA)
+    sinks = [Sink() for _ in range(4)]
+    rows = [batch.prepare(str(n), "The cat sees", {"max_new_tokens": 120, "do_sample": True, "seed": n,
+                                                   "temperature": 1.0, "grammar": grammar, "logprobs": 0}, sinks[n])
+            for n in range(3)]
+    free = batch.prepare("free", "The cat sees", {"max_new_tokens": 20, "do_sample": False}, sinks[3])
+    run(batch, [*rows, free])
+    for row in rows:
+        answer = row.answer()[0]
+        text = answer["generated_text"]
+        jsonschema.validate(json.loads(text), SCHEMA)
+        assert not re.search(r"\s", re.sub(r'"(?:[^"\\]|\\.)*"', '""', text))  # compact: no space outside strings
+        assert list(json.loads(text)) == list(SCHEMA["properties"])  # in the schema's order
+        assert answer["details"]["finish_reason"] == "eos_token"
+    assert free.answer()[0]["generated_text"] == gpt2("The cat sees", max_new_tokens=20, do_sample=False,
+                                                      return_full_text=False)[0]["generated_text"]
+
+
+def test_json_object_masks_a_greedy_row_too(gpt2: Any) -> None:
+    from models_registry.tasks.json_grammar import ANY_OBJECT, compile_schema
+
+    batch = DecodeBatch(gpt2)
+    sink = Sink()
+    row = batch.prepare("o", "The cat sees", {"max_new_tokens": 40, "do_sample": False,
+                                              "grammar": compile_schema(ANY_OBJECT)}, sink)
+    run(batch, [row])
+    text = row.answer()[0]["generated_text"]
+    assert text.startswith("{")  # an object, cut at max_new_tokens or complete
+    assert all(ch not in text for ch in "\n\t")

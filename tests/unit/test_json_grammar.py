@@ -1,0 +1,70 @@
+"""Structured output's request side: response_format read, its schema compiled or refused before any compute."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from models_registry.api.generation_requests import read, worker_parameters
+from models_registry.api.openai_options import read_response_format
+from models_registry.core.errors import InvalidInput
+from models_registry.tasks.json_grammar import SchemaError, closed, compile_schema
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+def json_schema(schema: Any, **extra: Any) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "person", "schema": schema, **extra}}
+
+
+def test_the_grammar_travels_to_the_worker_with_each_choice() -> None:
+    wanted = read({**CHAT, "n": 2, "response_format": json_schema(PERSON, strict=True)}, chat=True)
+    assert wanted.grammar and all(worker_parameters(wanted, i)["grammar"] == wanted.grammar for i in range(2))
+    assert read({**CHAT, "response_format": {"type": "json_object"}}, chat=True).grammar
+    assert read({**CHAT, "response_format": {"type": "text"}}, chat=True).grammar is None
+    assert "grammar" not in worker_parameters(read(CHAT, chat=True), 0)
+    assert read({"model": "m", "prompt": "a", "response_format": {"type": "json_object"}}, chat=False).grammar
+
+
+@pytest.mark.parametrize(("schema", "words"), [
+    ({"type": "frobnicate"}, "Invalid type"), ({"$ref": "#/nope"}, "does not exist"),
+    ({"type": "string", "format": "weird"}, "Unknown format"), ({"type": "string", "pattern": "(("}, "regex"),
+    ({"not": {"type": "string"}}, "Unimplemented"),
+])
+def test_a_schema_the_engine_cannot_compile_is_a_400_that_says_why(schema: dict[str, Any], words: str) -> None:
+    with pytest.raises(SchemaError, match=words):
+        compile_schema(schema)
+    with pytest.raises(InvalidInput, match=f"cannot be used for structured output: .*{words}") as caught:
+        read({**CHAT, "response_format": json_schema(schema)}, chat=True)
+    assert caught.value.param == "response_format"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("value", [
+    "json", {"type": "yaml"}, {"type": "text", "json_schema": {}}, {"type": "json_schema"},
+    {"type": "json_schema", "json_schema": {"schema": PERSON}}, {"type": "json_schema", "json_schema": {
+        "name": "x" * 65, "schema": PERSON}}, json_schema(PERSON, strict="yes"), json_schema([1]),
+    json_schema(PERSON, bogus=1),
+])
+def test_bad_response_formats_name_the_field(value: Any) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        read_response_format(value)
+    assert caught.value.param == "response_format"  # type: ignore[attr-defined]
+
+
+def test_strict_closes_object_schemas_that_say_nothing_of_other_properties() -> None:
+    schema = {"type": "object", "properties": {"properties": {"type": "object", "properties": {"a": {}}},
+                                               "open": {"type": "object", "properties": {},
+                                                        "additionalProperties": True}},
+              "$defs": {"d": {"properties": {"x": {}}}}, "anyOf": [{"properties": {"y": {}}}],
+              "items": {"properties": {"z": {}}}}
+    done = closed(schema)
+    assert done["additionalProperties"] is False
+    assert done["properties"]["properties"]["additionalProperties"] is False  # a property named "properties"
+    assert "additionalProperties" not in done["properties"]  # ... is not taken for a schema
+    assert done["properties"]["open"]["additionalProperties"] is True
+    assert done["$defs"]["d"]["additionalProperties"] is False and done["anyOf"][0]["additionalProperties"] is False
+    assert done["items"]["additionalProperties"] is False and "additionalProperties" not in schema
+    assert compile_schema(PERSON, strict=True) != compile_schema(PERSON)
