@@ -263,6 +263,9 @@ HOSTING_WORKER_STALE_S = 10.0
 # thread vouches for it while it computes, however long a batch takes): its messages are requeued.
 HOSTING_WORKER_HUNG_S = float(os.environ.get("HOSTING_WORKER_HUNG_S", "120"))
 HOSTING_CONFIG_REFRESH_S = 1.0
+# Every web process moves the usage ledger's Redis counters to the database this often (0: never; the Django
+# test tier flushes by hand). GET /v1/usage and the admin's usage page read the database.
+HOSTING_USAGE_FLUSH_S = float(os.environ.get("HOSTING_USAGE_FLUSH_S", "5"))
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(HOSTING_MAX_BODY_BYTES, 2_621_440)
 

@@ -39,6 +39,7 @@ from models_registry.api.error_answers import error_answer, error_response_for
 from models_registry.api.hosts import host_allowed
 from models_registry.core import paths
 from models_registry.core.errors import InvalidInput, TooLarge
+from models_registry.observe import ledger_flush
 
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and headers around an uploaded file
 # Of a body over the limit, up to this much more is read and dropped before the 413, so a
@@ -128,6 +129,8 @@ class ApiASGIHandler(ASGIHandler):
 
     async def handle(self, scope, receive, send):  # type: ignore[no-untyped-def]
         """Django's handle(), minus the request_started hop, with an inline close."""
+        if not ledger_flush.decided:  # its first request: this web process moves the usage counters to the database
+            ledger_flush.decide()
         call = from_scope(scope)  # the headers, read once: the refusals and the route read them here
         refused = await fast_refusal.refusal(call)  # a queue known full: 503 before the body is read
         if refused is not None:
