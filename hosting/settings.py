@@ -300,11 +300,31 @@ HOSTING_FILE_RETENTION_S = int(os.environ.get("HOSTING_FILE_RETENTION_S", 30 * 2
 HOSTING_FILE_STORAGE_BYTES = _bytes("HOSTING_FILE_STORAGE_BYTES") if os.environ.get("HOSTING_FILE_STORAGE_BYTES") \
     else 1024 ** 3
 
+# --- Traces and logs ----------------------------------------------------------------------
+# OpenTelemetry traces (models_registry.observe.tracing) when an OTLP endpoint is set; the SDK reads the
+# rest of the standard OTEL_* environment itself (service name, sampler, headers, batch processor).
+HOSTING_TRACING = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) and not _flag("OTEL_SDK_DISABLED", False) \
+    and os.environ.get("OTEL_TRACES_EXPORTER", "otlp") != "none"
+if HOSTING_TRACING and os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf") != "http/protobuf":
+    raise ImproperlyConfigured("OTEL_EXPORTER_OTLP_PROTOCOL: this server exports over http/protobuf only (port 4318 "
+                               "of a collector); unset it or set it to http/protobuf")
+# plain (default) or json: every log line one JSON object (python-json-logger).
+HOSTING_LOG_FORMAT = os.environ.get("HOSTING_LOG_FORMAT", "plain").strip().lower()
+if HOSTING_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"HOSTING_LOG_FORMAT={HOSTING_LOG_FORMAT!r}: use plain or json")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"plain": {"format": LOG_FORMAT},
+                   "json": {"()": "pythonjsonlogger.json.JsonFormatter", "fmt": LOG_FORMAT,
+                            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"}}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": HOSTING_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {"django.channels.server": {"level": "WARNING"},
+                # JSON lines: the ASGI server's own lines too (uvicorn configured its loggers before Django's).
+                **({name: {"handlers": ["console"], "propagate": False}
+                    for name in ("uvicorn", "uvicorn.error", "uvicorn.access")} if HOSTING_LOG_FORMAT == "json" else {})},
 }

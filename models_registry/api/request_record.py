@@ -16,7 +16,7 @@ from channels.layers import get_channel_layer
 from models_registry.api.answer import Answer, json_answer
 from models_registry.broker import deferred
 from models_registry.core.errors import HostingError
-from models_registry.observe import ledger, metrics
+from models_registry.observe import ledger, metrics, tracing
 from models_registry.observe.version_metrics import observe_version
 from models_registry.policy.dispatch import VERSION_HEADER
 from models_registry.policy.auth import TokenGrant
@@ -74,9 +74,13 @@ def served_answer(request_id: str, route: str, model: str, task: str, body: Any,
     observe_version(model, result.version)
     _count_usage(ledger.fields(token_id, model, result.version, input_tokens=result.tokens,
                                compute_s=result.compute_ms / 1000 * share, inputs=sent))
+    traced = ""
+    if tracing.tracer is not None:
+        tracing.annotate(route, model, result.version, token_id, 200, inputs=inputs, batch_size=result.batch_size)
+        traced = f" trace={tracing.trace_id()}"
     logger.info("request id=%s model=%s version=%d task=%s route=%s status=200 inputs=%d queue_ms=%.1f "
-                "compute_ms=%.1f batch=%d total_ms=%.1f", request_id, model, result.version, task, route, inputs,
-                result.queue_ms, result.compute_ms, result.batch_size, elapsed * 1000)
+                "compute_ms=%.1f batch=%d total_ms=%.1f%s", request_id, model, result.version, task, route, inputs,
+                result.queue_ms, result.compute_ms, result.batch_size, elapsed * 1000, traced)
     return answer
 
 
@@ -96,6 +100,9 @@ def failed(request_id: str, route: str, model: str, task: str, error: HostingErr
     if token_id is not None:
         _count_usage(ledger.fields(token_id, model, version, error=True))
     metrics.observe_failure(model, task, error.status, error.error_type, elapsed)
+    if tracing.tracer is not None:
+        tracing.annotate(route, model, version, token_id, error.status, error.error_type)
+        detail = f"{detail} trace={tracing.trace_id()}".strip()
     logger.info("request id=%s model=%s task=%s route=%s status=%d error_type=%s total_ms=%.1f%s", request_id,
                 model, task, route, error.status, error.error_type, elapsed * 1000, f" {detail}" if detail else "")
 
@@ -115,7 +122,13 @@ def streamed(request_id: str, route: str, model: str, task: str, tally: StreamTa
         metrics.observe_failure(model, task, failure.status, failure.error_type, elapsed)
     else:
         metrics.observe_success(model, task, elapsed, first_token_s, elapsed - first_token_s, tally.batch)
-    logger.info("request id=%s model=%s task=%s route=%s status=200 %s first_token_ms=%.1f total_ms=%.1f%s",
+    traced = ""
+    if tracing.tracer is not None:
+        tracing.annotate(route, model, version, token_id, 200, failure.error_type if failure else "",
+                         time_to_first_token_ms=round(first_token_s * 1000, 3), output_tokens=tally.output_tokens,
+                         input_tokens=tally.input_tokens)
+        traced = f" trace={tracing.trace_id()}"
+    logger.info("request id=%s model=%s task=%s route=%s status=200 %s first_token_ms=%.1f total_ms=%.1f%s%s",
                 request_id, model, task, route, " ".join(f"{name}={value}" for name, value in tally.fields.items()),
                 first_token_s * 1000, elapsed * 1000,
-                f" error_type={failure.error_type}" if failure else " client_gone" if gone else "")
+                f" error_type={failure.error_type}" if failure else " client_gone" if gone else "", traced)
