@@ -18,6 +18,7 @@ from models_registry.observe import ledger_report
 from models_registry.policy import auth
 
 API_GROUPS = ("model", "version", "hour")  # a token sees its own rows: never grouped by token
+MAX_SECONDS = 253_402_300_799  # 9999-12-31T23:59:59Z: past it a number is no time (and no database integer)
 
 
 def _seconds(request: HttpRequest, name: str, default: int) -> int:
@@ -28,8 +29,8 @@ def _seconds(request: HttpRequest, name: str, default: int) -> int:
         value = int(raw)
     except ValueError:
         raise invalid(f"'{name}' must be unix seconds (an integer), not {raw!r}", name) from None
-    if value < 0:
-        raise invalid(f"'{name}' must be unix seconds (0 or more), not {value}", name)
+    if not 0 <= value <= MAX_SECONDS:
+        raise invalid(f"'{name}' must be unix seconds from 0 to {MAX_SECONDS}, not {value}", name)
     return value
 
 
@@ -49,10 +50,9 @@ async def usage(request: HttpRequest) -> HttpResponse:
     grant = await auth.authorize(request.headers.get("Authorization"), None)
     start = _seconds(request, "start_time", 0)
     end = _seconds(request, "end_time", int(time.time()) + 1)
-    if end <= start:
-        raise invalid(f"'end_time' ({end}) must be after 'start_time' ({start})", "end_time")
-    read = sync_to_async(fresh_connection(ledger_report.rows))
-    data = await read([grant_id(grant)], start, end, _group_by(request))
+    groups = _group_by(request)
+    data = [] if end <= start else await sync_to_async(fresh_connection(ledger_report.rows))(
+        [grant_id(grant)], start, end, groups)  # an empty range holds no hour
     return JsonResponse({"object": "list", "data": data})
 
 
@@ -93,8 +93,9 @@ def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any
 
 PARAMETERS = (
     _query("start_time", "unix seconds: hours ending after it count (default: from the first)",
-           {"type": "integer", "minimum": 0}),
-    _query("end_time", "unix seconds: hours starting before it count (default: now)", {"type": "integer", "minimum": 0}),
+           {"type": "integer", "minimum": 0, "maximum": MAX_SECONDS}),
+    _query("end_time", "unix seconds: hours starting before it count (default: now)",
+           {"type": "integer", "minimum": 0, "maximum": MAX_SECONDS}),
     _query("group_by", "model (default), version, hour: a comma list, or repeated",
            {"type": "string", "pattern": r"^(model|version|hour)(,(model|version|hour))*$"}),
 )
