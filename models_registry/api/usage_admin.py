@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from models_registry.jobs.admin import ReadOnlyAdmin
 from models_registry.models import UsageRecord
 from models_registry.observe import ledger_report
 from models_registry.observe.ledger import HOUR_S
@@ -48,17 +49,8 @@ def chart(hourly: list[dict[str, Any]], start: int, end: int) -> dict[str, Any]:
 
 
 @admin.register(UsageRecord)
-class UsageRecordAdmin(admin.ModelAdmin):
+class UsageRecordAdmin(ReadOnlyAdmin):
     """The usage ledger, read-only: one page per token or per model over a range, with a chart and a CSV export."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """The usage page (GET start, end: dates; by: token or model; token, model: one of them; format=csv)."""
