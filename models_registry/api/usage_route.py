@@ -36,11 +36,12 @@ def _seconds(request: HttpRequest, name: str, default: int) -> int:
 
 def _group_by(request: HttpRequest) -> list[str]:
     """group_by as OpenAI's usage API sends it (group_by[]=model&group_by[]=hour) or as one comma list."""
-    asked = [part.strip() for value in request.GET.getlist("group_by") + request.GET.getlist("group_by[]")
-             for part in value.split(",") if part.strip()]
+    asked = [part for value in request.GET.getlist("group_by") + request.GET.getlist("group_by[]")
+             for part in value.split(",")]
     unknown = [g for g in asked if g not in API_GROUPS]
     if unknown:
-        raise invalid(f"'group_by' takes {', '.join(API_GROUPS)}, not {', '.join(map(repr, unknown))}", "group_by")
+        raise invalid(f"'group_by' takes a comma list of {', '.join(API_GROUPS)}, not "
+                      f"{', '.join(map(repr, unknown))}", "group_by")
     return asked or ["model"]
 
 

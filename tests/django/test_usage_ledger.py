@@ -80,6 +80,8 @@ async def test_group_by_and_the_range_select_rows(broker: str, two_tokens: tuple
     assert (await usage(team_a, f"?start_time={later}&end_time={later - 7200}")).json()["data"] == []
     refused = await usage(team_a, "?group_by=token")
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "group_by"
+    assert (await usage(team_a, "?group_by=")).status_code == 400  # as the schema's pattern says
+    assert (await usage(team_a, "?group_by=model,")).status_code == 400
     assert (await usage(team_a, "?start_time=soon")).status_code == 400
     assert (await usage(team_a, f"?end_time={2**70}")).status_code == 400  # no overflow in the database
     assert (await AsyncClient().get("/v1/usage")).status_code == 401
