@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="extra environment for the product's processes (repeatable)")
     parser.add_argument("--baseline", action="append", default=[], metavar="GIT_REF",
                         help="also run the product as of this commit, side by side (before/after; repeatable)")
+    parser.add_argument("--otel", action="store_true",
+                        help="also run the product with traces on (every request sampled, exported to a local OTLP "
+                             "sink: bench.otlp_sink), side by side with it off")
     parser.add_argument("--baseline-webs", type=int, default=1,
                         help="web processes of the --baseline products (1: make run's layout before issue 20)")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
@@ -114,16 +117,17 @@ def baseline_tree(ref: str, workdir: Path) -> Path:
 
 
 def start_product(args: argparse.Namespace, model_dir: Path, root: Path | None = None,
-                  webs: int = 0) -> tuple[Any, list[str], str]:
+                  webs: int = 0, env: dict[str, str] | None = None) -> tuple[Any, list[str], str]:
     """The product as `make run` lays it out, serving the tiny model: (stack, URLs, token).
 
-    root: another checkout of the product to start instead of this one (--baseline).
+    root: another checkout of the product to start instead of this one (--baseline); env: more
+    environment for its processes (--otel).
     """
     from models_registry.capacity import sizing
     from tests import stack as stack_module
 
     layout = sizing.default_layout(sizing.available_cores(), workers=args.workers)
-    extra = dict(pair.split("=", 1) for pair in args.env)
+    extra = {**dict(pair.split("=", 1) for pair in args.env), **(env or {})}
     own_root = stack_module.ROOT
     stack_module.ROOT = root or own_root  # the processes' working directory, so their code
     try:
@@ -147,6 +151,14 @@ def _start_product(model_dir: Path, layout: Any, extra: dict[str, str], webs: in
         urls = [stack.start_web(processes=sizing.web_processes(sizing.available_cores(), webs))]
         stack.wait_ready([MODEL])
     return stack, urls, token
+
+
+def _otlp_sink(running: ExitStack) -> dict[str, str]:
+    """Start bench.otlp_sink on a free port (stopped with the run): the traced product's environment."""
+    port = _free_port()
+    sink = subprocess.Popen([sys.executable, "-m", "bench.otlp_sink", str(port)], cwd=ROOT)
+    running.callback(lambda: (sink.terminate(), sink.wait(10)))
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_TRACES_SAMPLER": "always_on"}
 
 
 def _groups_of_product(stack: Any) -> dict[str, list[int]]:
@@ -205,9 +217,13 @@ def main(argv: list[str] | None = None) -> int:
     wanted = lambda name: not args.only or name in args.only  # noqa: E731
     with ExitStack() as running:
         if wanted(PRODUCT):
-            products = [(PRODUCT, None)] + [(f"{PRODUCT}@{ref}", baseline_tree(ref, workdir)) for ref in args.baseline]
-            for name, root in products:
-                stack, urls, token = start_product(args, model_dir, root, webs=args.baseline_webs if root else args.webs)
+            products = [(PRODUCT, None, {})] + [(f"{PRODUCT}@{ref}", baseline_tree(ref, workdir), {})
+                                                for ref in args.baseline]
+            if args.otel:
+                products.append((f"{PRODUCT}+otel", None, _otlp_sink(running)))
+            for name, root, env in products:
+                stack, urls, token = start_product(args, model_dir, root, env=env,
+                                                   webs=args.baseline_webs if root else args.webs)
                 running.callback(stack.stop)
                 servers[name] = {"urls": urls, "requests": {u: loadgen.inference_requests(u, MODEL, token, sentences)
                                                             for u in urls},

@@ -266,6 +266,9 @@ HOSTING_WORKER_STALE_S = 10.0
 # thread vouches for it while it computes, however long a batch takes): its messages are requeued.
 HOSTING_WORKER_HUNG_S = float(os.environ.get("HOSTING_WORKER_HUNG_S", "120"))
 HOSTING_CONFIG_REFRESH_S = 1.0
+# Every web process moves the usage ledger's Redis counters to the database this often (0: never; the Django
+# test tier flushes by hand). GET /v1/usage and the admin's usage page read the database.
+HOSTING_USAGE_FLUSH_S = float(os.environ.get("HOSTING_USAGE_FLUSH_S", "5"))
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(HOSTING_MAX_BODY_BYTES, 2_621_440)
 
@@ -300,11 +303,31 @@ HOSTING_FILE_RETENTION_S = int(os.environ.get("HOSTING_FILE_RETENTION_S", 30 * 2
 HOSTING_FILE_STORAGE_BYTES = _bytes("HOSTING_FILE_STORAGE_BYTES") if os.environ.get("HOSTING_FILE_STORAGE_BYTES") \
     else 1024 ** 3
 
+# --- Traces and logs ----------------------------------------------------------------------
+# OpenTelemetry traces (models_registry.observe.tracing) when an OTLP endpoint is set; the SDK reads the
+# rest of the standard OTEL_* environment itself (service name, sampler, headers, batch processor).
+HOSTING_TRACING = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) and not _flag("OTEL_SDK_DISABLED", False) \
+    and os.environ.get("OTEL_TRACES_EXPORTER", "otlp") != "none"
+if HOSTING_TRACING and os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf") != "http/protobuf":
+    raise ImproperlyConfigured("OTEL_EXPORTER_OTLP_PROTOCOL: this server exports over http/protobuf only (port 4318 "
+                               "of a collector); unset it or set it to http/protobuf")
+# plain (default) or json: every log line one JSON object (python-json-logger).
+HOSTING_LOG_FORMAT = os.environ.get("HOSTING_LOG_FORMAT", "plain").strip().lower()
+if HOSTING_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"HOSTING_LOG_FORMAT={HOSTING_LOG_FORMAT!r}: use plain or json")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"plain": {"format": LOG_FORMAT},
+                   "json": {"()": "pythonjsonlogger.json.JsonFormatter", "fmt": LOG_FORMAT,
+                            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"}}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": HOSTING_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {"django.channels.server": {"level": "WARNING"},
+                # JSON lines: the ASGI server's own lines too (uvicorn configured its loggers before Django's).
+                **({name: {"handlers": ["console"], "propagate": False}
+                    for name in ("uvicorn", "uvicorn.error", "uvicorn.access")} if HOSTING_LOG_FORMAT == "json" else {})},
 }

@@ -9,6 +9,7 @@ from models_registry.api import (
     openapi,
     tei_routes,
     tokenize_route,
+    usage_route,
     views,
 )
 from models_registry.core import paths
@@ -28,6 +29,7 @@ urlpatterns = [
     path("v1/batches", batch_routes.batch_collection, name="openai-batches"),
     path("v1/batches/<str:batch_id>", batch_routes.batch_detail, name="openai-batch"),
     path("v1/batches/<str:batch_id>/cancel", batch_routes.batch_cancel, name="openai-batch-cancel"),
+    path(paths.USAGE_PATH.lstrip("/"), usage_route.usage, name="openai-usage"),
     path("tokenize", tokenize_route.tokenize, name="tei-tokenize"),
     path("rerank", tei_routes.rerank, name="tei-rerank"),
     path("health", views.health, name="health"),

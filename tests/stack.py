@@ -254,8 +254,12 @@ class Stack:
         self.workers.append(process)
         return process
 
-    def start_web(self, server: str = "uvicorn", port: int | None = None, processes: int = 1) -> str:
-        """One ASGI server (processes uvicorn workers) on a free loopback port; its base URL once /health answers."""
+    def start_web(self, server: str = "uvicorn", port: int | None = None, processes: int = 1,
+                  env: dict[str, str] | None = None) -> str:
+        """One ASGI server (processes uvicorn workers) on a free loopback port; its base URL once /health answers.
+
+        env: more environment for this server alone.
+        """
         port = port or free_port()
         if server == "daphne":
             # daphne with the bounds uvicorn's guarded protocol holds, as `serve --server daphne` runs it
@@ -267,7 +271,8 @@ class Stack:
             if processes > 1:
                 cmd += ["--workers", str(processes)]
         log = open(self.workdir / f"web-{len(self.web)}.log", "ab")
-        process = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(cmd, cwd=ROOT, env={**self.env, **(env or {})}, stdout=log,
+                                   stderr=subprocess.STDOUT)
         self.web.append((process, port))
         url = f"http://127.0.0.1:{port}"
         wait_until(lambda: process.poll() is None and http_json("GET", url + "/health", timeout=2)[0] == 200,

@@ -65,5 +65,5 @@ async def refusal(call: ApiCall) -> HttpResponse | None:
     error = handoff.queue_full(model, task, mark.depth, mark.limit, mark.retry_after_s)
     response = error_response(error, call.request_id)
     response["X-Content-Type-Options"] = "nosniff"
-    request_record.failed(call.request_id, "hf", model, task, error, started, "known_full=1")
+    request_record.failed(call.request_id, "hf", model, task, error, started, None, detail="known_full=1")
     return response

@@ -39,6 +39,7 @@ from models_registry.api.error_answers import error_answer, error_response_for
 from models_registry.api.hosts import host_allowed
 from models_registry.core import paths
 from models_registry.core.errors import InvalidInput, TooLarge
+from models_registry.observe import ledger_flush, tracing
 from models_registry.policy import upload_reservations
 
 MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and headers around an uploaded file
@@ -109,6 +110,10 @@ async def send_answer(send, answer: Answer) -> None:  # type: ignore[no-untyped-
 class ApiASGIHandler(ASGIHandler):
     """Django's ASGIHandler for the API routes, without the per-request thread hops."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        tracing.setup("web")  # OTEL_EXPORTER_OTLP_ENDPOINT set: this process exports its spans
+
     def load_middleware(self, is_async: bool = False) -> None:
         """Build the chain once, at start, from the API list."""
         with override_settings(MIDDLEWARE=settings.API_MIDDLEWARE):
@@ -125,10 +130,15 @@ class ApiASGIHandler(ASGIHandler):
         """Serve one HTTP request (no ThreadSensitiveContext: nothing here is thread-bound)."""
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        await self.handle(scope, receive, send)
+        if tracing.tracer is None:
+            await self.handle(scope, receive, send)
+        else:  # the request's SERVER span around all of it, a stream's until its last event
+            await tracing.serve_traced(scope, receive, send, self.handle)
 
     async def handle(self, scope, receive, send):  # type: ignore[no-untyped-def]
         """Django's handle(), minus the request_started hop, with an inline close."""
+        if not ledger_flush.decided:  # its first request: this web process moves the usage counters to the database
+            ledger_flush.decide()
         call = from_scope(scope)  # the headers, read once: the refusals and the route read them here
         refused = await fast_refusal.refusal(call)  # a queue known full: 503 before the body is read
         if refused is not None:

@@ -123,10 +123,12 @@ async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> 
             )
         body = work.shape(served.result) if work.shape is not None else served.result.outputs
     except HostingError as error:
-        request_record.failed(call.request_id, route.label, spec.name, task.name, error, started)
+        request_record.failed(call.request_id, route.label, spec.name, task.name, error, started,
+                              request_record.grant_id(grant), spec.version)
         raise
     return request_record.served_answer(call.request_id, route.label, spec.name, task.name, body, served,
-                                        work.counted_inputs, started, timings=work.here is None)
+                                        work.counted_inputs, started, request_record.grant_id(grant),
+                                        work.inputs, timings=work.here is None)
 
 
 async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec, work: Work,
@@ -155,7 +157,7 @@ async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpe
         request_record.count_token(opened.metered, tally.tokens)
         if record:
             request_record.streamed(call.request_id, shape.log_route, spec.name, task.name, tally, first_token_s,
-                                    started, failure, gone)
+                                    started, failure, gone, request_record.grant_id(grant), opened.version)
 
     if not shape.sse:
         try:

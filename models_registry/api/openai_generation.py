@@ -166,7 +166,7 @@ class Choices:
         usage = self.shaper.usage(self.choices)
         return StreamTally(usage["total_tokens"], len(self.choices), {
             "choices": len(self.choices), "prompt_tokens": usage["prompt_tokens"],
-            "completion_tokens": usage["completion_tokens"]})
+            "completion_tokens": usage["completion_tokens"]}, usage["prompt_tokens"], usage["completion_tokens"])
 
 
 def _sse(data: dict[str, Any]) -> bytes:

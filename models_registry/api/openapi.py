@@ -20,7 +20,14 @@ from django.template.loader import render_to_string
 from pydantic import Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
-from models_registry.api import batch_models, generation_models, openapi_models, request_models, response_models
+from models_registry.api import (
+    batch_models,
+    generation_models,
+    openapi_models,
+    request_models,
+    response_models,
+    usage_route,
+)
 from models_registry.api.views import api_view
 from models_registry.core.conf import conf
 from models_registry.core.errors import ERROR_CLASSES, Conflict, HostingError
@@ -162,6 +169,7 @@ def operations(max_inputs: int) -> list[Operation]:
         Operation("/api/docs", "get", "Browsable docs of this document (served offline).", STRING, (405,),
                   tags=("operations",), public=True, media="text/html"),
         *batch_models.operations(Operation),
+        usage_route.operation(Operation),
     ]
 
 

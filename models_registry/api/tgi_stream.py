@@ -88,4 +88,4 @@ class TgiEvents:
 
     def tally(self) -> StreamTally:
         """The input tokens, one stream, its events."""
-        return StreamTally(self.input_tokens, 1, {"events": self.count})
+        return StreamTally(self.input_tokens, 1, {"events": self.count}, self.input_tokens, self.count)

@@ -3,7 +3,8 @@
 A served request corrects its token charge to what the worker counted; that changes no
 answer, so it waits for the current turn of the event loop to end and goes out with every
 other request's in one pipeline: under load, hundreds of requests share a round trip.
-Failures are logged and dropped: a charge stays at the web's estimate. (A served request's
+The usage ledger's counters (observe.ledger) ride in the same pipeline: HINCRBYs, summed per
+field over the turn. Failures are logged and dropped: a charge stays at the web's estimate. (A served request's
 admission places are NOT given back here but at once, by the hand-off: a client sending
 its next request as soon as it has its answer found them still taken, and was refused.)
 """
@@ -36,11 +37,15 @@ _settle_many = LuaScript(_SETTLE_MANY)
 
 
 class DeferredWrites:
-    """Admission leaves and charge corrections of one web process, flushed once per loop turn."""
+    """Admission leaves, charge corrections and ledger counts of one web process, flushed once per loop turn."""
 
     def __init__(self) -> None:
         self._leaves: list[tuple[str, list[str]]] = []
         self._settles: list[tuple[list[str], int]] = []
+        # Counters (observe.ledger) add to these hashes' fields directly, then wake() the flush if idle: a
+        # request that already scheduled it (its charge's settle) does not come back to this module.
+        self.counts: dict[str, dict[str, int]] = {}  # hash key -> field -> sum
+        self.idle = True  # no flush scheduled or running
         self._layer: Any = None
         self._task: asyncio.Task[None] | None = None
 
@@ -55,35 +60,48 @@ class DeferredWrites:
             self._settles.append((usage_keys, delta))
             self._schedule(layer)
 
+    def wake(self, layer: Any) -> None:
+        """Send what was added to counts soon (one HINCRBY per field per turn, however many requests added to it)."""
+        self._schedule(layer)
+
     def _schedule(self, layer: Any) -> None:
         self._layer = layer
-        if self._task is None or self._task.done():
+        if self.idle:
+            self.idle = False
             self._task = asyncio.ensure_future(self._flush())
 
     async def _flush(self) -> None:
-        await asyncio.sleep(0)  # let the rest of this turn's requests join
-        while self._leaves or self._settles:
-            leaves, self._leaves = self._leaves, []
-            settles, self._settles = self._settles, []
-            try:
-                await asyncio.wait_for(self._write(self._layer.connection(0), leaves, settles), TIMEOUT_S)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                logger.warning("could not give back %d admissions or correct %d charges: %s",
-                               len(leaves), len(settles), error)
+        try:
+            await asyncio.sleep(0)  # let the rest of this turn's requests join
+            while self._leaves or self._settles or self.counts:
+                leaves, self._leaves = self._leaves, []
+                settles, self._settles = self._settles, []
+                counts, self.counts = self.counts, {}
+                try:
+                    await asyncio.wait_for(self._write(self._layer.connection(0), leaves, settles, counts), TIMEOUT_S)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:
+                    logger.warning("could not give back %d admissions, correct %d charges or count %d ledger fields: "
+                                   "%s", len(leaves), len(settles), sum(len(f) for f in counts.values()), error)
+        finally:
+            self.idle = True
 
-    async def _write(self, conn: Any, leaves: list[tuple[str, list[str]]], settles: list[tuple[list[str], int]]) -> None:
+    async def _write(self, conn: Any, leaves: list[tuple[str, list[str]]], settles: list[tuple[list[str], int]],
+                     counts: dict[str, dict[str, int]]) -> None:
         keys = [key for usage_keys, _ in settles for key in usage_keys]
         deltas = [delta for _, delta in settles]
         async with conn.pipeline(transaction=False) as pipe:
             for key, members in leaves:
                 pipe.zrem(key, *members)
+            for key, fields in counts.items():
+                for name, value in fields.items():
+                    pipe.hincrby(key, name, value)
             if settles:
                 pipe.evalsha(_settle_many.sha, len(keys), *keys, *deltas)
             try:
                 await pipe.execute()
-            except NoScriptError:  # a restarted Redis: the leaves went; load the script with the settles
+            except NoScriptError:  # a restarted Redis: the leaves and counts went; load the script with the settles
                 await _settle_many(conn, keys, deltas)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from models_registry.broker import admission, deferred, enqueue, messages, queue_state
 from models_registry.broker.work_layer import WorkLayer, work_layer
 from models_registry.core.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
+from models_registry.observe import tracing
 
 BROKER_TIMEOUT_S = 1.0  # a broker that does not answer within a second is down
 SERVED_CHECK_EVERY_S = 1.0
@@ -124,6 +125,7 @@ async def infer(
     message = messages.WorkRequest(
         id=key, reply=reply_channel, model=model, task=task,
         inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
+        trace=tracing.current_traceparent() if tracing.tracer is not None else "",
     ).to_wire()
     channel = messages.model_channel(model)
     places = admission.places(layer, model, task, key, count, deadline, max_queue_size)

@@ -42,6 +42,7 @@ class WorkRequest:
     priority: str = INTERACTIVE  # or BATCH: served behind interactive items, shed first
     client: str = ""  # the API token that sent it (decode batches share rows fairly among clients)
     redelivered: bool = False  # in flight at a worker death: to be computed alone (worker.suspects)
+    trace: str = ""  # the web's request span as a W3C traceparent, when tracing (observe.tracing)
 
     def to_wire(self) -> dict[str, Any]:
         """The message as the channel layer carries it."""
@@ -54,6 +55,8 @@ class WorkRequest:
             message["client"] = self.client
         if self.redelivered:
             message[_REDELIVERED] = True
+        if self.trace:
+            message["trace"] = self.trace
         return message
 
     @classmethod
@@ -65,7 +68,7 @@ class WorkRequest:
                 task=str(message["task"]), inputs=list(message["inputs"]),
                 parameters=dict(message.get("parameters") or {}), deadline=float(message["deadline"]),
                 priority=str(message.get("priority") or INTERACTIVE), client=str(message.get("client") or ""),
-                redelivered=bool(message.get(_REDELIVERED)),
+                redelivered=bool(message.get(_REDELIVERED)), trace=str(message.get("trace") or ""),
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -19,6 +19,7 @@ from typing import Any
 from models_registry.broker import admission, enqueue, handoff, messages
 from models_registry.broker.work_layer import WorkLayer, work_layer
 from models_registry.core.errors import Overloaded, Timeout, Unavailable, from_wire
+from models_registry.observe import tracing
 
 LATE_TOKENS_S = 2.0  # after the result, how long tokens still on their way are awaited
 EXTEND_EVERY_S = 1.0  # how often a live stream pushes its admission deadline forward
@@ -127,6 +128,7 @@ async def _start(layer: WorkLayer, opening: Opening, charge: enqueue.ChargePlan 
     message = messages.WorkRequest(
         id=key, reply=reply, model=model, task=task, inputs=[opening.text],
         parameters={**opening.parameters, "stream": True}, deadline=deadline, priority=priority, client=client,
+        trace=tracing.current_traceparent() if tracing.tracer is not None else "",
     ).to_wire()
     channel = messages.model_channel(model)
     places = admission.places(layer, model, task, key, 1, deadline, max_queue_size)

@@ -17,6 +17,7 @@ CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 RERANK_PATH = "/rerank"
 TOKENIZE_PATH = "/tokenize"
+USAGE_PATH = "/v1/usage"  # the calling token's usage ledger (GET)
 OPENAI_PREFIX = "/v1/"  # errors in OpenAI's shape
 FILES_PREFIX = "/v1/files"  # batch input uploads: a larger body limit, the token checked before the body
 # Paths the API's front door serves (the rest, such as /admin/ and /dashboard/, go to Django's full stack).

@@ -1,4 +1,5 @@
-"""The app's database models (Django finds them through these imports): the registry, tokens, workers, batches."""
+"""The app's database models (Django finds them through these imports): the registry, tokens, workers, batches,
+the usage ledger."""
 
 from models_registry.models.batches import BatchChunk, BatchFile, BatchJob
 from models_registry.models.registered import (
@@ -8,8 +9,10 @@ from models_registry.models.registered import (
     RegisteredModel,
 )
 from models_registry.models.tokens import ApiToken, hash_token
+from models_registry.models.usage_records import ANONYMOUS_TOKEN, LedgerFlush, UsageRecord
 from models_registry.models.versions import ModelVersion
 from models_registry.models.workers import QuarantinedRequest, WorkerHeartbeat
 
-__all__ = ["CACHEABLE_TASKS", "DEFAULT_MAX_REQUEST_TOKENS", "ApiToken", "BatchChunk", "BatchFile", "BatchJob",
-           "ModelTask", "ModelVersion", "QuarantinedRequest", "RegisteredModel", "WorkerHeartbeat", "hash_token"]
+__all__ = ["ANONYMOUS_TOKEN", "CACHEABLE_TASKS", "DEFAULT_MAX_REQUEST_TOKENS", "ApiToken", "BatchChunk", "BatchFile",
+           "BatchJob", "LedgerFlush", "ModelTask", "ModelVersion", "QuarantinedRequest", "RegisteredModel",
+           "UsageRecord", "WorkerHeartbeat", "hash_token"]

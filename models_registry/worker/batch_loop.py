@@ -18,6 +18,7 @@ from models_registry.core.errors import Internal, Unavailable
 from models_registry.inference.backend import ModelRunner
 from models_registry.inference.compute_deadline import computing_until
 from models_registry.inference.containment import contained, describe
+from models_registry.observe import tracing
 from models_registry.worker import suspects
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.decode_loop import DecodeLoop
@@ -87,6 +88,7 @@ class BatchLoop:
             if expired:
                 logger.info("dropped %d expired request(s) before compute", len(expired))
             batch = self.batcher.next_batch(now, idle=True)
+            formed = time.time()
             if batch is not None:
                 self._room.set()
                 self.slots.touch(batch.key[0])  # just used: not evicted before it computes
@@ -125,9 +127,24 @@ class BatchLoop:
             compute_s = time.time() - started
             self.stats.record_batch(batch.key, len(batch), sum(item.cost for item in batch.items), compute_s)
             logger.debug("batch %s size=%d reason=%s compute=%.1fms", batch.key, len(batch), batch.reason, compute_s * 1e3)
+            traced = self._trace(batch, formed, started, started + compute_s) if tracing.tracer is not None else None
             finished = self.batcher.complete(batch, outputs)
             if finished:
-                self.replies.batch(finished, started, compute_s)
+                self.replies.batch(finished, started, compute_s, traced)
+
+    def _trace(self, batch: Batch[Delivery], formed: float, started: float, ended: float) -> Any:
+        """The batch's spans (observe.tracing): each request's queue time, the batch linked to them, the forward;
+        the batch span's context (None: no request of it was traced)."""
+        slot = self.slots.get(batch.key[0])
+        loaded = slot.loaded if slot is not None else None
+        costs = [item.cost for item in batch.items]
+        requests = {item.request.id: (item.request.delivery.trace, item.request.arrival) for item in batch.items}
+        return tracing.record_batch(list(requests.values()), formed, started, ended, {
+            "hosting.model": batch.key[0], "hosting.task": batch.key[1], "hosting.batch.size": len(batch),
+            "hosting.batch.requests": len(requests), "hosting.batch.reason": str(batch.reason),
+            "hosting.batch.tokens": sum(costs), "hosting.batch.padded_tokens": batch.padded_tokens,
+            "hosting.device": loaded.device if loaded is not None else "",
+            "hosting.backend": str((loaded.backend or {}).get("backend", "")) if loaded is not None else ""})
 
     async def _sleep_until_work(self, now: float) -> None:
         wake_at = self.batcher.next_wakeup(now)

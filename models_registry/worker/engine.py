@@ -102,7 +102,7 @@ class InferenceEngine:
             self.batcher.submit(
                 key, request.id, payloads, costs, time.time(), request.deadline,
                 delivery=Delivery(reply=request.reply, parameters=request.parameters, lease=lease, tokens=charged,
-                                  suspect=request.redelivered, client=request.client),
+                                  suspect=request.redelivered, client=request.client, trace=request.trace),
                 priority=request.priority,
             )
         except QueueFull as full:

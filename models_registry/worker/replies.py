@@ -12,6 +12,7 @@ from models_registry.broker import admission, messages
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.batch_types import PendingRequest
 from models_registry.core.errors import HostingError, Internal, Unavailable, public_message
+from models_registry.observe import tracing
 from models_registry.worker.delivery import Delivery, Lease
 
 logger = logging.getLogger(__name__)
@@ -34,9 +35,10 @@ class Replies:
         """Replies still being sent and leases still to release."""
         return len(self._tasks) + len(self._to_release)
 
-    def batch(self, requests: list[PendingRequest[Delivery]], started: float, compute_s: float) -> None:
-        """Answer every request a batch finished."""
-        self._spawn(self._reply_all(requests, started, compute_s))
+    def batch(self, requests: list[PendingRequest[Delivery]], started: float, compute_s: float,
+              traced: Any = None) -> None:
+        """Answer every request a batch finished (traced: the batch span's context, the parent of the reply's)."""
+        self._spawn(self._reply_all(requests, started, compute_s, traced))
 
     def error(self, request_id: str, reply: str, error: HostingError, lease: Lease | None = None,
               deadline: float | None = None) -> None:
@@ -65,7 +67,8 @@ class Replies:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _reply_all(self, requests: list[PendingRequest[Delivery]], started: float, compute_s: float) -> None:
+    async def _reply_all(self, requests: list[PendingRequest[Delivery]], started: float, compute_s: float,
+                         traced: Any) -> None:
         """All of a batch's replies in one round trip."""
         replies = [(r.delivery.reply, self._result_message(r, started, compute_s)) for r in requests]
         deadline = max(r.deadline for r in requests)
@@ -74,7 +77,10 @@ class Replies:
         places = [admission.Places(admission.pending_key(self.layer, *r.key), r.id, r.n_items) for r in requests]
 
         async def send_all() -> None:
+            sending = time.time()
             sent = await self.layer.send_replies(replies, self.worker_id, leases, places)
+            if traced is not None:
+                tracing.record_reply(traced, len(replies), sending, time.time())
             if sent < len(replies):
                 logger.warning("%d of %d replies did not fit their channels", len(replies) - sent, len(replies))
 

@@ -36,6 +36,12 @@ def fresh_caches() -> Iterator[None]:
     auth.reset_cache()
 
 
+@pytest.fixture(autouse=True)
+def no_ledger_flusher(settings: Any) -> None:
+    """No web flusher thread in this tier: a test flushes the usage ledger by hand (observe.ledger_flush.flush)."""
+    settings.HOSTING_USAGE_FLUSH_S = 0
+
+
 @pytest.fixture
 def require_tokens(settings: Any) -> None:
     """Token checks on, whatever the environment running the tests says."""

@@ -46,7 +46,7 @@ def test_every_spec_route_is_described(schema: dict[str, Any]) -> None:
         ("/rerank", "post"), ("/v1/files", "post"), ("/v1/files", "get"), ("/v1/files/{file_id}", "get"),
         ("/v1/files/{file_id}", "delete"),
         ("/v1/files/{file_id}/content", "get"), ("/v1/batches", "post"), ("/v1/batches", "get"),
-        ("/v1/batches/{batch_id}", "get"), ("/v1/batches/{batch_id}/cancel", "post"),
+        ("/v1/batches/{batch_id}", "get"), ("/v1/batches/{batch_id}/cancel", "post"), ("/v1/usage", "get"),
     }
     assert schema["openapi"] == "3.1.0"
 

@@ -17,6 +17,7 @@ from models_registry.broker.messages import INFERENCE_CHANNEL
 from models_registry.broker.work_layer import require_work_layer
 from models_registry.core.conf import conf
 from models_registry.jobs.driver import JobDriver
+from models_registry.observe import tracing
 from models_registry.worker.process import InferenceWorker
 
 
@@ -57,4 +58,5 @@ class Command(ChannelsRunworker):
             from hosting import embedded_redis
 
             embedded_redis.ensure_running(settings.VAR_DIR)
+        tracing.setup("worker")  # OTEL_EXPORTER_OTLP_ENDPOINT set: its batches' spans join the requests' traces
         super().handle(*args, **options)
