@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('models_registry', '0013_model_versions'),
+        ('models_registry', '0016_version_shape_and_rollback'),
     ]
 
     operations = [
