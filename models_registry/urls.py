@@ -1,9 +1,11 @@
-"""Routes of the HTTP API, the OpenAI-compatible routes and the API's own description."""
+"""Routes of the HTTP API, the OpenAI-compatible routes, the API's own description, the dashboard and /metrics."""
 
 from django.urls import path, re_path
 
 from models_registry.api import (
     batch_routes,
+    dashboard,
+    metrics_view,
     openai_generation,
     openai_routes,
     openapi,
@@ -34,4 +36,7 @@ urlpatterns = [
     path("ready", views.ready, name="ready"),
     path("api/openapi.json", openapi.schema_view, name="openapi-schema"),
     path("api/docs", openapi.docs_view, name="openapi-docs"),
+    path("dashboard/", dashboard.page, name="dashboard"),
+    path("dashboard/data.json", dashboard.data, name="dashboard-data"),
+    path("metrics", metrics_view.metrics, name="prometheus-django-metrics"),
 ]

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from hosting import embedded_redis
 from hosting.process_tie import die_with_this_process
 from models_registry.capacity import sizing
 from models_registry.core.conf import conf
@@ -54,8 +55,6 @@ class Command(BaseCommand):
         credentials = self._credentials()
         started_redis = False
         if settings.EMBEDDED_REDIS:
-            from hosting import embedded_redis
-
             # Tied to this process: a serve killed with SIGKILL leaves no server behind.
             started_redis = embedded_redis.ensure_running(settings.VAR_DIR, tie_to_parent=True)
         host, port = options["host"], options["port"]
@@ -66,8 +65,6 @@ class Command(BaseCommand):
             self._supervise({"web": web_cmd}, options["workers"])
         finally:
             if started_redis:
-                from hosting import embedded_redis
-
                 embedded_redis.stop(settings.VAR_DIR)
 
     def _supervise(self, commands: dict[str, list[str]], workers: int) -> None:
@@ -115,7 +112,7 @@ class Command(BaseCommand):
         reads them all (observe.metrics). Emptied at each start: counters begin at zero with
         the server, as Prometheus expects of a restarted target, and never go back while it runs.
         """
-        directory = Path(settings.HOSTING_PROMETHEUS_MULTIPROC_DIR or Path(settings.VAR_DIR) / "prometheus")
+        directory = Path(conf.PROMETHEUS_MULTIPROC_DIR or Path(settings.VAR_DIR) / "prometheus")
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True, mode=0o700)
         return {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
