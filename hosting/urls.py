@@ -3,10 +3,12 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from models_registry.core import paths
+
 # This install's admin is the product's: its name, and a "View site" link that opens the live metrics.
 admin.site.site_header = "Model hosting"
 admin.site.site_title = "Model hosting admin"
-admin.site.site_url = "/dashboard/"
+admin.site.site_url = paths.url_path("dashboard")
 
 urlpatterns = [
     path("admin/", admin.site.urls),

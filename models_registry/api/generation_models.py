@@ -153,18 +153,16 @@ CHUNKS = ('With "stream": true: `data: {"id", "object": "chat.completion.chunk" 
           'error after the first byte is a `data: {"error": {...}}` event.')
 
 
-def operations(operation: Any) -> list[Any]:
-    """The two routes, as api.openapi's Operation objects (its class is passed in to avoid an import cycle)."""
-    from models_registry.api.openapi import inference_errors
-
+def operations(operation: Any, errors: tuple[int, ...]) -> list[Any]:
+    """The two routes, as api.openapi's Operation objects with errors (api.openapi, which imports this, passes both)."""
     common = {"tags": ("openai",), "openai": True, "description": CHUNKS}
     return [
-        operation("/v1/chat/completions", "post", "OpenAI-compatible chat over a text-generation task (the model's "
-                  "chat template), continuously batched.", ChatCompletion, inference_errors(), ChatCompletionRequest,
+        operation("openai-chat-completions", "post", "OpenAI-compatible chat over a text-generation task (the model's "
+                  "chat template), continuously batched.", ChatCompletion, errors, ChatCompletionRequest,
                   example={"model": "my-gpt", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 16},
                   streams=True, **common),
-        operation("/v1/completions", "post", "OpenAI-compatible completions over a text-generation task, "
-                  "continuously batched.", Completion, inference_errors(), CompletionRequest,
+        operation("openai-completions", "post", "OpenAI-compatible completions over a text-generation task, "
+                  "continuously batched.", Completion, errors, CompletionRequest,
                   example={"model": "my-gpt", "prompt": "Once upon a time", "max_tokens": 16}, streams=True,
                   **common),
     ]

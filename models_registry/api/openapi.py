@@ -22,6 +22,7 @@ from pydantic.json_schema import GenerateJsonSchema
 
 from models_registry.api import batch_models, generation_models, openapi_models, request_models, response_models
 from models_registry.api.views import api_view
+from models_registry.core import paths
 from models_registry.core.conf import conf
 from models_registry.core.errors import ERROR_CLASSES, Conflict, HostingError
 from models_registry.policy import auth
@@ -82,7 +83,7 @@ STREAM_EVENTS = ('With "stream": true (text-generation, text2text-generation): o
 class Operation:
     """One documented route: the shape it takes, the shape it answers, and its error statuses."""
 
-    path: str
+    route: str  # its name in the path table (core.paths.ROUTES)
     method: str
     summary: str
     answer: Any  # a response shape, or a plain JSON schema for non-JSON media
@@ -99,6 +100,11 @@ class Operation:
     description: str = ""
     example: Any = None
     extra: tuple[tuple[str, Any], ...] = ()  # more keys of the operation object
+
+    @property
+    def path(self) -> str:
+        """The route's path as the document writes it (`/models/{name}`)."""
+        return paths.openapi_path(self.route)
 
 
 def path_name(example: str = DEMO_MODEL) -> dict[str, Any]:
@@ -127,39 +133,39 @@ def operations(max_inputs: int) -> list[Operation]:
                  "tags": ("inference",), "text_body": True, "timings": True, "streams": True,
                  "description": "A `text/plain` body (or curl -d text) is one string input."}
     return [
-        Operation("/models", "get", "Registered models with their tasks and live state.", r.ModelList, listing,
+        Operation("model-list", "get", "Registered models with their tasks and live state.", r.ModelList, listing,
                   tags=("models",)),
-        Operation("/models/{name}", "get", "One model with its tasks' settings and live queue depth.", r.ModelDetail,
+        Operation("model", "get", "One model with its tasks' settings and live queue depth.", r.ModelDetail,
                   (401, 403, 404, 405, 500), tags=("models",), parameters=(path_name(),)),
-        Operation("/models/{name}", "post", "Inference on the model's default task.", parameters=(path_name(),),
+        Operation("model", "post", "Inference on the model's default task.", parameters=(path_name(),),
                   **inference),
-        Operation("/models/{name}/{task}", "post", "Inference on a named task of the model.",
+        Operation("model-task", "post", "Inference on a named task of the model.",
                   parameters=(path_name(), PATH_TASK), **inference),
-        Operation("/v1/embeddings", "post", "OpenAI-compatible embeddings (feature-extraction tasks).",
+        Operation("openai-embeddings", "post", "OpenAI-compatible embeddings (feature-extraction tasks).",
                   r.EmbeddingResponse, errors, request_models.embedding_request(max_inputs), ("openai",),
                   openai=True, timings=True, example={"model": DEMO_MODEL, "input": "hello"}),
-        *generation_models.operations(Operation),
-        Operation("/v1/models", "get", "OpenAI-compatible list of the embedding and text-generation model ids this "
+        *generation_models.operations(Operation, errors),
+        Operation("openai-models", "get", "OpenAI-compatible list of the embedding and text-generation model ids this "
                   "token may use.",
                   r.OpenAIModelList, listing, tags=("openai",), openai=True),
-        Operation("/tokenize", "post",
+        Operation("tei-tokenize", "post",
                   "Text Embeddings Inference's tokenize: ids, strings and character offsets (no worker involved).",
                   r.TokenizeResponse, errors, request_models.tokenize_request(max_inputs), ("tei",),
                   example={"model": DEMO_MODEL, "inputs": "Hello world"}),
-        Operation("/rerank", "post", "Text Embeddings Inference's rerank over a text-ranking task: (query, text) "
+        Operation("tei-rerank", "post", "Text Embeddings Inference's rerank over a text-ranking task: (query, text) "
                   "pairs scored in batches.", r.RerankResponse, errors, request_models.rerank_request(max_inputs),
                   ("tei",), timings=True, example={"model": "my-reranker", "query": "What is Django?",
                                                     "texts": ["A web framework.", "A guitarist."]}),
-        Operation("/health", "get", "Liveness of this web process (never waits on a worker).", r.Health, (405,),
+        Operation("health", "get", "Liveness of this web process (never waits on a worker).", r.Health, (405,),
                   tags=("operations",), public=True),
-        Operation("/ready", "get", "Readiness: database, broker, and a live worker serving an enabled model.",
+        Operation("ready", "get", "Readiness: database, broker, and a live worker serving an enabled model.",
                   r.Readiness, (405, 500), tags=("operations",), public=True),
-        Operation("/metrics", "get", "Prometheus metrics: open, or behind HOSTING_METRICS_TOKEN when the operator "
+        Operation("metrics", "get", "Prometheus metrics: open, or behind HOSTING_METRICS_TOKEN when the operator "
                   "sets one.", STRING, (401,), tags=("operations",), media="text/plain",
                   extra=(("security", [{}, {"metricsToken": []}]),)),
-        Operation("/api/openapi.json", "get", "This document; with an API token, also each model the token may "
+        Operation("openapi-schema", "get", "This document; with an API token, also each model the token may "
                   "use at its own path.", {"type": "object"}, (405,), tags=("operations",), public=True),
-        Operation("/api/docs", "get", "Browsable docs of this document (served offline).", STRING, (405,),
+        Operation("openapi-docs", "get", "Browsable docs of this document (served offline).", STRING, (405,),
                   tags=("operations",), public=True, media="text/html"),
         *batch_models.operations(Operation),
     ]
@@ -212,7 +218,7 @@ def operation_object(op: Operation, answer: Any, body: Any) -> dict[str, Any]:
     if op.streams:
         ok["content"][EVENT_STREAM] = {"schema": {**STRING, "description": STREAM_EVENTS}}
     responses = {"200": ok, **{str(s): {"$ref": f"#/components/responses/{prefix}{s}"} for s in op.errors}}
-    if op.path == "/ready":  # not ready is a 503 with the same report, not an error
+    if op.route == "ready":  # not ready is a 503 with the same report, not an error
         responses["503"] = {"description": "Not ready: `missing` says what.", "headers": _headers({}),
                             "content": {JSON: {"schema": answer}}}
     out: dict[str, Any] = {"summary": op.summary, "tags": list(op.tags), "responses": responses, **dict(op.extra)}

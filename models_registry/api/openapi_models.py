@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from models_registry.api import dimensions, request_models
+from models_registry.core.paths import EMBEDDINGS_PATH, openapi_path, url_path
 from models_registry.core.task_key import TaskKey
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.tasks.parameter_types import NOT_BLANK
@@ -26,6 +27,7 @@ from models_registry.tasks.task_inputs import TASK_KINDS
 
 REF = "#/components/schemas/{}"
 SIZE_KEYS = ("dimensions", "truncate_dim")
+MODEL = openapi_path("model")  # the generic /models/{name} paths, replaced by one per model
 NOT_NULL = ["string", "number", "boolean", "array", "object"]
 
 
@@ -135,7 +137,7 @@ def _embedding_ids(document: dict[str, Any], specs: dict[str, ModelSpec]) -> dic
     """/v1/embeddings with one body alternative per embedding id (its own sizes)."""
     from models_registry.api.openai_routes import embedding_ids
 
-    operation = copy.deepcopy(document["paths"]["/v1/embeddings"]["post"])
+    operation = copy.deepcopy(document["paths"][EMBEDDINGS_PATH]["post"])
     content = operation["requestBody"]["content"]["application/json"]
     choices = []
     for spec in specs.values():
@@ -159,7 +161,7 @@ def with_models(document: dict[str, Any], specs: dict[str, ModelSpec], max_input
     """The document with a path per visible model and task, and /v1/embeddings narrowed to their ids."""
     document = {**document, "paths": dict(document["paths"])}
     paths = document["paths"]
-    generic = paths["/models/{name}"]
+    generic = paths[MODEL]
     served = {name: spec for name, spec in sorted(specs.items())
               if any(t.task in TASK_KINDS for t in spec.tasks.values())}
     if not served:
@@ -172,15 +174,15 @@ def with_models(document: dict[str, Any], specs: dict[str, ModelSpec], max_input
             if task.task not in TASK_KINDS:
                 continue
             operation = _inference(generic["post"], spec, task, max_inputs)
-            paths[f"/models/{name}/{task.name}"] = {"post": operation}
+            paths[url_path("model-task", name=name, task=task.name)] = {"post": operation}
             if task.name == spec.default_task:
                 item["post"] = operation
-        paths[f"/models/{name}"] = item
+        paths[url_path("model", name=name)] = item
     # Every model this token may use has its own paths; the templates would only stand for
     # names it cannot use (404/403), with a body no task takes as a whole.
-    paths.pop("/models/{name}", None)
-    paths.pop("/models/{name}/{task}", None)
+    paths.pop(MODEL, None)
+    paths.pop(openapi_path("model-task"), None)
     embeddings = _embedding_ids(document, specs)
     if embeddings is not None:
-        paths["/v1/embeddings"] = {"post": embeddings}
+        paths[EMBEDDINGS_PATH] = {"post": embeddings}
     return document

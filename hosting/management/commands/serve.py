@@ -16,10 +16,12 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+from django.urls import reverse
 
 from hosting import embedded_redis
 from hosting.process_tie import die_with_this_process
 from models_registry.capacity import sizing
+from models_registry.core import paths
 from models_registry.core.conf import conf
 
 DEMO_MODEL = "all-minilm-l6-v2"
@@ -199,12 +201,13 @@ class Command(BaseCommand):
 
     def _announce(self, host: str, port: int, credentials: dict[str, str]) -> None:
         base = f"http://{host}:{port}"
+        demo = base + paths.url_path("model", name=DEMO_MODEL)
         lines = [
             "",
-            f"  API        {base}/models/{DEMO_MODEL}",
-            f"  Admin      {base}/admin/",
-            f"  Metrics    {base}/metrics",
-            f"  Ready      {base}/ready   (the worker loads the model first)",
+            f"  API        {demo}",
+            f"  Admin      {base}{reverse('admin:index')}",
+            f"  Metrics    {base}{paths.url_path('metrics')}",
+            f"  Ready      {base}{paths.READY_PATH}   (the worker loads the model first)",
         ]
         if credentials.get("admin_password"):
             lines.append(f"  Admin login: {credentials['admin_user']} / {credentials['admin_password']}")
@@ -213,7 +216,7 @@ class Command(BaseCommand):
         auth = f" -H 'Authorization: Bearer {credentials['api_token']}'" if credentials.get("api_token") else ""
         lines += [
             "",
-            f"  curl -s {base}/models/{DEMO_MODEL}{auth} -H 'Content-Type: application/json' "
+            f"  curl -s {demo}{auth} -H 'Content-Type: application/json' "
             "-d '{\"inputs\": \"Django hosts models now.\"}'",
             f"  (credentials are kept in {Path(settings.VAR_DIR) / 'credentials.json'}; Ctrl-C, or SIGTERM to pid {os.getpid()}, stops everything)",
             "",
