@@ -144,7 +144,8 @@ def _embedding(index: int, output: Any, encoding: str) -> dict[str, Any]:
     return {"object": "embedding", "index": index, "embedding": vector}
 
 
-def _body(call: ApiCall) -> Any:
+def json_body(call: ApiCall) -> Any:
+    """An OpenAI route's JSON body (a text or form body is refused: only JSON names the model)."""
     media = call.content_type.strip().lower()
     # The HF routes take plain text as one input; here only JSON names the model (curl -d JSON still works).
     if media == "text/plain" or (media == "application/x-www-form-urlencoded" and not call.body.lstrip().startswith(b"{")):
@@ -159,7 +160,7 @@ class EmbeddingsRoute:
 
     def read(self, call: ApiCall, path: dict[str, str]) -> tuple[str, EmbeddingRequest]:
         """The validated body and the model it names."""
-        wanted = read_embedding_request(_body(call), conf.MAX_INPUTS)
+        wanted = read_embedding_request(json_body(call), conf.MAX_INPUTS)
         return TaskKey.parse(wanted.model).model, wanted
 
     def resolve(self, wanted: EmbeddingRequest, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:

@@ -194,6 +194,44 @@ def test_no_hidden_arguments_on_the_request_path() -> None:
         assert "ContextVar" not in names, relative
 
 
+def private_imports(graph_files: list[Path], root: Path) -> set[str]:
+    """'module: name' for every private name of one of our modules imported, or read as module._name, by another."""
+    modules = {module_name(path, root): path for path in graph_files}
+    found = set()
+    for name, path in modules.items():
+        tree = source_tree.parse(path)
+        bound: dict[str, str] = {}  # local name -> our module it stands for
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in modules:
+                for alias in node.names:
+                    if f"{node.module}.{alias.name}" in modules:
+                        bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    elif alias.name.startswith("_"):
+                        found.add(f"{name}: {node.module}.{alias.name}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                found.add(f"{name}: {bound[node.value.id]}.{node.attr}")
+    return found
+
+
+# Left for the owners of the token-generation modules to rename (their files were being reworked).
+PRIVATE_IMPORTS_LEFT = {
+    "models_registry.inference.decode_batch: models_registry.inference.streaming._Decoder",
+    "models_registry.inference.decode_batch: models_registry.inference.streaming._LogProbs",
+    "models_registry.inference.decode_batch: models_registry.inference.streaming._Sequence",
+    "models_registry.inference.decode_batch: models_registry.inference.streaming._eos_ids",
+    "models_registry.inference.streaming: models_registry.inference.generation._task_settings",
+}
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    """A name with a leading underscore is its module's own: another module that needs it needs a public name.
+    The set of the ones left may only shrink."""
+    files = [path for path in house_modules() if "migrations" not in path.parts]
+    assert private_imports(files, ROOT / "x") == PRIVATE_IMPORTS_LEFT
+
+
 WIRE_KEY_READ = re.compile(r"""(message|reply)(\[|\.get\()\s*["']""")
 
 
@@ -243,3 +281,7 @@ def test_the_path_and_cycle_checks_can_fail(tmp_path: Path) -> None:
     assert import_cycles(graph) == [["models_registry.a", "models_registry.b"]]
     assert project_imports(graph) == {"models_registry.c": ["hosting.process_tie"]}
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    (package / "d.py").write_text("from models_registry.a import _hidden\nfrom models_registry import b\n"
+                                  "b._helper()\nb.__name__\n")
+    assert private_imports(sorted(package.glob("*.py")), tmp_path / "x") == {
+        "models_registry.d: models_registry.a._hidden", "models_registry.d: models_registry.b._helper"}
