@@ -9,9 +9,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from tests import source_tree
-
 from models_registry.core import paths
+from tests import source_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "models_registry"
@@ -60,8 +59,8 @@ def test_no_product_module_is_named_like_a_test() -> None:
 
 # A string that is an API path (or a pattern of one): "/v1/embeddings", f"/models/{name}", "^(/models/...".
 # Every path's first segment comes from the table itself, so a new route is covered as it is added.
-API_PATH = re.compile(r"^\^?\(?/(?:%s)(?![\w.-])" % "|".join(
-    sorted({re.escape(route.split("/")[0]) for route in paths.ROUTES.values()})))
+FIRST_SEGMENTS = "|".join(sorted({re.escape(route.split("/")[0]) for route in paths.ROUTES.values()}))
+API_PATH = re.compile(rf"^\^?\(?/(?:{FIRST_SEGMENTS})(?![\w.-])")
 
 
 def docstring_nodes(tree: ast.AST) -> set[int]:

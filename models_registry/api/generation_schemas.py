@@ -16,7 +16,7 @@ from models_registry.api.generation_requests import (
     ROLES,
     UNSUPPORTED,
 )
-from models_registry.api.response_models import OPEN
+from models_registry.api.response_schemas import OPEN
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS, SHAPE_CONFIG
 
 # Any JSON value that is not a surrogate or replacement character: the validator's own check stays in the code.

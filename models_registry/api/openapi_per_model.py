@@ -2,7 +2,7 @@
 
 The generic `/models/{name}` body can only say "what some task takes"; at
 `/models/<model>` and `/models/<model>/<task>` the body is that task's request shape
-(api.request_models), narrowed by what the registry knows of the task: parameters its
+(api.request_schemas), narrowed by what the registry knows of the task: parameters its
 defaults must supply (zero-shot labels), the prompt names it defines, and the Matryoshka
 sizes it serves (up to the vector length seen in an answer, or else the hidden size in the
 model's config.json). /v1/embeddings gets one alternative per embedding id in the same way.
@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from models_registry.api import dimensions, request_models
+from models_registry.api import dimensions, request_schemas
 from models_registry.core.paths import EMBEDDINGS_PATH, openapi_path, url_path
 from models_registry.core.task_key import TaskKey
 from models_registry.catalog.specs import ModelSpec, TaskSpec
@@ -102,20 +102,20 @@ def narrowing(spec: ModelSpec, task: TaskSpec) -> dict[str, Any]:
         narrowed |= _one_size_name()
     if parameters["properties"] or missing:
         properties["parameters"] = parameters
-    if task.task in request_models.STREAM_TASKS:  # a stream answers one prompt
+    if task.task in request_schemas.STREAM_TASKS:  # a stream answers one prompt
         streamed = {"required": ["stream"], "properties": {"stream": {"const": True}}}
         narrowed.setdefault("allOf", []).append({"if": streamed, "then": {"properties": {"inputs": {"type": "string"}}}})
     return narrowed
 
 
 def _inference(generic: dict[str, Any], spec: ModelSpec, task: TaskSpec, max_inputs: int) -> dict[str, Any]:
-    shape = request_models.inference_request(task.task, max_inputs)
+    shape = request_schemas.inference_request(task.task, max_inputs)
     operation = copy.deepcopy(generic)
     operation.pop("parameters", None)
     operation["summary"] = f"{task.task} on {spec.name} (task {task.name!r})."
     operation["requestBody"]["content"]["application/json"] = {
         "schema": {"allOf": [{"$ref": REF.format(shape.__name__)}, narrowing(spec, task)]}}
-    if task.task not in request_models.STREAM_TASKS:
+    if task.task not in request_schemas.STREAM_TASKS:
         operation["responses"]["200"]["content"].pop("text/event-stream", None)
     kind = TASK_KINDS[task.task]
     content = operation["requestBody"]["content"]
