@@ -45,11 +45,6 @@ def hosts(text: str) -> list[str]:
     return [item.lower() for item in names(text)]
 
 
-def whole(text: str) -> int:
-    """An integer variable (a float's spelling is refused, as int() does)."""
-    return int(text)
-
-
 @dataclass(frozen=True)
 class Default:
     """Where one setting comes from: its Django setting, its environment variable, how to read it, its default."""
@@ -58,8 +53,7 @@ class Default:
     env: str | None  # None: a Django setting only
     parse: Callable[[str], Any]
     default: Any = None  # a value, or a callable of the conf object (a default that follows another setting)
-    empty_is_unset: bool = True  # an empty variable falls back to the default
-    zero_is_unset: bool = False  # a parsed 0 falls back to the default as well
+    zero_is_unset: bool = False  # a parsed 0 falls back to the default, as an empty or unset variable does
 
 
 def _hosting(name: str, parse: Callable[[str], Any], default: Any, **options: Any) -> tuple[str, Default]:
@@ -86,36 +80,36 @@ DEFAULTS: dict[str, Default] = dict([
     _hosting("BATCH_AGING_S", float, 5.0),
     # --- Requests -----------------------------------------------------------------------------------
     _hosting("REQUIRE_API_TOKEN", flag, True),
-    _hosting("MAX_BODY_BYTES", whole, 1024 * 1024),
-    _hosting("MAX_INPUTS", whole, 256),
+    _hosting("MAX_BODY_BYTES", int, 1024 * 1024),
+    _hosting("MAX_INPUTS", int, 256),
     # Per-token usage accounting and rate limits through Redis (off: no limits, no usage counts).
     _hosting("RATE_LIMITS", flag, True),
     # Response cache: larger results are not stored; at most this much per API token and overall.
-    _hosting("CACHE_MAX_ENTRY_BYTES", whole, 256 * 1024),
+    _hosting("CACHE_MAX_ENTRY_BYTES", int, 256 * 1024),
     _hosting("CACHE_MAX_TOKEN_BYTES", size, 64 * 1024 * 1024, zero_is_unset=True),
     _hosting("CACHE_MAX_BYTES", size, 512 * 1024 * 1024, zero_is_unset=True),
     # What one request's answer may weigh (JSON bytes, estimated before compute): over it, 413 before compute.
-    _hosting("MAX_ANSWER_BYTES", whole, 16 * 1024 * 1024),
+    _hosting("MAX_ANSWER_BYTES", int, 16 * 1024 * 1024),
     # --- Media --------------------------------------------------------------------------------------
-    _hosting("MAX_IMAGE_PIXELS", whole, 40_000_000),
+    _hosting("MAX_IMAGE_PIXELS", int, 40_000_000),
     _hosting("MAX_AUDIO_SECONDS", float, 60.0),
     # Pixels all the images of one request may hold together (a worker decodes and holds them all).
-    _hosting("MAX_REQUEST_PIXELS", whole, 100_000_000),
+    _hosting("MAX_REQUEST_PIXELS", int, 100_000_000),
     # Hosts whose http(s) URLs a media input may name (empty: no URL is ever fetched).
     _hosting("MEDIA_FETCH_HOSTS", hosts, lambda conf: []),
     _hosting("MEDIA_FETCH_TIMEOUT_S", float, 5.0),
-    _hosting("MEDIA_FETCH_MAX_BYTES", whole, lambda conf: conf.MAX_BODY_BYTES),
-    _hosting("MEDIA_DECODE_THREADS", whole, 2),
+    _hosting("MEDIA_FETCH_MAX_BYTES", int, lambda conf: conf.MAX_BODY_BYTES),
+    _hosting("MEDIA_DECODE_THREADS", int, 2),
     # --- Metrics ------------------------------------------------------------------------------------
     _hosting("METRICS_TOKEN", str, ""),
-    _hosting("METRICS_MAX_TOKENS", whole, 100),
+    _hosting("METRICS_MAX_TOKENS", int, 100),
     _hosting("METRICS_TOKEN_NAMES", flag, False),
     # prometheus_client's multiprocess directory (prometheus_client reads the variable itself, at import).
     ("PROMETHEUS_MULTIPROC_DIR", Default("HOSTING_PROMETHEUS_MULTIPROC_DIR", "PROMETHEUS_MULTIPROC_DIR", str, "")),
     # --- Workers ------------------------------------------------------------------------------------
     _hosting("DEVICE", str, "cpu"),
-    _hosting("TORCH_THREADS", whole, None),
-    _hosting("WEB_PROCESSES", whole, 0),
+    _hosting("TORCH_THREADS", int, None),
+    _hosting("WEB_PROCESSES", int, 0),
     # Embedding batches run as packed rows (no padding) where a load-time check shows equal outputs.
     _hosting("SEQUENCE_PACKING", flag, True),
     # Streamed text generation on decoder models is batched per token step (off: static batches).
@@ -126,13 +120,13 @@ DEFAULTS: dict[str, Default] = dict([
     # dtype int8 is refused at load when a sample's minimum cosine to the fp32 vectors falls under this.
     _hosting("INT8_MIN_COSINE", float, 0.99),
     # Scheduling niceness the worker adds to itself: web processes on the same cores go first.
-    _hosting("WORKER_NICE", whole, 5),
+    _hosting("WORKER_NICE", int, 5),
     # Which models a worker serves (empty: all enabled).
     _hosting("WORKER_MODELS", names, lambda conf: []),
     # A worker's memory budget (0: a share of the machine's, or the GPU's), models held at once (0: the
     # budget decides), and whether batches are capped to the budget.
     _hosting("WORKER_MEMORY_BYTES", size, 0),
-    _hosting("MAX_LOADED_MODELS", whole, 0),
+    _hosting("MAX_LOADED_MODELS", int, 0),
     _hosting("MEMORY_CAP", flag, True),
     # The class a worker runs models with (dotted path; called as PipelineRunner is).
     _hosting("MODEL_RUNNER", str, "models_registry.inference.model_runner.PipelineRunner"),
@@ -142,19 +136,19 @@ DEFAULTS: dict[str, Default] = dict([
     _hosting("WORKER_HUNG_S", float, 120.0),
     _hosting("CONFIG_REFRESH_S", float, 1.0),
     # --- Batch jobs (Files and Batches API) ---------------------------------------------------------
-    _hosting("BATCH_MAX_FILE_BYTES", whole, 200 * 1024 * 1024),
-    _hosting("BATCH_MAX_LINES", whole, 1_000_000),
+    _hosting("BATCH_MAX_FILE_BYTES", int, 200 * 1024 * 1024),
+    _hosting("BATCH_MAX_LINES", int, 1_000_000),
     # Lines a job commits at a time, and lines one job has in flight at once.
-    _hosting("BATCH_CHUNK_LINES", whole, 256),
-    _hosting("BATCH_IN_FLIGHT", whole, 128),
+    _hosting("BATCH_CHUNK_LINES", int, 256),
+    _hosting("BATCH_IN_FLIGHT", int, 128),
     # A worker's claim on a job; another worker resumes the job this long after the holder died.
     _hosting("BATCH_LEASE_S", float, 15.0),
     _hosting("BATCH_POLL_S", float, 1.0),
     # Jobs one worker's driver runs side by side, and tries of a line answered 429/503/504.
-    _hosting("BATCH_MAX_JOBS", whole, 8),
-    _hosting("BATCH_LINE_RETRIES", whole, 20),
+    _hosting("BATCH_MAX_JOBS", int, 8),
+    _hosting("BATCH_LINE_RETRIES", int, 20),
     # Files are deleted this long after their creation unless the upload says otherwise (0: kept).
-    _hosting("FILE_RETENTION_S", whole, 30 * 24 * 3600),
+    _hosting("FILE_RETENTION_S", int, 30 * 24 * 3600),
     # Bytes of files one API token may keep at once (0: no quota).
     _hosting("FILE_STORAGE_BYTES", size, 1024 ** 3),
 ])
@@ -167,7 +161,7 @@ def value_of(name: str, conf: Conf) -> Any:
     if found is not _UNSET:
         return found
     text = os.environ.get(entry.env) if entry.env else None
-    if text is not None and not (entry.empty_is_unset and text.strip() == ""):
+    if text is not None and text.strip():
         parsed = entry.parse(text)
         if not (entry.zero_is_unset and parsed == 0):
             return parsed
@@ -177,7 +171,6 @@ def value_of(name: str, conf: Conf) -> Any:
 def setting_names() -> set[str]:
     """The Django settings this table reads (a change to one forgets the cached values)."""
     return {entry.setting for entry in DEFAULTS.values()}
-
 
 
 class HostingConf:
