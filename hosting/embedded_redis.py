@@ -21,7 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from hosting.process_tie import die_with_this_process, pid_alive
+from hosting.process_tie import die_with_this_process
+from models_registry.core.processes import pid_alive
 
 _tied: list[subprocess.Popen[bytes]] = []  # the server this process started as its child
 

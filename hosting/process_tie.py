@@ -1,4 +1,4 @@
-"""Processes and their children: children that end with their parent (Linux: a parent-death signal), and liveness."""
+"""Children that end with their parent (Linux: a parent-death signal)."""
 
 from __future__ import annotations
 
@@ -27,13 +27,3 @@ def die_with_this_process() -> Callable[[], None] | None:
 
     return arm
 
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid runs (one of another user's counts as running)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

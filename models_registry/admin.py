@@ -18,10 +18,6 @@ from models_registry.policy.usage import token_usage
 from models_registry.catalog import version_changes
 from models_registry.catalog.heartbeats import live_workers
 
-admin.site.site_header = "Model hosting"
-admin.site.site_title = "Model hosting admin"
-admin.site.site_url = "/dashboard/"  # the header's "View site" link opens the live metrics
-
 
 class ModelTaskInline(admin.StackedInline):
     """A model's tasks with their defaults and queue limits."""

@@ -1,9 +1,11 @@
-"""Routes of the HTTP API, the OpenAI-compatible routes and the API's own description."""
+"""The app's URLconf, made from its path table (core.paths.ROUTES): the API, its description, the dashboard, /metrics."""
 
-from django.urls import path, re_path
+from django.urls import path
 
 from models_registry.api import (
     batch_routes,
+    dashboard,
+    metrics_view,
     openai_generation,
     openai_routes,
     openapi,
@@ -14,26 +16,31 @@ from models_registry.api import (
 )
 from models_registry.core import paths
 
-urlpatterns = [
-    path("models", views.model_list, name="model-list"),
-    # /models/<name>[/<task>]: the path table's patterns (core.paths), as the front door matches them.
-    re_path(rf"^{paths.MODEL_ROUTE}$", views.model_endpoint, name="model"),
-    re_path(rf"^{paths.MODEL_TASK_ROUTE}$", views.model_task_endpoint, name="model-task"),
-    path("v1/embeddings", openai_routes.embeddings, name="openai-embeddings"),
-    path("v1/models", openai_routes.list_models, name="openai-models"),
-    path("v1/chat/completions", openai_generation.chat_completions, name="openai-chat-completions"),
-    path("v1/completions", openai_generation.completions, name="openai-completions"),
-    path("v1/files", batch_routes.file_collection, name="openai-files"),
-    path("v1/files/<str:file_id>", batch_routes.file_detail, name="openai-file"),
-    path("v1/files/<str:file_id>/content", batch_routes.file_content, name="openai-file-content"),
-    path("v1/batches", batch_routes.batch_collection, name="openai-batches"),
-    path("v1/batches/<str:batch_id>", batch_routes.batch_detail, name="openai-batch"),
-    path("v1/batches/<str:batch_id>/cancel", batch_routes.batch_cancel, name="openai-batch-cancel"),
-    path(paths.USAGE_PATH.lstrip("/"), usage_route.usage, name="openai-usage"),
-    path("tokenize", tokenize_route.tokenize, name="tei-tokenize"),
-    path("rerank", tei_routes.rerank, name="tei-rerank"),
-    path("health", views.health, name="health"),
-    path("ready", views.ready, name="ready"),
-    path("api/openapi.json", openapi.schema_view, name="openapi-schema"),
-    path("api/docs", openapi.docs_view, name="openapi-docs"),
-]
+# URL name -> view; the path each is served on is the table's.
+VIEWS = {
+    "model-list": views.model_list,
+    "model": views.model_endpoint,
+    "model-task": views.model_task_endpoint,
+    "openai-embeddings": openai_routes.embeddings,
+    "openai-models": openai_routes.list_models,
+    "openai-chat-completions": openai_generation.chat_completions,
+    "openai-completions": openai_generation.completions,
+    "openai-files": batch_routes.file_collection,
+    "openai-file": batch_routes.file_detail,
+    "openai-file-content": batch_routes.file_content,
+    "openai-batches": batch_routes.batch_collection,
+    "openai-batch": batch_routes.batch_detail,
+    "openai-batch-cancel": batch_routes.batch_cancel,
+    "openai-usage": usage_route.usage,
+    "tei-tokenize": tokenize_route.tokenize,
+    "tei-rerank": tei_routes.rerank,
+    "health": views.health,
+    "ready": views.ready,
+    "openapi-schema": openapi.schema_view,
+    "openapi-docs": openapi.docs_view,
+    "dashboard": dashboard.page,
+    "dashboard-data": dashboard.data,
+    "metrics": metrics_view.metrics,
+}
+
+urlpatterns = [path(route, VIEWS[name], name=name) for name, route in paths.ROUTES.items()]

@@ -19,6 +19,7 @@ from django.http.multipartparser import MultiPartParserError
 
 from models_registry.api.error_answers import invalid
 from models_registry.api.openai_routes import openai_view
+from models_registry.core import paths
 from models_registry.core.conf import conf
 from models_registry.core.errors import TooLarge
 from models_registry.jobs import files, lines, store
@@ -166,7 +167,7 @@ def _read_batch_request(raw: bytes) -> tuple[str, str, str, dict[str, str] | Non
     except orjson.JSONDecodeError as error:
         raise invalid(f"malformed JSON: {error}", None) from None
     if not isinstance(body, dict):
-        raise invalid('send a JSON object like {"input_file_id": "file-…", "endpoint": "/v1/embeddings", '
+        raise invalid(f'send a JSON object like {{"input_file_id": "file-…", "endpoint": "{paths.EMBEDDINGS_PATH}", '
                       '"completion_window": "24h"}', None)
     unknown = sorted(set(body) - set(BATCH_FIELDS))
     if unknown:
@@ -180,8 +181,7 @@ def _read_batch_request(raw: bytes) -> tuple[str, str, str, dict[str, str] | Non
         raise invalid(f"'completion_window' must be one of {', '.join(store.WINDOWS)}, not {window!r}",
                       "completion_window")
     if not lines.is_served_url(body["endpoint"]):
-        raise invalid(f"endpoint {body['endpoint']!r} is not served; use {lines.EMBEDDINGS_URL}, /models/<name> or "
-                      "/models/<name>/<task>", "endpoint")
+        raise invalid(f"endpoint {body['endpoint']!r} is not served; use {paths.SERVED_BY_JOBS}", "endpoint")
     metadata = body.get("metadata")
     if metadata is not None and not (
         isinstance(metadata, dict) and len(metadata) <= MAX_METADATA

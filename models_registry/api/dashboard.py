@@ -22,11 +22,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
-from hosting.process_tie import pid_alive
 from models_registry.api.error_answers import error_response
 from models_registry.core.conf import conf
 from models_registry.core.errors import Forbidden
 from models_registry.core.model_state import best_report, shown_state
+from models_registry.core.processes import pid_alive
 from models_registry.core.task_key import TaskKey
 from models_registry.models import WorkerHeartbeat
 from models_registry.observe import media_counts, metrics, traffic_window

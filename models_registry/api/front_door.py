@@ -10,7 +10,7 @@ runs the route (api.inference_route) on the bytes, and writes its answer straigh
 connection. Every other API path keeps Django's request/response machinery and URL
 routing, but:
 
-- builds its middleware chain from settings.API_MIDDLEWARE (async-only, no sessions,
+- builds its middleware chain from conf.API_MIDDLEWARE (async-only, no sessions,
   CSRF or messages: API clients authenticate with bearer tokens);
 - runs no request_started receivers (their job, closing stale DB connections, is done
   by the cached loaders that are this path's only database users) and closes the
@@ -38,6 +38,7 @@ from models_registry.api.call import ApiCall, from_scope
 from models_registry.api.error_answers import error_answer, error_response_for
 from models_registry.api.hosts import host_allowed
 from models_registry.core import paths
+from models_registry.core.conf import conf
 from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.observe import ledger_flush, tracing
 from models_registry.policy import upload_reservations
@@ -73,8 +74,8 @@ async def drain(receive, budget: int) -> bool:  # type: ignore[no-untyped-def]
 def body_limit(path: str) -> int:
     """Bytes a request body may have on path: batch input files are larger than inference bodies."""
     if path.startswith(paths.FILES_PREFIX):
-        return settings.HOSTING_BATCH_MAX_FILE_BYTES + MULTIPART_OVERHEAD
-    return settings.HOSTING_MAX_BODY_BYTES
+        return conf.BATCH_MAX_FILE_BYTES + MULTIPART_OVERHEAD
+    return conf.MAX_BODY_BYTES
 
 
 def declared_length(content_length: str | None) -> int | None:
@@ -116,7 +117,7 @@ class ApiASGIHandler(ASGIHandler):
 
     def load_middleware(self, is_async: bool = False) -> None:
         """Build the chain once, at start, from the API list."""
-        with override_settings(MIDDLEWARE=settings.API_MIDDLEWARE):
+        with override_settings(MIDDLEWARE=conf.API_MIDDLEWARE):
             super().load_middleware(is_async=is_async)
 
     async def get_response_async(self, request):  # type: ignore[no-untyped-def]

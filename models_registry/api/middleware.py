@@ -10,6 +10,7 @@ from django.core.exceptions import DisallowedHost
 
 from models_registry.api.call import request_id_from
 from models_registry.api.error_answers import error_response
+from models_registry.core import paths
 from models_registry.core.errors import InvalidInput
 
 
@@ -42,7 +43,7 @@ class RequestIdMiddleware:
 
 
 # Probes reach a pod by its IP, which no ALLOWED_HOSTS lists; they answer nothing private.
-PROBE_PATHS = ("/health", "/ready")
+PROBE_PATHS = (paths.HEALTH_PATH, paths.READY_PATH)
 
 
 class ApiGuardMiddleware:

@@ -26,7 +26,7 @@ from models_registry.api.error_answers import openai_error_answer, openai_error_
 from models_registry.api.logprob_shapes import Released
 from models_registry.api.generation_requests import GenerationRequest
 from models_registry.api.inference_route import Streaming, Work
-from models_registry.api.openai_routes import _body, model_task, openai_view
+from models_registry.api.openai_routes import json_body, model_task, openai_view
 from models_registry.api.request_record import StreamTally
 from models_registry.broker.stream_handoff import Opening, Stream
 from models_registry.core.errors import HostingError, NotFound
@@ -54,7 +54,7 @@ class GenerationRoute:
 
     def read(self, call: ApiCall, path: dict[str, str]) -> tuple[str, GenerationRequest]:
         """The validated body and the model it names."""
-        wanted = generation_requests.read(_body(call), self.chat)
+        wanted = generation_requests.read(json_body(call), self.chat)
         return TaskKey.parse(wanted.model).model, wanted
 
     def resolve(self, wanted: GenerationRequest, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:

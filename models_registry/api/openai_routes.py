@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from pydantic import ValidationError
 
-from models_registry.api import dimensions, inference_route, media_embeddings, payloads, request_models
+from models_registry.api import dimensions, inference_route, media_embeddings, payloads, request_schemas
 from models_registry.api.answer import Answer, to_django
 from models_registry.api.call import ApiCall, from_django
 from models_registry.api.error_answers import invalid, openai_error_answer, openai_error_response
@@ -66,12 +66,12 @@ def _explain_input(value: Any, max_inputs: int) -> HostingError:
 
 
 def _explainer(max_inputs: int) -> Callable[[Any, ValidationError], HostingError]:
-    """The one error, naming OpenAI's `param`, for a body that failed request_models.embedding_request."""
+    """The one error, naming OpenAI's `param`, for a body that failed request_schemas.embedding_request."""
 
     def explain(payload: Any, error: ValidationError) -> HostingError:
         if not isinstance(payload, dict):
             return invalid('request body must be a JSON object like {"model": "...", "input": "..."}', None)
-        fields = keys(request_models.embedding_request(max_inputs))
+        fields = keys(request_schemas.embedding_request(max_inputs))
         unknown = sorted(set(payload) - set(fields))
         if unknown:
             return invalid(f"unrecognized request argument(s): {', '.join(unknown)}; this server takes "
@@ -84,7 +84,7 @@ def _explainer(max_inputs: int) -> Callable[[Any, ValidationError], HostingError
         if "encoding_format" in where:
             return invalid(f"'encoding_format' must be float or base64, not {payload['encoding_format']!r}",
                            "encoding_format")
-        shape = request_models.embedding_request(max_inputs)
+        shape = request_schemas.embedding_request(max_inputs)
         return invalid(f"{where[0]!r} must {phrase(shape, where[0])}", where[0])
 
     return explain
@@ -92,8 +92,8 @@ def _explainer(max_inputs: int) -> Callable[[Any, ValidationError], HostingError
 
 def read_embedding_request(payload: Any, max_inputs: int) -> EmbeddingRequest:
     """Validate an OpenAI embeddings body (pure: no database, no I/O)."""
-    shape = request_models.embedding_request(max_inputs)
-    body = request_models.validate(shape, payload, _explainer(max_inputs))
+    shape = request_schemas.embedding_request(max_inputs)
+    body = request_schemas.validate(shape, payload, _explainer(max_inputs))
     inputs = body["input"]
     return EmbeddingRequest(model=body["model"], inputs=[inputs] if isinstance(inputs, str) else inputs,
                             encoding_format=body.get("encoding_format") or "float", dimensions=body.get("dimensions"),
@@ -144,7 +144,8 @@ def _embedding(index: int, output: Any, encoding: str) -> dict[str, Any]:
     return {"object": "embedding", "index": index, "embedding": vector}
 
 
-def _body(call: ApiCall) -> Any:
+def json_body(call: ApiCall) -> Any:
+    """An OpenAI route's JSON body (a text or form body is refused: only JSON names the model)."""
     media = call.content_type.strip().lower()
     # The HF routes take plain text as one input; here only JSON names the model (curl -d JSON still works).
     if media == "text/plain" or (media == "application/x-www-form-urlencoded" and not call.body.lstrip().startswith(b"{")):
@@ -159,7 +160,7 @@ class EmbeddingsRoute:
 
     def read(self, call: ApiCall, path: dict[str, str]) -> tuple[str, EmbeddingRequest]:
         """The validated body and the model it names."""
-        wanted = read_embedding_request(_body(call), conf.MAX_INPUTS)
+        wanted = read_embedding_request(json_body(call), conf.MAX_INPUTS)
         return TaskKey.parse(wanted.model).model, wanted
 
     def resolve(self, wanted: EmbeddingRequest, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:

@@ -1,11 +1,11 @@
 """The OpenAPI 3.1 document (GET /api/openapi.json), generated from the shapes the views validate with.
 
-Every body and answer is a pydantic shape (api.request_models, api.response_models,
+Every body and answer is a pydantic shape (api.request_schemas, api.response_schemas,
 tasks.task_parameters); this module only says which route takes and answers which
 (`operations`). Adding a route: its shapes in those modules, one `Operation` in
 `operations()`; its error statuses come from core.errors. Called with an API token, the
 document also describes each model the token may use at its own path
-(api.openapi_models), with that task's exact parameters: what the document allows there
+(api.openapi_per_model), with that task's exact parameters: what the document allows there
 is what the server accepts.
 """
 
@@ -21,14 +21,15 @@ from pydantic import Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from models_registry.api import (
-    batch_models,
-    generation_models,
-    openapi_models,
-    request_models,
-    response_models,
+    batch_schemas,
+    generation_schemas,
+    openapi_per_model,
+    request_schemas,
+    response_schemas,
     usage_route,
 )
 from models_registry.api.views import api_view
+from models_registry.core import paths
 from models_registry.core.conf import conf
 from models_registry.core.errors import ERROR_CLASSES, Conflict, HostingError
 from models_registry.policy import auth
@@ -89,7 +90,7 @@ STREAM_EVENTS = ('With "stream": true (text-generation, text2text-generation): o
 class Operation:
     """One documented route: the shape it takes, the shape it answers, and its error statuses."""
 
-    path: str
+    route: str  # its name in the path table (core.paths.ROUTES)
     method: str
     summary: str
     answer: Any  # a response shape, or a plain JSON schema for non-JSON media
@@ -107,6 +108,11 @@ class Operation:
     example: Any = None
     extra: tuple[tuple[str, Any], ...] = ()  # more keys of the operation object
 
+    @property
+    def path(self) -> str:
+        """The route's path as the document writes it (`/models/{name}`)."""
+        return paths.openapi_path(self.route)
+
 
 def path_name(example: str = DEMO_MODEL) -> dict[str, Any]:
     """The {name} path parameter: a registered model."""
@@ -120,7 +126,7 @@ PATH_TASK = {"name": "task", "in": "path", "required": True, "description": "one
 
 def any_task_request(max_inputs: int) -> Any:
     """The body of the generic inference paths: what some task takes (the model's task decides)."""
-    shapes = tuple(request_models.inference_request(task, max_inputs) for task in SUPPORTED_TASKS)
+    shapes = tuple(request_schemas.inference_request(task, max_inputs) for task in SUPPORTED_TASKS)
     union = Union[shapes]  # noqa: UP007 - a union of a runtime tuple of types
     return Annotated[union, Field(description="The Hugging Face Inference API request of the model's task; "
                                             "GET /api/openapi.json with a token describes each model.")]
@@ -128,47 +134,47 @@ def any_task_request(max_inputs: int) -> Any:
 
 def operations(max_inputs: int) -> list[Operation]:
     """Every route of the API, as the document shows it."""
-    r, errors = response_models, inference_errors()
+    r, errors = response_schemas, inference_errors()
     listing = tuple(s for s in (401, 405, 500) if s in errors_by_status())
     inference = {"answer": r.InferenceResponse, "errors": errors, "body": any_task_request(max_inputs),
                  "tags": ("inference",), "text_body": True, "timings": True, "streams": True,
                  "description": "A `text/plain` body (or curl -d text) is one string input."}
     return [
-        Operation("/models", "get", "Registered models with their tasks and live state.", r.ModelList, listing,
+        Operation("model-list", "get", "Registered models with their tasks and live state.", r.ModelList, listing,
                   tags=("models",)),
-        Operation("/models/{name}", "get", "One model with its tasks' settings and live queue depth.", r.ModelDetail,
+        Operation("model", "get", "One model with its tasks' settings and live queue depth.", r.ModelDetail,
                   (401, 403, 404, 405, 500), tags=("models",), parameters=(path_name(),)),
-        Operation("/models/{name}", "post", "Inference on the model's default task.", parameters=(path_name(),),
+        Operation("model", "post", "Inference on the model's default task.", parameters=(path_name(),),
                   **inference),
-        Operation("/models/{name}/{task}", "post", "Inference on a named task of the model.",
+        Operation("model-task", "post", "Inference on a named task of the model.",
                   parameters=(path_name(), PATH_TASK), **inference),
-        Operation("/v1/embeddings", "post", "OpenAI-compatible embeddings (feature-extraction tasks).",
-                  r.EmbeddingResponse, errors, request_models.embedding_request(max_inputs), ("openai",),
+        Operation("openai-embeddings", "post", "OpenAI-compatible embeddings (feature-extraction tasks).",
+                  r.EmbeddingResponse, errors, request_schemas.embedding_request(max_inputs), ("openai",),
                   openai=True, timings=True, example={"model": DEMO_MODEL, "input": "hello"}),
-        *generation_models.operations(Operation),
-        Operation("/v1/models", "get", "OpenAI-compatible list of the embedding and text-generation model ids this "
+        *generation_schemas.operations(Operation, errors),
+        Operation("openai-models", "get", "OpenAI-compatible list of the embedding and text-generation model ids this "
                   "token may use.",
                   r.OpenAIModelList, listing, tags=("openai",), openai=True),
-        Operation("/tokenize", "post",
+        Operation("tei-tokenize", "post",
                   "Text Embeddings Inference's tokenize: ids, strings and character offsets (no worker involved).",
-                  r.TokenizeResponse, errors, request_models.tokenize_request(max_inputs), ("tei",),
+                  r.TokenizeResponse, errors, request_schemas.tokenize_request(max_inputs), ("tei",),
                   example={"model": DEMO_MODEL, "inputs": "Hello world"}),
-        Operation("/rerank", "post", "Text Embeddings Inference's rerank over a text-ranking task: (query, text) "
-                  "pairs scored in batches.", r.RerankResponse, errors, request_models.rerank_request(max_inputs),
+        Operation("tei-rerank", "post", "Text Embeddings Inference's rerank over a text-ranking task: (query, text) "
+                  "pairs scored in batches.", r.RerankResponse, errors, request_schemas.rerank_request(max_inputs),
                   ("tei",), timings=True, example={"model": "my-reranker", "query": "What is Django?",
                                                     "texts": ["A web framework.", "A guitarist."]}),
-        Operation("/health", "get", "Liveness of this web process (never waits on a worker).", r.Health, (405,),
+        Operation("health", "get", "Liveness of this web process (never waits on a worker).", r.Health, (405,),
                   tags=("operations",), public=True),
-        Operation("/ready", "get", "Readiness: database, broker, and a live worker serving an enabled model.",
+        Operation("ready", "get", "Readiness: database, broker, and a live worker serving an enabled model.",
                   r.Readiness, (405, 500), tags=("operations",), public=True),
-        Operation("/metrics", "get", "Prometheus metrics: open, or behind HOSTING_METRICS_TOKEN when the operator "
+        Operation("metrics", "get", "Prometheus metrics: open, or behind HOSTING_METRICS_TOKEN when the operator "
                   "sets one.", STRING, (401,), tags=("operations",), media="text/plain",
                   extra=(("security", [{}, {"metricsToken": []}]),)),
-        Operation("/api/openapi.json", "get", "This document; with an API token, also each model the token may "
+        Operation("openapi-schema", "get", "This document; with an API token, also each model the token may "
                   "use at its own path.", {"type": "object"}, (405,), tags=("operations",), public=True),
-        Operation("/api/docs", "get", "Browsable docs of this document (served offline).", STRING, (405,),
+        Operation("openapi-docs", "get", "Browsable docs of this document (served offline).", STRING, (405,),
                   tags=("operations",), public=True, media="text/html"),
-        *batch_models.operations(Operation),
+        *batch_schemas.operations(Operation),
         usage_route.operation(Operation),
     ]
 
@@ -220,7 +226,7 @@ def operation_object(op: Operation, answer: Any, body: Any) -> dict[str, Any]:
     if op.streams:
         ok["content"][EVENT_STREAM] = {"schema": {**STRING, "description": STREAM_EVENTS}}
     responses = {"200": ok, **{str(s): {"$ref": f"#/components/responses/{prefix}{s}"} for s in op.errors}}
-    if op.path == "/ready":  # not ready is a 503 with the same report, not an error
+    if op.route == "ready":  # not ready is a 503 with the same report, not an error
         responses["503"] = {"description": "Not ready: `missing` says what.", "headers": _headers({}),
                             "content": {JSON: {"schema": answer}}}
     out: dict[str, Any] = {"summary": op.summary, "tags": list(op.tags), "responses": responses, **dict(op.extra)}
@@ -247,7 +253,7 @@ def build_schema(max_inputs: int) -> dict[str, Any]:
     ops = operations(max_inputs)
     shapes = {f"{op.method} {op.path} answer": op.answer for op in ops if not isinstance(op.answer, dict)}
     shapes |= {f"{op.method} {op.path} body": op.body for op in ops if op.body is not None}
-    shapes |= {"Error": response_models.Error, "OpenAIError": response_models.OpenAIError}
+    shapes |= {"Error": response_schemas.Error, "OpenAIError": response_schemas.OpenAIError}
     generated, named = schemas_of(shapes)
     paths: dict[str, Any] = {}
     for op in ops:
@@ -290,7 +296,7 @@ async def schema_view(request: HttpRequest) -> HttpResponse:
             return JsonResponse(document)  # a bad token still gets the public document
         specs = await lookups.get_specs()
         visible = {name: spec for name, spec in specs.items() if grant is None or grant.allows(name)}
-        document = openapi_models.with_models(document, visible, conf.MAX_INPUTS)
+        document = openapi_per_model.with_models(document, visible, conf.MAX_INPUTS)
     return JsonResponse(document)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from models_registry.api import request_models
+from models_registry.api import request_schemas
 from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.tasks import task_inputs
 
@@ -109,8 +109,8 @@ def _check_shape(value: Any) -> None:
 
 def read_request(payload: Any, task: str, defaults: dict[str, Any], max_inputs: int) -> InferenceRequest:
     """Validate the HF-shaped payload for task and merge the task's default parameters under it."""
-    shape = request_models.inference_request(task, max_inputs)
-    body = request_models.validate(shape, payload, request_models.explain_inference(task, max_inputs))
+    shape = request_schemas.inference_request(task, max_inputs)
+    body = request_schemas.validate(shape, payload, request_schemas.explain_inference(task, max_inputs))
     inputs, is_batch = task_inputs.as_items(task, body["inputs"])
     parameters = dict(body.get("parameters") or {})
     if task == "feature-extraction":

@@ -16,6 +16,7 @@ from asgiref.sync import async_to_sync
 
 from models_registry.api import answer, hf_route, inference_route
 from models_registry.api.call import ApiCall
+from models_registry.core import paths
 from models_registry.core.model_state import ModelState
 from models_registry.core.task_key import TaskKey
 from models_registry.media import samples
@@ -112,7 +113,7 @@ def run_test_input(task: ModelTask, state: str, upload: bytes | None = None) -> 
         return False, f"{label}: no live worker has this model ready (state: {state})."
     body, sent = _request(task, upload)
     call = ApiCall(request_id=f"admin-test-{uuid.uuid4().hex[:12]}", method="POST",
-                   path=f"/models/{task.model.name}/{task.name}", body=json.dumps(body).encode(),
+                   path=paths.url_path("model-task", name=task.model.name, task=task.name), body=json.dumps(body).encode(),
                    content_type=answer.JSON, staff=True)
     started = time.perf_counter()
     reply = async_to_sync(inference_route.serve)(_ROUTE, call, {"name": task.model.name, "task": task.name})

@@ -15,7 +15,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from pydantic import ValidationError
 
-from models_registry.api import inference_route, payloads, request_models
+from models_registry.api import inference_route, payloads, request_schemas
 from models_registry.api.answer import Answer, to_django
 from models_registry.api.call import ApiCall, from_django
 from models_registry.api.error_answers import error_answer
@@ -111,16 +111,16 @@ def _explained(check: Callable[[Any, int], Any], max_inputs: int) -> Callable[[A
 
 
 def read_tokenize_request(payload: Any, max_inputs: int) -> TokenizeRequest:
-    """Validate a TEI /tokenize body (pure) with request_models.tokenize_request."""
-    shape = request_models.tokenize_request(max_inputs)
-    request_models.validate(shape, payload, _explained(_read_tokenize, max_inputs))
+    """Validate a TEI /tokenize body (pure) with request_schemas.tokenize_request."""
+    shape = request_schemas.tokenize_request(max_inputs)
+    request_schemas.validate(shape, payload, _explained(_read_tokenize, max_inputs))
     return _read_tokenize(payload, max_inputs)
 
 
 def read_rerank_request(payload: Any, max_inputs: int) -> RerankRequest:
-    """Validate a TEI /rerank body (pure) with request_models.rerank_request."""
-    shape = request_models.rerank_request(max_inputs)
-    request_models.validate(shape, payload, _explained(_read_rerank, max_inputs))
+    """Validate a TEI /rerank body (pure) with request_schemas.rerank_request."""
+    shape = request_schemas.rerank_request(max_inputs)
+    request_schemas.validate(shape, payload, _explained(_read_rerank, max_inputs))
     return _read_rerank(payload, max_inputs)
 
 

@@ -103,7 +103,7 @@ PARAMETERS = (
 
 
 def operation(operation_class: Any) -> Any:
-    """The route as api.openapi's Operation (its class passed in, as batch_models does)."""
-    return operation_class("/v1/usage", "get", "The calling token's own usage: requests, tokens, compute seconds "
+    """The route as api.openapi's Operation (its class passed in, as batch_schemas does)."""
+    return operation_class("openai-usage", "get", "The calling token's own usage: requests, tokens, compute seconds "
                            "and errors per model (and version, hour), flushed from the web every few seconds.",
                            UsageList, (400, 401, 405, 500), parameters=PARAMETERS, tags=("usage",), openai=True)

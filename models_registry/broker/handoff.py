@@ -40,7 +40,8 @@ def retry_after_s(depth: int, drain_rate: float) -> int:
     return max(1, min(60, math.ceil(depth / drain_rate)))
 
 
-def _in_background(coro: Awaitable[Any]) -> None:
+def in_background(coro: Awaitable[Any]) -> None:
+    """Run coro as a task this module keeps a reference to until it ends (a clean-up no request waits for)."""
     task = asyncio.ensure_future(coro)
     _background.add(task)
     task.add_done_callback(_background.discard)
@@ -90,7 +91,7 @@ async def enqueue_request(layer: WorkLayer, model: str, task: str, channel: str,
 
 def leave_later(layer: WorkLayer, model: str, task: str, key: str, count: int) -> None:
     """Give the request's places back, without waiting for the broker."""
-    _in_background(_leave_quietly(layer, model, task, key, count))
+    in_background(_leave_quietly(layer, model, task, key, count))
 
 
 async def infer(
@@ -150,7 +151,7 @@ async def infer(
         if admitted:
             # At once, not batched with the turn's other writes (broker.deferred): a client that
             # sends its next request as soon as it has this answer must find the place free.
-            _in_background(_leave_quietly(layer, model, task, key, count))
+            in_background(_leave_quietly(layer, model, task, key, count))
     if reply.error_type:
         error: HostingError = from_wire(reply.error_type, reply.error or "inference failed")
         if reply.retry_after:

@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from channels.layers import get_channel_layer
-from django.conf import settings
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from models_registry.broker.admission import pending_key
 from models_registry.catalog.rollout import wire_name
+from models_registry.core.conf import conf
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def _families() -> dict[str, GaugeMetricFamily]:
 def _client() -> Any:
     import redis
 
-    url = settings.REDIS_URL
+    url = conf.REDIS_URL
     if url not in _clients:
         _clients[url] = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
     return _clients[url]

@@ -100,7 +100,7 @@ class Stream:
         now = time.time()
         if now - self.extended_at >= EXTEND_EVERY_S:
             self.extended_at = now
-            handoff._in_background(_extend(self.layer, self.model, self.task, self.key, now + self.timeout_s))
+            handoff.in_background(_extend(self.layer, self.model, self.task, self.key, now + self.timeout_s))
 
     def close(self) -> None:
         """Stop listening and give the place back: the worker stops generating at its next token."""

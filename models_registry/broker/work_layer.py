@@ -15,6 +15,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from channels.layers import get_channel_layer
 from django.core.exceptions import ImproperlyConfigured
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from models_registry.core.conf import conf
 
 
 @runtime_checkable
@@ -97,3 +100,24 @@ def work_layer() -> WorkLayer:
     if layer not in _checked:
         _checked.add(require_work_layer(layer))
     return layer
+
+
+def default_layer_config() -> dict[str, Any]:
+    """CHANNEL_LAYERS['default'] where the project names none (apps.py sets it): HostingChannelLayer on REDIS_URL."""
+    return {
+        "BACKEND": "models_registry.broker.layer.HostingChannelLayer",
+        "CONFIG": {
+            # socket_timeout None: redis-py's 5 s default races channels_redis' 5 s BZPOPMIN.
+            # retry_on_error: a pooled connection that a Redis restart closed reconnects and
+            # retries its command once, instead of failing the request that drew it.
+            "hosts": [{"address": conf.REDIS_URL, "socket_timeout": None, "max_connections": 1000,
+                       "retry_on_error": [RedisConnectionError]}],
+            # Admission is ours (max_queue_size per task); the layer's cap must never be
+            # the thing that refuses an accepted request.
+            "capacity": 100_000,
+            # Longer than any task's timeout_s, so nothing accepted expires unseen.
+            "expiry": 3600,
+            # Batch-priority requests queue behind interactive ones sent up to this much later.
+            "batch_delay_s": conf.BATCH_AGING_S,
+        },
+    }

@@ -85,7 +85,7 @@ def parse_line(raw: bytes | LongLine, number: int, max_line_bytes: int) -> JobLi
     except orjson.JSONDecodeError as error:
         raise InvalidInput(f"line {number} is not valid JSON ({error.msg} at column {error.colno}); the file "
                            "must be JSONL: one request "
-                           'object per line like {"custom_id": "1", "method": "POST", "url": "/v1/embeddings", '
+                           f'object per line like {{"custom_id": "1", "method": "POST", "url": "{EMBEDDINGS_URL}", '
                            '"body": {...}}') from None
     if not isinstance(value, dict):
         raise InvalidInput(f"line {number} must be a JSON object with {', '.join(FIELDS)}")
@@ -101,8 +101,7 @@ def parse_line(raw: bytes | LongLine, number: int, max_line_bytes: int) -> JobLi
     if method != "POST":
         raise InvalidInput(f"line {number}: method must be POST, not {method!r}")
     if not isinstance(url, str) or not is_served_url(url):
-        raise InvalidInput(f"line {number}: url {url!r} is not served; use {EMBEDDINGS_URL}, /models/<name> or "
-                           "/models/<name>/<task>")
+        raise InvalidInput(f"line {number}: url {url!r} is not served; use {paths.SERVED_BY_JOBS}")
     if not isinstance(body, dict):
         raise InvalidInput(f"line {number}: body must be a JSON object (the request body of {url})")
     return JobLine(number=number, custom_id=custom_id, url=url, body=body)

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from models_registry.broker import deferred, enqueue
 from models_registry.broker.lua import LuaScript
@@ -22,8 +22,6 @@ from models_registry.core.errors import HostingError, RateLimited, TooLarge
 from models_registry.media import item as media_item
 from models_registry.observe import metrics
 
-if TYPE_CHECKING:
-    from models_registry.policy.auth import TokenGrant
 
 T = TypeVar("T")
 
@@ -55,6 +53,14 @@ class Limits:
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
     tokens_per_day: int | None = None
+
+
+class Grant(Protocol):
+    """What a charge reads of the token it charges (policy.auth.TokenGrant, which imports this module)."""
+
+    token_id: int
+    name: str
+    limits: Limits
 
 
 @dataclass
@@ -158,7 +164,7 @@ def outcome(charge_plan: enqueue.ChargePlan, limits: Limits, now: float) -> Char
     return Charge(keys=charge_plan.keys, tokens=charge_plan.tokens if status == enqueue.DONE else 0, headers=headers)
 
 
-async def charged(layer: Any, grant: TokenGrant, inputs: list[Any], task: str | None, parameters: dict[str, Any] | None,
+async def charged(layer: Any, grant: Grant, inputs: list[Any], task: str | None, parameters: dict[str, Any] | None,
                   send: Callable[[enqueue.ChargePlan], Awaitable[T]]) -> tuple[T, Charge]:
     """send(plan), the token's charge made in send's own script: (send's result, what was charged, with its headers).
 

@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 from channels.layers import get_channel_layer
-from django.conf import settings
 
+from models_registry.core.conf import conf
 from models_registry.policy.rate_limits import Usage, read_usage
 
 logger = logging.getLogger(__name__)
@@ -19,7 +19,7 @@ def _client() -> Any:
     """A sync client of the broker's Redis (the admin is sync), one per URL and process."""
     import redis
 
-    url = settings.REDIS_URL
+    url = conf.REDIS_URL
     if url not in _clients:
         _clients[url] = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
     return _clients[url]

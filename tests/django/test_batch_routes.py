@@ -14,7 +14,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 from pydantic import TypeAdapter
 
-from models_registry.api import batch_models
+from models_registry.api import batch_schemas
 from models_registry.jobs import files
 from models_registry.jobs.driver import JobDriver
 from models_registry.jobs.line_calls import LineAnswer
@@ -81,8 +81,8 @@ async def test_upload_then_batch_in_openai_shapes(token: str) -> None:
     assert [b["id"] for b in listed["data"]] == [batch["id"]] and listed["has_more"] is False
     files_page = (await client.get("/v1/files", headers=_auth(token))).json()
     # The answers have the shapes the OpenAPI document states.
-    for shape, answer in ((batch_models.FileObject, file_object), (batch_models.Batch, batch),
-                          (batch_models.BatchList, listed), (batch_models.FileList, files_page)):
+    for shape, answer in ((batch_schemas.FileObject, file_object), (batch_schemas.Batch, batch),
+                          (batch_schemas.BatchList, listed), (batch_schemas.FileList, files_page)):
         TypeAdapter(shape).validate_python(answer, strict=True)
     content = await client.get(f"/v1/files/{file_object['id']}/content", headers=_auth(token))
     assert b"".join([chunk async for chunk in content.streaming_content]) == _jsonl(5)

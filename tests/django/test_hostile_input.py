@@ -150,7 +150,7 @@ def test_register_model_takes_hub_ids_and_absolute_directories(tmp_path: Any) ->
 def test_make_run_and_the_image_serve_with_the_slow_client_guards() -> None:
     from pathlib import Path
 
-    from models_registry.management.commands.serve import Command
+    from hosting.management.commands.serve import Command
 
     guarded = "hosting.http_protocol:GuardedHttpToolsProtocol"
     assert guarded in Command()._web_command("uvicorn", "127.0.0.1", 8000)

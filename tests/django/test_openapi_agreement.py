@@ -38,7 +38,7 @@ def validator(schema: dict[str, Any], doc: dict[str, Any] | None = None) -> Any:
 
 
 def request_schema(task: str) -> dict[str, Any]:
-    name = next(n for n in document()["components"]["schemas"] if n == f"{openapi.request_models._title(task)}Request")
+    name = next(n for n in document()["components"]["schemas"] if n == f"{openapi.request_schemas._title(task)}Request")
     return {"$ref": f"#/components/schemas/{name}"}
 
 
@@ -99,7 +99,7 @@ def test_edge_cases_agree(task: str, body: Any) -> None:
 def test_the_document_names_each_tasks_own_parameters() -> None:
     schemas = document()["components"]["schemas"]
     for task, kind in TASK_KINDS.items():
-        name = f"{openapi.request_models._title(task)}Request"
+        name = f"{openapi.request_schemas._title(task)}Request"
         parameters = schemas[name]["properties"]["parameters"]["anyOf"][0]["$ref"].rsplit("/", 1)[1]
         tgi = {"details", "decoder_input_details"} if task == "text-generation" else set()  # read by the route
         assert set(schemas[parameters]["properties"]) == set(keys(kind.parameters)) | tgi, task
@@ -111,7 +111,7 @@ def test_the_document_names_each_tasks_own_parameters() -> None:
 def test_max_items_is_the_413_limit() -> None:
     schemas = document()["components"]["schemas"]
     for task in SUPPORTED_TASKS:
-        inputs = schemas[f"{openapi.request_models._title(task)}Request"]["properties"]["inputs"]
+        inputs = schemas[f"{openapi.request_schemas._title(task)}Request"]["properties"]["inputs"]
         if "$ref" in inputs:  # one object holding the list (text-ranking)
             inputs = schemas[inputs["$ref"].rsplit("/", 1)[1]]["properties"]["sentences"]
         arrays = [s for s in inputs.get("anyOf", [inputs]) if s.get("type") == "array"]
@@ -231,7 +231,7 @@ def test_tei_bodies_agree(path: str, body: Any) -> None:
 
 
 async def test_answers_have_their_documented_shapes(per_model: Any) -> None:
-    from models_registry.api import response_models as r
+    from models_registry.api import response_schemas as r
     from models_registry.tasks.shape_errors import adapter
 
     _, token = per_model

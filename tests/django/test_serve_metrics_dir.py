@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from models_registry.management.commands.serve import Command
+from hosting.management.commands.serve import Command
 
 
 def test_the_web_processes_share_an_emptied_directory_under_var(settings: Any, tmp_path: Path) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.integration.common import sentences
 from tests.integration.conftest import CLS, MINILM
 from tests.stack import Stack, http_json, wait_until
 
@@ -41,12 +44,13 @@ def labelled(samples: Samples, name: str, **labels: str) -> bool:
     return any(all(got.get(k) == want for k, want in labels.items()) for got, _ in samples.get(name, []))
 
 
-async def burst(url: str, token: str, count: int) -> list[int]:
-    """count concurrent inference requests; their status codes."""
+async def burst(url: str, token: str, count: int, texts: list[str] | None = None) -> list[int]:
+    """count concurrent inference requests (of texts, else short sentences); their status codes."""
+    texts = texts or [f"sentence number {i} about metrics and batches" for i in range(count)]
     limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
     async with httpx.AsyncClient(limits=limits, timeout=120) as client:
         async def one(i: int) -> int:
-            response = await client.post(url, json={"inputs": f"sentence number {i} about metrics and batches"},
+            response = await client.post(url, json={"inputs": texts[i % len(texts)]},
                                          headers={"Authorization": f"Bearer {token}"})
             return response.status_code
 
@@ -107,9 +111,25 @@ def test_every_spec_metric_is_exposed_with_model_and_task_labels(stack: Stack, t
                  "hosting_inference_queue_duration_seconds_bucket", "hosting_inference_compute_duration_seconds_bucket",
                  "hosting_inference_batch_size_bucket", "hosting_inference_queue_depth"):
         assert labelled(samples, name, model=MINILM, task=FE), f"{name} has no sample for {MINILM}/{FE}"
-    assert value(samples, "hosting_inference_queue_depth", model=MINILM, task=FE) >= 0
     assert value(samples, "hosting_inference_rejected_total", model=disabled_model, task="text-classification",
                  reason="unavailable") >= 1
     assert value(samples, "hosting_inference_requests_total", model=disabled_model, status="503") >= 1
     assert value(samples, "hosting_workers_alive") >= 1
     assert "django_http_requests_total_by_method_total" in samples  # django-prometheus' own metrics stay
+
+
+def test_the_queue_depth_counts_items_waiting_on_a_worker_and_falls_back_to_zero(stack: Stack, token: str) -> None:
+    """While a burst of long inputs outruns the worker, the gauge shows items waiting; once all are answered, 0."""
+    statuses: list[int] = []
+    sender = threading.Thread(target=lambda: statuses.extend(asyncio.run(
+        burst(f"{stack.url}/models/{MINILM}", token, 256, texts=sentences(256, seed=11)))))
+    deepest = 0.0
+    sender.start()
+    while sender.is_alive():
+        deepest = max(deepest, value(scrape(stack), "hosting_inference_queue_depth", model=MINILM, task=FE))
+        time.sleep(0.2)
+    sender.join()
+    assert statuses == [200] * 256
+    assert deepest > 0, "the gauge never saw an item waiting during the burst"
+    wait_until(lambda: value(scrape(stack), "hosting_inference_queue_depth", model=MINILM, task=FE) == 0, 10,
+               "the queue depth back at 0 once every request is answered")

@@ -8,7 +8,6 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 from channels.management.commands.runworker import Command as ChannelsRunworker
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError
 
@@ -39,11 +38,11 @@ class Command(ChannelsRunworker):
     worker_class = JobDrivingWorker
 
     def handle(self, *args: Any, **options: Any) -> None:
-        """Check the channel and the layer, start the embedded Redis if this install uses it, run the worker."""
+        """Check the channel and the layer, run the worker."""
         if options["channels"] != [INFERENCE_CHANNEL]:
             raise CommandError(f"runworker serves the {INFERENCE_CHANNEL!r} channel only (got {options['channels']})")
         try:
-            require_work_layer(get_channel_layer(options["layer"]))
+            layer = require_work_layer(get_channel_layer(options["layer"]))
         except ImproperlyConfigured as error:
             raise CommandError(str(error)) from None
         # Before torch loads: OpenMP threads that spin while they wait take the cores the
@@ -54,9 +53,6 @@ class Command(ChannelsRunworker):
             # Where web servers share the cores, they answer first: /health and the
             # hand-off of requests and replies do not wait behind a forward pass.
             os.nice(conf.WORKER_NICE)
-        if settings.EMBEDDED_REDIS:
-            from hosting import embedded_redis
-
-            embedded_redis.ensure_running(settings.VAR_DIR)
         tracing.setup("worker")  # OTEL_EXPORTER_OTLP_ENDPOINT set: its batches' spans join the requests' traces
-        super().handle(*args, **options)
+        # No ASGI application: the worker pulls leased batches itself, so a project needs no ASGI_APPLICATION.
+        self.worker_class(application=None, channels=options["channels"], channel_layer=layer).run()

@@ -2,7 +2,7 @@
 
 The generic `/models/{name}` body can only say "what some task takes"; at
 `/models/<model>` and `/models/<model>/<task>` the body is that task's request shape
-(api.request_models), narrowed by what the registry knows of the task: parameters its
+(api.request_schemas), narrowed by what the registry knows of the task: parameters its
 defaults must supply (zero-shot labels), the prompt names it defines, and the Matryoshka
 sizes it serves (up to the vector length seen in an answer, or else the hidden size in the
 model's config.json). /v1/embeddings gets one alternative per embedding id in the same way.
@@ -18,7 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from models_registry.api import dimensions, request_models
+from models_registry.api import dimensions, request_schemas
+from models_registry.core.paths import EMBEDDINGS_PATH, openapi_path, url_path
 from models_registry.core.task_key import TaskKey
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.tasks.parameter_types import NOT_BLANK
@@ -26,6 +27,7 @@ from models_registry.tasks.task_inputs import TASK_KINDS
 
 REF = "#/components/schemas/{}"
 SIZE_KEYS = ("dimensions", "truncate_dim")
+MODEL = openapi_path("model")  # the generic /models/{name} paths, replaced by one per model
 NOT_NULL = ["string", "number", "boolean", "array", "object"]
 
 
@@ -100,20 +102,20 @@ def narrowing(spec: ModelSpec, task: TaskSpec) -> dict[str, Any]:
         narrowed |= _one_size_name()
     if parameters["properties"] or missing:
         properties["parameters"] = parameters
-    if task.task in request_models.STREAM_TASKS:  # a stream answers one prompt
+    if task.task in request_schemas.STREAM_TASKS:  # a stream answers one prompt
         streamed = {"required": ["stream"], "properties": {"stream": {"const": True}}}
         narrowed.setdefault("allOf", []).append({"if": streamed, "then": {"properties": {"inputs": {"type": "string"}}}})
     return narrowed
 
 
 def _inference(generic: dict[str, Any], spec: ModelSpec, task: TaskSpec, max_inputs: int) -> dict[str, Any]:
-    shape = request_models.inference_request(task.task, max_inputs)
+    shape = request_schemas.inference_request(task.task, max_inputs)
     operation = copy.deepcopy(generic)
     operation.pop("parameters", None)
     operation["summary"] = f"{task.task} on {spec.name} (task {task.name!r})."
     operation["requestBody"]["content"]["application/json"] = {
         "schema": {"allOf": [{"$ref": REF.format(shape.__name__)}, narrowing(spec, task)]}}
-    if task.task not in request_models.STREAM_TASKS:
+    if task.task not in request_schemas.STREAM_TASKS:
         operation["responses"]["200"]["content"].pop("text/event-stream", None)
     kind = TASK_KINDS[task.task]
     content = operation["requestBody"]["content"]
@@ -135,7 +137,7 @@ def _embedding_ids(document: dict[str, Any], specs: dict[str, ModelSpec]) -> dic
     """/v1/embeddings with one body alternative per embedding id (its own sizes)."""
     from models_registry.api.openai_routes import embedding_ids
 
-    operation = copy.deepcopy(document["paths"]["/v1/embeddings"]["post"])
+    operation = copy.deepcopy(document["paths"][EMBEDDINGS_PATH]["post"])
     content = operation["requestBody"]["content"]["application/json"]
     choices = []
     for spec in specs.values():
@@ -159,7 +161,7 @@ def with_models(document: dict[str, Any], specs: dict[str, ModelSpec], max_input
     """The document with a path per visible model and task, and /v1/embeddings narrowed to their ids."""
     document = {**document, "paths": dict(document["paths"])}
     paths = document["paths"]
-    generic = paths["/models/{name}"]
+    generic = paths[MODEL]
     served = {name: spec for name, spec in sorted(specs.items())
               if any(t.task in TASK_KINDS for t in spec.tasks.values())}
     if not served:
@@ -172,15 +174,15 @@ def with_models(document: dict[str, Any], specs: dict[str, ModelSpec], max_input
             if task.task not in TASK_KINDS:
                 continue
             operation = _inference(generic["post"], spec, task, max_inputs)
-            paths[f"/models/{name}/{task.name}"] = {"post": operation}
+            paths[url_path("model-task", name=name, task=task.name)] = {"post": operation}
             if task.name == spec.default_task:
                 item["post"] = operation
-        paths[f"/models/{name}"] = item
+        paths[url_path("model", name=name)] = item
     # Every model this token may use has its own paths; the templates would only stand for
     # names it cannot use (404/403), with a body no task takes as a whole.
-    paths.pop("/models/{name}", None)
-    paths.pop("/models/{name}/{task}", None)
+    paths.pop(MODEL, None)
+    paths.pop(openapi_path("model-task"), None)
     embeddings = _embedding_ids(document, specs)
     if embeddings is not None:
-        paths["/v1/embeddings"] = {"post": embeddings}
+        paths[EMBEDDINGS_PATH] = {"post": embeddings}
     return document

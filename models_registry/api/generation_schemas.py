@@ -17,7 +17,7 @@ from models_registry.api.generation_requests import (
     ROLES,
 )
 from models_registry.api.openai_options import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, NO_OPS
-from models_registry.api.response_models import OPEN
+from models_registry.api.response_schemas import OPEN
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS, SHAPE_CONFIG
 
 # Any JSON value that is not a surrogate or replacement character: the validator's own check stays in the code.
@@ -255,18 +255,16 @@ CHUNKS = ('With "stream": true: `data: {"id", "object": "chat.completion.chunk" 
           'error after the first byte is a `data: {"error": {...}}` event.')
 
 
-def operations(operation: Any) -> list[Any]:
-    """The two routes, as api.openapi's Operation objects (its class is passed in to avoid an import cycle)."""
-    from models_registry.api.openapi import inference_errors
-
+def operations(operation: Any, errors: tuple[int, ...]) -> list[Any]:
+    """The two routes, as api.openapi's Operation objects with errors (api.openapi, which imports this, passes both)."""
     common = {"tags": ("openai",), "openai": True, "description": CHUNKS}
     return [
-        operation("/v1/chat/completions", "post", "OpenAI-compatible chat over a text-generation task (the model's "
-                  "chat template), continuously batched.", ChatCompletion, inference_errors(), ChatCompletionRequest,
+        operation("openai-chat-completions", "post", "OpenAI-compatible chat over a text-generation task (the model's "
+                  "chat template), continuously batched.", ChatCompletion, errors, ChatCompletionRequest,
                   example={"model": "my-gpt", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 16},
                   streams=True, **common),
-        operation("/v1/completions", "post", "OpenAI-compatible completions over a text-generation task, "
-                  "continuously batched.", Completion, inference_errors(), CompletionRequest,
+        operation("openai-completions", "post", "OpenAI-compatible completions over a text-generation task, "
+                  "continuously batched.", Completion, errors, CompletionRequest,
                   example={"model": "my-gpt", "prompt": "Once upon a time", "max_tokens": 16}, streams=True,
                   **common),
     ]

@@ -9,7 +9,7 @@ Adding a route's body:
 2. In the view: `body = validate(shape, payload, explain)`; `explain(payload, error)` turns a
    failure into the route's one clear error (shape_errors helps with parameters).
 3. In api.openapi: one `Operation(...)` naming the shape (and the response shape of
-   api.response_models); the document, its examples' checks and the drift tests follow.
+   api.response_schemas); the document, its examples' checks and the drift tests follow.
 """
 
 from __future__ import annotations

@@ -7,13 +7,14 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
+from models_registry.core import paths
 from models_registry.jobs.store import WINDOWS
 
 OPEN = ConfigDict(extra="allow")
 Timestamp = Annotated[int | None, Field(description="Unix seconds, or null until it happens")]
 BatchStatus = Literal["validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling",
                       "cancelled"]
-ENDPOINT = r"^(/v1/embeddings|/models/[-a-zA-Z0-9_]+(/[-a-zA-Z0-9_]+)?)$"
+ENDPOINT = paths.JOB_URL_PATTERN
 
 
 @with_config(OPEN)
@@ -161,25 +162,25 @@ def operations(operation: Any) -> list[Any]:
     file_id, batch_id = _id("file_id", "a file id (file-...)"), _id("batch_id", "a batch id (batch_...)")
     common = {"tags": ("batches",), "openai": True}
     return [
-        operation("/v1/files", "post", "Upload a batch input file (checked line by line before it is kept).",
+        operation("openai-files", "post", "Upload a batch input file (checked line by line before it is kept).",
                   FileObject, (400, 401, 403, 405, 413, 500), extra=(("requestBody", UPLOAD_BODY),), **common),
-        operation("/v1/files", "get", "The token's files, newest first.", FileList, (400, 401, 405, 500),
+        operation("openai-files", "get", "The token's files, newest first.", FileList, (400, 401, 405, 500),
                   parameters=PAGE, **common),
-        operation("/v1/files/{file_id}", "get", "One file.", FileObject, (401, 404, 405, 500),
+        operation("openai-file", "get", "One file.", FileObject, (401, 404, 405, 500),
                   parameters=(file_id,), **common),
-        operation("/v1/files/{file_id}", "delete", "Delete one of the token's files (409 while a running batch "
+        operation("openai-file", "delete", "Delete one of the token's files (409 while a running batch "
                   "reads it: cancel the batch or wait for its end).", FileDeleted, (401, 404, 405, 409, 500),
                   parameters=(file_id,), **common),
-        operation("/v1/files/{file_id}/content", "get", "A file's bytes (JSONL).", {"type": "string"},
+        operation("openai-file-content", "get", "A file's bytes (JSONL).", {"type": "string"},
                   (401, 404, 405, 500), parameters=(file_id,), media="application/jsonl", **common),
-        operation("/v1/batches", "post", "Run an uploaded file's requests through the workers at batch priority.",
+        operation("openai-batches", "post", "Run an uploaded file's requests through the workers at batch priority.",
                   Batch, (400, 401, 404, 405, 500), body=BatchCreate,
-                  example={"input_file_id": "file-abc", "endpoint": "/v1/embeddings", "completion_window": "24h"},
+                  example={"input_file_id": "file-abc", "endpoint": paths.EMBEDDINGS_PATH, "completion_window": "24h"},
                   **common),
-        operation("/v1/batches", "get", "The token's batches, newest first.", BatchList, (400, 401, 405, 500),
+        operation("openai-batches", "get", "The token's batches, newest first.", BatchList, (400, 401, 405, 500),
                   parameters=PAGE, **common),
-        operation("/v1/batches/{batch_id}", "get", "One batch: status, request_counts, output and error file ids.",
+        operation("openai-batch", "get", "One batch: status, request_counts, output and error file ids.",
                   Batch, (401, 404, 405, 500), parameters=(batch_id,), **common),
-        operation("/v1/batches/{batch_id}/cancel", "post", "Stop a batch within seconds (cancelling, then cancelled).",
+        operation("openai-batch-cancel", "post", "Stop a batch within seconds (cancelling, then cancelled).",
                   Batch, (400, 401, 404, 405, 500), parameters=(batch_id,), **common),
     ]

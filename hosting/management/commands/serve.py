@@ -16,9 +16,12 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+from django.urls import reverse
 
+from hosting import embedded_redis
 from hosting.process_tie import die_with_this_process
 from models_registry.capacity import sizing
+from models_registry.core import paths
 from models_registry.core.conf import conf
 
 DEMO_MODEL = "all-minilm-l6-v2"
@@ -54,8 +57,6 @@ class Command(BaseCommand):
         credentials = self._credentials()
         started_redis = False
         if settings.EMBEDDED_REDIS:
-            from hosting import embedded_redis
-
             # Tied to this process: a serve killed with SIGKILL leaves no server behind.
             started_redis = embedded_redis.ensure_running(settings.VAR_DIR, tie_to_parent=True)
         host, port = options["host"], options["port"]
@@ -66,8 +67,6 @@ class Command(BaseCommand):
             self._supervise({"web": web_cmd}, options["workers"])
         finally:
             if started_redis:
-                from hosting import embedded_redis
-
                 embedded_redis.stop(settings.VAR_DIR)
 
     def _supervise(self, commands: dict[str, list[str]], workers: int) -> None:
@@ -115,7 +114,7 @@ class Command(BaseCommand):
         reads them all (observe.metrics). Emptied at each start: counters begin at zero with
         the server, as Prometheus expects of a restarted target, and never go back while it runs.
         """
-        directory = Path(settings.HOSTING_PROMETHEUS_MULTIPROC_DIR or Path(settings.VAR_DIR) / "prometheus")
+        directory = Path(conf.PROMETHEUS_MULTIPROC_DIR or Path(settings.VAR_DIR) / "prometheus")
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True, mode=0o700)
         return {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
@@ -203,12 +202,13 @@ class Command(BaseCommand):
 
     def _announce(self, host: str, port: int, credentials: dict[str, str]) -> None:
         base = f"http://{host}:{port}"
+        demo = base + paths.url_path("model", name=DEMO_MODEL)
         lines = [
             "",
-            f"  API        {base}/models/{DEMO_MODEL}",
-            f"  Admin      {base}/admin/",
-            f"  Metrics    {base}/metrics",
-            f"  Ready      {base}/ready   (the worker loads the model first)",
+            f"  API        {demo}",
+            f"  Admin      {base}{reverse('admin:index')}",
+            f"  Metrics    {base}{paths.url_path('metrics')}",
+            f"  Ready      {base}{paths.READY_PATH}   (the worker loads the model first)",
         ]
         if credentials.get("admin_password"):
             lines.append(f"  Admin login: {credentials['admin_user']} / {credentials['admin_password']}")
@@ -217,7 +217,7 @@ class Command(BaseCommand):
         auth = f" -H 'Authorization: Bearer {credentials['api_token']}'" if credentials.get("api_token") else ""
         lines += [
             "",
-            f"  curl -s {base}/models/{DEMO_MODEL}{auth} -H 'Content-Type: application/json' "
+            f"  curl -s {demo}{auth} -H 'Content-Type: application/json' "
             "-d '{\"inputs\": \"Django hosts models now.\"}'",
             f"  (credentials are kept in {Path(settings.VAR_DIR) / 'credentials.json'}; Ctrl-C, or SIGTERM to pid {os.getpid()}, stops everything)",
             "",
