@@ -26,7 +26,6 @@ from datetime import timedelta
 from typing import Any
 
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.utils import timezone
 
@@ -144,5 +143,5 @@ def decide() -> None:
     global decided
     with _lock:
         if not decided and conf.USAGE_FLUSH_S > 0:
-            Flusher(settings.REDIS_URL, get_channel_layer().prefix, conf.USAGE_FLUSH_S).start()
+            Flusher(conf.REDIS_URL, get_channel_layer().prefix, conf.USAGE_FLUSH_S).start()
         decided = True
