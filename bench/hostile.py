@@ -1,4 +1,4 @@
-"""`python -m bench.hostile`: issue 27's attacks against a real stack, and what each costs everyone else.
+"""`python -m bench.hostile`: issue 27's and issue 35's attacks against a real stack, and what each costs everyone else.
 
 Two workers serve tiny random models (tests/model_factory). Each attack runs in a thread
 while a small request to another model (question answering) and /ready are probed in
@@ -81,7 +81,9 @@ def main() -> None:
     paths = {QA: model_factory.build_question_answering(root / "qa", positions=512),
              NLI: model_factory.build_zero_shot_classifier(root / "nli"),
              MLM: model_factory.build_masked_lm(root / "mlm")}
-    with Stack.started() as stack:
+    # Issue 35's upload burst meets a 200 KB quota; a client that reads nothing is cut after 5 s.
+    with Stack.started(extra_env={"HOSTING_FILE_STORAGE_BYTES": str(200 * 1024), "HOSTING_WRITE_TIMEOUT_S": "5"}
+                       ) as stack:
         stack.manage("register_model", QA, "--source", str(paths[QA]), "--task", "question-answering")
         stack.manage("register_model", EMBED, "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--pooling", "mean", "--timeout", "60")
@@ -107,9 +109,65 @@ def main() -> None:
             "fill-mask 1 input of 30 masks, top_k 100 (under the budget)": lambda: _post(stack, MLM, {
                 "inputs": "[MASK] " * 30, "parameters": {"top_k": 100}}),
             "twenty base64 6000x6000 PNGs": lambda: _post(stack, "vit", {"inputs": [_png_6000()] * 20}),
+            **round_four(stack),
         }
         for name, attack in attacks.items():
             print(json.dumps(_measure(stack, name, attack)), flush=True)
+
+
+def round_four(stack: Stack) -> dict[str, Any]:
+    """Issue 35's attacks: the web's tokenizer, the upload quota, the operator's reload, the server's bounds."""
+    from tests.integration.test_request_limits import exchange
+
+    address = ("127.0.0.1", stack.web[0][1])
+    token = stack.tokens["all"]
+    text = "word " * 200_000
+
+    def tokenize() -> tuple[int, int, float]:
+        started = time.perf_counter()
+        status, _, answer = http_json("POST", f"{stack.url}/tokenize", {"model": EMBED, "inputs": text}, token=token)
+        return status, len(json.dumps(answer).encode()), time.perf_counter() - started
+
+    def upload() -> int:
+        import httpx
+
+        lines = b"".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": f"/models/{EMBED}",
+                                     "body": {"inputs": f"text {i}"}}).encode() + b"\n" for i in range(700))
+        content = lines[: lines.rfind(b"\n", 0, 49 * 1024) + 1]
+        return httpx.post(f"{stack.url}/v1/files", headers={"Authorization": f"Bearer {token}"}, timeout=60,
+                          files={"file": ("in.jsonl", content)}, data={"purpose": "batch"}).status_code
+
+    def stalled_reader() -> tuple[int, float]:
+        import socket
+
+        body = json.dumps({"model": EMBED, "inputs": ["word " * 600] * 256}).encode()
+        started = time.perf_counter()
+        with socket.socket() as conn:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            conn.connect(address)
+            conn.sendall(f"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            time.sleep(8)  # reads nothing
+            conn.settimeout(30)
+            got = 0
+            try:
+                while chunk := conn.recv(1 << 20):
+                    got += len(chunk)
+            except (ConnectionResetError, TimeoutError):
+                pass
+        return got, round(time.perf_counter() - started, 1)
+
+    return {
+        "eight concurrent 1 MB /tokenize texts": lambda: _concurrently(tokenize, 8),
+        "sixteen concurrent 49 KB uploads, 200 KB quota": lambda: sorted(_concurrently(upload, 16)),
+        "Load now of minilm (register_model --reload)": lambda: stack.manage("register_model", EMBED, "--reload"),
+        "a client that reads nothing of a 7 MB answer": stalled_reader,
+        "a declared 60 MB body": lambda: exchange(address, f"POST /models/{EMBED} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                                           f"Content-Length: {60 * 2**20}\r\n\r\n".encode(),
+                                                  body_bytes=60 * 2**20)[::2],
+        "one 70 KB header": lambda: exchange(address, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: "
+                                             + b"a" * 70 * 1024 + b"\r\n\r\n")[0],
+    }
 
 
 def model_factory_vit(root: Path) -> Path:

@@ -2,33 +2,41 @@
 
 The quota (policy.file_quota) counts the files a token keeps in the database; uploads of one
 token side by side each saw the files kept before any of them was saved, and 16 of them
-were all let in (787 KB kept against 200 KB). Now an upload first adds its bytes to the
-token's reservations in one script, which answers the bytes reserved by every upload of the
-token in flight, its own included; only then are the files kept read from the database, and
-kept + reserved must fit. Reserving before reading makes the sum never too small: an upload
-that ends in between (its file saved, then its reservation dropped) is counted twice at
-worst, never missed. A reservation is dropped when its request is answered, and expires
-(a crashed web process) after RESERVATION_TTL_S.
+were all let in (787 KB kept against 200 KB). Now an upload, under the token's lock in Redis
+(held for one database read), reads the bytes every other upload of the token in flight has
+reserved (one script, which also drops expired ones), then the files kept, and reserves its
+own bytes only if kept + reserved + its own fit. Dropping a reservation (its file saved, or
+the upload failed) takes the same lock, so no check sees a file neither kept nor reserved;
+a refused upload never holds a reservation, so it cannot crowd out one that fits. A
+reservation is dropped when its request is answered, and expires (a crashed web process)
+after RESERVATION_TTL_S.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from channels.layers import get_channel_layer
 
 from models_registry.broker.lua import LuaScript
 from models_registry.core.conf import conf
+from models_registry.core.errors import HostingError, RateLimited
 
 logger = logging.getLogger(__name__)
 
 RESERVATION_TTL_S = 3600  # longest an upload's body and its check may take (Django spools it first)
-SCOPE_KEY = "hosting.upload_reservation"  # (field, bytes) of the request's own reservation, in its ASGI scope
+LOCK_TTL_MS = 5000  # a lock whose holder died frees itself
+LOCK_WAIT_S = 5.0  # longest an upload waits for the others' checks
+SCOPE_KEY = "hosting.upload_reservation"  # (owner id, field) of the request's own reservation, in its ASGI scope
 
-# KEYS[1]: the token's hash {request field: "bytes:expires"}; ARGV: now, field, bytes, expires, ttl.
-_RESERVE = """
+# KEYS[1]: the token's hash {request field: "bytes:expires"}; ARGV: now, the field left out. The others' bytes.
+_OTHERS = LuaScript("""
 local total = 0
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
@@ -41,39 +49,65 @@ for i = 1, #all, 2 do
     end
   end
 end
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[3] .. ':' .. ARGV[4])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-return total + tonumber(ARGV[3])
-"""
-_reserve = LuaScript(_RESERVE)
+return total
+""")
+_UNLOCK = LuaScript("""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+""")
 
 
 def _key(layer: Any, owner_id: int) -> str:
     return f"{layer.prefix}uploads:reserved:{owner_id}"
 
 
-async def reserve(owner_id: int, field: str, size: int) -> int | None:
-    """Hold size bytes for this upload (field: the request's id; again: its new size); every upload's in flight.
+@asynccontextmanager
+async def _locked(conn: Any, key: str) -> AsyncIterator[None]:
+    """The token's lock, for one check or one release (429 when the others' checks take over LOCK_WAIT_S)."""
+    token = uuid.uuid4().hex
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while not await conn.set(key, token, nx=True, px=LOCK_TTL_MS):
+        if time.monotonic() > deadline:
+            raise RateLimited("uploads of this API token are checked against its storage quota one at a time, "
+                              "and too many are waiting; retry in a second", headers={"Retry-After": "1"})
+        await asyncio.sleep(0.005)
+    try:
+        yield
+    finally:
+        await _UNLOCK(conn, [key], [token])
 
-    None when Redis does not answer: the quota is then checked for this upload alone (not held).
+
+async def hold(owner_id: int, field: str, size: int, check: Any) -> None:
+    """Reserve size bytes for this upload (field: the request's id; again: its new size) if they fit.
+
+    check(owner_id, size, reserved) reads the files kept and raises when kept + reserved (the
+    others' and these bytes) is over the quota. Redis away: the upload alone is checked (as the
+    rate limits fail open), nothing is held.
     """
     layer = get_channel_layer()
-    now = int(time.time())
+    conn, key = layer.connection(0), _key(layer, owner_id)
     try:
-        total = await _reserve(layer.connection(0), [_key(layer, owner_id)],
-                               [now, field, max(0, int(size)), now + RESERVATION_TTL_S, RESERVATION_TTL_S])
-    except Exception as error:  # no broker: this upload alone is checked against the files kept (as the charge fails open)
+        async with _locked(conn, f"{key}:lock"):
+            others = await _OTHERS(conn, [key], [int(time.time()), field])
+            await check(owner_id, size, int(others) + size)
+            expires = int(time.time()) + RESERVATION_TTL_S
+            await conn.hset(key, field, f"{max(0, int(size))}:{expires}")
+            await conn.expire(key, RESERVATION_TTL_S)
+    except HostingError:  # over the quota (or the lock's wait): the answer
+        raise
+    except Exception as error:
         logger.warning("storage quota checked without reservations: the broker did not answer (%s)",
                        type(error).__name__)
-        return None
-    return int(total)
+        await check(owner_id, size, None)
 
 
 async def release(owner_id: int, field: str) -> None:
-    """Drop this upload's reservation (its file is saved, or it failed)."""
+    """Drop this upload's reservation (its file is saved, or it failed), under the token's lock."""
     layer = get_channel_layer()
+    conn, key = layer.connection(0), _key(layer, owner_id)
     try:
-        await layer.connection(0).hdel(_key(layer, owner_id), field)
+        async with _locked(conn, f"{key}:lock"):
+            await conn.hdel(key, field)
     except Exception:  # it expires by itself
         pass
 
@@ -81,13 +115,3 @@ async def release(owner_id: int, field: str) -> None:
 def enabled() -> bool:
     """Whether a storage quota is set at all (0: none, nothing to reserve)."""
     return conf.FILE_STORAGE_BYTES > 0
-
-
-async def hold(owner_id: int, field: str, size: int, check: Any) -> None:
-    """Reserve size bytes, then check (await check(owner_id, size, reserved)); a refusal drops the reservation."""
-    reserved = await reserve(owner_id, field, size)
-    try:
-        await check(owner_id, size, reserved)
-    except BaseException:
-        await release(owner_id, field)
-        raise
