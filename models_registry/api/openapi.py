@@ -20,14 +20,8 @@ from django.template.loader import render_to_string
 from pydantic import Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
-from models_registry.api import (
-    batch_schemas,
-    generation_schemas,
-    openapi_per_model,
-    request_schemas,
-    response_schemas,
-    usage_route,
-)
+from models_registry.api import batch_schemas, generation_schemas, openapi_per_model, request_schemas, response_schemas
+from models_registry.api import usage_route
 from models_registry.api.views import api_view
 from models_registry.core import paths
 from models_registry.core.conf import conf

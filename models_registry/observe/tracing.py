@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from models_registry.core import paths
 from models_registry.core.conf import conf
 from models_registry.core.paths import model_path
 
@@ -81,7 +82,7 @@ def http_route(path: str) -> str:
     found = model_path(path)
     if found is None:
         return path
-    return "/models/{name}/{task}" if found[1] else "/models/{name}"
+    return paths.openapi_path("model-task" if found[1] else "model")
 
 
 async def serve_traced(scope: dict[str, Any], receive: Any, send: Any,
