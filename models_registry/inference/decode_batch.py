@@ -133,20 +133,42 @@ class DecodeBatch:
                    generator=generator, full_text=params.get("return_full_text") is True)
 
     def prefill(self, row: Row) -> bool:
-        """Run the prompt, emit the first token; the row joins unless already done (True when it joined)."""
+        """Run the prompt, emit the first token; the row joins unless already done (True when it joined).
+
+        A row that yielded its place (preempt) computes its prompt and its tokens so far again;
+        its next token was chosen before it yielded.
+        """
+        if row.done:
+            return False
         with torch.inference_mode():
-            ids = torch.tensor([row.ids], device=self.model.device)
-            out = self.model(input_ids=ids, use_cache=True)
-            row.history = list(row.ids)
-            self._emit(row, out.logits[0, -1])
-            row.cached = len(row.ids)
-            if row.done:
-                return False
+            if row.history:
+                ids = torch.tensor([row.history[:-1]], device=self.model.device)
+                out = self.model(input_ids=ids, use_cache=True)
+                row.cached = ids.shape[1]
+            else:
+                ids = torch.tensor([row.ids], device=self.model.device)
+                out = self.model(input_ids=ids, use_cache=True)
+                row.history = list(row.ids)
+                self._emit(row, out.logits[0, -1])
+                row.cached = len(row.ids)
+                if row.done:
+                    return False
             self._join(row, out.past_key_values)
         return True
 
-    def step(self) -> list[Row]:
-        """One token for every running row; the rows that finished (already cut out)."""
+    def preempt(self, rows: list[Row]) -> None:
+        """rows yield their places: their cache goes, their prompt and tokens stay for prefill to resume them."""
+        self.cut([r for r in rows if r in self.rows])
+        for row in rows:
+            row.cached = 0
+
+    def step(self, joining: list[Row] = (), preempted: list[Row] = ()) -> list[Row]:  # type: ignore[assignment]
+        """One step: preempted rows leave, joining rows are prefilled, every row gets a token; the finished rows."""
+        self.preempt(list(preempted))
+        done = [row for row in joining if not self.prefill(row)]
+        return done + self._decode()
+
+    def _decode(self) -> list[Row]:
         gone = [r for r in self.rows if r.done]  # cancelled since the last step
         self.cut(gone)
         if not self.rows:

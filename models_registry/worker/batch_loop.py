@@ -109,6 +109,7 @@ class BatchLoop:
             self.busy = True
             started = time.time()
             sinks = self.streams.open(batch)
+            sent: dict[str, int] = {}
             try:
                 outputs = await suspects.run_isolating(
                     batch, sinks, lambda part, part_sinks: loop.run_in_executor(self._compute, self._run_batch, part,
@@ -121,13 +122,13 @@ class BatchLoop:
                 outputs = [ItemFailure(Internal(f"batch failed: {describe(error)}"))] * len(batch)
             finally:
                 self.busy = False
-                self.streams.close(sinks)
+                sent = self.streams.close(sinks)  # the answers say how many token messages went before them
             compute_s = time.time() - started
             self.stats.record_batch(batch.key, len(batch), sum(item.cost for item in batch.items), compute_s)
             logger.debug("batch %s size=%d reason=%s compute=%.1fms", batch.key, len(batch), batch.reason, compute_s * 1e3)
             finished = self.batcher.complete(batch, outputs)
             if finished:
-                self.replies.batch(finished, started, compute_s)
+                self.replies.batch(finished, started, compute_s, sent)
 
     async def _sleep_until_work(self, now: float) -> None:
         wake_at = self.batcher.next_wakeup(now)

@@ -135,12 +135,17 @@ class DecodeLoop:
             if slot is None or slot.loaded is None or self._pipe(key) is not running.pipe:
                 self._fail_all(key, Unavailable("the model was unloaded; send the request again"))
                 continue
-            joining = [e.payload for e in schedule.admit(time.time())]
-            by_row = {id(e.payload.row): e.payload for e in schedule.running.values()}
+            turn = schedule.next_turn(time.time())
+            for entry in turn.preempted:  # it yields its row: its tokens so far are recomputed when it joins again
+                entry.prompt_tokens = max(1, len(entry.payload.row.history) - 1)
+                logger.info("decode batch %s: request %s of client %r yields its row (fair share)", key, entry.id,
+                            entry.client)
+            preempted = [e.payload.row for e in turn.preempted]
+            joining = [e.payload.row for e in turn.joined]
+            by_row = {id(e.payload.row): e.payload for e in schedule.running.values()}  # the joining ones too
 
             def step() -> list[tuple[Waiting, Any]]:
-                done = [(w, w.row.answer()) for w in joining if not running.batch.prefill(w.row)]
-                return done + [(by_row[id(row)], row.answer()) for row in running.batch.step()]
+                return [(by_row[id(row)], row.answer()) for row in running.batch.step(joining, preempted)]
 
             self.slots.touch(key[0])
             try:
@@ -185,9 +190,9 @@ class DecodeLoop:
     def _finish(self, key: Key, done: list[tuple[Item[Delivery], StreamSink | None, Any]]) -> None:
         """Answer requests that left the decode batch and close their streams."""
         for item, sink, output in done:
+            # Its tokens first: the answer says how many token messages went before it (the view waits for them).
+            sent = self.streams.close([sink])
             started = item.request.started_at or item.request.arrival
             finished = self.batcher.complete(Batch(key, [item], "decode"), [output])
             if finished:
-                self.replies.batch(finished, started, time.time() - started)
-            if sink is not None:
-                self.streams.close([sink])
+                self.replies.batch(finished, started, time.time() - started, sent)

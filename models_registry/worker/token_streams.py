@@ -81,11 +81,20 @@ class TokenStreams:
                 sinks.append(None)
         return sinks
 
-    def close(self, sinks: list[StreamSink | None]) -> None:
-        """The batch is done: its streams need no more client checks."""
+    def close(self, sinks: list[StreamSink | None]) -> dict[str, int]:
+        """The batch is done: its events go out now, its streams need no more client checks.
+
+        Returns how many token messages each request was sent: its answer carries the count,
+        and its view waits for them all (the broker may deliver the answer first).
+        """
+        if any(sink is not None for sink in sinks) and self._pending:
+            self._flush()
+        sent: dict[str, int] = {}
         for sink in sinks:
             if sink is not None:
                 self._open.pop(sink.request_id, None)
+                sent[sink.request_id] = sink.seq
+        return sent
 
     def push(self, sink: StreamSink, event: dict[str, Any]) -> None:
         """Queue an event from the compute thread; the event loop sends it on its next turn."""
@@ -99,6 +108,8 @@ class TokenStreams:
     def _flush(self) -> None:
         with self._lock:
             pending, self._pending, self._scheduled = self._pending, [], False
+        if not pending:  # flushed already (a stream closed)
+            return
         by_sink: dict[StreamSink, list[dict[str, Any]]] = {}
         for sink, event in pending:
             by_sink.setdefault(sink, []).append(event)
@@ -117,6 +128,8 @@ class TokenStreams:
         assert self._outbox is not None
         while True:
             replies = await self._outbox.get()
+            while not self._outbox.empty():  # what queued while the last round trip was out goes in this one
+                replies.extend(self._outbox.get_nowait())
             try:
                 await self.layer.send_replies(replies)
             except Exception:  # the view times out or ends its stream; the worker must go on
