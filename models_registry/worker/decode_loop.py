@@ -19,7 +19,7 @@ from typing import Any
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.batch_types import Batch, Item, ItemFailure, Key
 from models_registry.core.errors import HostingError, Internal, TooLarge, Unavailable
-from models_registry.inference import decode_batch
+from models_registry.inference import decode_check
 from models_registry.inference.containment import contained, describe
 from models_registry.inference.decode_batch import DecodeBatch, Row
 from models_registry.worker.batcher import Batcher
@@ -32,7 +32,7 @@ from models_registry.worker.token_streams import StreamSink, TokenStreams
 logger = logging.getLogger(__name__)
 
 TASK = "text-generation"
-KV_COPIES = 2  # a growing cache is copied once per step: budget twice its bytes
+KV_COPIES = 2  # the cache is written in place, but grows by a copy: budget twice its bytes
 
 
 @dataclass(eq=False)
@@ -73,7 +73,7 @@ class DecodeLoop:
     def split(self, batch: Batch[Delivery]) -> tuple[Batch[Delivery] | None, Batch[Delivery] | None]:
         """(the items that belong in a decode batch: streamed text-generation on a decoder model, the rest)."""
         pipe = self._pipe(batch.key) if self.enabled else None
-        if pipe is None or not decode_batch.supports(pipe.model):
+        if pipe is None or not decode_check.supports(pipe.model):
             return None, batch
         # A request redelivered after a worker died is computed alone, in the static path (worker.suspects).
         mine = [i for i in batch.items if i.request.delivery.streams and not i.request.delivery.suspect]
@@ -162,11 +162,11 @@ class DecodeLoop:
             self._finish(key, [(w.item, w.sink, output) for w, output in finished])
 
     def _start(self, key: Key, pipe: Any) -> Running:
-        batch = DecodeBatch(pipe)
+        rows = self.batcher.policy(key).max_batch_size
+        batch = DecodeBatch(pipe, max_rows=rows)
         budget = 0
         if self.memory.enabled and self.memory.budget_bytes:
             budget = int(self.memory.available() // (KV_COPIES * batch.bytes_per_token()))
-        rows = self.batcher.policy(key).max_batch_size
         logger.info("decode batch for %s: up to %d rows, KV budget %s tokens", key, rows, budget or "unbounded")
         return Running(pipe=pipe, batch=batch, schedule=DecodeSchedule(rows, budget))
 

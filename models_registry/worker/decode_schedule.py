@@ -4,7 +4,8 @@ Requests wait here after they were read, and join the batch at the next token st
 while there is a free row and the KV cache, padded to its longest row, stays within
 the token budget. Waiting requests are taken by priority (a batch-priority one that
 waited AGING_S counts as interactive), then the client with the fewest rows running,
-then arrival; a long request is not passed by later short ones.
+then arrival; a long request is not passed by later short ones. Joining is not bounded by
+prompt length: the batch prefills long prompts in chunks, a few per step.
 
 Fair share: when the head of the queue cannot join, a row that ranks behind it yields
 at the next step (it is preempted: its prompt and tokens are kept, its cache is dropped
@@ -50,10 +51,10 @@ class Turn(Generic[T]):
 class DecodeSchedule(Generic[T]):
     """The waiting and running entries of one model's decode batch."""
 
-    def __init__(self, max_rows: int, token_budget: int = 0, prefill_tokens: int = 2048) -> None:
+    def __init__(self, max_rows: int, token_budget: int = 0, prefill_tokens: int = 0) -> None:
         self.max_rows = max_rows
         self.token_budget = token_budget  # 0: no budget (rows alone bound the batch)
-        self.prefill_tokens = prefill_tokens
+        self.prefill_tokens = prefill_tokens  # prompt tokens joining per step (0: any; the batch prefills in chunks)
         self.waiting: list[Entry[T]] = []
         self.running: dict[str, Entry[T]] = {}
 
@@ -78,7 +79,7 @@ class DecodeSchedule(Generic[T]):
         prefill = 0
         while self.waiting:
             entry = self._ordered(now)[0]  # again after each pick: the client counts changed
-            if joined and prefill + entry.prompt_tokens > self.prefill_tokens:
+            if self.prefill_tokens and joined and prefill + entry.prompt_tokens > self.prefill_tokens:
                 break  # the rest join at the next step: running rows keep their pace
             if not self._fits(entry):
                 break  # in order: a long request is not passed forever by short ones

@@ -69,7 +69,7 @@ def test_a_client_with_rows_running_yields_to_one_without() -> None:
     assert names(schedule.admit(5)) == ["other"]
 
 
-def test_prefill_is_bounded_per_step_but_one_always_joins() -> None:
+def test_prefill_may_be_bounded_per_step_but_one_always_joins() -> None:
     schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=8, prefill_tokens=100)
     schedule.add(entry("big", prompt=500, tokens=600, at=0))
     schedule.add(entry("a", prompt=60, at=1))
