@@ -58,6 +58,7 @@ class Row:
     sample: bool
     generator: torch.Generator | None
     full_text: bool
+    details: bool = True  # TGI's answer with details (streams, details asked); else the pipeline's
     last: int = 0  # the token to feed next
     cached: int = 0  # tokens in its cache slot
     history: list[int] = field(default_factory=list)  # the prompt and its tokens, once it has drawn one
@@ -89,7 +90,10 @@ class Row:
         sequence = self.sequence
         if sequence.finish_reason is None:
             sequence.finish_reason = "cancelled" if sequence.sink is not None and sequence.sink.cancelled() else "length"
-        return [{"generated_text": (self.prompt if self.full_text else "") + sequence.text,
+        text = (self.prompt if self.full_text else "") + sequence.text
+        if not self.details:
+            return [{"generated_text": text}]
+        return [{"generated_text": text,
                  "details": {**self.decoder.summary(sequence), "prefill": [], "tokens": sequence.tokens}}]
 
 
@@ -139,9 +143,12 @@ class DecodeBatch:
         generator = None
         if sample and params.get("seed") is not None:
             generator = torch.Generator(device=self.model.device).manual_seed(int(params["seed"]))
+        # As TGI: a stream (and details) without the prompt unless asked; as the pipeline: a whole answer with it.
+        details = bool(params.get("stream") or params.get("details"))
+        full_text = params.get("return_full_text") is True if details else params.get("return_full_text") is not False
         return Row(id=request_id, prompt=str(text), ids=list(ids), max_new_tokens=max_new, decoder=decoder,
                    sequence=sequence, processors=_processors(config, params, sample), sample=sample,
-                   generator=generator, full_text=params.get("return_full_text") is True)
+                   generator=generator, full_text=full_text, details=details)
 
     def step(self, joining: list[Row] | tuple[()] = (), preempted: list[Row] | tuple[()] = ()) -> list[Row]:
         """One step: preempted rows leave, joining rows take slots, one forward; the rows that finished (gone)."""

@@ -51,9 +51,9 @@ class BatchLoop:
         self._room = asyncio.Event()
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
         self.streams = TokenStreams(layer)
-        # Streamed text-generation on decoder models joins a running batch per token step (worker.decode_loop).
+        # Text-generation on decoder models joins a running batch per token step (worker.decode_loop).
         self.decoding = DecodeLoop(batcher, slots, replies, self.streams, self.memory, self.in_compute_thread,
-                                   enabled=conf.CONTINUOUS_BATCHING)
+                                   enabled=conf.CONTINUOUS_BATCHING, stats=stats)
 
     def wake(self) -> None:
         """Look at the queues again now (new work, or new policies)."""

@@ -170,3 +170,30 @@ def test_a_client_holding_every_row_yields_to_another_and_no_answer_is_lost(stac
     # any of the greedy sequences had finished, not after their first rows were done.
     assert answered < min(min(f.ended.values()) for f in floods), (answered - sent)
     assert "yields its row (fair share)" in stack.logs()
+
+
+def test_a_whole_answer_is_generated_in_the_running_batch_too(stack: Stack) -> None:
+    # A non-streamed request used to run as a static batch holding the compute thread until its 500 tokens
+    # were done; in the decode batch a short stream sent after it finishes first.
+    whole: dict[str, Any] = {}
+
+    def ask() -> None:
+        response = httpx.post(f"{stack.url}/models/{WIDE}", timeout=120,
+                              headers={"Authorization": f"Bearer {stack.tokens['all']}"},
+                              json={"inputs": ["The cat sees", "A dog"],
+                                    "parameters": {"max_new_tokens": 500, "do_sample": False}})
+        whole.update(status=response.status_code, body=response.json(), ended=time.perf_counter())
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    wait_until(lambda: "decode batch for" in stack.logs() or bool(whole), 30, "the decode batch to start")
+    time.sleep(0.3)
+    short = Generation(stack, WIDE, 4)
+    short.start()
+    short.join(60)
+    asker.join(120)
+    assert short.error is None and short.finish_reason == "length" and short.ended_at is not None
+    assert whole["status"] == 200 and len(whole["body"]) == 2, whole
+    assert all(answer[0]["generated_text"].startswith(prompt)  # the pipeline's shape: the prompt and the rest
+               for answer, prompt in zip(whole["body"], ("The cat sees", "A dog")))
+    assert short.ended_at < whole["ended"]
