@@ -3,7 +3,7 @@
 Every step is one forward of the model over the tokens of every row flattened into one
 sequence (inference.kv_slots): one token per decoding row, and the next chunk of each
 prompt being prefilled, within a token budget measured so that a step's prefill takes
-about STEP_S. Each row has a slot of a cache preallocated for it and written in place;
+about STEP_S (the pace per token of the steps so far, a decode token's or a prompt token's). Each row has a slot of a cache preallocated for it and written in place;
 a row whose prompt starts like a cached one (a shared system prompt, the n choices of one
 prompt, a preempted row coming back) starts from that head (inference.slot_table). Every
 row samples with its own parameters and, with a seed, its own generator (_emit, the one
@@ -41,7 +41,7 @@ from models_registry.inference.task_common import max_positions
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
 STEP_S = 0.05  # the prefill one step computes takes about this long (at least MIN_CHUNK tokens)
-MIN_CHUNK, FIRST_CHUNK = 32, 256  # prefill tokens per step: at least, and before the first measure
+MIN_CHUNK, FIRST_CHUNK = 32, 64  # prefill tokens per step: at least, and before the first measure
 
 
 @dataclass(eq=False)
@@ -197,7 +197,7 @@ class DecodeBatch:
         started = time.perf_counter()
         with kv_slots.slot_attention(self.configs):
             logits = self.model(input_ids=torch.tensor([step.ids], device=device), position_ids=plan.positions[None],
-                                use_cache=False, logits_to_keep=torch.tensor(step.keep, device=device),
+                                use_cache=False, logits_to_keep=torch.tensor(step.keep, dtype=torch.long, device=device),
                                 slot_plan=plan).logits[0]
         for n, row in enumerate(step.decoding):
             row.cached += 1
@@ -209,10 +209,9 @@ class DecodeBatch:
                 row.history = list(row.ids)
                 self._emit(row, logits[drawn])
                 drawn += 1
-        if step.prefilled >= max(MIN_CHUNK, len(step.decoding)):  # a step mostly of prefill: its pace per token
-            measured = (time.perf_counter() - started) / len(step.ids)
-            old = self.seconds_per_token
-            self.seconds_per_token = measured if old is None else 0.7 * old + 0.3 * measured
+        measured = (time.perf_counter() - started) / len(step.ids)  # a decode token costs at least a prompt token
+        old = self.seconds_per_token
+        self.seconds_per_token = measured if old is None else 0.7 * old + 0.3 * measured
 
     def _prefill_budget(self) -> int:
         if self.seconds_per_token is None:

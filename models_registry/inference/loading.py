@@ -20,6 +20,7 @@ from transformers import (
 )
 
 from models_registry.inference import (
+    cpu_packing,
     decode_check,
     half_precision,
     intake_tokens,
@@ -162,6 +163,7 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     # Before the packing check and the trace: they must see the dtype the model serves in.
     chosen = half_precision.choose(loaded.pipelines, device, half_dtypes) if spec.dtype == "auto" else None
     if "text-generation" in loaded.pipelines:  # in the dtype it serves in: decoded in slots, or in static batches
+        cpu_packing.pack(loaded.pipelines["text-generation"].model)
         decode_check.verify(loaded.pipelines["text-generation"])
     first = next(iter(loaded.pipelines.values()), None)
     tokenizer = getattr(first, "tokenizer", None)

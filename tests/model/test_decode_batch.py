@@ -173,3 +173,33 @@ def test_verify_admits_these_models_and_refuses_one_whose_attention_does_not_go_
     finally:
         monkeypatch.undo()
     assert decode_check.verify(gpt2) and decode_check.supports(gpt2.model)
+
+
+def test_packed_linear_layers_give_the_models_own_tokens(tmp_path: Any) -> None:
+    from models_registry.inference import cpu_packing
+
+    path = model_factory.build_tiny_gpt2(tmp_path / "gpt2", positions=256)
+    packed = load_pipeline("text-generation", str(path), None, "cpu", torch.float32)
+    plain = load_pipeline("text-generation", str(path), None, "cpu", torch.float32)
+    if not cpu_packing.available(packed.model):
+        pytest.skip("no oneDNN packed linear on this machine")
+    assert cpu_packing.pack(packed.model) == 2 * 4 + 1  # c_attn, c_proj, c_fc, mlp c_proj per layer; the LM head
+    assert packed.model.transformer.h[0].mlp.c_fc.weight.numel() == 0  # its dense copy is freed
+    assert packed.model.lm_head.weight.numel() > 0  # tied to the embedding: kept
+    batch = DecodeBatch(packed)
+    rows = [row(batch, p, 12) for p in PROMPTS]
+    run(batch, rows)
+    for r, p in zip(rows, PROMPTS):
+        assert r.sequence.ids == alone(plain, p, len(r.sequence.ids)), p
+    assert decode_check.verify(packed)
+
+
+def test_a_long_prompt_alone_is_prefilled_over_steps_that_draw_no_token(gpt2: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                          computed: list[int]) -> None:
+    monkeypatch.setattr(decode_batch, "FIRST_CHUNK", 10)
+    monkeypatch.setattr(decode_batch, "MIN_CHUNK", 10)
+    monkeypatch.setattr(decode_batch, "STEP_S", 0.0)
+    batch = DecodeBatch(gpt2)
+    alone_row = row(batch, HEAD, 5)
+    run(batch, [alone_row])
+    assert computed[:3] == [10, 10, 10] and alone_row.sequence.ids == alone(gpt2, HEAD, 5)
