@@ -10,7 +10,12 @@ loop; each asks /v1/completions for 16-256 new tokens, the same seeded sequence 
 every server), bounded by a window in seconds and a request count. Reported: aggregate
 generated tokens/s (tokens received in the window / window), time to first token p50 and
 p99, and the latency of a 4-token probe request sent one at a time beside the streams,
-against its latency alone. Writes docs/bench/generation-cpu-2core.md.
+against its latency alone. Then issue 34's levels on the continuous server (bench.generation_levels):
+a shared 1,000-token system prompt against unshared heads, a short whole answer after six long
+ones (and on the static server), the fairness flood (three runs), 16 chats of 1 MB and a batch
+job of generation lines, with the demo encoder on the same worker probed throughout; a table
+says where the run stands against the issue's targets. `level` takes extra body fields and
+collects answers: the structured-output level plugs in there. Writes docs/bench/generation-cpu-2core.md.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 import httpx
 
 from bench import generation_structured
+from bench import generation_levels
 from bench.generation_peer import Server, start_serve
 from bench.stack_setup import stopped_on_failure
 
@@ -51,6 +57,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", default="", help="servers to run: continuous,static,transformers-serve")
     parser.add_argument("--structured", type=int, default=1,
                         help="1: the structured-output level (json_schema vs free rows at 8 streams, continuous)")
+    parser.add_argument("--issue-levels", default="shared,whole,flood,hostile",
+                        help="issue 34's levels to run on the continuous server (empty: none)")
+    parser.add_argument("--flood-runs", type=int, default=3)
+    parser.add_argument("--flood-tokens", type=int, default=64,
+                        help="max_tokens of each of the flood's 128 sequences (the issue sent 512)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "generation-cpu-2core.md"))
     return parser.parse_args(argv)
 
@@ -66,6 +77,7 @@ def build_model(dest: Path) -> Path:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=model_factory.EOS,
                                         eos_token=model_factory.EOS, pad_token=model_factory.EOS,
                                         model_max_length=1024)
+    tokenizer.chat_template = model_factory.CHAT_TEMPLATE  # the flood's and the 1 MB prompts' chats
     tokenizer.add_tokens([f"<w{i}>" for i in range(50257 - len(tokenizer))])
     eos = tokenizer.convert_tokens_to_ids(model_factory.EOS)
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=1024, n_embd=768, n_layer=12, n_head=12,
@@ -87,14 +99,13 @@ async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tok
     """(time to first token, total time, tokens) of one streamed completion.
 
     counted gets each token's arrival time, firsts the time to first token as soon as it comes
-    (a request still running at the window's end counts too); extra: more body fields; answers
-    gets (text, finish_reason) of each finished answer.
+    (a request still running at the window's end counts too); extra: more body fields (a level's
+    response_format, say); answers gets (text, finish_reason) of each completion.
     """
     body = {"model": server.model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True,
             **(extra or {})}
-    text, reason = "", None
     started = time.perf_counter()
-    first, count = None, 0
+    first, count, text, reason = None, 0, "", None
     async with client.stream("POST", f"{server.url}/v1/completions", json=body, headers=server.headers) as response:
         if response.status_code != 200:
             raise RuntimeError(f"{server.name}: {response.status_code} {(await response.aread())[:200]!r}")
@@ -102,9 +113,7 @@ async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tok
             if not line.startswith("data: {"):
                 continue
             choices = json.loads(line[6:]).get("choices") or []
-            if choices:
-                text += choices[0].get("text") or ""
-                reason = choices[0].get("finish_reason") or reason
+            reason = (choices[0].get("finish_reason") if choices else None) or reason
             if choices and choices[0].get("text"):
                 now = time.perf_counter()
                 if first is None:
@@ -112,6 +121,7 @@ async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tok
                     if firsts is not None:
                         firsts.append(first)
                 count += 1
+                text += choices[0]["text"]
                 counted.append(now)
     if answers is not None:
         answers.append((text, reason))
@@ -119,11 +129,17 @@ async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tok
 
 
 async def level(server: Server, streams: int, args: argparse.Namespace, extra: dict[str, Any] | None = None,
-                answers: list[tuple[str, str | None]] | None = None) -> dict[str, Any]:
-    """streams closed-loop clients for the window, and the 4-token probe beside them (extra: their body's more
-    fields, answers: their finished answers, as one_stream)."""
+                answers: list[tuple[str, str | None]] | None = None,
+                plan: list[tuple[str, int]] | None = None, probe_every_s: float | None = 0.5) -> dict[str, Any]:
+    """streams closed-loop clients for the window, and the 4-token probe beside them.
+
+    The hook of other levels: extra body fields for every request, answers collected, a plan of
+    (prompt, max_tokens) instead of the seeded short prompts, no probe (probe_every_s None).
+    """
     rng = random.Random(streams)
-    plan = [(rng.choice(PROMPTS), rng.randint(args.min_tokens, args.max_tokens)) for _ in range(args.max_requests)]
+    plan = list(plan) if plan is not None else [(rng.choice(PROMPTS), rng.randint(args.min_tokens, args.max_tokens))
+                                                for _ in range(args.max_requests)]
+    plan.reverse()  # popped from the end: in order
     token_times: list[float] = []
     ttfts: list[float] = []
     probes: list[float] = []
@@ -144,10 +160,10 @@ async def level(server: Server, streams: int, args: argparse.Namespace, extra: d
                     return
 
         async def probe() -> None:
-            while time.perf_counter() < until:
+            while probe_every_s is not None and time.perf_counter() < until:
                 _, total, _ = await one_stream(client, server, "Paris is", 4, [])
                 probes.append(total)
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(probe_every_s)
 
         clients = [asyncio.ensure_future(loop()) for _ in range(streams)]
         prober = asyncio.ensure_future(probe())
@@ -178,8 +194,12 @@ async def solo_probe(server: Server) -> float:
     return round(1000 * statistics.median(times), 1)
 
 
+ENCODER = "probe-encoder"  # the demo encoder, on the continuous server's worker: probed during issue 34's levels
+
+
 def start_product(model_dir: Path, threads: int) -> tuple[Any, dict[str, Server]]:
-    """One stack: a worker with continuous batching and one with static batches, each its own model name."""
+    """One stack: a worker with continuous batching (and the demo encoder) and one with static batches."""
+    from tests import model_factory
     from tests.stack import Stack
 
     # Nice 0 as the peer: the worker's default niceness (5) yields the cores to the web, and to everyone else.
@@ -188,11 +208,15 @@ def start_product(model_dir: Path, threads: int) -> tuple[Any, dict[str, Server]
         for name in ("gen-continuous", "gen-static"):
             stack.manage("register_model", name, "--source", str(model_dir), "--task", "text-generation",
                          "--max-batch-size", "40", "--timeout", "600", "--max-queue-size", "256")  # 32 + the probe
+        stack.manage("register_model", ENCODER, "--source", str(model_factory.minilm_path()), "--task",
+                     "feature-extraction", "--pooling", "mean", "--normalize")
         token = stack.create_token("all")
-        stack.start_worker({"HOSTING_WORKER_MODELS": "gen-continuous"})
+        for name in ("flood-a", "flood-b"):
+            stack.create_token(name)
+        stack.start_worker({"HOSTING_WORKER_MODELS": f"gen-continuous,{ENCODER}"})
         stack.start_worker({"HOSTING_WORKER_MODELS": "gen-static", "HOSTING_CONTINUOUS_BATCHING": "0"})
         url = stack.start_web()
-        stack.wait_ready(["gen-continuous", "gen-static"])
+        stack.wait_ready(["gen-continuous", "gen-static", ENCODER])
     headers = {"Authorization": f"Bearer {token}"}
     return stack, {"continuous": Server("continuous", url, "gen-continuous", headers),
                    "static": Server("static", url, "gen-static", headers)}
@@ -216,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     wanted = set(filter(None, args.only.split(","))) or {"continuous", "static", "transformers-serve"}
     levels = [int(x) for x in args.levels.split(",")]
     results: dict[str, dict[int, dict[str, Any]]] = {}
+    issue: dict[str, Any] = {}
     solo: dict[str, float] = {}
     skipped: dict[str, str] = {}
     load = os.getloadavg()[0]
@@ -246,12 +271,14 @@ def main(argv: list[str] | None = None) -> None:
             if args.structured and "continuous" in chosen:
                 structured = asyncio.run(generation_structured.pair(chosen["continuous"], args, level))
                 print("structured", structured, flush=True)
+            if "continuous" in servers and args.issue_levels:
+                issue = asyncio.run(issue_levels(stack, servers, args, model_dir))
         finally:
             if serve is not None:
                 os.killpg(serve.pid, 15)
                 serve.wait(30)
             stack.stop()
-    report = table(results, solo)
+    report = table(results, solo) + ("\n\n" + issue_table(results, solo, issue, args) if issue else "")
     if structured is not None:
         report += "\n\n## Structured output\n\n" + generation_structured.table(structured)
     print(report)
@@ -266,6 +293,103 @@ def main(argv: list[str] | None = None) -> None:
         f"window / window. Probe: a 4-token request sent one at a time (0.5 s apart) beside the streams; in "
         f"brackets its latency alone.\n\n{report}\n{notes}\n")
     print(f"wrote {args.out}")
+
+
+async def issue_levels(stack: Any, servers: dict[str, Server], args: argparse.Namespace, model_dir: Path
+                       ) -> dict[str, Any]:
+    """Issue 34's levels on the continuous server (bench.generation_levels), the encoder probed throughout."""
+    from transformers import AutoTokenizer
+
+    continuous = servers["continuous"]
+    url, headers = continuous.url, continuous.headers
+    probe = generation_levels.EncoderProbe(url, ENCODER, headers)
+    wanted = set(args.issue_levels.split(","))
+    out: dict[str, Any] = {}
+    try:
+        if "shared" in wanted:
+            tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+            out["shared"], out["shared_probe"] = await probe.during(
+                generation_levels.shared_prompt(continuous, args, tokenizer, level))
+            print("shared", out["shared"]["ratio"], out["shared"]["shared"], out["shared"]["unshared"], flush=True)
+        if "whole" in wanted:
+            for name in ("continuous", "static"):
+                out[f"whole_{name}"], out[f"whole_{name}_probe"] = await probe.during(
+                    generation_levels.whole_answers(url, servers[name].model, headers))
+                print("whole", name, out[f"whole_{name}"], flush=True)
+        if "flood" in wanted:
+            greedy, modest = ({"Authorization": f"Bearer {stack.tokens[t]}"} for t in ("flood-a", "flood-b"))
+            out["floods"] = []
+            for _ in range(args.flood_runs):
+                result, seen = await probe.during(generation_levels.flood(url, continuous.model, greedy, modest,
+                                                                          args.flood_tokens))
+                out["floods"].append({**result, **seen})
+                print("flood", out["floods"][-1], flush=True)
+        if "hostile" in wanted:
+            out["megabyte"], out["megabyte_probe"] = await probe.during(
+                generation_levels.megabyte_chats(url, continuous.model, headers))
+            out["job"], out["job_probe"] = await probe.during(
+                generation_levels.generation_job(url, continuous.model, headers))
+            print("hostile", out["megabyte"], out["megabyte_probe"], out["job"], out["job_probe"], flush=True)
+    finally:
+        await probe.stop()
+    return out
+
+
+def issue_table(results: dict[str, dict[int, dict[str, Any]]], solo: dict[str, float], issue: dict[str, Any],
+                args: argparse.Namespace) -> str:
+    """Where this run stands against issue 34's targets."""
+    ours, peer = results.get("continuous", {}), results.get("transformers-serve", {})
+
+    def ratio(a: Any, b: Any) -> str:
+        return f"{a / b:.2f}x" if a and b else "-"
+
+    lines = ["| target (issue 34) | measured | met |", "|---|---|---|"]
+    for streams in (8, 32):
+        if streams in ours and streams in peer:
+            mine, theirs = ours[streams]["tokens_s"], peer[streams]["tokens_s"]
+            lines.append(f"| tokens/s at {streams} streams >= 1.3x serve | {mine} vs {theirs}: {ratio(mine, theirs)} | "
+                         f"{'yes' if theirs and mine >= 1.3 * theirs else 'no'} |")
+    if 32 in ours and 32 in peer:
+        for q in ("p50", "p99"):
+            mine, theirs = ours[32][f"ttft_{q}_ms"], peer[32][f"ttft_{q}_ms"]
+            met = mine is not None and theirs is not None and mine <= theirs
+            lines.append(f"| TTFT {q} at 32 streams <= serve's | {mine} vs {theirs} ms | {'yes' if met else 'no'} |")
+    if 32 in ours and solo.get("continuous"):
+        probe = ours[32]["probe_p50_ms"]
+        lines.append(f"| 4-token request beside 32 streams <= 2x alone | {probe} vs {solo['continuous']} ms: "
+                     f"{ratio(probe, solo['continuous'])} | {'yes' if probe and probe <= 2 * solo['continuous'] else 'no'} |")
+    if "shared" in issue:
+        shared = issue["shared"]
+        lines.append(f"| TTFT with a shared 1,000-token system prompt <= 0.3x unshared (8 streams) | "
+                     f"p50 {shared['shared']['ttft_p50_ms']} vs {shared['unshared']['ttft_p50_ms']} ms: "
+                     f"{shared['ratio']}x | {'yes' if shared['ratio'] is not None and shared['ratio'] <= 0.3 else 'no'} |")
+    for name in ("continuous", "static"):
+        whole = issue.get(f"whole_{name}")
+        if whole:
+            lines.append(f"| {name}: 4-token whole answer after six 500-token ones <= 0.35x their median | "
+                         f"{whole['short_ms']} vs {whole['long_median_ms']} ms: {whole['ratio']}x | "
+                         f"{'yes' if whole['ratio'] <= 0.35 else 'no'} |")
+    for n, run in enumerate(issue.get("floods", []), 1):
+        lines.append(f"| flood {n} ({FLOOD_DESC.format(args.flood_tokens)}): B's 8-token chat within 2 s, every "
+                     f"answer 200, none lost | B {run['b_ms']} ms ({run['b_status']}), A {run['a_statuses']}, "
+                     f"lost {run['lost']} | {'yes' if run['b_ms'] <= 2000 and run['lost'] == 0 else 'no'} |")
+    probes = [(k, v) for k, v in issue.items() if k.endswith("_probe")] + [
+        (f"flood {n}", run) for n, run in enumerate(issue.get("floods", []), 1)]
+    for key, seen in probes:
+        lines.append(f"| encoder probe waits <= 1 s during {key.removesuffix('_probe')} | longest "
+                     f"{seen['probe_max_ms']} ms of {seen['probes']} probes, {seen['probe_failed']} failed | "
+                     f"{'yes' if seen['probe_max_ms'] <= 1000 and not seen['probe_failed'] else 'no'} |")
+    if "megabyte" in issue:
+        lines.append(f"| 16 chats of 1 MB (one n=8): refused before compute | statuses {issue['megabyte']['statuses']} | "
+                     f"{'yes' if issue['megabyte']['statuses'] == [400] else 'no'} |")
+    if "job" in issue:
+        job = issue["job"]
+        lines.append(f"| batch job of 64 generation lines | {job['status']} in {job['seconds']} s, "
+                     f"{job['failed_lines']} failed | {'yes' if job['status'] == 'completed' else 'no'} |")
+    return "\n".join(lines)
+
+
+FLOOD_DESC = "2 x 8 prompts x n=8 streamed, {} tokens each"
 
 
 if __name__ == "__main__":

@@ -147,6 +147,29 @@ def build_tiny_gpt2(dest: Path, positions: int = 128, chat_template: str | None 
     return dest
 
 
+def build_tiny_qwen2(dest: Path, positions: int = 512) -> Path:
+    """A tiny random Qwen2ForCausalLM (rotary positions, two query heads per key-value head), GPT-2's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    gpt2 = build_tiny_gpt2(dest.parent / f"{dest.name}-tokenizer", positions=positions)
+    tokenizer = AutoTokenizer.from_pretrained(str(gpt2))
+    eos_id = tokenizer.eos_token_id
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=positions,
+                         bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval()
+    model.generation_config.pad_token_id = eos_id
+    dest.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(dest))
+    model.save_pretrained(str(dest))
+    return dest
+
+
 def build_token_classifier(dest: Path, labels: Sequence[str] = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC"),
                            positions: int = 128) -> Path:
     """Build a tiny random BertForTokenClassification with BIO labels in ``dest`` (positions: its length)."""

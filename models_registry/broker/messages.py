@@ -99,6 +99,7 @@ class WorkResult:
     tokens: int = 0  # input tokens (after truncation), for usage reports
     retry_after: str | None = None  # the error's Retry-After, where it has one
     left: bool = False  # the worker gave the request's admission places back with this answer
+    token_messages: int | None = None  # a stream's: the token messages sent before it (its view awaits them all)
 
     def to_wire(self) -> dict[str, Any]:
         """The message as the channel layer carries it."""
@@ -111,6 +112,8 @@ class WorkResult:
             message["retry_after"] = self.retry_after
         if self.left:
             message[_LEFT] = 1
+        if self.token_messages is not None:
+            message["token_messages"] = self.token_messages
         return message
 
     @classmethod
@@ -124,6 +127,7 @@ class WorkResult:
             batch_size=int(message.get("batch_size") or 0), worker=str(message.get("worker") or ""),
             tokens=int(message.get("tokens") or 0), retry_after=str(retry) if retry else None,
             left=bool(message.get(_LEFT)),
+            token_messages=int(message["token_messages"]) if message.get("token_messages") is not None else None,
         )
 
 

@@ -4,7 +4,8 @@
 usual error is an ordinary JSON answer before the first byte; afterwards `events()`
 yields the rest as they arrive. Token messages carry a sequence number (the broker may
 deliver two of one round trip in either order); the request's final result message
-may overtake the last tokens, so the stream ends on the event that carries the text.
+may overtake the last tokens: it says how many token messages went before it, and the
+stream waits for every one (it ends on the event that carries the text).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from models_registry.broker.work_layer import WorkLayer, work_layer
 from models_registry.core.errors import Overloaded, Timeout, Unavailable, from_wire
 from models_registry.observe import tracing
 
-LATE_TOKENS_S = 2.0  # after the result, how long tokens still on their way are awaited
+LATE_TOKENS_S = 2.0  # after a result that does not count its token messages, how long tokens are awaited
 EXTEND_EVERY_S = 1.0  # how often a live stream pushes its admission deadline forward
 
 
@@ -68,7 +69,10 @@ class Stream:
                 raise from_wire(self.result.error_type, self.result.error or "generation failed")
             if self.finished or (late_until is not None and time.time() >= late_until):
                 return None
-            if self.result is not None and late_until is None:
+            if self.result is not None and self.result.token_messages is not None:
+                if self.next_seq >= self.result.token_messages:
+                    return None  # every token message the worker sent before its answer is in
+            elif self.result is not None and late_until is None:  # a worker that does not count them
                 late_until = time.time() + LATE_TOKENS_S
             until = late_until if late_until is not None else quiet_until
             try:

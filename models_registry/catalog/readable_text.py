@@ -6,16 +6,23 @@ intake and again in the compute thread. No natural text spends more than MAX_CHA
 characters a token, so a text cut to max_tokens * MAX_CHARS_PER_TOKEN characters reads the same
 tokens, is refused the same way where truncation is off (it still holds more than max_tokens),
 and costs what max_tokens tokens cost. Fill-mask does not truncate (an over-long text is a 400), so it keeps
-both ends of a text, where its mask token may be, and is still refused as too long. Tasks that read a whole text in windows (question
-answering, token classification with a stride) or generate from it are never cut.
+both ends of a text, where its mask token may be, and is still refused as too long. Seq2seq models read
+the head of their input, as encoders do. Tasks that read a whole text in windows (question answering,
+token classification with a stride) are never cut; a decoder's prompt is never cut either (it would answer
+another question): one longer than its positions can hold is refused before any tokenizer or chat
+template sees it (check_prompt_chars).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from models_registry.core.errors import InvalidInput
+
 MAX_CHARS_PER_TOKEN = 32  # English averages about 4; a WordPiece word of over 100 characters is one [UNK]
-CUT_TASKS = ("feature-extraction", "text-classification", "zero-shot-classification", "text-ranking", "fill-mask")
+SEQ2SEQ_TASKS = ("summarization", "translation", "text2text-generation")
+CUT_TASKS = ("feature-extraction", "text-classification", "zero-shot-classification", "text-ranking", "fill-mask",
+             *SEQ2SEQ_TASKS)
 
 
 def readable_chars(max_tokens: int) -> int:
@@ -59,3 +66,15 @@ def _cut(item: Any, limit: int, from_left: bool) -> Any:
     if isinstance(item, dict) and "media" not in item:
         return {key: _cut(value, limit, from_left) if isinstance(value, str) else value for key, value in item.items()}
     return item
+
+
+def check_prompt_chars(inputs: list[Any], params: dict[str, Any], positions: int) -> None:
+    """400 for a text-generation prompt (or chat messages, together) no model of positions tokens can hold."""
+    limit = readable_chars(positions)
+    chars = max((len(item) for item in inputs if isinstance(item, str)), default=0)
+    messages = params.get("messages")
+    if isinstance(messages, list):
+        chars = max(chars, sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict)))
+    if chars > limit:
+        raise InvalidInput(f"the prompt has {chars} characters; this model reads {positions} tokens, and no text of "
+                           f"over {limit} characters fits in them: shorten it")

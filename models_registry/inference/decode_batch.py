@@ -1,26 +1,26 @@
-"""Continuous batching of one decoder model: sequences join after their prefill and leave when done.
+"""Continuous batching of one decoder model: rows join, are prefilled in chunks, decode together and leave.
 
-Each running sequence is one row of a KV cache they share, left-padded to the longest
-(an attention mask hides the padding; each row has its own position ids), so one
-forward pass gives every row its next token. A new sequence is prefilled alone and its
-cache joins as a new row; a finished or cancelled row is cut out at once, and columns of
-padding that no row needs any more are trimmed. Every row samples with its own
-parameters and, with a seed, its own generator: a seeded answer does not depend on what
-else runs beside it. Events and answers are TGI's, built as inference.streaming builds them.
-
-transformers' own engine (`generate_batch`, `init_continuous_batching`) runs on CPU too,
-but in a thread of its own, with one generation config for all requests and no
-per-request seed; this loop runs one step per call in the worker's compute thread.
+Every step is one forward of the model over the tokens of every row flattened into one
+sequence (inference.kv_slots): one token per decoding row, and the next chunk of each
+prompt being prefilled, within a token budget measured so that a step's prefill takes
+about STEP_S (the pace per token of the steps so far, a decode token's or a prompt token's). Each row has a slot of a cache preallocated for it and written in place;
+a row whose prompt starts like a cached one (a shared system prompt, the n choices of one
+prompt, a preempted row coming back) starts from that head (inference.slot_table). Every
+row samples with its own parameters and, with a seed, its own generator (_emit, the one
+place a row's logits become its token): a seeded answer does not depend on what else runs
+beside it, and greedy answers equal `generate()`'s. Events and answers are TGI's, built
+as inference.streaming builds them.
 """
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import (
-    DynamicCache,
     LogitsProcessorList,
     RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
@@ -29,31 +29,25 @@ from transformers import (
     TypicalLogitsWarper,
 )
 
+from models_registry.catalog.readable_text import readable_chars
 from models_registry.core.errors import InvalidInput
+from models_registry.inference import decode_step, kv_slots
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
-from models_registry.inference.kv_rows import growing
-from models_registry.inference.prefix_cache import PrefixCache
+from models_registry.inference.intake_tokens import TokenizedText
+from models_registry.inference.kv_slots import SlotCache
 from models_registry.inference.row_shaping import RowShaping
+from models_registry.inference.slot_table import SlotTable
 from models_registry.inference.streaming import TokenSink, _Decoder, _eos_ids, _LogProbs, _Sequence, chat_prompt
 from models_registry.inference.task_common import max_positions
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
-
-def supports(model: Any) -> bool:
-    """Whether the model decodes with a plain per-layer KV cache this loop can pad and cut (no sliding window)."""
-    config = model.config
-    if getattr(config, "is_encoder_decoder", False):
-        return False
-    text = config.get_text_config(decoder=True)
-    if getattr(text, "sliding_window", None) or any(t != "full_attention" for t in getattr(text, "layer_types", None)
-                                                    or []):
-        return False
-    return type(model).__name__.endswith("ForCausalLM") or type(model).__name__.endswith("LMHeadModel")
+STEP_S = 0.05  # the prefill one step computes takes about this long (at least MIN_CHUNK tokens)
+MIN_CHUNK, FIRST_CHUNK = 32, 64  # prefill tokens per step: at least, and before the first measure
 
 
 @dataclass(eq=False)
 class Row:
-    """One sequence: what it was asked, what it generated, how it samples."""
+    """One sequence: what it was asked, what it generated, how it samples, where its cache is."""
 
     id: str
     prompt: str
@@ -65,10 +59,13 @@ class Row:
     sample: bool
     generator: torch.Generator | None
     full_text: bool
-    shaping: RowShaping | None = None  # OpenAI's logprobs and structured output (inference.row_shaping)
+    details: bool = True  # TGI's answer with details (streams, details asked); else the pipeline's
     last: int = 0  # the token to feed next
-    cached: int = 0  # real tokens in its cache row
-    history: list[int] = field(default_factory=list)
+    cached: int = 0  # tokens in its cache slot
+    history: list[int] = field(default_factory=list)  # the prompt and its tokens, once it has drawn one
+    slot: int = -1
+    fill: list[int] = field(default_factory=list)  # what its cache must hold before it decodes
+    shaping: RowShaping | None = None  # OpenAI's logprobs and structured output (inference.row_shaping)
 
     @property
     def tokens(self) -> int:
@@ -81,39 +78,54 @@ class Row:
         sink = self.sequence.sink
         return self.sequence.finish_reason is not None or (sink is not None and sink.cancelled())
 
+    @property
+    def decoding(self) -> bool:
+        """Prefilled: it feeds its last token at each step."""
+        return bool(self.history) and self.cached >= len(self.fill)
+
+    def held(self) -> list[int]:
+        """The tokens whose keys and values its slot holds."""
+        return (self.history or self.fill)[:self.cached]
+
     def answer(self) -> list[dict[str, Any]]:
         """The text-generation answer (with TGI's details), as inference.streaming gives it."""
         sequence = self.sequence
         if sequence.finish_reason is None:
             sequence.finish_reason = "cancelled" if sequence.sink is not None and sequence.sink.cancelled() else "length"
-        return [{"generated_text": (self.prompt if self.full_text else "") + sequence.text,
+        text = (self.prompt if self.full_text else "") + sequence.text
+        if not self.details:
+            return [{"generated_text": text}]
+        return [{"generated_text": text,
                  "details": {**self.decoder.summary(sequence), "prefill": [], "tokens": sequence.tokens}}]
 
 
 class DecodeBatch:
-    """The running rows of one model and the cache they share; every method blocks (the compute thread)."""
+    """The rows of one model and the cache they share; every method blocks (the compute thread)."""
 
-    def __init__(self, pipe: Any) -> None:
+    def __init__(self, pipe: Any, max_rows: int = 64) -> None:
         self.model, self.tokenizer = pipe.model, pipe.tokenizer
         self.rows: list[Row] = []
-        self.cache: DynamicCache | None = None
-        self.mask: torch.Tensor | None = None  # [rows, columns]: 1 for a real token, 0 for padding
         self.eos = _eos_ids(self.model, self.tokenizer)
         self.limit = max_positions(self.model, self.tokenizer)
-        self.prefixes = PrefixCache()  # shared prompt heads (a service's system prompt) are prefilled once
+        text = self.model.config.get_text_config(decoder=True)
+        self.kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+        self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        self.layers = text.num_hidden_layers
+        self.cache = SlotCache(self.layers, self.kv_heads, self.head_dim, self.model.dtype, self.model.device,
+                               self.limit, max_rows)
+        self.table = SlotTable()
+        self.configs = kv_slots.configs_of(self.model)
+        self.seconds_per_token: float | None = None  # of prefill, measured
+        self.prompts: OrderedDict[str, list[int]] = OrderedDict()  # rendered chat prompts, tokenized once
 
     def bytes_per_token(self) -> int:
         """KV-cache bytes one token of one row takes (keys and values of every layer)."""
-        text = self.model.config.get_text_config(decoder=True)
-        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         size = torch.finfo(self.model.dtype).bits // 8 if self.model.dtype.is_floating_point else 4
-        return 2 * text.num_hidden_layers * heads * head_dim * size
+        return 2 * self.layers * self.kv_heads * self.head_dim * size
 
     def prepare(self, request_id: str, text: str, params: dict[str, Any], sink: TokenSink | None) -> Row:
         """A row for one prompt, checked (400 when it does not fit the model); nothing computed yet."""
-        prompt = chat_prompt(self.tokenizer, params["messages"]) if params.get("messages") else text
-        ids = self.tokenizer(prompt, return_token_type_ids=False)["input_ids"]
+        ids = self._prompt_ids(text, params)
         if not ids:
             ids = [next(iter(self.eos))] if self.eos else [0]  # an empty prompt starts from EOS, as TGI
         config = self.model.generation_config
@@ -135,93 +147,101 @@ class DecodeBatch:
             generator = torch.Generator(device=self.model.device).manual_seed(int(params["seed"]))
         shaping = RowShaping.of(self.tokenizer, self.model.config.get_text_config(decoder=True).vocab_size, self.eos,
                                 params)
-        return Row(id=request_id, prompt=text, ids=list(ids), max_new_tokens=max_new, decoder=decoder,
+        # As TGI: a stream (and details) without the prompt unless asked; as the pipeline: a whole answer with it.
+        details = bool(params.get("stream") or params.get("details"))
+        full_text = params.get("return_full_text") is True if details else params.get("return_full_text") is not False
+        return Row(id=request_id, prompt=str(text), ids=list(ids), max_new_tokens=max_new, decoder=decoder,
                    sequence=sequence, processors=_processors(config, params, sample), sample=sample,
-                   generator=generator, full_text=params.get("return_full_text") is True, shaping=shaping)
+                   generator=generator, full_text=full_text, details=details, shaping=shaping)
 
-    def prefill(self, row: Row) -> bool:
-        """Run the prompt, emit the first token; the row joins unless already done (True when it joined)."""
-        with torch.inference_mode():
-            out = self._prompt_forward(row.ids)
-            row.history = list(row.ids)
-            self._emit(row, out.logits[0, -1])
-            row.cached = len(row.ids)
+    def step(self, joining: list[Row] | tuple[()] = (), preempted: list[Row] | tuple[()] = ()) -> list[Row]:
+        """One step: preempted rows leave, joining rows take slots, one forward; the rows that finished (gone)."""
+        finished = [r for r in self.rows if r.done]  # cancelled since the last step
+        self._leave(finished + [r for r in preempted if r in self.rows])
+        for row in joining:
             if row.done:
-                return False
-            self._join(row, out.past_key_values)
-        return True
+                finished.append(row)
+            else:
+                self._seat(row)
+        if self.rows:
+            with torch.inference_mode():
+                self._forward()
+            done = [r for r in self.rows if r.done]
+            self._leave(done)
+            finished += done
+        if not self.rows:  # idle: the memory goes back (a head is reused while rows come and go)
+            self.cache.release()
+            self.table.clear()
+        return finished
 
-    def _prompt_forward(self, ids: list[int]) -> Any:
-        """One prompt's forward, from the longest kept head of it when there is one (prefix cache); keeps its head."""
-        device = self.model.device
-        hit = self.prefixes.lookup(ids)
-        if hit is None:
-            out = self.model(input_ids=torch.tensor([ids], device=device), use_cache=True)
-        else:
-            cache = DynamicCache(config=self.model.config)
-            for index, (keys, values) in enumerate(hit.layers):
-                cache.update(keys, values, index)  # onto an empty layer: a copy, the kept head stays as it is
-            out = self.model(input_ids=torch.tensor([ids[hit.tokens:]], device=device), past_key_values=cache,
-                             use_cache=True)
-        self.prefixes.store(ids, [(layer.keys, layer.values) for layer in out.past_key_values.layers])
-        return out
-
-    def step(self) -> list[Row]:
-        """One token for every running row; the rows that finished (already cut out)."""
-        gone = [r for r in self.rows if r.done]  # cancelled since the last step
-        self.cut(gone)
-        if not self.rows:
-            return gone
-        assert self.cache is not None and self.mask is not None
-        with torch.inference_mode():
-            device = self.model.device
-            ids = torch.tensor([[r.last] for r in self.rows], device=device)
-            mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
-            positions = torch.tensor([[r.cached] for r in self.rows], device=device)
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
-                             use_cache=True)
-            self.mask = mask
-            for n, row in enumerate(self.rows):
-                row.cached += 1
-                self._emit(row, out.logits[n, -1])
-        finished = [r for r in self.rows if r.done]
-        self.cut(finished)
-        return gone + finished
-
-    def cut(self, rows: list[Row]) -> None:
-        """Take rows out of the batch now, and the padding columns no row needs."""
-        if not rows:
-            return
-        gone = {id(r) for r in rows}
-        keep = [n for n, r in enumerate(self.rows) if id(r) not in gone]
-        self.rows = [self.rows[n] for n in keep]
-        if not self.rows:
-            self.cache, self.mask = None, None
-            return
-        assert self.cache is not None and self.mask is not None
-        index = torch.tensor(keep, device=self.mask.device)
-        mask = self.mask.index_select(0, index)
-        lead = int((mask.cumsum(dim=1) == 0).sum(dim=1).min())  # columns that are padding in every row
-        self.mask = mask[:, lead:]
-        for layer in self.cache.layers:
-            layer.keys = layer.keys.index_select(0, index)[:, :, lead:]
-            layer.values = layer.values.index_select(0, index)[:, :, lead:]
-
-    def _join(self, row: Row, cache: DynamicCache) -> None:
-        if self.cache is None or self.mask is None:
-            # Written in place from now on (inference.kv_rows): a step appends a column, it copies no cache.
-            self.cache = growing(cache)
-            self.mask = torch.ones((1, row.cached), dtype=torch.long, device=self.model.device)
-            self.rows = [row]
-            return
-        width, own = self.mask.shape[1], row.cached
-        total = max(width, own)
-        self.mask = torch.cat([_pad(self.mask, total - width),
-                               _pad(self.mask.new_ones((1, own)), total - own)], dim=0)
-        for mine, theirs in zip(self.cache.layers, cache.layers):
-            mine.keys = torch.cat([_pad_kv(mine.keys, total - width), _pad_kv(theirs.keys, total - own)], dim=0)
-            mine.values = torch.cat([_pad_kv(mine.values, total - width), _pad_kv(theirs.values, total - own)], dim=0)
+    def _seat(self, row: Row) -> None:
+        """row takes a slot, starting from the longest cached head of what it must compute."""
+        row.fill = row.history[:-1] if row.history else row.ids  # a preempted row computes its tokens again
+        seat = self.table.take(row.fill, {r.slot: r.held() for r in self.rows})
+        self.cache.reserve(seat.slot + 1, row.tokens)
+        if seat.source is not None:
+            self.cache.copy(seat.source, seat.slot, seat.reused)
+        row.slot, row.cached = seat.slot, seat.reused
         self.rows.append(row)
+
+    def _leave(self, rows: list[Row]) -> None:
+        for row in rows:
+            if row in self.rows:
+                self.rows.remove(row)
+                self.table.give_back(row.slot, row.held())
+            row.slot, row.cached = -1, 0
+
+    def _forward(self) -> None:
+        """One forward: a token for every decoding row, the next chunk of prompts being prefilled."""
+        step = decode_step.next_step(self.rows, self.cache, self._prefill_budget())
+        if not step.ids:
+            return
+        device = self.model.device
+        plan = step.plan(self.cache, device)
+        started = time.perf_counter()
+        with kv_slots.slot_attention(self.configs):
+            logits = self.model(input_ids=torch.tensor([step.ids], device=device), position_ids=plan.positions[None],
+                                use_cache=False, logits_to_keep=torch.tensor(step.keep, dtype=torch.long, device=device),
+                                slot_plan=plan).logits[0]
+        for n, row in enumerate(step.decoding):
+            row.cached += 1
+            self._emit(row, logits[n])
+        drawn = len(step.decoding)
+        for row, count, completes in step.chunks:
+            row.cached += count
+            if completes and not row.history:
+                row.history = list(row.ids)
+                self._emit(row, logits[drawn])
+                drawn += 1
+        measured = (time.perf_counter() - started) / len(step.ids)  # a decode token costs at least a prompt token
+        old = self.seconds_per_token
+        self.seconds_per_token = measured if old is None else 0.7 * old + 0.3 * measured
+
+    def _prefill_budget(self) -> int:
+        if self.seconds_per_token is None:
+            return FIRST_CHUNK
+        return max(MIN_CHUNK, int(STEP_S / self.seconds_per_token))
+
+    def _prompt_ids(self, text: str, params: dict[str, Any]) -> list[int]:
+        """The prompt's tokens: counted at intake, or the chat messages rendered and tokenized once per prompt."""
+        if not params.get("messages"):
+            if isinstance(text, TokenizedText):
+                return list(text.ids)
+            prompt = str(text)
+        else:
+            prompt = chat_prompt(self.tokenizer, params["messages"])
+            if prompt in self.prompts:
+                self.prompts.move_to_end(prompt)
+                return self.prompts[prompt]
+        if self.limit is not None and len(prompt) > readable_chars(self.limit):
+            raise InvalidInput(f"the prompt has {len(prompt)} characters; this model reads {self.limit} tokens, and "
+                               f"no text of over {readable_chars(self.limit)} characters fits in them: shorten it")
+        ids = list(self.tokenizer(prompt, return_token_type_ids=False)["input_ids"])
+        if params.get("messages"):
+            self.prompts[prompt] = ids
+            while len(self.prompts) > 32:
+                self.prompts.popitem(last=False)
+        return ids
 
     def _emit(self, row: Row, logits: torch.Tensor) -> None:
         history = torch.tensor([row.history], device=logits.device)
@@ -263,11 +283,3 @@ def _processors(config: Any, params: dict[str, Any], sample: bool) -> LogitsProc
     if typical and typical < 1.0:
         processors.append(TypicalLogitsWarper(mass=float(typical)))
     return processors
-
-
-def _pad(mask: torch.Tensor, left: int) -> torch.Tensor:
-    return torch.nn.functional.pad(mask, (left, 0)) if left else mask
-
-
-def _pad_kv(tensor: torch.Tensor, left: int) -> torch.Tensor:
-    return torch.nn.functional.pad(tensor, (0, 0, left, 0)) if left else tensor

@@ -11,6 +11,7 @@ so the forward tokenizes only texts it cannot reuse (a prompt, left truncation).
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,6 +74,27 @@ def encode(tokenizer: Tokenizer, with_types: bool, texts: Sequence[str]) -> list
     """texts as TokenizedText, in one batch call."""
     return [tokenized(text, e.ids, e.type_ids if with_types else None)
             for text, e in zip(texts, tokenizer.encode_batch(list(texts)))]
+
+
+class RecentTexts:
+    """The last texts encoded, by text: a request's n choices come as n requests, and are tokenized once."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self.entries: OrderedDict[str, TokenizedText] = OrderedDict()
+
+    def encode(self, tokenizer: Tokenizer, with_types: bool, texts: Sequence[str]) -> list[TokenizedText]:
+        """texts as TokenizedText, encoding only those not seen lately (in one batch call)."""
+        missing = [text for text in dict.fromkeys(texts) if text not in self.entries]
+        for item in encode(tokenizer, with_types, missing) if missing else []:
+            self.entries[str(item)] = item
+        found = []
+        for text in texts:
+            self.entries.move_to_end(text)
+            found.append(self.entries[text])
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+        return found
 
 
 def reusable(texts: Sequence[Any]) -> list[TokenizedText] | None:

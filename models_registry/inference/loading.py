@@ -20,6 +20,8 @@ from transformers import (
 )
 
 from models_registry.inference import (
+    cpu_packing,
+    decode_check,
     half_precision,
     intake_tokens,
     media_models,
@@ -30,7 +32,7 @@ from models_registry.inference import (
 )
 from models_registry.inference.backend import PackedEncoder
 from models_registry.inference.packed_forward import EagerEncoder, packed_position_offset
-from models_registry.inference.task_common import ModelBundle
+from models_registry.inference.task_common import ModelBundle, max_positions
 from models_registry.media.item import is_media
 from models_registry.catalog.compute_cost import DEFAULT_MAX_NEW_TOKENS, TokenCounter
 from models_registry.catalog.specs import ModelSpec
@@ -57,6 +59,7 @@ class LoadedModel:
     pipelines: dict[str, Any] = field(default_factory=dict)
     counter: Tokenizer | None = None  # a private tokenizer copy for cost estimates
     max_tokens: int = 512
+    positions: int | None = None  # the most tokens its model takes (task_common.max_positions), where it says
     # First position id of a packed input; None where packing did not reproduce the model's
     # own outputs at load (causal models, models that take no position ids...).
     pack_position_offset: int | None = None
@@ -67,6 +70,7 @@ class LoadedModel:
     # A truncating tokenizer copy whose ids equal the forward's (checked at load) and whether
     # token types go to the model: intake encodes each text once with it (intake_tokens).
     intake: tuple[Tokenizer, bool] | None = None
+    recent_prompts: intake_tokens.RecentTexts = field(default_factory=intake_tokens.RecentTexts)
 
     def cost_counter(self) -> TokenCounter:
         """This model's tokenizer and lengths, for what a request makes it compute (catalog.compute_cost)."""
@@ -93,9 +97,15 @@ class LoadedModel:
         """The inputs as the batch carries them, and each one's tokens (count_tokens).
 
         Plain texts are encoded in one batch call; a feature-extraction request's texts keep
-        their ids (intake_tokens.TokenizedText) so the forward does not tokenize them again.
+        their ids (intake_tokens.TokenizedText) so the forward does not tokenize them again, and so
+        do text-generation prompts shorter than the intake's truncation (the n choices of a prompt,
+        n requests, are encoded once).
         """
         if self.intake is not None and inputs and all(type(item) is str for item in inputs):
+            if task == "text-generation":
+                encoded = self.recent_prompts.encode(*self.intake, inputs)
+                kept = [item if len(item.ids) < self.max_tokens else str(item) for item in encoded]
+                return kept, [len(item.ids) for item in encoded]
             encoded = intake_tokens.encode(*self.intake, inputs)
             return (encoded if task == "feature-extraction" else inputs), [len(item.ids) for item in encoded]
         return inputs, [self.count_tokens(item) for item in inputs]
@@ -152,6 +162,9 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     loaded.media_costs = media_models.costs(loaded.pipelines)
     # Before the packing check and the trace: they must see the dtype the model serves in.
     chosen = half_precision.choose(loaded.pipelines, device, half_dtypes) if spec.dtype == "auto" else None
+    if "text-generation" in loaded.pipelines:  # in the dtype it serves in: decoded in slots, or in static batches
+        cpu_packing.pack(loaded.pipelines["text-generation"].model)
+        decode_check.verify(loaded.pipelines["text-generation"])
     first = next(iter(loaded.pipelines.values()), None)
     tokenizer = getattr(first, "tokenizer", None)
     if tokenizer is not None and hasattr(tokenizer, "backend_tokenizer"):
@@ -162,6 +175,8 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
         limit = tokenizer.model_max_length
         loaded.max_tokens = limit if isinstance(limit, int) and 0 < limit < 100_000 else 512
         loaded.intake = intake_tokens.intake_tokenizer(tokenizer, loaded.max_tokens)
+        if getattr(first, "model", None) is not None:
+            loaded.positions = max_positions(first.model, tokenizer)
     generation_config = getattr(getattr(first, "model", None), "generation_config", None)
     if isinstance(getattr(generation_config, "max_new_tokens", None), int):
         loaded.max_new_tokens = generation_config.max_new_tokens

@@ -52,9 +52,9 @@ class BatchLoop:
         self._room = asyncio.Event()
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
         self.streams = TokenStreams(layer)
-        # Streamed text-generation on decoder models joins a running batch per token step (worker.decode_loop).
+        # Text-generation on decoder models joins a running batch per token step (worker.decode_loop).
         self.decoding = DecodeLoop(batcher, slots, replies, self.streams, self.memory, self.in_compute_thread,
-                                   enabled=conf.CONTINUOUS_BATCHING)
+                                   enabled=conf.CONTINUOUS_BATCHING, stats=stats)
 
     def wake(self) -> None:
         """Look at the queues again now (new work, or new policies)."""
@@ -111,6 +111,7 @@ class BatchLoop:
             self.busy = True
             started = time.time()
             sinks = self.streams.open(batch)
+            sent: dict[str, int] = {}
             try:
                 outputs = await suspects.run_isolating(
                     batch, sinks, lambda part, part_sinks: loop.run_in_executor(self._compute, self._run_batch, part,
@@ -123,14 +124,14 @@ class BatchLoop:
                 outputs = [ItemFailure(Internal(f"batch failed: {describe(error)}"))] * len(batch)
             finally:
                 self.busy = False
-                self.streams.close(sinks)
+                sent = self.streams.close(sinks)  # the answers say how many token messages went before them
             compute_s = time.time() - started
             self.stats.record_batch(batch.key, len(batch), sum(item.cost for item in batch.items), compute_s)
             logger.debug("batch %s size=%d reason=%s compute=%.1fms", batch.key, len(batch), batch.reason, compute_s * 1e3)
             traced = self._trace(batch, formed, started, started + compute_s) if tracing.tracer is not None else None
             finished = self.batcher.complete(batch, outputs)
             if finished:
-                self.replies.batch(finished, started, compute_s, traced)
+                self.replies.batch(finished, started, compute_s, sent, traced)
 
     def _trace(self, batch: Batch[Delivery], formed: float, started: float, ended: float) -> Any:
         """The batch's spans (observe.tracing): each request's queue time, the batch linked to them, the forward;

@@ -1,7 +1,8 @@
-"""Continuous batching on the worker: streamed text-generation requests join a running decode batch per model.
+"""Continuous batching on the worker: text-generation requests join a running decode batch per model.
 
-The batch loop hands this loop the batches it takes for a decoder model's streamed
-text-generation; each request is read (tokenized, checked) in the compute thread and
+The batch loop hands this loop the batches it takes for a decoder model's text-generation,
+streamed or answered whole (HF, TGI, OpenAI, batch-job lines); each request is read (checked,
+its chat prompt rendered and tokenized) in the compute thread and
 waits in the pure DecodeSchedule until it may join. `iterate` runs one token step per
 model in the compute thread (prefilling those that join first) and returns to the event
 loop, which keeps receiving and heart-beating between steps; a request that finished,
@@ -19,12 +20,13 @@ from typing import Any
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.batch_types import Batch, Item, ItemFailure, Key
 from models_registry.core.errors import HostingError, Internal, TooLarge, Unavailable
-from models_registry.inference import decode_batch
+from models_registry.inference import decode_check
 from models_registry.inference.containment import contained, describe
 from models_registry.inference.decode_batch import DecodeBatch, Row
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.decode_schedule import DecodeSchedule, Entry
 from models_registry.worker.delivery import Delivery
+from models_registry.worker.engine_stats import EngineStats
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.replies import Replies
 from models_registry.worker.token_streams import StreamSink, TokenStreams
@@ -32,7 +34,7 @@ from models_registry.worker.token_streams import StreamSink, TokenStreams
 logger = logging.getLogger(__name__)
 
 TASK = "text-generation"
-KV_COPIES = 2  # a growing cache is copied once per step: budget twice its bytes
+KV_COPIES = 2  # the cache is written in place, but grows by a copy: budget twice its bytes
 
 
 @dataclass(eq=False)
@@ -59,9 +61,10 @@ class DecodeLoop:
 
     def __init__(self, batcher: Batcher[Delivery], slots: ModelSlots, replies: Replies, streams: TokenStreams,
                  memory: BatchMemory, compute: Callable[[Callable[[], Any]], Awaitable[Any]],
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, stats: EngineStats | None = None) -> None:
         self.batcher, self.slots, self.replies, self.streams = batcher, slots, replies, streams
         self.memory = memory
+        self.stats = stats or EngineStats()  # its steps count as the worker's busy time, its answers as drained
         self.compute = compute
         self.enabled = enabled  # off: streamed generation in static batches (HOSTING_CONTINUOUS_BATCHING)
         self.running: dict[Key, Running] = {}
@@ -71,13 +74,13 @@ class DecodeLoop:
         return any(r.schedule.waiting or r.schedule.running for r in self.running.values())
 
     def split(self, batch: Batch[Delivery]) -> tuple[Batch[Delivery] | None, Batch[Delivery] | None]:
-        """(the items that belong in a decode batch: streamed text-generation on a decoder model, the rest)."""
+        """(the items that belong in a decode batch: text-generation on a decoder model, streamed or not; the rest)."""
         pipe = self._pipe(batch.key) if self.enabled else None
-        if pipe is None or not decode_batch.supports(pipe.model):
+        if pipe is None or not decode_check.supports(pipe.model):
             return None, batch
         # A request redelivered after a worker died is computed alone, in the static path (worker.suspects).
-        mine = [i for i in batch.items if i.request.delivery.streams and not i.request.delivery.suspect]
-        rest = [i for i in batch.items if not (i.request.delivery.streams and not i.request.delivery.suspect)]
+        mine = [i for i in batch.items if not i.request.delivery.suspect]
+        rest = [i for i in batch.items if i.request.delivery.suspect]
         return (Batch(batch.key, mine, batch.reason) if mine else None,
                 Batch(batch.key, rest, batch.reason) if rest else None)
 
@@ -92,7 +95,7 @@ class DecodeLoop:
             if running is not None:
                 self._fail_all(batch.key, Unavailable("the model was reloaded; send the request again"))
             running = self.running[batch.key] = self._start(batch.key, pipe)
-        sinks = self.streams.open(batch)
+        sinks = self.streams.open(batch, every=True)  # a whole answer's is quiet: it stops when its client leaves
         model, task_name = batch.key
         task = self.slots.get(model).spec.tasks[task_name]  # type: ignore[union-attr]
 
@@ -111,7 +114,7 @@ class DecodeLoop:
             if isinstance(row, HostingError):
                 failed.append((item, sink, ItemFailure(row)))
                 continue
-            entry = Entry(id=item.request.id, tokens=row.tokens, prompt_tokens=len(row.ids),
+            entry = Entry(id=f"{item.request.id}/{item.index}", tokens=row.tokens, prompt_tokens=len(row.ids),
                           arrival=item.request.arrival, payload=Waiting(item, sink, row),
                           priority=item.request.priority, client=item.request.delivery.client)
             if not running.schedule.fits_alone(entry):
@@ -124,8 +127,13 @@ class DecodeLoop:
 
     async def iterate(self) -> None:
         """One token step of every model with work (those that may join are prefilled first)."""
+        now = time.time()
         for key, running in list(self.running.items()):
             schedule = running.schedule
+            for entry in [*schedule.waiting, *schedule.running.values()]:
+                sink = entry.payload.sink  # a whole answer past its deadline: its view has answered 504
+                if sink is not None and sink.quiet and entry.payload.item.request.deadline <= now:
+                    sink.cancel()
             for entry in [e for e in schedule.waiting if e.payload.row.done]:  # the client left while it waited
                 schedule.leave(entry.id)
                 self._finish(key, [(entry.payload.item, entry.payload.sink, entry.payload.row.answer())])
@@ -135,14 +143,20 @@ class DecodeLoop:
             if slot is None or slot.loaded is None or self._pipe(key) is not running.pipe:
                 self._fail_all(key, Unavailable("the model was unloaded; send the request again"))
                 continue
-            joining = [e.payload for e in schedule.admit(time.time())]
-            by_row = {id(e.payload.row): e.payload for e in schedule.running.values()}
+            turn = schedule.next_turn(time.time())
+            for entry in turn.preempted:  # it yields its row: its tokens so far are recomputed when it joins again
+                entry.prompt_tokens = max(1, len(entry.payload.row.history) - 1)
+                logger.info("decode batch %s: request %s of client %r yields its row (fair share)", key, entry.id,
+                            entry.client)
+            preempted = [e.payload.row for e in turn.preempted]
+            joining = [e.payload.row for e in turn.joined]
+            by_row = {id(e.payload.row): e.payload for e in schedule.running.values()}  # the joining ones too
 
             def step() -> list[tuple[Waiting, Any]]:
-                done = [(w, w.row.answer()) for w in joining if not running.batch.prefill(w.row)]
-                return done + [(by_row[id(row)], row.answer()) for row in running.batch.step()]
+                return [(by_row[id(row)], row.answer()) for row in running.batch.step(joining, preempted)]
 
             self.slots.touch(key[0])
+            started = time.time()
             try:
                 with self.slots.using(slot):
                     finished = await self.compute(step)
@@ -152,16 +166,17 @@ class DecodeLoop:
                 logger.exception("decode step on %s failed", key)
                 self._fail_all(key, Internal(f"generation failed: {describe(error)}"))
                 continue
+            self.stats.record_batch(key, len(finished), 0, time.time() - started)
             for waiting, _ in finished:
-                schedule.leave(waiting.item.request.id)
+                schedule.leave(f"{waiting.item.request.id}/{waiting.item.index}")
             self._finish(key, [(w.item, w.sink, output) for w, output in finished])
 
     def _start(self, key: Key, pipe: Any) -> Running:
-        batch = DecodeBatch(pipe)
+        rows = self.batcher.policy(key).max_batch_size
+        batch = DecodeBatch(pipe, max_rows=rows)
         budget = 0
         if self.memory.enabled and self.memory.budget_bytes:
             budget = int(self.memory.available() // (KV_COPIES * batch.bytes_per_token()))
-        rows = self.batcher.policy(key).max_batch_size
         logger.info("decode batch for %s: up to %d rows, KV budget %s tokens", key, rows, budget or "unbounded")
         return Running(pipe=pipe, batch=batch, schedule=DecodeSchedule(rows, budget))
 
@@ -185,9 +200,9 @@ class DecodeLoop:
     def _finish(self, key: Key, done: list[tuple[Item[Delivery], StreamSink | None, Any]]) -> None:
         """Answer requests that left the decode batch and close their streams."""
         for item, sink, output in done:
+            # Its tokens first: the answer says how many token messages went before it (the view waits for them).
+            sent = self.streams.close([sink])
             started = item.request.started_at or item.request.arrival
             finished = self.batcher.complete(Batch(key, [item], "decode"), [output])
             if finished:
-                self.replies.batch(finished, started, time.time() - started)
-            if sink is not None:
-                self.streams.close([sink])
+                self.replies.batch(finished, started, time.time() - started, sent)

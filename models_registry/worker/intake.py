@@ -13,7 +13,7 @@ from models_registry.core.model_state import ModelState
 from models_registry.media.item import is_media
 from models_registry.catalog import answer_size
 from models_registry.catalog.compute_cost import is_plain_length, request_cost
-from models_registry.catalog.readable_text import cut_inputs
+from models_registry.catalog.readable_text import SEQ2SEQ_TASKS, check_prompt_chars, cut_inputs
 from models_registry.worker.model_slots import ModelSlot
 
 
@@ -57,7 +57,12 @@ def computed_tokens(request: WorkRequest, slot: ModelSlot, costs: list[int]) -> 
     if is_plain_length(task.task, params):
         tokens = sum(costs)  # the common case: no second tokenization
     else:
-        tokens = sum(request_cost(task.task, request.inputs, params, slot.loaded.cost_counter()))
+        counter = slot.loaded.cost_counter()
+        if task.task == "text-generation":  # a prompt's cost is its count, plus what is generated
+            counted = dict(zip(request.inputs, costs))
+            count = counter.tokens
+            counter = replace(counter, tokens=lambda text: counted[text] if text in counted else count(text))
+        tokens = sum(request_cost(task.task, request.inputs, params, counter))
     return max(tokens, answer_size.answer_tokens(answer))  # a large answer is charged what it weighs
 
 
@@ -80,10 +85,19 @@ def answer_bytes(task: str, inputs: list[Any], params: dict[str, Any], slot: Mod
 
 
 def readable(request: WorkRequest, slot: ModelSlot) -> WorkRequest:
-    """request with each text cut to what the model reads, before any tokenizer sees it (catalog.readable_text)."""
+    """request with each text cut to what the model reads, before any tokenizer sees it (catalog.readable_text).
+
+    A text-generation prompt is not cut: one longer than the model's positions can hold is a 400 here.
+    """
     task = slot.spec.tasks[request.task]
     max_tokens = getattr(slot.loaded, "max_tokens", 0)  # a runner that counts no tokens reads no length
     if not max_tokens:
         return request
-    inputs = cut_inputs(task.task, request.inputs, {**task.parameters, **request.parameters}, max_tokens)
+    params = {**task.parameters, **request.parameters}
+    if task.task == "text-generation":
+        check_prompt_chars(request.inputs, params, getattr(slot.loaded, "positions", None) or max_tokens)
+        return request
+    if task.task in SEQ2SEQ_TASKS:  # they truncate at the model's positions where it has more than its tokenizer
+        max_tokens = max(max_tokens, getattr(slot.loaded, "positions", None) or 0)
+    inputs = cut_inputs(task.task, request.inputs, params, max_tokens)
     return request if inputs is request.inputs else replace(request, inputs=inputs)

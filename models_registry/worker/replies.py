@@ -36,9 +36,10 @@ class Replies:
         return len(self._tasks) + len(self._to_release)
 
     def batch(self, requests: list[PendingRequest[Delivery]], started: float, compute_s: float,
-              traced: Any = None) -> None:
-        """Answer every request a batch finished (traced: the batch span's context, the parent of the reply's)."""
-        self._spawn(self._reply_all(requests, started, compute_s, traced))
+              token_messages: dict[str, int] | None = None, traced: Any = None) -> None:
+        """Answer every request a batch finished (token_messages: what each streamed one was sent before;
+        traced: the batch span's context, the parent of the reply's)."""
+        self._spawn(self._reply_all(requests, started, compute_s, token_messages or {}, traced))
 
     def error(self, request_id: str, reply: str, error: HostingError, lease: Lease | None = None,
               deadline: float | None = None) -> None:
@@ -68,9 +69,10 @@ class Replies:
         task.add_done_callback(self._tasks.discard)
 
     async def _reply_all(self, requests: list[PendingRequest[Delivery]], started: float, compute_s: float,
-                         traced: Any) -> None:
+                         token_messages: dict[str, int], traced: Any) -> None:
         """All of a batch's replies in one round trip."""
-        replies = [(r.delivery.reply, self._result_message(r, started, compute_s)) for r in requests]
+        replies = [(r.delivery.reply, self._result_message(r, started, compute_s, token_messages.get(r.id)))
+                   for r in requests]
         deadline = max(r.deadline for r in requests)
         leases = [r.delivery.lease for r in requests if r.delivery.lease is not None]
         # Each request's admission places go with its answer: its view need not give them back.
@@ -96,7 +98,8 @@ class Replies:
             logger.error("request %s answered 500: %s", request_id, error.message)
         return public
 
-    def _result_message(self, request: PendingRequest[Delivery], started: float, compute_s: float) -> dict[str, Any]:
+    def _result_message(self, request: PendingRequest[Delivery], started: float, compute_s: float,
+                        token_messages: int | None = None) -> dict[str, Any]:
         queue_ms = max(0.0, ((request.started_at or started) - request.arrival) * 1000)
         batch_size = max(request.batch_sizes or [0])
         if request.error is not None:
@@ -108,7 +111,7 @@ class Replies:
         return messages.WorkResult(
             request.id, outputs=request.outputs, queue_ms=queue_ms,
             compute_ms=compute_s * 1000, batch_size=batch_size, worker=self.worker_id,
-            tokens=request.delivery.tokens,
+            tokens=request.delivery.tokens, token_messages=token_messages,
         ).to_wire()
 
     async def _send_then_release(self, channel: str, message: dict[str, Any], lease: Lease | None,

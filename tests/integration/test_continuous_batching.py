@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -21,12 +22,14 @@ WIDE, NARROW = "cb-wide", "cb-narrow"  # the same tiny GPT-2: 8 rows, 2 rows
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """One worker, so that every long request runs in its one decode batch."""
-    path = model_factory.build_tiny_gpt2(tmp_path_factory.mktemp("cb") / "gpt2", positions=1024)
+    path = model_factory.build_tiny_gpt2(tmp_path_factory.mktemp("cb") / "gpt2", positions=1024,
+                                         chat_template=model_factory.CHAT_TEMPLATE)
     with Stack.started() as running:
         for name, rows in ((WIDE, "8"), (NARROW, "2")):
             running.manage("register_model", name, "--source", str(path), "--task", "text-generation",
                            "--max-batch-size", rows, "--timeout", "120")
-        running.create_token("all")
+        for token in ("all", "greedy", "modest"):
+            running.create_token(token)
         running.start_worker()
         running.start_web()
         running.wait_ready([WIDE, NARROW])
@@ -46,8 +49,6 @@ class Generation(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        import json
-
         try:
             with httpx.stream("POST", f"{self.stack.url}/v1/completions", timeout=120,
                               headers={"Authorization": f"Bearer {self.stack.tokens['all']}"},
@@ -107,3 +108,92 @@ def test_a_cancelled_request_frees_its_row_for_the_next(stack: Stack) -> None:
     # The leaver's row was freed when its client went, not when its 500 tokens would have been done.
     assert waiter.ended_at is not None and witness.ended_at is not None and waiter.ended_at < witness.ended_at
     wait_until(lambda: "client gone" in stack.logs(), 20, "the worker to log the cancelled stream")
+
+
+class Flood(threading.Thread):
+    """One streamed /v1/completions of several prompts and choices: when each choice ended, and its tokens."""
+
+    def __init__(self, stack: Stack, token: str, prompts: list[str], n: int, tokens: int) -> None:
+        super().__init__(daemon=True)
+        self.stack, self.token, self.prompts, self.n, self.tokens = stack, token, prompts, n, tokens
+        self.status = 0
+        self.texts: dict[int, str] = {}
+        self.ended: dict[int, float] = {}
+        self.usage: dict[str, Any] = {}
+        self.started_streaming = threading.Event()
+
+    def run(self) -> None:
+        body = {"model": WIDE, "prompt": self.prompts, "n": self.n, "max_tokens": self.tokens, "temperature": 0,
+                "stream": True, "stream_options": {"include_usage": True}}
+        with httpx.stream("POST", f"{self.stack.url}/v1/completions", json=body, timeout=120,
+                          headers={"Authorization": f"Bearer {self.stack.tokens[self.token]}"}) as response:
+            self.status = response.status_code
+            for line in response.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                chunk = json.loads(line[6:])
+                self.usage = chunk.get("usage") or self.usage
+                for choice in chunk.get("choices") or []:
+                    self.started_streaming.set()
+                    self.texts[choice["index"]] = self.texts.get(choice["index"], "") + choice["text"]
+                    if choice["finish_reason"]:
+                        self.ended[choice["index"]] = time.perf_counter()
+        self.started_streaming.set()
+
+
+def test_a_client_holding_every_row_yields_to_another_and_no_answer_is_lost(stack: Stack) -> None:
+    # The greedy client asks for 16 long sequences in two requests: twice the 8 rows there are. The first
+    # streams once its 8 sequences run (a request answers once each of its choices has started); the
+    # second's wait for rows.
+    floods = [Flood(stack, "greedy", ["hello", "hello there"], n=4, tokens=300) for _ in range(2)]
+    floods[0].start()
+    assert floods[0].started_streaming.wait(60)
+    floods[1].start()
+    time.sleep(0.2)
+    sent = time.perf_counter()
+    modest = httpx.post(f"{stack.url}/v1/chat/completions", timeout=60,
+                        headers={"Authorization": f"Bearer {stack.tokens['modest']}"},
+                        json={"model": WIDE, "max_tokens": 8, "temperature": 0,
+                              "messages": [{"role": "user", "content": "The cat sees"}]})
+    answered = time.perf_counter()
+    assert modest.status_code == 200, modest.text
+    assert modest.json()["usage"]["completion_tokens"] >= 1
+    for flood in floods:
+        flood.join(120)
+        assert not flood.is_alive() and flood.status == 200
+        assert sorted(flood.ended) == list(range(8)), flood.ended  # every choice ended
+        # Greedy: the four choices of a prompt say the same, whether or not they yielded their rows on the way.
+        for first in (0, 4):
+            assert flood.texts[first] and len({flood.texts[first + k] for k in range(4)}) == 1, flood.texts
+        assert flood.usage["completion_tokens"] > 0
+    # The modest client's row was taken from the greedy one at the next step: its answer came before
+    # any of the greedy sequences had finished, not after their first rows were done.
+    assert answered < min(min(f.ended.values()) for f in floods), (answered - sent)
+    assert "yields its row (fair share)" in stack.logs()
+
+
+def test_a_whole_answer_is_generated_in_the_running_batch_too(stack: Stack) -> None:
+    # A non-streamed request used to run as a static batch holding the compute thread until its 500 tokens
+    # were done; in the decode batch a short stream sent after it finishes first.
+    whole: dict[str, Any] = {}
+
+    def ask() -> None:
+        response = httpx.post(f"{stack.url}/models/{WIDE}", timeout=120,
+                              headers={"Authorization": f"Bearer {stack.tokens['all']}"},
+                              json={"inputs": ["The cat sees", "A dog"],
+                                    "parameters": {"max_new_tokens": 500, "do_sample": False}})
+        whole.update(status=response.status_code, body=response.json(), ended=time.perf_counter())
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    wait_until(lambda: "decode batch for" in stack.logs() or bool(whole), 30, "the decode batch to start")
+    time.sleep(0.3)
+    short = Generation(stack, WIDE, 4)
+    short.start()
+    short.join(60)
+    asker.join(120)
+    assert short.error is None and short.finish_reason == "length" and short.ended_at is not None
+    assert whole["status"] == 200 and len(whole["body"]) == 2, whole
+    assert all(answer[0]["generated_text"].startswith(prompt)  # the pipeline's shape: the prompt and the rest
+               for answer, prompt in zip(whole["body"], ("The cat sees", "A dog")))
+    assert short.ended_at < whole["ended"]

@@ -22,7 +22,7 @@ from tests.stack import Stack, http_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_phase]
 
-QA, NER, EMBED, NLI, MLM = "qa512", "ner512", "minilm", "nli", "mlm"
+QA, NER, EMBED, NLI, MLM, CHAT = "qa512", "ner512", "minilm", "nli", "mlm", "chat1024"
 TIMEOUT = ("--timeout", "60")
 
 
@@ -35,6 +35,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         NER: model_factory.build_token_classifier(root / "ner", positions=512),
         NLI: model_factory.build_zero_shot_classifier(root / "nli"),
         MLM: model_factory.build_masked_lm(root / "mlm"),
+        CHAT: model_factory.build_tiny_gpt2(root / "chat", positions=1024, chat_template=model_factory.CHAT_TEMPLATE),
     }
     with Stack.started() as running:
         running.manage("register_model", QA, "--source", str(paths[QA]), "--task", "question-answering", *TIMEOUT)
@@ -49,11 +50,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         running.manage("register_model", NLI, "--source", str(paths[NLI]), "--task", "zero-shot-classification",
                        *TIMEOUT)
         running.manage("register_model", MLM, "--source", str(paths[MLM]), "--task", "fill-mask", *TIMEOUT)
+        running.manage("register_model", CHAT, "--source", str(paths[CHAT]), "--task", "text-generation", *TIMEOUT)
         running.create_token("all")
         running.start_worker()
         running.start_worker()
         running.start_web()
-        running.wait_ready([QA, NER, EMBED, NLI, MLM])
+        running.wait_ready([QA, NER, EMBED, NLI, MLM, CHAT])
         yield running
 
 
@@ -236,6 +238,37 @@ def test_concurrent_one_megabyte_tokenize_texts_are_cut_on_the_web(stack: Stack,
     grown = _rss_mib(web) - before  # the time each took is printed, not asserted (a shared machine)
     print(f"\n8 concurrent 1 MB /tokenize, twice: slowest {max(a[2] for a in answers):.3f} s, web RSS +{grown:.0f} MiB")
     assert grown <= 100
+    assert_no_worker_died(stack, workers)
+
+
+def test_one_megabyte_chat_prompts_are_refused_before_any_tokenizer_sees_them(stack: Stack,
+                                                                            workers: list[int]) -> None:
+    # 16 chats of 1 MB were tokenized whole on the compute thread (a stream's gap 9-14 s, a probe's 13 s); one
+    # with n=8 eight times.
+    content = "word " * 200_000
+
+    def chat(n: int) -> tuple[int, Any]:
+        status, _, answer = http_json("POST", f"{stack.url}/v1/chat/completions", {
+            "model": CHAT, "n": n, "max_tokens": 8, "messages": [{"role": "user", "content": content}]},
+            token=stack.tokens["all"], timeout=60)
+        return status, answer
+
+    def attack() -> list[Any]:
+        answers: list[Any] = [None] * 16
+        clients = [threading.Thread(target=lambda i=i: answers.__setitem__(i, chat(8 if i == 0 else 1)))
+                   for i in range(16)]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(60)
+        return answers
+
+    answers = assert_available_during(stack, attack)
+    assert all(status == 400 and "characters" in answer["error"]["message"] for status, answer in answers), answers
+    status, _, answer = http_json("POST", f"{stack.url}/v1/chat/completions", {
+        "model": CHAT, "max_tokens": 4, "messages": [{"role": "user", "content": "hello"}]},
+        token=stack.tokens["all"], timeout=60)
+    assert status == 200 and answer["usage"]["completion_tokens"] >= 1
     assert_no_worker_died(stack, workers)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,12 +123,19 @@ def test_tokens_arrive_as_they_are_produced(stack: Stack, token: str) -> None:
 
 
 def test_a_client_that_leaves_stops_generation(stack: Stack, token: str) -> None:
+    body = {"inputs": "A dog likes", "stream": True, "parameters": {"max_new_tokens": 500}}
+    # Streams beside it keep the batch's steps longer than the tiny model's 500 tokens alone (about 0.5 s).
+    beside = [threading.Thread(target=sse_events, args=(stack, token, body)) for _ in range(4)]
+    for thread in beside:
+        thread.start()
     with httpx.stream("POST", f"{stack.url}/models/{GPT2}", timeout=60, headers={"Authorization": f"Bearer {token}"},
-                      json={"inputs": "A dog likes", "stream": True, "parameters": {"max_new_tokens": 500}}) as response:
+                      json=body) as response:
         for line in response.iter_lines():
             if line.startswith("data:"):
                 break  # one token, then hang up
     wait_until(lambda: "client gone, generation stops" in stack.logs(), 20, "the worker to stop generating")
+    for thread in beside:
+        thread.join(60)
 
 
 def test_errors_before_the_first_byte_are_plain_json(stack: Stack, token: str) -> None:

@@ -90,3 +90,41 @@ def test_a_tokenizer_whose_ids_differ_from_the_wrapper_is_not_reused() -> None:
     assert intake_tokens.intake_tokenizer(Shifted(), loaded.max_tokens) is None
     assert intake_tokens.intake_tokenizer(tokenizer, loaded.max_tokens) is not None
     assert intake_tokens.reusable(["plain"]) is None
+
+
+def test_a_prompt_is_tokenized_once_for_its_n_choices_and_the_decode_batch_reuses_the_ids(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from models_registry.inference.decode_batch import DecodeBatch
+
+    source = model_factory.build_tiny_gpt2(tmp_path / "gpt2", positions=64)
+    task = TaskSpec(name="gen", task="text-generation", parameters={}, pooling="mean", normalize=False,
+                    policy=BatchPolicy(max_batch_size=8), timeout_s=30.0)
+    spec = ModelSpec(name="g", source=str(source), revision="", device="cpu", dtype="float32", enabled=True,
+                     tasks={"gen": task}, default_task="gen")
+    loaded = PipelineRunner().load(spec)
+    assert loaded.intake is not None and loaded.positions == 64
+    encoded: list[list[str]] = []
+    tokenizer, with_types = loaded.intake
+    real = tokenizer.encode_batch
+    monkeypatch.setattr(loaded, "intake", (type("Spy", (), {"encode_batch": lambda self, texts: (
+        encoded.append(list(texts)), real(texts))[1]})(), with_types))
+    prompt = "The cat sees the dog"
+    choices = [loaded.count_inputs("text-generation", [prompt]) for _ in range(4)]  # n=4: four requests
+    assert encoded == [[prompt]]
+    payload = choices[0][0][0]
+    assert isinstance(payload, intake_tokens.TokenizedText) and choices[0][1] == [len(payload.ids)]
+    batch = DecodeBatch(loaded.pipelines["text-generation"])
+    class NotAgain:
+        def __init__(self, tokenizer: object) -> None:
+            self.tokenizer = tokenizer
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.tokenizer, name)
+
+        def __call__(self, *args: object, **kwargs: object) -> object:
+            raise AssertionError("the prompt was tokenized again")
+
+    monkeypatch.setattr(batch, "tokenizer", NotAgain(batch.tokenizer))
+    assert batch.prepare("r", payload, {"max_new_tokens": 4}, None).ids == payload.ids
+    too_long = loaded.count_inputs("text-generation", ["word " * 200])[0][0]
+    assert not isinstance(too_long, intake_tokens.TokenizedText)  # truncated at intake: the row counts it whole

@@ -69,7 +69,7 @@ def test_a_client_with_rows_running_yields_to_one_without() -> None:
     assert names(schedule.admit(5)) == ["other"]
 
 
-def test_prefill_is_bounded_per_step_but_one_always_joins() -> None:
+def test_prefill_may_be_bounded_per_step_but_one_always_joins() -> None:
     schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=8, prefill_tokens=100)
     schedule.add(entry("big", prompt=500, tokens=600, at=0))
     schedule.add(entry("a", prompt=60, at=1))
@@ -77,3 +77,62 @@ def test_prefill_is_bounded_per_step_but_one_always_joins() -> None:
     assert names(schedule.admit(3)) == ["big"]
     assert names(schedule.admit(3)) == ["a"]
     assert names(schedule.admit(3)) == ["b"]
+
+
+def test_when_rows_are_full_the_client_with_the_most_rows_yields_one_per_step() -> None:
+    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=4)
+    for n in range(4):
+        schedule.add(entry(f"a{n}", at=n, client="a"))
+    schedule.next_turn(10)
+    for n in range(3):
+        schedule.add(entry(f"b{n}", at=20 + n, client="b"))
+    turn = schedule.next_turn(21)
+    # a's latest row yields (least work to redo) and b's first request takes it, at once
+    assert names(turn.preempted) == ["a3"] and names(turn.joined) == ["b0"]
+    assert schedule.rows_by_client() == {"a": 3, "b": 1} and turn.preempted[0].preempted == 1
+    turn = schedule.next_turn(22)
+    assert names(turn.preempted) == ["a2"] and names(turn.joined) == ["b1"]
+    # shares are even: b's third request waits, a's rows are not taken back and forth
+    turn = schedule.next_turn(23)
+    assert turn.preempted == [] and turn.joined == []
+    assert schedule.rows_by_client() == {"a": 2, "b": 2}
+    schedule.leave("b0")
+    # the free row goes to the client with fewer rows (b), a's yielded rows wait behind it
+    assert names(schedule.next_turn(24).joined) == ["b2"]
+    schedule.leave("a0")
+    assert names(schedule.next_turn(25).joined) == ["a2"]  # a's earliest yielded row resumes first
+
+
+def test_one_client_alone_is_never_preempted_by_itself() -> None:
+    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=2)
+    for n in range(4):
+        schedule.add(entry(f"a{n}", at=n, client="a"))
+    schedule.next_turn(5)
+    turn = schedule.next_turn(6)
+    assert turn.preempted == [] and turn.joined == []
+    assert set(schedule.running) == {"a0", "a1"}
+
+
+def test_a_lower_priority_row_yields_to_interactive_work_but_not_the_reverse() -> None:
+    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=2)
+    schedule.add(entry("job0", at=0, priority="batch", client="jobs"))
+    schedule.add(entry("job1", at=1, priority="batch", client="jobs2"))
+    schedule.next_turn(2)
+    schedule.add(entry("chat", at=3, client="chat"))
+    turn = schedule.next_turn(3.5)  # the batch rows have not aged yet: one yields to the interactive request
+    assert names(turn.preempted) == ["job1"] and names(turn.joined) == ["chat"]
+    schedule.add(entry("job2", at=4, priority="batch", client="jobs3"))
+    assert schedule.next_turn(4.5).preempted == []  # batch work waiting never takes an interactive row
+    # once it has waited AGING_S it counts as interactive, and clients with even shares keep their rows
+    assert schedule.next_turn(4 + AGING_S).preempted == []
+
+
+def test_a_client_over_its_share_yields_to_a_request_held_back_by_the_token_budget() -> None:
+    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=8, token_budget=400)
+    for n in range(4):
+        schedule.add(entry(f"a{n}", tokens=100, at=n, client="a"))
+    schedule.next_turn(5)
+    schedule.add(entry("b", tokens=100, at=6, client="b"))
+    turn = schedule.next_turn(7)
+    assert names(turn.preempted) == ["a3"] and names(turn.joined) == ["b"]
+    assert schedule.padded_tokens() == 400

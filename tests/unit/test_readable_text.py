@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from models_registry.catalog.readable_text import cut_inputs, readable_chars
+import pytest
+
+from models_registry.catalog.readable_text import check_prompt_chars, cut_inputs, readable_chars
+from models_registry.core.errors import InvalidInput
 
 
 def test_an_encoder_text_is_cut_on_the_side_truncation_keeps() -> None:
@@ -24,6 +27,19 @@ def test_fill_mask_keeps_both_ends_so_its_mask_survives_and_it_stays_too_long() 
     text = "word " * 200 + "[MASK]."
     cut = cut_inputs("fill-mask", [text], {}, 4)[0]
     assert cut.endswith("[MASK].") and len(cut) > readable_chars(4) // 2 and len(cut) < len(text)
+
+
+def test_seq2seq_inputs_are_cut_as_encoders_are() -> None:
+    assert cut_inputs("summarization", ["x" * 500], {}, 4) == ["x" * 128]
+
+
+def test_a_prompt_no_model_of_its_positions_can_hold_is_refused_before_any_tokenizer_sees_it() -> None:
+    check_prompt_chars(["x" * 128], {}, 4)
+    with pytest.raises(InvalidInput, match="129 characters"):
+        check_prompt_chars(["x" * 129], {}, 4)
+    messages = [{"role": "system", "content": "x" * 100}, {"role": "user", "content": "y" * 100}]
+    with pytest.raises(InvalidInput, match="200 characters"):  # chat messages count together
+        check_prompt_chars([""], {"messages": messages}, 4)
 
 
 def test_windowed_and_generation_tasks_are_never_cut() -> None:

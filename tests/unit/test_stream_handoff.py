@@ -43,6 +43,30 @@ async def test_events_come_out_in_sequence_order_and_the_result_may_overtake_the
     assert await asyncio.wait_for(collect(stream), 2) == ["a", "b", "c", "d", "e"]
 
 
+async def test_a_result_that_counts_its_token_messages_waits_for_all_of_them_however_late(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from models_registry.broker import stream_handoff
+
+    monkeypatch.setattr(stream_handoff, "LATE_TOKENS_S", 0.01)  # only a worker that does not count uses it
+    stream = Stream(FakeLayer(), "m", "t", "r", "reply!5", timeout_s=5)  # type: ignore[arg-type]
+    stream.queue.put_nowait(messages.read_reply(messages.WorkResult(id="r", outputs=[], token_messages=2).to_wire()))
+
+    async def late_tokens() -> None:
+        await asyncio.sleep(0.2)  # twenty times the old grace: the answer must still come whole
+        stream.queue.put_nowait(messages.read_reply(tokens(1, "b", final=True)))
+        stream.queue.put_nowait(messages.read_reply(tokens(0, "a")))
+
+    sender = asyncio.ensure_future(late_tokens())
+    assert await asyncio.wait_for(collect(stream), 2) == ["a", "b"]
+    await sender
+
+
+async def test_a_result_of_a_stream_that_sent_nothing_ends_it_at_once() -> None:
+    stream = Stream(FakeLayer(), "m", "t", "r", "reply!6", timeout_s=5)  # type: ignore[arg-type]
+    stream.queue.put_nowait(messages.read_reply(messages.WorkResult(id="r", outputs=[], token_messages=0).to_wire()))
+    assert await asyncio.wait_for(stream.next_events(), 1) is None
+
+
 async def test_an_error_result_raises_the_workers_error() -> None:
     layer = FakeLayer()
     stream = Stream(layer, "m", "t", "r", "reply!2", timeout_s=5)  # type: ignore[arg-type]

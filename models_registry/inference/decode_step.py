@@ -1,0 +1,96 @@
+"""What one step of the decode batch computes: a token per decoding row, and chunks of the prompts being prefilled.
+
+The tokens go into one flattened sequence (decoding rows first, in slot order, then each
+chunk), with the slot and position of each and the plan the slot attention reads
+(inference.kv_slots). Prefill is bounded per step by a token budget; a row whose prompt
+shares a long head with a row prefilled before it waits and copies that head once it is
+computed, instead of computing it too (the n choices of one prompt, a shared system prompt).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from models_registry.inference.kv_slots import Chunk, SlotCache, StepPlan
+from models_registry.inference.slot_table import common_prefix
+
+WAIT_FOR_HEAD = 64  # a row waits for another's prefill of a head they share when it is this long
+COPY_GAIN = 16  # a row copies a head another row computed meanwhile when it gains this many tokens
+
+
+@dataclass
+class Step:
+    """One forward's tokens and what to do with its logits."""
+
+    ids: list[int] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    keep: list[int] = field(default_factory=list)  # the tokens whose logits rows draw from
+    decoding: list[Any] = field(default_factory=list)  # rows that decode (one token each), in slot order
+    chunks: list[tuple[Any, int, bool]] = field(default_factory=list)  # (row, tokens, whether its prompt completes)
+
+    @property
+    def prefilled(self) -> int:
+        """Prompt tokens in this step."""
+        return sum(count for _, count, _ in self.chunks)
+
+    def plan(self, cache: SlotCache, device: Any) -> StepPlan:
+        """The slot attention's plan: where each token goes, what each attends to."""
+        decoding = self.decoding
+        plan = StepPlan(cache, torch.tensor(self.slots, device=device), torch.tensor(self.positions, device=device),
+                        decode_tokens=len(decoding), decode_slots=[r.slot for r in decoding])
+        start = len(decoding)
+        for row, count, _ in self.chunks:
+            plan.chunks.append(Chunk(start, start + count, row.slot, row.cached))
+            start += count
+        if decoding:
+            low, high = decoding[0].slot, decoding[-1].slot + 1
+            lengths = torch.ones(high - low, dtype=torch.long)  # a slot in the range that does not decode: masked
+            lengths[[r.slot - low for r in decoding]] = torch.tensor([r.cached + 1 for r in decoding])
+            plan.decode_mask = (torch.arange(int(lengths.max()))[None] < lengths[:, None]).to(device)[:, None, None]
+            if high - low != len(decoding):
+                plan.decode_index = torch.tensor([r.slot - low for r in decoding], device=device)
+        return plan
+
+
+def next_step(rows: list[Any], cache: SlotCache, budget: int) -> Step:
+    """The step for rows: every decoding row's next token, then prompt chunks within budget tokens."""
+    step = Step()
+    step.decoding = sorted((r for r in rows if r.decoding), key=lambda r: r.slot)
+    step.ids = [r.last for r in step.decoding]
+    step.slots = [r.slot for r in step.decoding]
+    step.positions = [r.cached for r in step.decoding]
+    step.keep = list(range(len(step.decoding)))
+    for row in prefilling(rows, cache):
+        count = min(len(row.fill) - row.cached, budget)
+        if count <= 0:
+            break
+        step.ids += row.fill[row.cached:row.cached + count]
+        step.slots += [row.slot] * count
+        step.positions += range(row.cached, row.cached + count)
+        completes = row.cached + count == len(row.fill)
+        if completes and not row.history:  # a new row draws its first token from its prompt's last
+            step.keep.append(len(step.ids) - 1)
+        step.chunks.append((row, count, completes))
+        budget -= count
+    return step
+
+
+def prefilling(rows: list[Any], cache: SlotCache) -> list[Any]:
+    """Rows with prompt left to compute, in joining order; one waits while another computes a head they share."""
+    planned: list[Any] = []
+    for row in (r for r in rows if r.cached < len(r.fill)):
+        live = ((common_prefix(row.fill, other.held()), other.slot) for other in rows if other is not row)
+        shared, source = max(live, default=(0, -1))
+        reuse = min(shared, len(row.fill) - 1)
+        if reuse >= row.cached + COPY_GAIN:  # another row computed more of its head meanwhile
+            cache.copy(source, row.slot, reuse)
+            row.cached = reuse
+        if len(row.fill) - row.cached >= WAIT_FOR_HEAD and any(
+                common_prefix(row.fill, other.fill) - row.cached >= WAIT_FOR_HEAD for other in planned):
+            continue  # the other's prefill computes it once; this one copies it afterwards
+        planned.append(row)
+    return planned

@@ -1,0 +1,205 @@
+"""The decode batch: rows joining, leaving and yielding their places give the answers generate() gives alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests import model_factory
+
+torch = pytest.importorskip("torch")
+from models_registry.inference import decode_batch, decode_check, decode_step, kv_slots
+from models_registry.inference.decode_batch import DecodeBatch, Row
+from models_registry.inference.loading import load_pipeline
+
+PROMPTS = ["The cat sees", "A dog likes the lazy dog and", "Paris", "Once upon a time the blue sky"]
+
+
+HEAD = "You are a helpful assistant who answers in short sentences about cats, dogs and the weather. "
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    path = model_factory.build_tiny_gpt2(tmp_path_factory.mktemp("decode") / "gpt2", positions=256)
+    return load_pipeline("text-generation", str(path), None, "cpu", torch.float32)
+
+
+@pytest.fixture(scope="module")
+def qwen2(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    path = model_factory.build_tiny_qwen2(tmp_path_factory.mktemp("decode") / "qwen2", positions=256)
+    return load_pipeline("text-generation", str(path), None, "cpu", torch.float32)
+
+
+@pytest.fixture
+def computed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The tokens each forward computes (its first layer's queries)."""
+    counts: list[int] = []
+
+    def counting(module: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if module.layer_idx == 0:
+            counts.append(query.shape[2])
+        return kv_slots.attend(module, query, *args, **kwargs)
+
+    monkeypatch.setitem(kv_slots.AttentionInterface._global_mapping, kv_slots.ATTENTION, counting)
+    return counts
+
+
+def alone(pipe: Any, prompt: str, tokens: int) -> list[int]:
+    """generate()'s greedy tokens for one prompt."""
+    ids = pipe.tokenizer(prompt, return_tensors="pt")
+    out = pipe.model.generate(**ids, max_new_tokens=tokens, do_sample=False, min_new_tokens=tokens)
+    return out[0, ids["input_ids"].shape[1]:].tolist()
+
+
+def run(batch: DecodeBatch, rows: list[Row], plan: dict[int, tuple[list[Row], list[Row]]] | None = None,
+        limit: int = 400) -> list[Row]:
+    """Steps until every row finished; plan: at step n, (rows joining, rows yielding) besides the first join."""
+    plan = plan or {}
+    finished: list[Row] = []
+    joining, yielding = list(rows), []
+    for n in range(limit):
+        more, yielding = plan.get(n, ([], []))
+        finished += batch.step(joining + more, yielding)
+        joining = [r for r in yielding]  # a row that yielded joins again at the next step
+        if len(finished) == len(rows) + sum(len(j) for j, _ in plan.values()) and not joining:
+            return finished
+    raise AssertionError("the rows did not finish")
+
+
+def row(batch: DecodeBatch, prompt: str, tokens: int, name: str = "", **params: Any) -> Row:
+    return batch.prepare(name or prompt, prompt, {"max_new_tokens": tokens, **params}, None)
+
+
+def test_rows_of_different_lengths_decode_as_each_would_alone(gpt2: Any) -> None:
+    batch = DecodeBatch(gpt2)
+    rows = [row(batch, p, 6 + 3 * n) for n, p in enumerate(PROMPTS)]
+    run(batch, rows)
+    for r, p in zip(rows, PROMPTS):
+        assert r.sequence.ids == alone(gpt2, p, len(r.sequence.ids)), p
+    assert batch.rows == []
+
+
+def test_a_row_joining_later_and_one_yielding_its_place_still_give_the_same_tokens(gpt2: Any) -> None:
+    batch = DecodeBatch(gpt2)
+    first = [row(batch, PROMPTS[0], 20), row(batch, PROMPTS[1], 20)]
+    late = row(batch, PROMPTS[2], 12)
+    plan = {3: ([late], [first[1]]), 6: ([], [first[0]])}
+    run(batch, first, plan)
+    for r, p in ((first[0], PROMPTS[0]), (first[1], PROMPTS[1]), (late, PROMPTS[2])):
+        assert r.sequence.ids == alone(gpt2, p, len(r.sequence.ids)), p
+    assert [len(r.sequence.ids) for r in first] == [20, 20]
+
+
+def test_a_seeded_row_samples_the_same_whatever_runs_beside_it(gpt2: Any) -> None:
+    solo = DecodeBatch(gpt2)
+    mine = row(solo, PROMPTS[0], 10, do_sample=True, seed=7, temperature=1.3)
+    run(solo, [mine])
+    crowded = DecodeBatch(gpt2)
+    again = row(crowded, PROMPTS[0], 10, do_sample=True, seed=7, temperature=1.3)
+    others = [row(crowded, p, 15, do_sample=True, seed=n) for n, p in enumerate(PROMPTS)]
+    run(crowded, [again, *others], {2: ([], [again])})
+    assert again.sequence.ids == mine.sequence.ids
+
+
+@pytest.mark.parametrize("model", ["gpt2", "qwen2"])
+def test_a_long_prompt_prefilled_in_chunks_beside_decoding_rows_gives_the_same_tokens(
+        model: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, computed: list[int]) -> None:
+    pipe = request.getfixturevalue(model)
+    monkeypatch.setattr(decode_batch, "FIRST_CHUNK", 7)
+    monkeypatch.setattr(decode_batch, "MIN_CHUNK", 7)
+    monkeypatch.setattr(decode_batch, "STEP_S", 0.0)
+    batch = DecodeBatch(pipe)
+    long_prompt = HEAD * 2
+    short = row(batch, PROMPTS[0], 30)
+    long = row(batch, long_prompt, 8)
+    assert len(long.ids) > 40
+    run(batch, [short], {2: ([long], [])})
+    for r, p in ((short, PROMPTS[0]), (long, long_prompt)):
+        assert r.sequence.ids == alone(pipe, p, len(r.sequence.ids)), p
+    assert max(computed) <= 1 + 7  # a decoding row's token and one chunk of the long prompt per step
+
+
+def test_a_shared_prompt_head_is_computed_once(gpt2: Any, computed: list[int]) -> None:
+    batch = DecodeBatch(gpt2)
+    keeper = row(batch, PROMPTS[1], 60, name="keeper")  # the batch is never idle: the first's slot stays
+    first = row(batch, HEAD + "The cat sees", 6, name="first")
+    batch.step([keeper, first])
+    while not first.done:
+        batch.step()
+    computed.clear()
+    later = [row(batch, HEAD + p, 6, name=p) for p in ("A dog", "Paris is")]
+    run(batch, later)
+    for r in later:
+        assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
+    head = len(row(batch, HEAD, 1).ids)
+    assert head > 30 and max(computed) < 12, computed  # their tails and the decode steps: never the head
+
+
+def test_the_choices_of_one_prompt_share_its_prefill(gpt2: Any, monkeypatch: pytest.MonkeyPatch,
+                                                     computed: list[int]) -> None:
+    monkeypatch.setattr(decode_step, "WAIT_FOR_HEAD", 16)
+    batch = DecodeBatch(gpt2)
+    prompt = HEAD * 2
+    choices = [row(batch, prompt, 5, name=f"choice-{n}", do_sample=True, seed=n) for n in range(4)]
+    run(batch, choices)
+    prompt_tokens = len(choices[0].ids)
+    assert sum(computed) < prompt_tokens + 4 * 2 + 4 * 5, computed  # one prefill, a token each to draw from
+    alone_batch = DecodeBatch(gpt2)
+    again = row(alone_batch, prompt, 5, do_sample=True, seed=3)
+    run(alone_batch, [again])
+    assert again.sequence.ids == choices[3].sequence.ids  # forked, it samples as it would alone
+
+
+def test_a_preempted_row_resumes_from_its_kept_slot(gpt2: Any, computed: list[int]) -> None:
+    batch = DecodeBatch(gpt2)
+    mine = row(batch, HEAD, 30)
+    run(batch, [mine], {0: ([row(batch, PROMPTS[1], 40)], []), 5: ([], [mine])})
+    assert mine.sequence.ids == alone(gpt2, HEAD, 30)
+    assert computed[0] > len(mine.ids) and max(computed[1:]) < 4  # its prompt was not computed a second time
+
+
+def test_verify_admits_these_models_and_refuses_one_whose_attention_does_not_go_through_it(
+        gpt2: Any, qwen2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert decode_check.verify(gpt2) and decode_check.verify(qwen2)
+
+    def forgetful(module: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+        kv_slots.attend(module, query, key, value, *args, **kwargs)
+        return value.repeat_interleave(query.shape[1] // value.shape[1], dim=1).transpose(1, 2), None  # itself alone
+
+    try:
+        monkeypatch.setitem(kv_slots.AttentionInterface._global_mapping, kv_slots.ATTENTION, forgetful)
+        assert not decode_check.verify(gpt2) and not decode_check.supports(gpt2.model)
+    finally:
+        monkeypatch.undo()
+    assert decode_check.verify(gpt2) and decode_check.supports(gpt2.model)
+
+
+def test_packed_linear_layers_give_the_models_own_tokens(tmp_path: Any) -> None:
+    from models_registry.inference import cpu_packing
+
+    path = model_factory.build_tiny_gpt2(tmp_path / "gpt2", positions=256)
+    packed = load_pipeline("text-generation", str(path), None, "cpu", torch.float32)
+    plain = load_pipeline("text-generation", str(path), None, "cpu", torch.float32)
+    if not cpu_packing.available(packed.model):
+        pytest.skip("no oneDNN packed linear on this machine")
+    assert cpu_packing.pack(packed.model) == 2 * 4 + 1  # c_attn, c_proj, c_fc, mlp c_proj per layer; the LM head
+    assert packed.model.transformer.h[0].mlp.c_fc.weight.numel() == 0  # its dense copy is freed
+    assert packed.model.lm_head.weight.numel() > 0  # tied to the embedding: kept
+    batch = DecodeBatch(packed)
+    rows = [row(batch, p, 12) for p in PROMPTS]
+    run(batch, rows)
+    for r, p in zip(rows, PROMPTS):
+        assert r.sequence.ids == alone(plain, p, len(r.sequence.ids)), p
+    assert decode_check.verify(packed)
+
+
+def test_a_long_prompt_alone_is_prefilled_over_steps_that_draw_no_token(gpt2: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                          computed: list[int]) -> None:
+    monkeypatch.setattr(decode_batch, "FIRST_CHUNK", 10)
+    monkeypatch.setattr(decode_batch, "MIN_CHUNK", 10)
+    monkeypatch.setattr(decode_batch, "STEP_S", 0.0)
+    batch = DecodeBatch(gpt2)
+    alone_row = row(batch, HEAD, 5)
+    run(batch, [alone_row])
+    assert computed[:3] == [10, 10, 10] and alone_row.sequence.ids == alone(gpt2, HEAD, 5)
