@@ -33,9 +33,8 @@ def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def run(batch: DecodeBatch, rows: list[Row]) -> None:
-    """Prefill every row, then step until all finished (the decode loop's calls, in one thread)."""
-    for row in rows:
-        batch.prefill(row)
+    """Every row joins the first step, then steps until all finished (the decode loop's calls, in one thread)."""
+    batch.step(list(rows))
     while batch.rows:
         batch.step()
 
@@ -43,8 +42,10 @@ def run(batch: DecodeBatch, rows: list[Row]) -> None:
 def test_logprobs_are_the_models_raw_log_softmax_beside_a_row_without(gpt2: Any) -> None:
     batch = DecodeBatch(gpt2)
     sinks = [Sink(), Sink()]
-    asked = batch.prepare("a", "The cat sees", {"max_new_tokens": 6, "do_sample": False, "logprobs": 3}, sinks[0])
-    free = batch.prepare("b", "A dog likes the lazy dog and", {"max_new_tokens": 6, "do_sample": False}, sinks[1])
+    asked = batch.prepare("a", "The cat sees", {"stream": True, "max_new_tokens": 6, "do_sample": False,
+                                                "logprobs": 3}, sinks[0])
+    free = batch.prepare("b", "A dog likes the lazy dog and", {"stream": True, "max_new_tokens": 6,
+                                                               "do_sample": False}, sinks[1])
     run(batch, [asked, free])
     assert all("logprobs" not in e["token"] for e in sinks[1].events)
     events = sinks[0].events
@@ -80,10 +81,10 @@ def test_a_structured_row_and_a_free_row_share_a_batch(gpt2: Any) -> None:
     batch = DecodeBatch(gpt2)
     grammar = compile_schema(SCHEMA)
     sinks = [Sink() for _ in range(4)]
-    rows = [batch.prepare(str(n), "The cat sees", {"max_new_tokens": 120, "do_sample": True, "seed": n,
-                                                   "temperature": 1.0, "grammar": grammar, "logprobs": 0}, sinks[n])
+    rows = [batch.prepare(str(n), "The cat sees", {"stream": True, "max_new_tokens": 120, "do_sample": True,
+                                                   "seed": n, "temperature": 1.0, "grammar": grammar, "logprobs": 0}, sinks[n])
             for n in range(3)]
-    free = batch.prepare("free", "The cat sees", {"max_new_tokens": 20, "do_sample": False}, sinks[3])
+    free = batch.prepare("free", "The cat sees", {"stream": True, "max_new_tokens": 20, "do_sample": False}, sinks[3])
     run(batch, [*rows, free])
     for row in rows:
         answer = row.answer()[0]
@@ -101,7 +102,7 @@ def test_json_object_masks_a_greedy_row_too(gpt2: Any) -> None:
 
     batch = DecodeBatch(gpt2)
     sink = Sink()
-    row = batch.prepare("o", "The cat sees", {"max_new_tokens": 40, "do_sample": False,
+    row = batch.prepare("o", "The cat sees", {"stream": True, "max_new_tokens": 40, "do_sample": False,
                                               "grammar": compile_schema(ANY_OBJECT)}, sink)
     run(batch, [row])
     text = row.answer()[0]["generated_text"]
