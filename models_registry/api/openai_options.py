@@ -45,15 +45,14 @@ def _same(value: Any, neutral: Any) -> bool:
 def read_logprobs(payload: dict[str, Any], chat: bool) -> int | None:
     """How many alternatives each token's logprob comes with; None when logprobs are not asked for.
 
-    chat: "logprobs": true, "top_logprobs": 0-20 (only with logprobs). Completions: "logprobs": 0-5.
+    chat: "logprobs": true, "top_logprobs": 0-20 (which says nothing without logprobs: ignored then, so the
+    document's fields stay independent). Completions: "logprobs": 0-5.
     """
     value = payload.get("logprobs")
     if chat:
         if value is not None and not isinstance(value, bool):
             raise invalid("'logprobs' must be true or false", "logprobs")
         top = _count(payload.get("top_logprobs"), "top_logprobs", MAX_TOP_LOGPROBS)
-        if top is not None and not value:
-            raise invalid("'top_logprobs' needs \"logprobs\": true", "top_logprobs")
         return (top or 0) if value else None
     return _count(value, "logprobs", MAX_COMPLETION_LOGPROBS)
 

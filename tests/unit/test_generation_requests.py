@@ -37,7 +37,7 @@ def test_each_choice_has_its_own_seed_and_the_messages() -> None:
     ({"max_tokens": True}, "max_tokens"), ({"stop": [""]}, "stop"), ({"stop": ["a"] * 5}, "stop"),
     ({"stop": [1]}, "stop"), ({"stop": "\ud800"}, "stop"), ({"seed": 2**64}, "seed"), ({"stream": "yes"}, "stream"),
     ({"logprobs": "yes"}, "logprobs"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    ({"top_logprobs": 2}, "top_logprobs"), ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"tools": [{"type": "function"}]}, "tools"),
+    ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"tools": [{"type": "function"}]}, "tools"),
     ({"tool_choice": "required"}, "tool_choice"), ({"logit_bias": {"50256": -100}}, "logit_bias"),
     ({"presence_penalty": False}, "presence_penalty"), ({"response_format": {"type": "yaml"}}, "response_format"),
     ({"modalities": ["text", "audio"]}, "modalities"), ({"audio": {"voice": "x"}}, "audio"),
@@ -91,3 +91,12 @@ def test_choices_show_text_in_pieces_and_stop_at_a_stop_sequence() -> None:
     usage = Shaper(chat=False, model="m", n=2).usage([choice, last])
     assert last.finish_reason == "length" and usage == {"prompt_tokens": 0, "completion_tokens": 1,
                                                          "total_tokens": 1}
+
+
+def test_top_logprobs_without_logprobs_asks_for_none() -> None:
+    """The document's fields are independent (schemathesis sends any combination): top_logprobs alone is ignored."""
+    from models_registry.api.openai_options import read_logprobs
+
+    assert read_logprobs({"top_logprobs": 2}, chat=True) is None
+    assert read_logprobs({"logprobs": False, "top_logprobs": 2}, chat=True) is None
+    assert read_logprobs({"logprobs": True, "top_logprobs": 2}, chat=True) == 2
