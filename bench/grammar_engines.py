@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from models_registry.inference.token_vocabulary import byte_decoder
+
 ROOT = Path(__file__).resolve().parent.parent
 HOME = ROOT / "bench-results" / "grammar-engines"
 PEERS = ["xgrammar==0.2.8", "apache-tvm-ffi==0.1.15.post2", "outlines-core==0.2.14"]
@@ -166,7 +168,7 @@ def outlines_setup(tok: Any) -> Any:
     from outlines_core import Guide, Index, Vocabulary
     from outlines_core.json_schema import build_regex_from_schema
 
-    byte_of = _byte_decoder()
+    byte_of = byte_decoder()
     tokens: dict[bytes, list[int]] = {}
     for text, token in tok.get_vocab().items():
         if token != tok.eos_token_id:
@@ -176,18 +178,6 @@ def outlines_setup(tok: Any) -> Any:
             Guide,
             lambda m, bitmask: m.write_mask_into(bitmask.data_ptr(), bitmask.numel(), 4),
             lambda m, token: m.advance(token))
-
-
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte-level alphabet: character -> byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = list(printable), 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars)}
 
 
 def main() -> None:

@@ -72,7 +72,7 @@ def byte_level_tokens(tokenizer: Any) -> list[bytes] | None:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or type(backend.decoder).__name__ != "ByteLevel":
         return None
-    byte_of = _byte_decoder()
+    byte_of = byte_decoder()
     added = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
     tokens = []
     for token_id, token in enumerate(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
@@ -85,7 +85,7 @@ def byte_level_tokens(tokenizer: Any) -> list[bytes] | None:
     return tokens
 
 
-def _byte_decoder() -> dict[str, int]:
+def byte_decoder() -> dict[str, int]:
     """The byte-level BPE alphabet (GPT-2's bytes_to_unicode), character -> byte."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     chars, extra = list(printable), 0
