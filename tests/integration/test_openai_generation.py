@@ -206,7 +206,8 @@ def test_bad_parameters_are_400s(client: Any, stack: Stack) -> None:
     bad: list[tuple[dict[str, Any], str]] = [
         ({"temperature": -0.5}, "temperature"), ({"temperature": 1e308}, "temperature"), ({"n": 99}, "n"),
         ({"top_p": 0}, "top_p"), ({"stop": [""]}, "stop"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-        ({"max_tokens": 100_000}, "max_tokens"), ({"top_logprobs": 3}, "top_logprobs"), ({"tools": [{}]}, "tools"),
+        ({"max_tokens": 100_000}, "max_tokens"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"tools": [{}]}, "tools"),
     ]
     for extra, param in bad:
         with pytest.raises(openai.BadRequestError) as caught:
