@@ -1,7 +1,7 @@
 """Django's AsyncClient, entering by the door production uses: the project's ASGI application.
 
 API paths (core.paths.FRONT_DOOR_PREFIXES) go through hosting.asgi's API handler, exactly as uvicorn hands
-them over (the route table, the upfront refusals, the Host check, the route skeleton); the admin, the
+them over (the route table, the refusals before the body, the Host check, the route skeleton); the admin, the
 dashboard and /metrics go through Django's handler as before, which is also what production runs for them.
 The answer comes back as the HttpResponse a Django test expects (status, headers, cookies, json() through the
 client, and streaming_content for a stream), so a test reads the same either way.

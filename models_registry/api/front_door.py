@@ -32,23 +32,15 @@ from django.core.handlers.exception import response_for_exception
 from django.test.utils import override_settings
 from django.urls import set_script_prefix, set_urlconf
 
-from models_registry.api import fast_refusal, inference_route, route_table, upfront
+from models_registry.api import before_body, inference_route, route_table
 from models_registry.api.answer import Answer
 from models_registry.api.call import ApiCall, from_scope
 from models_registry.api.error_answers import error_answer, error_response_for
 from models_registry.api.hosts import host_allowed
-from models_registry.core import paths
 from models_registry.core.conf import conf
 from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.observe import ledger_flush, tracing
 from models_registry.policy import upload_reservations
-
-MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and headers around an uploaded file
-# Of a body over the limit, up to this much more is read and dropped before the 413, so a
-# client still sending it hears the answer instead of a broken pipe; a larger one is
-# answered at once and its connection closed.
-DRAIN_BYTES = 16 * 1024 * 1024
-
 
 class BodyTooLarge(Exception):
     """The body grew past the route's limit while it was read."""
@@ -69,21 +61,6 @@ async def drain(receive, budget: int) -> bool:  # type: ignore[no-untyped-def]
         if not message.get("more_body", False):
             return True
     return False
-
-
-def body_limit(path: str) -> int:
-    """Bytes a request body may have on path: batch input files are larger than inference bodies."""
-    if path.startswith(paths.FILES_PREFIX):
-        return conf.BATCH_MAX_FILE_BYTES + MULTIPART_OVERHEAD
-    return conf.MAX_BODY_BYTES
-
-
-def declared_length(content_length: str | None) -> int | None:
-    """A request's Content-Length header as a number, if it sent a well-formed one."""
-    try:
-        return int(content_length) if content_length is not None else None
-    except ValueError:
-        return None
 
 
 async def send_answer(send, answer: Answer) -> None:  # type: ignore[no-untyped-def]
@@ -141,34 +118,32 @@ class ApiASGIHandler(ASGIHandler):
         if not ledger_flush.decided:  # its first request: this web process moves the usage counters to the database
             ledger_flush.decide()
         call = from_scope(scope)  # the headers, read once: the refusals and the route read them here
-        refused = await fast_refusal.refusal(call)  # a queue known full: 503 before the body is read
-        if refused is not None:
-            await self.send_response(refused, send)
-            refused.close()
-            return
-        refused = await upfront.refusal(call)  # from the headers: before any of the body is read
-        if call.reservation is None:
-            await self._serve(scope, receive, send, call, refused)
-            return
-        scope[upload_reservations.SCOPE_KEY] = call.reservation  # the upload's route adjusts it to the file's size
+        verdict = await before_body.check(call)  # one stage: what the headers already decide
         try:
-            await self._serve(scope, receive, send, call, refused)
+            if verdict.refusal is not None:
+                await self._refuse(receive, send, call, verdict.refusal)
+            else:
+                if call.reservation is not None:  # the upload's route adjusts it to the file's size
+                    scope[upload_reservations.SCOPE_KEY] = call.reservation
+                await self._serve(scope, receive, send, call, verdict.limit)
         finally:
-            await upload_reservations.release(*call.reservation)
+            if call.reservation is not None:
+                await upload_reservations.release(*call.reservation)
 
-    async def _serve(self, scope, receive, send, call, refused):  # type: ignore[no-untyped-def]
-        """The rest of handle(): an early refusal, the body read within its limit, the route or Django's view."""
-        limit = body_limit(call.path)
-        declared = declared_length(call.content_length)
-        if refused is not None:
-            no_body = declared == 0 or (declared is None and not call.chunked)
-            heard = no_body or (declared is not None and declared <= DRAIN_BYTES and await drain(receive, declared))
-            await self._answer_early(send, refused, heard)
+    async def _refuse(self, receive, send, call: ApiCall,  # type: ignore[no-untyped-def]
+                      refused: before_body.Refusal) -> None:
+        """Answer a refusal given before the body was read, draining what the client still sends within its limit."""
+        if refused.drain is None:  # the fast 503: nothing of the body is read
+            await self.send_response(refused.response, send)
+            refused.response.close()
             return
-        if declared is not None and declared > limit:
-            heard = declared <= limit + DRAIN_BYTES and await drain(receive, declared)
-            await self._too_large(call, send, f"request body is {declared} bytes; the limit is {limit}", heard)
-            return
+        declared = before_body.declared_length(call.content_length)
+        no_body = declared == 0 or (declared is None and not call.chunked)
+        heard = no_body or (declared is not None and declared <= refused.drain and await drain(receive, declared))
+        await self._answer_early(send, refused.response, heard)
+
+    async def _serve(self, scope, receive, send, call, limit: int):  # type: ignore[no-untyped-def]
+        """The rest of handle(): the body read within its limit, then the route or Django's view."""
         matched = route_table.match(call.path) if call.method == "POST" else None
         try:
             if matched is not None:
@@ -178,7 +153,7 @@ class ApiASGIHandler(ASGIHandler):
         except RequestAborted:
             return
         except BodyTooLarge as too_large:
-            heard = too_large.ended or await drain(receive, DRAIN_BYTES)
+            heard = too_large.ended or await drain(receive, before_body.DRAIN_BYTES)
             await self._too_large(call, send, f"request body is over the limit of {limit} bytes", heard)
             return
         if matched is not None:

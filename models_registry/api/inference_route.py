@@ -1,13 +1,15 @@
-"""The one skeleton of every inference route: authorize, read, resolve, prepare, pass the gate, answer.
+"""The one skeleton of every inference route, a pipeline of values: read, authorize, resolve, prepare, admit, send.
 
 The HF route (`/models/<name>[/<task>]`), OpenAI's `/v1/embeddings`, chat and completions,
 TEI's `/rerank` and `/tokenize` differ only in how they read a body, name a model and shape
 an answer: each is an InferenceRoute, and `serve` runs its steps in the order every route
-shares, from any transport (the API's ASGI handler, Django's views, a batch-job line). A
-request goes to the workers whole, as streams (Work.streaming) or is computed by the web
-itself (Work.here); the gate charges each the same way and the record is written here, once.
-Every error of the hierarchy becomes the route's error answer here; nothing else ever
-reaches a client.
+shares, from any transport (the API's ASGI handler, Django's views, a batch-job line). Each
+step returns a value the next takes: the route's request value, the token's grant (auth
+checks the model the value names), the Work, the gate's Admission, which the hand-off sends
+(to the workers whole, or as streams: Work.streaming) unless the cache answered or the web
+computes the answer itself (Work.here); nothing is handed down to be called back up. The
+record is written here, once. Every error of the hierarchy becomes the route's error answer
+here; nothing else ever reaches a client.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Protocol
 
 from models_registry.api import request_record
@@ -26,10 +27,12 @@ from models_registry.api.call import ApiCall
 from models_registry.broker.handoff import InferenceResult
 from models_registry.broker.stream_handoff import Opening, Stream
 from models_registry.core.errors import HostingError, MethodNotAllowed, internal_error
+from models_registry.broker import stream_handoff
 from models_registry.catalog import lookups
-from models_registry.policy import auth, gate, shadow
-from models_registry.policy.dispatch import VERSION_HEADER
+from models_registry.policy import auth, dispatch, gate, shadow
+from models_registry.policy.serving import VERSION_HEADER
 from models_registry.catalog.specs import ModelSpec, TaskSpec
+from models_registry.media import item as media_item
 
 logger = logging.getLogger("models_registry.requests")
 
@@ -105,22 +108,26 @@ async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> 
     started = time.perf_counter()
     if call.method != "POST":
         raise MethodNotAllowed(f"{call.method} is not allowed here; use POST", headers={"Allow": "POST"})
-    grant, wanted = await auth.authorize_reading(call.authorization, partial(route.read, call, path),
-                                                 call.acting_token_id, call.staff)
+    try:
+        model, wanted = route.read(call, path)
+    except HostingError as error:  # told only once the token is good: a stranger hears 401, never what is wrong
+        model, wanted, unread = None, None, error
+    else:
+        unread = None
+    grant = await auth.authorize(call.authorization, model, call.acting_token_id, call.staff)
+    if unread is not None:
+        raise unread
     catalog = await lookups.snapshot()  # one view of the registry and the workers for the whole path
     spec, task = route.resolve(wanted, catalog.specs)
     try:
         work = await route.prepare(call, wanted, spec, task)
+        media = media_item.count(work.inputs)  # once: the charge's estimate and the usage ledger read it
+        ask = gate.Ask(grant, work.inputs, spec, task, work.parameters, work.asked_priority, catalog.workers,
+                       work.use_cache, work.streaming is not None, work.here is not None, media)
+        admission = await gate.admit(ask)
         if work.streaming is not None:
-            return await _streamed(call, grant, spec, task, work, work.streaming, started, catalog.workers)
-        if work.here is not None:
-            served = await gate.serve_here(grant=grant, inputs=work.inputs, compute=work.here)
-        else:
-            served = await gate.serve(
-                request_id=call.request_id, grant=grant, asked_priority=work.asked_priority, spec=spec, task=task,
-                inputs=work.inputs, parameters=work.parameters, use_cache=work.use_cache,
-                workers=catalog.workers,
-            )
+            return await _streamed(call, grant, spec, task, work.streaming, admission, started)
+        served = await _answered(call.request_id, work, ask, admission)
         body = work.shape(served.result) if work.shape is not None else served.result.outputs
     except HostingError as error:
         request_record.failed(call.request_id, route.label, spec.name, task.name, error, started,
@@ -128,40 +135,68 @@ async def _serve(route: InferenceRoute, call: ApiCall, path: dict[str, str]) -> 
         raise
     return request_record.served_answer(call.request_id, route.label, spec.name, task.name, body, served,
                                         work.counted_inputs, started, request_record.grant_id(grant),
-                                        work.inputs, timings=work.here is None)
+                                        media, timings=work.here is None)
 
 
-async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec, work: Work,
-                    streaming: Streaming, started: float, workers: lookups.WorkerView) -> Answer:
-    """Open the streams through the gate (errors raise here, before any byte) and answer their events.
+async def _answered(request_id: str, work: Work, ask: gate.Ask, admission: gate.Admission) -> gate.Served:
+    """The admission's answer: the cache's, the web's own (work.here), or a worker's; its charge settled."""
+    try:
+        if admission.hit is not None:
+            result = admission.hit
+        elif work.here is not None:
+            result = await work.here()
+        else:
+            assert ask.spec is not None and ask.task is not None and admission.target is not None
+            result = await dispatch.to_worker(request_id, ask.spec, ask.task, work.inputs, work.parameters,
+                                              admission.place, admission.target, admission.plan)
+            gate.passed(admission)
+    except BaseException as error:
+        gate.failed(admission, error)  # a rate limit's 429 raises here; else its tokens are refunded
+        raise
+    return await gate.keep(admission, ask, result)
+
+
+async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpec, task: TaskSpec,
+                    streaming: Streaming, admission: gate.Admission, started: float) -> Answer:
+    """Open the admitted streams (errors raise here, before any byte) and answer their events.
 
     Once they end, however they end, the streams are closed, the charge settled to the tokens
     counted and the request recorded (a whole answer that failed: by the caller, as any error).
     """
-    opened = await gate.open_streams(grant=grant, asked_priority=work.asked_priority, spec=spec, task=task,
-                                     openings=streaming.openings, inputs=work.inputs, parameters=work.parameters,
-                                     workers=workers)
+    target = admission.target
+    assert target is not None
+    klass, queue_limit = admission.place
+    try:
+        streams = await stream_handoff.open_streams(
+            streaming.openings, admission.plan, model=target.wire, task=task.name, timeout_s=task.timeout_s,
+            drain_rate=target.drain_rate, max_queue_size=queue_limit, priority=klass, client=admission.client)
+        headers = gate.passed(admission)
+    except BaseException as error:
+        gate.failed(admission, error)  # a rate limit's 429 raises here; else its tokens are refunded
+        raise
     first_token_s = time.perf_counter() - started
     shape = streaming.shape
-    headers = {**opened.headers, "X-Time-To-First-Token-Ms": f"{first_token_s * 1000:.2f}",
-               **({VERSION_HEADER: str(opened.version)} if opened.version else {})}
+    headers = {**headers, "X-Time-To-First-Token-Ms": f"{first_token_s * 1000:.2f}",
+               **({VERSION_HEADER: str(target.version)} if target.version else {})}
 
     def finish(failure: HostingError | None, gone: bool, record: bool = True) -> None:
-        texts = [stream.text for stream in opened.streams]
-        for stream in opened.streams:
+        texts = [stream.text for stream in streams]
+        for stream in streams:
             stream.close()
-        if opened.copy_to and failure is None and not gone and None not in texts:  # a shadow sees streams too
-            shadow.compare_streams_soon(spec, task, streaming.openings, texts, opened.copy_to)  # type: ignore[arg-type]
+        if target.copy_to and failure is None and not gone and None not in texts:  # a shadow sees streams too
+            shadow.compare_streams_soon(spec, task, streaming.openings, texts, target.copy_to)  # type: ignore[arg-type]
         tally = shape.tally()
-        opened.settle(tally.tokens)
-        request_record.count_token(opened.metered, tally.tokens)
+        gate.settle(admission, tally.tokens)
         if record:
             request_record.streamed(call.request_id, shape.log_route, spec.name, task.name, tally, first_token_s,
-                                    started, failure, gone, request_record.grant_id(grant), opened.version)
+                                    started, failure, gone, request_record.grant_id(grant), target.version,
+                                    admission.metered)
+        else:
+            request_record.count_token(admission.metered, tally.tokens)
 
     if not shape.sse:
         try:
-            async with aclosing(shape.events(opened.streams)) as parts:
+            async with aclosing(shape.events(streams)) as parts:
                 body = b"".join([part async for part in parts])
         except HostingError:
             finish(None, False, record=False)  # recorded as the error it is answered with
@@ -175,7 +210,7 @@ async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpe
     async def events() -> AsyncIterator[bytes]:
         failure, gone = None, False
         try:
-            async with aclosing(shape.events(opened.streams)) as parts:  # closed with the answer, not by the GC
+            async with aclosing(shape.events(streams)) as parts:  # closed with the answer, not by the GC
                 async for event in parts:
                     yield event
         except HostingError as error:

@@ -16,9 +16,10 @@ from channels.layers import get_channel_layer
 from models_registry.api.answer import Answer, json_answer
 from models_registry.broker import deferred
 from models_registry.core.errors import HostingError
+from models_registry.media import item as media_item
 from models_registry.observe import ledger, metrics, tracing
 from models_registry.observe.version_metrics import observe_version
-from models_registry.policy.dispatch import VERSION_HEADER
+from models_registry.policy.serving import VERSION_HEADER
 from models_registry.policy.auth import TokenGrant
 from models_registry.policy.gate import Served
 from models_registry.models.usage_records import ANONYMOUS_TOKEN
@@ -54,10 +55,11 @@ def _count_usage(counted: dict[str, int]) -> None:
 
 
 def served_answer(request_id: str, route: str, model: str, task: str, body: Any, served: Served, inputs: int,
-                  started: float, token_id: int, sent: list[Any] | None = None, timings: bool = True) -> Answer:
+                  started: float, token_id: int, media: media_item.MediaCount = media_item.NO_MEDIA,
+                  timings: bool = True) -> Answer:
     """The JSON answer of a served request, with timing and policy headers, counted and logged.
 
-    sent: its inputs as the workers took them (the ledger counts their images and audio seconds);
+    media: the media among its inputs (the ledger counts their images and audio seconds);
     timings False: no queue, compute or batch headers (the web computed it: nothing was queued).
     """
     result = served.result
@@ -73,7 +75,7 @@ def served_answer(request_id: str, route: str, model: str, task: str, body: Any,
     metrics.observe_success(model, task, elapsed, result.queue_ms / 1000, result.compute_ms / 1000, result.batch_size)
     observe_version(model, result.version)
     _count_usage(ledger.fields(token_id, model, result.version, input_tokens=result.tokens,
-                               compute_s=result.compute_ms / 1000 * share, inputs=sent))
+                               compute_s=result.compute_ms / 1000 * share, media=media))
     traced = ""
     if tracing.tracer is not None:
         tracing.annotate(route, model, result.version, token_id, 200, inputs=inputs, batch_size=result.batch_size)
@@ -108,16 +110,19 @@ def failed(request_id: str, route: str, model: str, task: str, error: HostingErr
 
 
 def streamed(request_id: str, route: str, model: str, task: str, tally: StreamTally, first_token_s: float,
-             started: float, failure: HostingError | None, gone: bool, token_id: int, version: int) -> None:
+             started: float, failure: HostingError | None, gone: bool, token_id: int, version: int,
+             metered: TokenGrant | None = None) -> None:
     """Count and log a streamed request once it ended (status 200: its first byte was on its way).
 
-    failure: the error that ended it after the first byte; gone: its client went away first.
+    failure: the error that ended it after the first byte; gone: its client went away first;
+    metered: the token its tokens are counted against (None: not charged).
     Its compute in the ledger: the time it generated after its first token, a row of the decode batch.
     """
     elapsed = time.perf_counter() - started
     _count_usage(ledger.fields(token_id, model, version, input_tokens=tally.input_tokens,
                                output_tokens=tally.output_tokens, compute_s=max(0.0, elapsed - first_token_s),
                                error=failure is not None))
+    count_token(metered, tally.tokens)
     if failure is not None:
         metrics.observe_failure(model, task, failure.status, failure.error_type, elapsed)
     else:

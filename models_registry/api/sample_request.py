@@ -21,7 +21,7 @@ from models_registry.core.model_state import ModelState
 from models_registry.core.task_key import TaskKey
 from models_registry.media import samples
 from models_registry.models import ModelTask
-from models_registry.policy.dispatch import VERSION_HEADER
+from models_registry.policy.serving import VERSION_HEADER
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.tasks.task_inputs import TASK_KINDS
 

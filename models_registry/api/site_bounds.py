@@ -20,7 +20,8 @@ from typing import Any
 
 from models_registry.api.call import header, request_id_from
 from models_registry.api.error_answers import error_response
-from models_registry.api.front_door import DRAIN_BYTES, body_limit, declared_length, drain
+from models_registry.api.before_body import DRAIN_BYTES, body_limit, declared_length
+from models_registry.api.front_door import drain
 from models_registry.core.errors import HostingError, NotFound, TooLarge
 
 Scope = dict[str, Any]

@@ -107,12 +107,26 @@ class Stream:
             handoff.in_background(_extend(self.layer, self.model, self.task, self.key, now + self.timeout_s))
 
     def close(self) -> None:
-        """Stop listening and give the place back: the worker stops generating at its next token."""
+        """Stop listening and give the place back, in the background: the worker stops at its next token.
+
+        Nothing waits for it (as for a unary request's places, broker.handoff): what the worker sends
+        meanwhile lands in a queue nobody reads, and goes with it.
+        """
         if self.closed:
             return
         self.closed = True
-        self.layer.forget_reply(self.reply)
-        handoff.leave_later(self.layer, self.model, self.task, self.key, 1)
+        task = asyncio.ensure_future(_release(self.layer, self.model, self.task, self.key, self.reply))
+        _releasing.add(task)
+        task.add_done_callback(_releasing.discard)
+
+
+_releasing: set[asyncio.Task[None]] = set()  # closed streams giving their channel and place back
+
+
+async def _release(layer: WorkLayer, model: str, task: str, key: str, reply: str) -> None:
+    """A closed stream's reply channel forgotten and its place given back."""
+    layer.forget_reply(reply)
+    handoff.leave_later(layer, model, task, key, 1)
 
 
 async def _extend(layer: WorkLayer, model: str, task: str, key: str, deadline: float) -> None:

@@ -28,9 +28,9 @@ class WorkerView:
 
     workers: list[Any]
     model_states: dict[str, dict[str, Any]]  # best state of each model over live workers
-    drain_rates: dict[str, float]  # items/s per "model/task", summed over live workers
-    # items/s per "model/task" the live workers can drain, from their measured cost per token
-    capacities: dict[str, float] = field(default_factory=dict)
+    drain_rates: dict[TaskKey, float]  # items/s per (model, task), summed over live workers
+    # items/s per (model, task) the live workers can drain, from their measured cost per token
+    capacities: dict[TaskKey, float] = field(default_factory=dict)
     # {model: versions ready on every worker serving it}: the web routes only to these (catalog.rollout)
     ready: dict[str, set[int]] = field(default_factory=dict)
 
@@ -38,14 +38,14 @@ class WorkerView:
 def _read_workers() -> WorkerView:
     workers = heartbeats.live_workers()
     states: dict[str, dict[str, Any]] = {}
-    rates: dict[str, float] = {}
-    capacities: dict[str, float] = {}
+    rates: dict[TaskKey, float] = {}
+    capacities: dict[TaskKey, float] = {}
     for worker in workers:
         if worker.draining:
             continue
         for name, state in (worker.models_state or {}).items():
             for task, rate in (state.get("drain_rates") or {}).items():
-                key = str(TaskKey(name, task))
+                key = TaskKey(name, task)
                 rates[key] = rates.get(key, 0.0) + float(rate)
             best = best_report([states.get(name), state])
             if best is not None:
@@ -54,7 +54,7 @@ def _read_workers() -> WorkerView:
                 continue  # only a ready worker drains: the others add no capacity
             for task, (s_per_token, tokens_per_item) in (state.get("costs") or {}).items():
                 if s_per_token > 0 and tokens_per_item > 0:  # workers compute in parallel: capacities add up
-                    key = str(TaskKey(name, task))
+                    key = TaskKey(name, task)
                     capacities[key] = capacities.get(key, 0.0) + 1.0 / (s_per_token * tokens_per_item)
     ready = ready_everywhere(w.models_state for w in workers if not w.draining)
     _alias_versions(read_specs(), ready, states, rates, capacities)
@@ -62,7 +62,7 @@ def _read_workers() -> WorkerView:
 
 
 def _alias_versions(specs: dict[str, ModelSpec], ready: dict[str, set[int]], states: dict[str, dict[str, Any]],
-                    rates: dict[str, float], capacities: dict[str, float]) -> None:
+                    rates: dict[TaskKey, float], capacities: dict[TaskKey, float]) -> None:
     """Workers report each version by its wire name: a model's own name reads as the version that answers it."""
     for name, spec in specs.items():
         if not spec.version:
@@ -72,8 +72,8 @@ def _alias_versions(specs: dict[str, ModelSpec], ready: dict[str, set[int]], sta
             states[name] = states[wire]
         for task in spec.tasks:
             for table in (rates, capacities):
-                if str(TaskKey(wire, task)) in table:
-                    table[str(TaskKey(name, task))] = table[str(TaskKey(wire, task))]
+                if TaskKey(wire, task) in table:
+                    table[TaskKey(name, task)] = table[TaskKey(wire, task)]
 
 
 def answering(spec: ModelSpec, view: WorkerView) -> str:

@@ -3,7 +3,7 @@
 ROUTES is the one place a path is written. Django's URLconf (models_registry/urls.py) is
 made from it, the OpenAPI document's paths (api.openapi) are written from it, and every
 matcher reads the names below: the ASGI router (models_registry.asgi), the front door's
-route table (api.route_table), the refusal before the body (api.fast_refusal) and
+route table (api.route_table), the refusal before the body (api.before_body) and
 batch-job lines (jobs.lines). tests/unit/test_house.py fails on a path spelled anywhere else.
 """
 

@@ -68,3 +68,33 @@ def identity(value: Any) -> Any:
 def estimated_tokens(value: Any) -> int | None:
     """The web's charge for a media input; None for a text input."""
     return MediaItem.from_wire(value).estimated_tokens() if is_media(value) else None
+
+
+@dataclass(frozen=True)
+class MediaCount:
+    """The media among a request's inputs, counted once: the charge it is estimated at and what the ledger counts."""
+
+    tokens: tuple[int | None, ...] = ()  # per input: a media item's estimated tokens, None for a text input
+    items: int = 0  # how many inputs are media items
+    images: int = 0
+    audio_s: float = 0.0
+
+
+NO_MEDIA = MediaCount()
+
+
+def count(inputs: list[Any]) -> MediaCount:
+    """The media among inputs (as the wire carries them); NO_MEDIA for text alone."""
+    tokens: list[int | None] = []
+    images, audio_s = 0, 0.0
+    for value in inputs:
+        if not is_media(value):
+            tokens.append(None)
+            continue
+        tokens.append(MediaItem.from_wire(value).estimated_tokens())
+        if value["media"] == IMAGE:
+            images += 1
+        else:
+            audio_s += float(value.get("seconds") or 0.0)
+    items = len(tokens) - tokens.count(None)
+    return MediaCount(tuple(tokens), items, images, audio_s) if items else NO_MEDIA

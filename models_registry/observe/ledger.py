@@ -10,7 +10,6 @@ database write per request. Every few seconds a web process moves that hash to t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from models_registry.media import item as media_item
@@ -25,26 +24,14 @@ Key = tuple[int, str, int, int]  # token id, model, version, hour (unix seconds 
 LIVE_KEY = "ledger"  # the hash every web process counts into, after the broker's key prefix as every key of ours
 
 
-def media_of(inputs: Iterable[Any]) -> tuple[int, float]:
-    """(images, audio seconds) among a request's inputs as the wire carries them."""
-    images, audio_s = 0, 0.0
-    for value in inputs:
-        if media_item.is_media(value):
-            if value["media"] == media_item.IMAGE:
-                images += 1
-            else:
-                audio_s += float(value.get("seconds") or 0.0)
-    return images, audio_s
-
-
 def fields(token_id: int, model: str, version: int, *, input_tokens: int = 0, output_tokens: int = 0,
-           compute_s: float = 0.0, inputs: list[Any] | None = None, error: bool = False,
+           compute_s: float = 0.0, media: media_item.MediaCount = media_item.NO_MEDIA, error: bool = False,
            now: float | None = None) -> dict[str, int]:
     """The hash fields one request adds to, and by how much (zeros left out), in the hour holding now.
 
-    inputs: the request's inputs as sent to the workers, whose images and audio seconds count.
+    media: the images and audio seconds among the request's inputs (media.item.count).
     """
-    images, audio_s = media_of(inputs) if inputs and not isinstance(inputs[0], str) else (0, 0.0)
+    images, audio_s = media.images, media.audio_s
     now = time.time() if now is None else now
     base = f"{token_id}|{model}|{version}|{int(now // HOUR_S) * HOUR_S}|"
     amounts = {"r": 1, "e": int(error), "i": input_tokens, "o": output_tokens, "c": round(compute_s * 1_000_000),

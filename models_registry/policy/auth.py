@@ -113,19 +113,6 @@ async def authorize(authorization: str | None, model: str | None,
     return grant
 
 
-async def authorize_reading(authorization: str | None, read: Callable[[], tuple[str, Any]],
-                            acting_token_id: int | None = None, staff: bool = False) -> tuple[TokenGrant | None, Any]:
-    """(the token's grant, what read() read) once the token is good and may use the model read() names.
-
-    read (the route's) runs only after the token is checked: a stranger hears 401, never what
-    is wrong with the body; then the model the body names is held to the token's scope (403).
-    """
-    grant = await authorize(authorization, None, acting_token_id, staff)
-    name, wanted = read()
-    require_allowed(grant, name)
-    return grant, wanted
-
-
 def require_allowed(grant: TokenGrant | None, model: str) -> None:
     """403 when the request's token may not use model (None: tokens are off)."""
     if grant is not None and not grant.allows(model):
@@ -135,7 +122,7 @@ def require_allowed(grant: TokenGrant | None, model: str) -> None:
 def known_allowed(authorization: str | None, model: str) -> bool:
     """Whether the token is cached as valid and allowed for model (tokens off: yes), never waiting for a lookup.
 
-    For the fast 503 (api.fast_refusal): a burst must not wait on the database. A grant up
+    For the fast 503 (api.before_body): a burst must not wait on the database. A grant up
     to STALE_GRANT_S old still counts, and starts its lookup in the background; an unknown
     token (or an older grant) is not known here, and goes the normal way.
     """

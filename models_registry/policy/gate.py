@@ -1,38 +1,85 @@
-"""The policies around one inference call: the token's limits, its priority, the response cache.
+"""The policies around one inference call, as one verdict: the token's charge, its place, the cache, the version.
 
-Routes call `serve`, which reaches a worker through policy.dispatch (a cache hit never does),
-`open_streams` for a streamed request and `serve_here` for an answer the web computes itself.
-Every charge is made by broker.enqueue's one script: with the request's admission and send,
-or alone (a cached answer, /tokenize, an upload).
+`admit` is the gate's one entry: it reads an Ask (whose request, what it asks of which task)
+and returns an Admission, a value the hand-off sends (policy.dispatch, broker.stream_handoff)
+and the route skeleton settles once the answer is in (`passed`, `failed`, `settle`, `keep`).
+The token's charge rides in the hand-off's own script (broker.enqueue) when the request goes
+to a worker; it is made alone, here, when a cached answer may serve it, when the web computes
+the answer itself (/tokenize), or for an upload.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import time
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from channels.layers import get_channel_layer
 
-from models_registry.broker import deferred, enqueue, stream_handoff
+from models_registry.broker import deferred, enqueue
 from models_registry.broker.handoff import InferenceResult
-from models_registry.broker.stream_handoff import Opening, Stream
-from models_registry.core.conf import conf
-from models_registry.core.errors import HostingError, ModelDisabled
-from models_registry.observe import metrics
-from models_registry.policy import dispatch, priority, rate_limits, response_cache
-from models_registry.policy.auth import TokenGrant
 from models_registry.catalog.lookups import WorkerView
 from models_registry.catalog.specs import ModelSpec, TaskSpec
+from models_registry.core.conf import conf
+from models_registry.core.errors import ModelDisabled
+from models_registry.media import item as media_item
+from models_registry.observe import metrics
+from models_registry.policy import charges, priority, rate_limits, response_cache, serving
+from models_registry.policy.auth import TokenGrant
 
 logger = logging.getLogger(__name__)
 
 BROKER_TIMEOUT_S = 1.0
 CACHE_HEADER = "X-Cache"
-T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What the gate reads of a request: whose it is and what it asks of which task.
+
+    No spec: nothing is queued and no worker computes it (an upload); here: the web computes
+    the answer itself (/tokenize); streamed: generated as streams (never cached).
+    """
+
+    grant: TokenGrant | None
+    inputs: list[Any]
+    spec: ModelSpec | None = None
+    task: TaskSpec | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    asked_priority: str | None = None
+    workers: WorkerView | None = None
+    use_cache: bool = True
+    streamed: bool = False
+    here: bool = False
+    media: media_item.MediaCount = media_item.NO_MEDIA  # the media among inputs (media.item.count)
+
+
+@dataclass
+class Admission:
+    """The gate's verdict on a request the token's limits let through, for the hand-off to send.
+
+    place: its priority class and queue limit; plan: the charge the hand-off's script makes
+    (None: none, or made already: then charge says what); hit: the cache's answer (nothing is
+    sent); cache_key: where a fresh answer is kept; target: the version that answers it.
+    """
+
+    grant: TokenGrant | None
+    place: tuple[str, int]
+    client: str = ""  # the API token's id: a sticky canary's key and the fair share's client ("" without one)
+    plan: enqueue.ChargePlan | None = None
+    charge: rate_limits.Charge | None = None
+    charged_at: float = 0.0
+    hit: InferenceResult | None = None
+    cache_key: str | None = None
+    target: serving.Target | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def metered(self) -> TokenGrant | None:
+        """The token charged (None: no charge): its request is counted with the answer's (api.request_record)."""
+        return self.grant if self.plan is not None or self.charge is not None else None
 
 
 @dataclass
@@ -41,44 +88,10 @@ class Served:
 
     result: InferenceResult
     headers: dict[str, str] = field(default_factory=dict)
-    metered: TokenGrant | None = None  # the token charged: its request is counted with the answer's (api.request_record)
+    metered: TokenGrant | None = None  # the token charged: its request is counted with the answer's
 
 
-# The hand-off at a place (priority class, queue limit), with the charge to make in its script (None: none).
-Send = Callable[[tuple[str, int], "enqueue.ChargePlan | None"], Awaitable[T]]
-
-
-@dataclass
-class Admitted:
-    """A request the token's limits let through: their headers, and its charge to settle."""
-
-    headers: dict[str, str]
-    settle: Callable[[int], None]  # the input tokens it really used (0 when refused or failed)
-    metered: TokenGrant | None = None  # the token charged (None: no charge), counted once the request is recorded
-
-
-@dataclass
-class Streams:
-    """A streamed request's open streams, what its answer says of the policies, and its charge to settle."""
-
-    streams: list[Stream]
-    headers: dict[str, str]  # the token's X-RateLimit-* headers
-    version: int  # the model version generating them (0: a model without versions)
-    settle: Callable[[int], None]  # the tokens the whole request used, once its streams ended
-    metered: TokenGrant | None = None  # the token charged, counted once the streams ended
-    copy_to: int = 0  # a shadow version that gets a copy once they ended (policy.shadow), else 0
-
-
-def _pass(layer: Any, grant: TokenGrant | None, charge: rate_limits.Charge | None) -> Admitted:
-    def settle(tokens: int) -> None:
-        """Correct the charge to the tokens used, in the next shared pipeline (broker.deferred)."""
-        if charge is not None:
-            deferred.writes.settle(layer, charge.keys, tokens - charge.tokens)
-
-    return Admitted(dict(charge.headers) if charge else {}, settle, grant if charge is not None else None)
-
-
-def _place(grant: TokenGrant | None, asked_priority: str | None, task: TaskSpec | None = None) -> tuple[str, int]:
+def _place(grant: TokenGrant | None, asked_priority: str | None, task: TaskSpec | None) -> tuple[str, int]:
     """The request's priority class and queue limit (policy.priority.place); no task: nothing is queued (limit 0)."""
     token_priority = grant.priority if grant else priority.INTERACTIVE
     if task is None:
@@ -86,159 +99,129 @@ def _place(grant: TokenGrant | None, asked_priority: str | None, task: TaskSpec 
     return priority.place(token_priority, asked_priority, task.policy.max_queue_size, task.max_batch_queue_size)
 
 
-def _count_unrecorded(admitted: Admitted) -> None:
-    """Count a charged request that no answer records (an upload, or one that failed after a charge of its own)."""
-    if admitted.metered is not None:
-        metrics.observe_token(admitted.metered.name, admitted.metered.token_id, 0)
+async def admit(ask: Ask) -> Admission:
+    """The request's admission: its place, its charge (planned, or made alone), the cache's verdict, its version.
 
-
-async def _charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], inputs: list[Any], task: str | None,
-                   parameters: dict[str, Any] | None, send: Send[T]) -> tuple[T, Admitted]:
-    """send(place, plan) with the token's charge made in the hand-off's own script (one round trip for both).
-
-    place: the request's priority class and queue limit (policy.priority.place). The charge
-    (policy.rate_limits.charged) is estimated from inputs, task and parameters; a 429 comes back
-    from the script before anything was queued. The pass's settle is the caller's, once the
-    request's real tokens are known.
+    Raises what refuses it before anything is sent: 503 (disabled, no live worker), 413 (no
+    window of the token could take it), 429 (a charge made alone found a limit spent).
     """
-    if grant is None or not conf.RATE_LIMITS:
-        return await send(place, None), _pass(layer, None, None)
-    result, charge = await rate_limits.charged(layer, grant, inputs, task, parameters, partial(send, place))
-    return result, _pass(layer, grant, charge)
+    spec, task, grant = ask.spec, ask.task, ask.grant
+    if spec is not None and not spec.enabled:  # before the cache: a disabled model answers nothing, cached or not
+        raise ModelDisabled(spec.name)
+    queued = task if spec is not None and not ask.here else None
+    admission = Admission(grant, _place(grant, ask.asked_priority, queued),
+                          str(grant.token_id) if grant is not None else "")
+    layer = get_channel_layer()
+    if spec is None or queued is None:  # nothing is sent: charged alone, now
+        await _charge_alone(layer, admission, ask)
+        return admission
+    assert ask.workers is not None, "a request sent to the workers is admitted with their view"
+    if queued.cache_ttl_s and not ask.streamed:  # the cache may answer: charged alone, first
+        await _charge_alone(layer, admission, ask)
+        try:
+            await _ask_cache(layer, admission, ask, spec, queued)
+            if admission.hit is None:
+                admission.target = serving.target(spec, queued.name, ask.workers, admission.client or None)
+        except BaseException:
+            failed(admission)
+            raise
+        return admission
+    # The charge rides in the hand-off's script: the version first, so a 503 comes before any charge.
+    admission.target = serving.target(spec, queued.name, ask.workers, admission.client or None)
+    if grant is not None and conf.RATE_LIMITS:
+        admission.charged_at = time.time()
+        admission.plan = rate_limits.charge_plan(layer.prefix, grant, ask.inputs, queued.task,
+                                                 {**queued.parameters, **ask.parameters}, admission.charged_at,
+                                                 ask.media)
+    return admission
 
 
-async def _send_charged(layer: Any, grant: TokenGrant | None, place: tuple[str, int], inputs: list[Any], task: str,
-                        parameters: dict[str, Any], send: Send[InferenceResult]) -> tuple[InferenceResult, Admitted]:
-    """send(place, plan), charged in its own script, and the charge settled to the tokens its answer used."""
-    result, admitted = await _charged(layer, grant, place, inputs, task, parameters, send)
-    admitted.settle(result.tokens)
-    return result, admitted
+async def _charge_alone(layer: Any, admission: Admission, ask: Ask) -> None:
+    """The request's charge by the enqueue script's charge part alone (nothing admitted or sent; 429 when spent).
 
-
-async def _charge(layer: Any, grant: TokenGrant | None, place: tuple[str, int], inputs: list[Any],
-                  task: str | None = None, parameters: dict[str, Any] | None = None) -> Admitted:
-    """The request's charge alone, by the enqueue script's charge part (nothing admitted or sent; 429 when spent).
-
-    task and parameters (defaults merged): the estimate charges what the model will compute.
     Not charged nor counted when Redis does not answer: failing open costs nothing, as without
     Redis no request reaches a worker anyway, and the hand-off answers 503 with the reason.
     """
-    async def charge_alone(_: tuple[str, int], plan: enqueue.ChargePlan | None) -> None:
-        if plan is not None:
-            status, _depth = await asyncio.wait_for(enqueue.run(layer.connection(0), plan), BROKER_TIMEOUT_S)
-            if status == enqueue.RATE_REFUSED:
-                raise enqueue.ChargeRefused()
-
+    grant, task = ask.grant, ask.task
+    if grant is None or not conf.RATE_LIMITS:
+        return
+    now = time.time()
+    parameters = {**task.parameters, **ask.parameters} if task is not None else None
+    plan = rate_limits.charge_plan(layer.prefix, grant, ask.inputs, task.task if task is not None else None,
+                                   parameters, now, ask.media)
     try:
-        _, admitted = await _charged(layer, grant, place, inputs, task, parameters, charge_alone)
-    except HostingError:
-        raise
+        status, _depth = await asyncio.wait_for(enqueue.run(layer.connection(0), plan), BROKER_TIMEOUT_S)
     except Exception as error:
         logger.warning("rate limits not checked: the broker did not answer (%s)", type(error).__name__)
-        return _pass(layer, None, None)
-    return admitted
+        return
+    if status == enqueue.RATE_REFUSED:
+        raise charges.refusal(plan, grant, now)
+    admission.charge = charges.outcome(plan, grant.limits, now)
+    admission.charged_at = now
+    admission.headers.update(admission.charge.headers)
 
 
-async def charge_only(*, grant: TokenGrant | None, inputs: list[Any]) -> Admitted:
-    """The token's limits for a request no worker computes (an upload): one request and its inputs' tokens."""
-    admitted = await _charge(get_channel_layer(), grant, _place(grant, None), inputs)
-    _count_unrecorded(admitted)  # an upload is no inference request: no answer records it
-    return admitted
+async def _ask_cache(layer: Any, admission: Admission, ask: Ask, spec: ModelSpec, task: TaskSpec) -> None:
+    """The cache's verdict: its answer (hit), or where to keep the fresh one (a miss, or a bypass)."""
+    grant = ask.grant
+    key = response_cache.cache_key(layer.prefix, spec, task, ask.parameters, ask.inputs,
+                                   grant.token_id if grant else None)
+    admission.cache_key = key
+    hit = await _lookup(layer.connection(0), key) if ask.use_cache else None
+    outcome = "hit" if hit else "miss" if ask.use_cache else "bypass"
+    metrics.CACHE_LOOKUPS.labels(spec.name, task.name, outcome).inc()
+    admission.headers[CACHE_HEADER] = "hit" if hit else "miss"
+    if hit is not None:
+        admission.hit = InferenceResult(outputs=hit.outputs, queue_ms=0.0, compute_ms=0.0, batch_size=0,
+                                        tokens=hit.tokens, version=spec.version)  # the key holds live's source
+        settle(admission, hit.tokens)
 
 
-async def serve_here(*, grant: TokenGrant | None, inputs: list[Any],
-                     compute: Callable[[], Awaitable[InferenceResult]]) -> Served:
-    """The token's limits around an answer the web computes itself (/tokenize): metered like a model route."""
-    admitted = await _charge(get_channel_layer(), grant, _place(grant, None), inputs)
-    try:
-        result = await compute()
-    except BaseException:
-        admitted.settle(0)  # refused or failed: it counts as a request, its tokens do not
-        _count_unrecorded(admitted)
-        raise
-    admitted.settle(result.tokens)
-    return Served(result, admitted.headers, admitted.metered)
+def passed(admission: Admission) -> dict[str, str]:
+    """The headers of an admission the hand-off sent: its charge's X-RateLimit-* (read from the script's outcome)."""
+    if admission.plan is not None and admission.grant is not None:
+        admission.charge = charges.outcome(admission.plan, admission.grant.limits, admission.charged_at)
+        admission.headers.update(admission.charge.headers)
+    return admission.headers
 
 
-async def open_streams(*, grant: TokenGrant | None, asked_priority: str | None, spec: ModelSpec, task: TaskSpec,
-                       openings: list[Opening], inputs: list[Any], parameters: dict[str, Any],
-                       workers: WorkerView) -> Streams:
-    """A streamed request's streams (one per opening), charged as one request in the first one's script.
+def failed(admission: Admission, error: BaseException | None = None) -> None:
+    """The hand-off refused or failed the admission: a rate limit's 429 raises here; else its tokens are refunded.
 
-    No cache (a stream is generated for its client); the version is picked as for any request,
-    canary and shadow included (dispatch.stream_target), 503 before any charge when no live worker
-    serves it. inputs and parameters (the task's merged in): the estimate charged until settle.
-    workers: the request's view of the live workers (catalog.lookups.snapshot).
+    A request charged, then refused or failed, counts as a request; its tokens do not.
     """
-    client = str(grant.token_id) if grant is not None else ""
-    wire, version, drain_rate, copy_to = dispatch.stream_target(spec, task.name, workers, client or None)
-
-    def send(place: tuple[str, int], plan: enqueue.ChargePlan | None) -> Awaitable[list[Stream]]:
-        return stream_handoff.open_streams(
-            openings, plan, model=wire, task=task.name, timeout_s=task.timeout_s, drain_rate=drain_rate,
-            max_queue_size=place[1], priority=place[0], client=client)
-
-    place = _place(grant, asked_priority, task)
-    merged = {**task.parameters, **parameters}
-    streams, admitted = await _charged(get_channel_layer(), grant, place, inputs, task.task, merged, send)
-    return Streams(streams, admitted.headers, version, admitted.settle, admitted.metered, copy_to)
+    grant, plan = admission.grant, admission.plan
+    if isinstance(error, enqueue.ChargeRefused) and plan is not None and grant is not None:
+        raise charges.refusal(plan, grant, admission.charged_at) from None
+    if plan is not None and plan.outcome is not None and grant is not None:
+        admission.charge = charges.outcome(plan, grant.limits, admission.charged_at)
+    settle(admission, 0)
+    count_alone(admission)
 
 
-async def serve(
-    *,
-    request_id: str,
-    grant: TokenGrant | None,
-    asked_priority: str | None,
-    spec: ModelSpec,
-    task: TaskSpec,
-    inputs: list[Any],
-    parameters: dict[str, Any],
-    use_cache: bool = True,
-    workers: WorkerView,
-) -> Served:
-    """Check the token's limits, answer from the cache or hand the inputs to a worker; charge what it used.
+def count_alone(admission: Admission) -> None:
+    """Count a charged request that no answer records (an upload, or one refused or failed after its charge)."""
+    if admission.metered is not None and admission.charge is not None:
+        metrics.observe_token(admission.metered.name, admission.metered.token_id, 0)
 
-    use_cache False: compute afresh (and store the new answer), as HF's options.use_cache asks.
-    workers: the request's view of the live workers (catalog.lookups.snapshot).
-    """
 
-    def send(place: tuple[str, int], plan: enqueue.ChargePlan | None) -> Awaitable[InferenceResult]:
-        return dispatch.to_worker(request_id, spec, task, inputs, parameters, place, workers, plan,
-                                  str(grant.token_id) if grant else None)
+def settle(admission: Admission, tokens: int) -> None:
+    """Correct the charge to the tokens used, in the next shared pipeline (broker.deferred)."""
+    charge = admission.charge
+    if charge is not None and tokens != charge.tokens:
+        deferred.writes.settle(get_channel_layer(), charge.keys, tokens - charge.tokens)
+        admission.charge = rate_limits.Charge(charge.keys, tokens, charge.headers)
 
-    layer = get_channel_layer()
-    conn = layer.connection(0)
-    if not spec.enabled:  # before the cache: a disabled model answers nothing, cached or not
-        raise ModelDisabled(spec.name)
-    merged = {**task.parameters, **parameters}
-    key = response_cache.cache_key(layer.prefix, spec, task, parameters, inputs,
-                                   grant.token_id if grant else None) if task.cache_ttl_s else None
-    place = _place(grant, asked_priority, task)
-    if key is None:  # no cache to ask first: the charge rides in the hand-off's script
-        result, admitted = await _send_charged(layer, grant, place, inputs, task.task, merged, send)
-        return Served(result, admitted.headers, admitted.metered)
-    admitted = await _charge(layer, grant, place, inputs, task.task, merged)
-    headers = admitted.headers
-    try:
-        if key is not None:
-            hit = await _lookup(conn, key) if use_cache else None
-            outcome = "hit" if hit else "miss" if use_cache else "bypass"
-            metrics.CACHE_LOOKUPS.labels(spec.name, task.name, outcome).inc()
-            headers[CACHE_HEADER] = "hit" if hit else "miss"
-            if hit is not None:
-                result = InferenceResult(outputs=hit.outputs, queue_ms=0.0, compute_ms=0.0, batch_size=0,
-                                         tokens=hit.tokens, version=spec.version)  # the key holds live's source
-                admitted.settle(hit.tokens)
-                return Served(result, headers, admitted.metered)
-        result = await send(place, None)  # charged already, before the cache was asked
-    except BaseException:
-        admitted.settle(0)  # refused or failed: it still counts as a request, its tokens do not
-        _count_unrecorded(admitted)
-        raise
-    admitted.settle(result.tokens)
-    if key is not None and result.version == spec.version:  # the key is the live version's: not a canary's answer
-        await _store(conn, layer.prefix, key, result, task.cache_ttl_s, grant.token_id if grant else None)
-    return Served(result, headers, admitted.metered)
+
+async def keep(admission: Admission, ask: Ask, result: InferenceResult) -> Served:
+    """The answer served: its charge settled to its tokens, and kept in the cache when it is live's."""
+    settle(admission, result.tokens)
+    spec, task, key = ask.spec, ask.task, admission.cache_key
+    if key is not None and spec is not None and task is not None and result.version == spec.version:
+        layer = get_channel_layer()  # the key is the live version's: never a canary's answer
+        await _store(layer.connection(0), layer.prefix, key, result, task.cache_ttl_s,
+                     ask.grant.token_id if ask.grant else None)
+    return Served(result, admission.headers, admission.metered)
 
 
 async def _lookup(conn: Any, key: str) -> response_cache.CachedResult | None:
@@ -257,3 +240,5 @@ async def _store(conn: Any, prefix: str, key: str, result: InferenceResult, ttl_
         ), BROKER_TIMEOUT_S)
     except Exception as error:
         logger.warning("response cache store failed: %s", error)
+
+

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from models_registry.broker import deferred, enqueue
+from models_registry.broker import enqueue
 from models_registry.broker.lua import LuaScript
 from models_registry.catalog import compute_cost
-from models_registry.core.errors import HostingError, RateLimited, TooLarge
+from models_registry.core.errors import HostingError, TooLarge
 from models_registry.media import item as media_item
 from models_registry.observe import metrics
 
-
-T = TypeVar("T")
 
 MINUTE_S = 60
 DAY_S = 86_400
@@ -42,9 +39,6 @@ end
 return 1
 """
 _settle = LuaScript(_SETTLE)
-
-_LIMIT_NAMES = {1: "requests_per_minute", 2: "tokens_per_minute", 3: "tokens_per_day"}
-
 
 @dataclass(frozen=True)
 class Limits:
@@ -72,22 +66,25 @@ class Charge:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def estimate_tokens(inputs: list[Any], task: str | None = None, parameters: dict[str, Any] | None = None) -> int:
+def estimate_tokens(inputs: list[Any], task: str | None = None, parameters: dict[str, Any] | None = None,
+                    media: media_item.MediaCount | None = None) -> int:
     """Tokens as the web can count them without a tokenizer: UTF-8 bytes / 4, plus specials.
 
     With the task and its merged parameters, what the model will compute (catalog.compute_cost):
     a prompt with every input, one pass per zero-shot label, windows, generated tokens.
+    media: the inputs' media, counted already (media.item.count); None: counted here.
     """
-    if task is not None and not any(media_item.is_media(item) for item in inputs):
+    media = media_item.count(inputs) if media is None else media
+    if task is not None and not media.items:
         try:
             return sum(compute_cost.request_cost(task, inputs, parameters or {}, compute_cost.ESTIMATE))
         except HostingError:
             pass  # an impossible window is the worker's 400 to give: charge the inputs alone
     total = 0
-    for item in inputs:
-        media = media_item.estimated_tokens(item)
-        if media is not None:  # an image or clip: its patch tokens or frames (the worker's count settles it)
-            total += media
+    for position, item in enumerate(inputs):
+        if media.items and media.tokens[position] is not None:
+            # an image or clip: its patch tokens or frames (the worker's count settles it)
+            total += media.tokens[position]  # type: ignore[operator]
             continue
         text = item if isinstance(item, str) else " ".join(str(v) for v in item.values())
         total += math.ceil(len(text.encode()) / BYTES_PER_TOKEN) + SPECIAL_TOKENS
@@ -102,26 +99,6 @@ def usage_keys(prefix: str, token_id: int, now: float) -> list[str]:
         f"{prefix}usage:{token_id}:day:{int(now // DAY_S)}",
         f"{prefix}usage:{token_id}:month:{month}",
     ]
-
-
-def _header_set(limit: int, used: int, reset_s: float) -> dict[str, str]:
-    return {
-        "X-RateLimit-Limit": str(limit),
-        "X-RateLimit-Remaining": str(max(0, limit - used)),
-        "X-RateLimit-Reset": str(max(1, math.ceil(reset_s))),
-    }
-
-
-def _windows(limits: Limits, used: list[int], now: float) -> dict[int, tuple[int, int, float]]:
-    """{limit index: (limit, used, seconds to its reset)} for the limits that are set."""
-    minute_reset = MINUTE_S - now % MINUTE_S
-    day_reset = DAY_S - now % DAY_S
-    values = {
-        1: (limits.requests_per_minute, used[0], minute_reset),
-        2: (limits.tokens_per_minute, used[1], minute_reset),
-        3: (limits.tokens_per_day, used[2], day_reset),
-    }
-    return {i: (limit, u, r) for i, (limit, u, r) in values.items() if limit is not None}
 
 
 def check_size(limits: Limits, tokens: int) -> None:
@@ -140,59 +117,15 @@ def plan(prefix: str, token_id: int, limits: Limits, tokens: int, now: float) ->
                               tokens=tokens, ttls=[2 * MINUTE_S, 2 * DAY_S, MONTH_TTL_S])
 
 
-def outcome(charge_plan: enqueue.ChargePlan, limits: Limits, now: float) -> Charge:
-    """What a run plan charged, with the X-RateLimit headers; RateLimited if a limit refused it."""
-    assert charge_plan.outcome is not None, "the charge plan was never run"
-    status, refused, used = charge_plan.outcome
-    windows = _windows(limits, used, now)
-    if status == enqueue.RATE_REFUSED:
-        limit, spent, reset_s = windows[refused]
-        headers = _header_set(limit, spent, reset_s)
-        headers["Retry-After"] = headers["X-RateLimit-Reset"]
-        what = "requests" if refused == 1 else "input tokens"
-        raise RateLimited(
-            f"rate limit reached: this API token's {_LIMIT_NAMES[refused]} is {limit} and {spent} {what} are "
-            f"used; retry in {headers['Retry-After']} s",
-            headers=headers,
-        )
-    headers: dict[str, str] = {}
-    if windows:
-        # The limit closest to being spent is the one a client must watch.
-        limit, spent, reset_s = min(windows.values(), key=lambda w: (w[0] - w[1]) / w[0])
-        headers = _header_set(limit, spent, reset_s)
-    # A request refused later in the same script (queue or channel full) was counted, its tokens were not.
-    return Charge(keys=charge_plan.keys, tokens=charge_plan.tokens if status == enqueue.DONE else 0, headers=headers)
-
-
-async def charged(layer: Any, grant: Grant, inputs: list[Any], task: str | None, parameters: dict[str, Any] | None,
-                  send: Callable[[enqueue.ChargePlan], Awaitable[T]]) -> tuple[T, Charge]:
-    """send(plan), the token's charge made in send's own script: (send's result, what was charged, with its headers).
-
-    The tokens charged are estimated from inputs (task and parameters: what the model will
-    compute). TooLarge (413) before anything is sent when no window could take them;
-    RateLimited (429, with its headers) when a limit refused the request in the script, before
-    anything was queued. Charged, then refused or failed: it counts as a request, its tokens
-    are refunded.
-    """
-    now = time.time()
+def charge_plan(prefix: str, grant: Grant, inputs: list[Any], task: str | None, parameters: dict[str, Any] | None,
+                now: float, media: media_item.MediaCount | None = None) -> enqueue.ChargePlan:
+    """The charge of one request of grant's token, estimated from inputs (task and parameters: what the model
+    will compute); TooLarge (413, counted) when no window could ever take it."""
     try:
-        charge_plan = plan(layer.prefix, grant.token_id, grant.limits, estimate_tokens(inputs, task, parameters), now)
+        return plan(prefix, grant.token_id, grant.limits, estimate_tokens(inputs, task, parameters, media), now)
     except HostingError:
         metrics.RATE_LIMITED.labels(metrics.token_label(grant.name, grant.token_id), "size").inc()
         raise
-    try:
-        result = await send(charge_plan)
-    except enqueue.ChargeRefused:
-        metrics.RATE_LIMITED.labels(metrics.token_label(grant.name, grant.token_id), "rate").inc()
-        outcome(charge_plan, grant.limits, now)  # raises the 429 with its headers
-        raise
-    except BaseException:
-        if charge_plan.outcome is not None:
-            spent = outcome(charge_plan, grant.limits, now)
-            metrics.observe_token(grant.name, grant.token_id, 0)
-            deferred.writes.settle(layer, spent.keys, -spent.tokens)
-        raise
-    return result, outcome(charge_plan, grant.limits, now)
 
 
 async def settle(conn: Any, charge: Charge, actual_tokens: int) -> None:

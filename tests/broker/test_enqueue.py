@@ -9,7 +9,7 @@ import pytest
 from models_registry.broker import admission, enqueue
 from models_registry.broker.layer import HostingChannelLayer
 from models_registry.core.errors import RateLimited
-from models_registry.policy import rate_limits
+from models_registry.policy import charges, rate_limits
 
 WORK = "inference.m"
 
@@ -35,7 +35,7 @@ async def test_an_admitted_request_is_charged_queued_and_sent(layer: HostingChan
     assert await usage(layer) == (1, 12)
     assert await admission.depth(layer, "m", "t") == 2
     assert [m["id"] for _, m in await layer.pull(WORK, "w1", 5)] == ["a"]
-    assert rate_limits.outcome(charge, rate_limits.Limits(requests_per_minute=5), time.time()).tokens == 12
+    assert charges.outcome(charge, rate_limits.Limits(requests_per_minute=5), time.time()).tokens == 12
 
 
 async def test_a_full_queue_refuses_whole_and_charges_the_request_but_not_its_tokens(
@@ -47,7 +47,7 @@ async def test_a_full_queue_refuses_whole_and_charges_the_request_but_not_its_to
     assert await usage(layer) == (1, 0)
     assert await admission.depth(layer, "m", "t") == 3
     assert [m["id"] for _, m in await layer.pull(WORK, "w1", 5)] == ["a"]  # b was never sent
-    assert rate_limits.outcome(charge, rate_limits.Limits(), time.time()).tokens == 0  # nothing to refund
+    assert charges.outcome(charge, rate_limits.Limits(), time.time()).tokens == 0  # nothing to refund
 
 
 async def test_a_spent_limit_refuses_before_anything_is_queued(layer: HostingChannelLayer) -> None:
@@ -58,7 +58,7 @@ async def test_a_spent_limit_refuses_before_anything_is_queued(layer: HostingCha
     assert status == enqueue.RATE_REFUSED
     assert await usage(layer) == (1, 3) and await admission.depth(layer, "m", "t") == 1
     with pytest.raises(RateLimited) as refused:
-        rate_limits.outcome(charge, limits, time.time())
+        charges.outcome(charge, limits, time.time())
     assert refused.value.headers["Retry-After"]
 
 

@@ -15,7 +15,7 @@ from models_registry.broker import admission, enqueue, messages, stream_handoff
 from models_registry.broker.layer import HostingChannelLayer
 from models_registry.broker.stream_handoff import Opening
 from models_registry.core.errors import Overloaded
-from models_registry.policy import rate_limits
+from models_registry.policy import charges, rate_limits
 from tests import admitting
 
 CHANNEL = messages.model_channel("m")
@@ -70,7 +70,7 @@ async def test_one_script_charges_admits_and_sends_a_stream(layer: HostingChanne
     [stream] = await open_streams([Opening("once", {"max_new_tokens": 3})], charge)
     assert await worker == ["once"]
     assert runs == [(True, True, True)]
-    assert rate_limits.outcome(charge, LIMITS, time.time()).tokens == 4
+    assert charges.outcome(charge, LIMITS, time.time()).tokens == 4
     assert await requests_this_minute(layer) == 1 and await admission.depth(layer, "m", "t") == 1
     assert [event["generated_text"] async for event in stream.events()] == ["ONCE"]
     stream.close()

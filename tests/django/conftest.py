@@ -119,11 +119,11 @@ def stub_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[dict[str
     """
 
     def install(answer: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:
-        from models_registry.policy import dispatch
+        from models_registry.policy import dispatch, serving
 
         seen: list[dict[str, Any]] = []
 
-        def serving(spec: Any, task: str, wire: str, workers: Any) -> float:
+        def serves(spec: Any, task: str, wire: str, workers: Any) -> float:
             return 0.0
 
         async def infer(**kwargs: Any) -> Any:
@@ -134,7 +134,7 @@ def stub_worker(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[dict[str
             # The hand-off states the version its wire name stands for on the result.
             return dataclasses.replace(result, version=kwargs["version"]) if kwargs.get("version") else result
 
-        monkeypatch.setattr(dispatch, "serving_rate", serving)
+        monkeypatch.setattr(serving, "serving_rate", serves)
         monkeypatch.setattr(dispatch.handoff, "infer", infer)
         return seen
 

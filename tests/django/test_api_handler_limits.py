@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from models_registry.api.front_door import DRAIN_BYTES, ApiASGIHandler
+from models_registry.api.before_body import DRAIN_BYTES
+from models_registry.api.front_door import ApiASGIHandler
 
 CHUNK = 64 * 1024
 

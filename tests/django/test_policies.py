@@ -25,7 +25,7 @@ from models_registry.broker import enqueue
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import RateLimited, TooLarge, Unavailable
 from models_registry.models import ApiToken, ModelTask, RegisteredModel
-from models_registry.policy import auth, dispatch, gate, rate_limits
+from models_registry.policy import auth, charges, dispatch, gate, rate_limits, serving
 from models_registry.catalog import lookups
 from tests.asgi_client import AsyncClient
 
@@ -50,7 +50,7 @@ async def charged(conn: Any, prefix: str, token_id: int, limits: rate_limits.Lim
     """The enqueue script's charge part alone, as the gate runs it for a request no worker computes."""
     plan = rate_limits.plan(prefix, token_id, limits, tokens, now)
     await enqueue.run(conn, plan)
-    return rate_limits.outcome(plan, limits, now)
+    return charges.outcome(plan, limits, now)
 
 
 async def test_concurrent_reservations_never_pass_the_limit() -> None:
@@ -144,7 +144,7 @@ async def test_a_charge_alone_fails_open_when_the_broker_does_not_answer(
 
     monkeypatch.setattr(enqueue, "run", unreachable)
     for _ in range(2):  # past its one request a minute: nothing was counted
-        assert (await gate.charge_only(grant=grant, inputs=["hello"])).headers == {}
+        assert (await gate.admit(gate.Ask(grant, ["hello"]))).headers == {}
     assert "rate limits not checked: the broker did not answer (ConnectionError)" in caplog.text
     metrics = (await AsyncClient().get("/metrics")).content.decode()
     assert f'hosting_token_requests_total{{token="id:{grant.token_id}"}}' not in metrics
@@ -171,13 +171,13 @@ async def test_failed_requests_are_refunded_their_tokens(
 ) -> None:
     token = await sync_to_async(make_token)("tokens", tokens_per_minute=40)
 
-    def serving(spec: Any, task: str, wire: str, workers: Any) -> float:
+    def serves(spec: Any, task: str, wire: str, workers: Any) -> float:
         return 0.0
 
     async def overloaded(**kwargs: Any) -> InferenceResult:
         raise Unavailable("no worker")
 
-    monkeypatch.setattr(dispatch, "serving_rate", serving)
+    monkeypatch.setattr(serving, "serving_rate", serves)
     monkeypatch.setattr(dispatch.handoff, "infer", overloaded)
     client = AsyncClient()
     text = "x" * 100  # about 27 tokens: a second one fits only if the first was refunded

@@ -11,7 +11,7 @@ import pytest
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import Timeout
 from models_registry.models import RegisteredModel
-from models_registry.policy import dispatch
+from models_registry.policy import dispatch, serving
 from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
@@ -109,13 +109,13 @@ async def test_too_many_texts_is_413(token: str, calls: list[dict[str, Any]], se
 
 
 async def test_worker_errors_pass_through(token: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    def serving(spec: Any, task: str, wire: str, workers: Any) -> float:
+    def serves(spec: Any, task: str, wire: str, workers: Any) -> float:
         return 0.0
 
     async def late(**kwargs: Any) -> InferenceResult:
         raise Timeout("no result within 30 s")
 
-    monkeypatch.setattr(dispatch, "serving_rate", serving)
+    monkeypatch.setattr(serving, "serving_rate", serves)
     monkeypatch.setattr(dispatch.handoff, "infer", late)
     response = await rerank({"model": "ranker", "query": "q", "texts": ["a"]}, token)
     assert response.status_code == 504 and response.json() == {"error": "no result within 30 s",

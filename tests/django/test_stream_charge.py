@@ -18,7 +18,7 @@ from channels.layers import get_channel_layer
 
 from models_registry.broker import admission, messages
 from models_registry.models import ApiToken, RegisteredModel
-from models_registry.policy import auth, dispatch, gate
+from models_registry.policy import auth, gate, serving
 from tests import admitting
 from tests.asgi_client import AsyncClient
 
@@ -31,10 +31,10 @@ CHANNEL = messages.model_channel("gpt")
 def gpt(make_model: Callable[..., RegisteredModel], monkeypatch: pytest.MonkeyPatch) -> RegisteredModel:
     """A text-generation model a (stub) worker serves."""
 
-    def serving(spec: Any, task: str, wire: str, workers: Any) -> float:
+    def serves(spec: Any, task: str, wire: str, workers: Any) -> float:
         return 0.0
 
-    monkeypatch.setattr(dispatch, "serving_rate", serving)
+    monkeypatch.setattr(serving, "serving_rate", serves)
     return make_model("gpt", task="text-generation")
 
 
@@ -103,7 +103,7 @@ async def test_a_stream_past_the_limit_is_429_with_its_headers_and_nothing_queue
         gpt: RegisteredModel, make_token: Callable[..., str], runs: list[tuple[bool, bool, bool]]) -> None:
     token = await sync_to_async(make_token)("tight", requests_per_minute=1)
     grant = await auth.authorize(f"Bearer {token}", None)
-    await gate.charge_only(grant=grant, inputs=[])  # the minute's one request (the charge alone)
+    gate.count_alone(await gate.admit(gate.Ask(grant, [])))  # the minute's one request (the charge alone)
     for path, body in (("/models/gpt", {"inputs": "once", "stream": True}),
                        ("/v1/chat/completions", {"model": "gpt", "messages": [{"role": "user", "content": "hi"}],
                                                  "stream": True, "n": 2})):

@@ -20,7 +20,7 @@ from django.core.management import call_command
 from models_registry.broker import messages
 from models_registry.catalog import lookups, version_changes
 from models_registry.models import RegisteredModel
-from models_registry.policy import dispatch, shadow
+from models_registry.policy import serving, shadow
 from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("broker")]
@@ -36,7 +36,7 @@ def open_api(settings: Any) -> None:
 @pytest.fixture
 def gpt(make_model: Callable[..., RegisteredModel], monkeypatch: pytest.MonkeyPatch) -> RegisteredModel:
     """A text-generation model with its live version 1."""
-    monkeypatch.setattr(dispatch, "serving_rate", lambda spec, task, wire, workers: 0.0)
+    monkeypatch.setattr(serving, "serving_rate", lambda spec, task, wire, workers: 0.0)
     model = make_model("gpt", task="text-generation")
     version_changes.record(model)
     return model

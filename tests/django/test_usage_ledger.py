@@ -19,6 +19,7 @@ from django.test import Client
 
 from models_registry.broker import deferred
 from models_registry.models import LedgerFlush, RegisteredModel, UsageRecord
+from models_registry.media import item as media_item
 from models_registry.observe import ledger, ledger_flush
 from tests.asgi_client import AsyncClient
 
@@ -122,7 +123,11 @@ def test_counts_that_do_not_parse_are_left_out() -> None:
 def test_media_inputs_count_images_and_audio_seconds() -> None:
     image = {"media": "image", "data": b"png", "width": 2, "height": 2}
     clip = {"media": "audio", "data": b"wav", "seconds": 2.5}
-    assert ledger.media_of(["text", image, clip, clip]) == (1, 5.0)
+    counted = media_item.count(["text", image, clip, clip])
+    assert (counted.items, counted.images, counted.audio_s) == (3, 1, 5.0)
+    assert counted.tokens[0] is None and counted.tokens[1] == media_item.ESTIMATED_IMAGE_TOKENS
+    written = ledger.fields(1, "m", 0, media=counted, now=0)
+    assert (written["1|m|0|0|m"], written["1|m|0|0|a"]) == (1, 5000)
 
 
 def _records() -> None:

@@ -93,4 +93,5 @@ async def test_close_forgets_the_channel_once(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(handoff, "leave_later", lambda *args: left.append(args))
     stream.close()
     stream.close()
+    await asyncio.sleep(0)  # given back in the background
     assert layer.forgotten == ["reply!4"] and len(left) == 1
