@@ -4,8 +4,8 @@ Every function of ours entered while the work runs is recorded by module: a *sta
 calls in one module, a *visit* is a module entered at all, and a *return* is entering a module
 the path had left. A module is *left* once none of its calls is still running (a coroutine
 waiting on an await still runs) and another module was entered. The rule: no returns, except a
-skeleton's calls into its route (and the route's own helpers, the modules first entered under
-the route). Code made at run time (a dataclass's __init__) is no module's code to read, and is
+skeleton's calls into its route and the modules first entered from it or under the route (the
+route's own helpers): a skeleton is the one place that says the order of the steps. Code made at run time (a dataclass's __init__) is no module's code to read, and is
 not counted.
 
 The web's request is one path (its own task and the tasks it awaits), the background work it
@@ -37,27 +37,30 @@ class _Path:
     running: dict[FrameType, str] = field(default_factory=dict)
     route_helpers: dict[str, bool] = field(default_factory=dict)
     last: str = ""
+    turn: int = 0  # how many times it restarted (a loop's turns are paths of their own)
 
 
 class PathTrace:
     """The modules of ours whose functions are entered, in order, and the returns among them.
 
     traced: whether a call is on the work traced (default: TRACING set in the running context);
-    route, skeleton: the route module and the skeleton that may call back into it; background:
-    (module, qualname) of the first call of a task that is not the path; restart: the call after
-    which a new path starts (a stream's events once the answer is being written).
+    route, skeleton: the route module, and the skeletons (modules) whose calls may come back into
+    the modules first entered from them (or under the route); background:
+    (module, qualname) of the first call of a task that is not the path; restarts: the calls at
+    which a new path starts (a stream's events once the answer is being written; a loop's turn).
     """
 
-    def __init__(self, route: str = "", *, skeleton: str = "", background: Collection[tuple[str, str]] = (),
-                 restart: tuple[str, str] | None = None, per_task: bool = False,
+    def __init__(self, route: str = "", *, skeleton: Collection[str] = (), background: Collection[tuple[str, str]] = (),
+                 restarts: Collection[tuple[str, str]] = (), per_task: bool = False,
                  traced: Callable[[], bool] = TRACING.get) -> None:
-        self.route, self.skeleton, self.restart = route, skeleton, restart
+        self.route, self.skeletons, self.restarts = route, set(skeleton), set(restarts)
         self.background_calls = set(background)
         self.per_task = per_task
         self.traced = traced
         self.modules: list[str] = []
         self.returns: list[str] = []  # the paths' calls into a module they had left
-        self.paths: dict[Any, list[str]] = {}  # per_task: each path's modules, in order
+        self.paths: dict[Any, list[str]] = {}  # per_task: each path's modules, in order, by (task, turn)
+        self.path_returns: dict[Any, list[str]] = {}  # per_task: each path's returns
         self._starts: dict[CodeType, int] = {}
         self._yields: dict[CodeType, set[int]] = {}
         self._state: dict[Any, _Path] = {}
@@ -87,15 +90,16 @@ class PathTrace:
         if frame.f_lasti != self._start(frame.f_code):  # a coroutine resuming
             return
         self.modules.append(module)
-        if self.per_task:
-            self.paths.setdefault(key, []).append(module)
-        elif self._is_background(module, frame.f_code.co_qualname):
+        if not self.per_task and self._is_background(module, frame.f_code.co_qualname):
             return
         state = self._state.setdefault(key, _Path())
-        if (module, frame.f_code.co_qualname) == self.restart:  # a stream's events: a path of their own
-            state.route_helpers, state.last = {}, ""
+        if (module, frame.f_code.co_qualname) in self.restarts:  # a path of its own starts here
+            state.route_helpers, state.last, state.turn = {}, "", state.turn + 1
+        if self.per_task:
+            self.paths.setdefault((key, state.turn), []).append(module)
         caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back is not None else ""
-        self._check_return(state, module, caller)
+        if self._check_return(state, module, caller) and self.per_task:
+            self.path_returns.setdefault((key, state.turn), []).append(module)
         state.running[frame] = module
 
     def _key(self) -> Any:
@@ -117,14 +121,18 @@ class PathTrace:
             self._background[task] = (module, qualname) in self.background_calls
         return self._background[task]
 
-    def _check_return(self, state: _Path, module: str, caller: str) -> None:
+    def _check_return(self, state: _Path, module: str, caller: str) -> bool:
+        """Whether entering module (called from caller) is a return on state's path (recorded in returns)."""
         running = set(state.running.values())
-        in_route = bool(self.route) and (self.route in running or module == self.route or caller == self.skeleton)
+        in_route = caller in self.skeletons or (bool(self.route) and (self.route in running or module == self.route))
+        returned = False
         if module not in state.route_helpers:
             state.route_helpers[module] = in_route
         elif module not in running and module != state.last and not (in_route and state.route_helpers[module]):
             self.returns.append(module)  # only the skeleton's calls into its route (and the route's helpers) come back
+            returned = True
         state.last = module
+        return returned
 
     def _start(self, code: CodeType) -> int:
         """Where a call of code begins: its first RESUME (a coroutine resuming is at a later one)."""

@@ -169,7 +169,7 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
             place = places[position] if places else None
             if place is not None and index == 0:  # the admission sets live on the first server
                 pending = pending_keys.setdefault(place.pending_key, len(pending_keys) + 1)
-                message = messages.with_places_left(message)
+                message = {**message, messages.PLACES_LEFT: 1}  # its view gives nothing back itself
                 leave = [pending, place.request_id, place.count]
             else:
                 leave = [0, "", 0]

@@ -20,7 +20,7 @@ RESULT_TYPE = "inference.result"
 TOKENS_TYPE = "inference.tokens"
 INTERACTIVE, BATCH = "interactive", "batch"
 _REDELIVERED = "redelivered"
-_LEFT = "left"
+PLACES_LEFT = "left"  # a reply says its request's admission places were given back with it (the layer's send)
 
 
 def model_channel(model: str) -> str:
@@ -111,7 +111,7 @@ class WorkResult:
         if self.retry_after is not None:
             message["retry_after"] = self.retry_after
         if self.left:
-            message[_LEFT] = 1
+            message[PLACES_LEFT] = 1
         if self.token_messages is not None:
             message["token_messages"] = self.token_messages
         return message
@@ -126,14 +126,9 @@ class WorkResult:
             queue_ms=float(message.get("queue_ms") or 0.0), compute_ms=float(message.get("compute_ms") or 0.0),
             batch_size=int(message.get("batch_size") or 0), worker=str(message.get("worker") or ""),
             tokens=int(message.get("tokens") or 0), retry_after=str(retry) if retry else None,
-            left=bool(message.get(_LEFT)),
+            left=bool(message.get(PLACES_LEFT)),
             token_messages=int(message["token_messages"]) if message.get("token_messages") is not None else None,
         )
-
-
-def with_places_left(message: dict[str, Any]) -> dict[str, Any]:
-    """A reply message marked: its request's admission places were given back with it (the layer's send)."""
-    return {**message, _LEFT: 1}
 
 
 @dataclass(frozen=True)

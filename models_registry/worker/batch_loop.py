@@ -24,7 +24,7 @@ from models_registry.worker.batcher import Batcher
 from models_registry.worker.decode_loop import DecodeLoop
 from models_registry.worker.delivery import Delivery
 from models_registry.worker.engine_stats import EngineStats
-from models_registry.worker.model_slots import ModelSlots
+from models_registry.worker.model_slots import ModelSlot, ModelSlots
 from models_registry.worker.replies import Replies
 from models_registry.worker.token_streams import TokenStreams
 
@@ -91,11 +91,11 @@ class BatchLoop:
             formed = time.time()
             if batch is not None:
                 self._room.set()
-                self.slots.touch(batch.key[0])  # just used: not evicted before it computes
+                slot = self.slots.touch(batch.key[0])  # just used: not evicted before it computes
                 batch = await self._without_abandoned(batch)
                 if not batch.items:
                     continue
-                decoded, batch = self.decoding.split(batch)
+                decoded, batch = self.decoding.split(batch, slot)
                 if decoded is not None:
                     await self.decoding.join(decoded)  # they join the running decode batch at the next step
                 if batch is None:
@@ -113,10 +113,7 @@ class BatchLoop:
             sinks = self.streams.open(batch)
             sent: dict[str, int] = {}
             try:
-                outputs = await suspects.run_isolating(
-                    batch, sinks, lambda part, part_sinks: loop.run_in_executor(self._compute, self._run_batch, part,
-                                                                                 part_sinks),
-                    lambda channel, member: self.layer.mark_computing(channel, self.replies.worker_id, member))
+                outputs = await self._computed(loop, batch, sinks, slot)
             except BaseException as error:  # the runner isolates per-input errors; this guards the worker's life
                 if not contained(error):
                     raise
@@ -132,6 +129,29 @@ class BatchLoop:
             finished = self.batcher.complete(batch, outputs)
             if finished:
                 self.replies.batch(finished, started, compute_s, sent, traced)
+
+    async def _computed(self, loop: asyncio.AbstractEventLoop, batch: Batch[Delivery], sinks: list[Any],
+                        slot: ModelSlot | None) -> list[Any]:
+        """The batch's outputs in item order, computed part by part (worker.suspects: a redelivered item alone,
+        named computing around it, then the rest together) in the compute thread."""
+        outputs: list[Any] = [None] * len(batch.items)
+        for part in suspects.parts(batch, sinks):
+            if part.named is not None:
+                await self._name_computing(part.named[0], part.named[1])
+            computed = await loop.run_in_executor(self._compute, self._run_batch, part.batch, part.sinks, slot)
+            if part.named is not None:
+                await self._name_computing(part.named[0], None)
+            for position, output in zip(part.positions, computed):
+                outputs[position] = output
+        return outputs
+
+    async def _name_computing(self, channel: str, member: bytes | None) -> None:
+        """Name the redelivered message computed alone now (None: none) for the requeue at this worker's death."""
+        try:
+            await self.layer.mark_computing(channel, self.replies.worker_id, member)
+        except Exception as error:  # broker away: nothing could be requeued either, compute anyway
+            if member is not None:  # a stale name is harmless: that message is answered and released
+                logger.warning("could not name the redelivered request computing now: %s", error)
 
     def _trace(self, batch: Batch[Delivery], formed: float, started: float, ended: float) -> Any:
         """The batch's spans (observe.tracing): each request's queue time, the batch linked to them, the forward;
@@ -181,9 +201,9 @@ class BatchLoop:
         batch.items = kept
         return batch
 
-    def _run_batch(self, batch: Batch[Delivery], sinks: list[Any]) -> list[Any]:
+    def _run_batch(self, batch: Batch[Delivery], sinks: list[Any], slot: ModelSlot | None) -> list[Any]:
+        """The batch's outputs, computed on slot (its model as the batch loop found it), in the compute thread."""
         model, task_name = batch.key
-        slot = self.slots.get(model)
         if slot is None or slot.loaded is None or task_name not in slot.spec.tasks:
             return [ItemFailure(Unavailable(f"model {model!r} was unloaded"))] * len(batch)
         task = slot.spec.tasks[task_name]

@@ -27,7 +27,7 @@ from models_registry.worker.batcher import Batcher
 from models_registry.worker.decode_schedule import DecodeSchedule, Entry
 from models_registry.worker.delivery import Delivery
 from models_registry.worker.engine_stats import EngineStats
-from models_registry.worker.model_slots import ModelSlots
+from models_registry.worker.model_slots import ModelSlot, ModelSlots
 from models_registry.worker.replies import Replies
 from models_registry.worker.token_streams import StreamSink, TokenStreams
 
@@ -73,9 +73,13 @@ class DecodeLoop:
         """Whether some request waits or decodes."""
         return any(r.schedule.waiting or r.schedule.running for r in self.running.values())
 
-    def split(self, batch: Batch[Delivery]) -> tuple[Batch[Delivery] | None, Batch[Delivery] | None]:
-        """(the items that belong in a decode batch: text-generation on a decoder model, streamed or not; the rest)."""
-        pipe = self._pipe(batch.key) if self.enabled else None
+    def split(self, batch: Batch[Delivery], slot: ModelSlot | None) -> tuple[Batch[Delivery] | None,
+                                                                             Batch[Delivery] | None]:
+        """(the items that belong in a decode batch: text-generation on a decoder model, streamed or not; the rest).
+
+        slot: the batch's model, as the batch loop found it.
+        """
+        pipe = _slot_pipe(slot, batch.key[1]) if self.enabled else None
         if pipe is None or not decode_check.supports(pipe.model):
             return None, batch
         # A request redelivered after a worker died is computed alone, in the static path (worker.suspects).
@@ -182,13 +186,7 @@ class DecodeLoop:
 
     def _pipe(self, key: Key) -> Any:
         model, task_name = key
-        slot = self.slots.get(model)
-        if slot is None or slot.loaded is None:
-            return None
-        task = slot.spec.tasks.get(task_name)
-        if task is None or task.task != TASK:
-            return None
-        return slot.loaded.pipelines.get(TASK)
+        return _slot_pipe(self.slots.get(model), task_name)
 
     def _fail_all(self, key: Key, error: HostingError) -> None:
         running = self.running.pop(key, None)
@@ -206,3 +204,13 @@ class DecodeLoop:
             finished = self.batcher.complete(Batch(key, [item], "decode"), [output])
             if finished:
                 self.replies.batch(finished, started, time.time() - started, sent)
+
+
+def _slot_pipe(slot: ModelSlot | None, task_name: str) -> Any:
+    """The text-generation pipeline of slot's task_name, if the model is loaded and the task generates text."""
+    if slot is None or slot.loaded is None:
+        return None
+    task = slot.spec.tasks.get(task_name)
+    if task is None or task.task != TASK:
+        return None
+    return slot.loaded.pipelines.get(TASK)

@@ -109,11 +109,12 @@ class ModelSlots:
         """Whether the model's measured size (unknown: yes) fits what this worker may hold."""
         return not self.limits.model_bytes or self.sizes.get(name, 0) <= self.limits.model_bytes
 
-    def touch(self, name: str) -> None:
-        """Mark a model just used (a batch of it was formed)."""
+    def touch(self, name: str) -> ModelSlot | None:
+        """Mark a model just used (a batch of it was formed): its slot, which the batch computes on."""
         slot = self.slots.get(name)
         if slot is not None:
             slot.last_used = time.time()
+        return slot
 
     @contextmanager
     def using(self, slot: ModelSlot) -> Iterator[None]:

@@ -3,22 +3,28 @@
 A message that was in flight when a worker died may be what killed it. Its next worker
 runs it in a batch of its own after naming it as computing (broker.message_leases): if that
 worker dies too, the requeue quarantines that message alone as poison, never the
-requests that happened to be leased or batched beside it.
+requests that happened to be leased or batched beside it. `parts` says how a batch is
+computed; the batch loop computes each part (naming its lease around it) and puts the
+outputs back at their positions.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from models_registry.core.batch_types import Batch, Item
 from models_registry.worker.delivery import Delivery, Lease
 
-logger = logging.getLogger(__name__)
 
-RunPart = Callable[[Batch[Delivery], list[Any]], Awaitable[list[Any]]]
-Mark = Callable[[str, bytes | None], Awaitable[None]]  # (channel, leased message or None)
+@dataclass(frozen=True)
+class Part:
+    """One compute of a batch: its items (at positions of the batch), their sinks, and the lease to name first."""
+
+    batch: Batch[Delivery]
+    sinks: list[Any]
+    positions: list[int]
+    named: Lease | None = None  # a redelivered item's lease: named computing around this part (None: none)
 
 
 def _suspect_lease(item: Item[Delivery]) -> Lease | None:
@@ -27,26 +33,16 @@ def _suspect_lease(item: Item[Delivery]) -> Lease | None:
     return delivery.lease if delivery.suspect else None
 
 
-async def run_isolating(batch: Batch[Delivery], sinks: list[Any], run: RunPart, mark: Mark) -> list[Any]:
-    """Outputs for batch in item order: suspect items one at a time, each named first, then the rest together."""
+def parts(batch: Batch[Delivery], sinks: list[Any]) -> list[Part]:
+    """The computes of batch in order: each suspect item alone, named first, then the rest together."""
     suspects = {position: lease for position, item in enumerate(batch.items)
                 if (lease := _suspect_lease(item)) is not None}
     if not suspects:
-        return await run(batch, sinks)
-    outputs: list[Any] = [None] * len(batch.items)
-    for position, (channel, member) in suspects.items():
-        try:
-            await mark(channel, member)
-        except Exception as error:  # broker away: nothing could be requeued either, compute anyway
-            logger.warning("could not name the redelivered request computing now: %s", error)
-        [outputs[position]] = await run(Batch(batch.key, [batch.items[position]], "isolated"), [sinks[position]])
-        try:
-            await mark(channel, None)
-        except Exception:
-            pass  # a stale name is harmless: that message is answered and released
+        return [Part(batch, sinks, list(range(len(batch.items))))]
+    alone = [Part(Batch(batch.key, [batch.items[position]], "isolated"), [sinks[position]], [position], lease)
+             for position, lease in suspects.items()]
     rest = [position for position in range(len(batch.items)) if position not in suspects]
-    if rest:
-        part = Batch(batch.key, [batch.items[p] for p in rest], batch.reason)
-        for position, output in zip(rest, await run(part, [sinks[p] for p in rest])):
-            outputs[position] = output
-    return outputs
+    if not rest:
+        return alone
+    together = Part(Batch(batch.key, [batch.items[p] for p in rest], batch.reason), [sinks[p] for p in rest], rest)
+    return [*alone, together]

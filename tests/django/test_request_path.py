@@ -115,7 +115,7 @@ async def _traced(handler: ApiASGIHandler, path: str, body: bytes, token: str | 
         TRACING.set(True)
         return await _post(handler, path, body, token)
 
-    with PathTrace(route, skeleton=SKELETON, background=BACKGROUND, restart=ANSWER_WRITTEN) as trace:
+    with PathTrace(route, skeleton=[SKELETON], background=BACKGROUND, restarts=[ANSWER_WRITTEN]) as trace:
         status, answer = await asyncio.ensure_future(request())  # its own context: the worker's is not traced
     return status, answer, trace
 
@@ -217,6 +217,6 @@ async def test_the_trace_sees_a_return() -> None:
         priority.place("interactive", None, 8, None)
         queue_state.known_full("m", "t")
 
-    with PathTrace("models_registry.api.hf_route", skeleton=SKELETON) as trace:
+    with PathTrace("models_registry.api.hf_route", skeleton=[SKELETON]) as trace:
         await asyncio.ensure_future(path())
     assert trace.returns == ["models_registry.broker.queue_state"]

@@ -1,9 +1,8 @@
-"""worker.suspects: a redelivered request runs alone and is named computing first; the rest run together."""
+"""worker.suspects: a redelivered request runs alone and is named computing first; the rest run together.
+
+The batch loop runs the parts (tests/broker/test_engine.py runs a redelivered request through it)."""
 
 from __future__ import annotations
-
-import asyncio
-from typing import Any
 
 from models_registry.core.batch_types import Batch, Item, PendingRequest
 from models_registry.worker import suspects
@@ -16,34 +15,21 @@ def item(name: str, seq: int, lease: tuple[str, bytes] | None = None, suspect: b
     return Item(request, 0, name, 1, 0.0, seq)
 
 
-def test_a_suspect_runs_alone_named_first_and_outputs_keep_their_order() -> None:
+def test_a_suspect_runs_alone_named_first_and_the_rest_keep_their_positions() -> None:
     batch = Batch(("m", "t"), [item("a", 0, ("ch", b"a")), item("b", 1, ("ch", b"b"), suspect=True),
                                item("c", 2, ("ch", b"c"))], "size")
-    events: list[Any] = []
-
-    async def run(part: Batch[Delivery], sinks: list[Any]) -> list[Any]:
-        events.append(("run", [i.payload for i in part.items], part.reason))
-        return [i.payload.upper() for i in part.items]
-
-    async def mark(channel: str, member: bytes | None) -> None:
-        events.append(("mark", channel, member))
-
-    outputs = asyncio.run(suspects.run_isolating(batch, [None] * 3, run, mark))
-    assert outputs == ["A", "B", "C"]
-    assert events == [("mark", "ch", b"b"), ("run", ["b"], "isolated"), ("mark", "ch", None),
-                      ("run", ["a", "c"], "size")]
+    parts = suspects.parts(batch, ["sa", "sb", "sc"])
+    assert [([i.payload for i in p.batch.items], p.batch.reason, p.sinks, p.positions, p.named) for p in parts] == [
+        (["b"], "isolated", ["sb"], [1], ("ch", b"b")), (["a", "c"], "size", ["sa", "sc"], [0, 2], None)]
 
 
 def test_a_suspect_without_a_lease_and_plain_requests_run_as_one_batch() -> None:
     batch = Batch(("m", "t"), [item("a", 0), item("b", 1, suspect=True)], "idle")
-    parts: list[list[str]] = []
+    [part] = suspects.parts(batch, [None, None])
+    assert part.batch is batch and part.positions == [0, 1] and part.named is None
 
-    async def run(part: Batch[Delivery], sinks: list[Any]) -> list[Any]:
-        parts.append([i.payload for i in part.items])
-        return [None] * len(part.items)
 
-    async def mark(channel: str, member: bytes | None) -> None:
-        raise AssertionError("nothing to name")
-
-    asyncio.run(suspects.run_isolating(batch, [None, None], run, mark))
-    assert parts == [["a", "b"]]
+def test_only_suspects_make_only_parts_alone() -> None:
+    batch = Batch(("m", "t"), [item("a", 0, ("ch", b"a"), suspect=True), item("b", 1, ("ch", b"b"), suspect=True)],
+                  "size")
+    assert [p.positions for p in suspects.parts(batch, [None, None])] == [[0], [1]]
