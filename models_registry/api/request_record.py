@@ -17,7 +17,7 @@ from models_registry.api.answer import Answer, json_answer
 from models_registry.broker import deferred
 from models_registry.core.errors import HostingError
 from models_registry.observe import ledger, metrics, tracing
-from models_registry.observe.version_metrics import observe_version
+from models_registry.observe.version_metrics import observe_route, observe_version
 from models_registry.policy.dispatch import VERSION_HEADER
 from models_registry.policy.auth import TokenGrant
 from models_registry.policy.gate import Served
@@ -72,6 +72,7 @@ def served_answer(request_id: str, route: str, model: str, task: str, body: Any,
     share = min(1.0, inputs / result.batch_size) if result.batch_size else 0.0  # of its batch's compute
     metrics.observe_success(model, task, elapsed, result.queue_ms / 1000, result.compute_ms / 1000, result.batch_size)
     observe_version(model, result.version)
+    observe_route(route, model, result.version, elapsed)
     _count_usage(ledger.fields(token_id, model, result.version, input_tokens=result.tokens,
                                compute_s=result.compute_ms / 1000 * share, inputs=sent))
     traced = ""
@@ -99,6 +100,7 @@ def failed(request_id: str, route: str, model: str, task: str, error: HostingErr
     if token_id is not None:
         _count_usage(ledger.fields(token_id, model, version, error=True))
     metrics.observe_failure(model, task, error.status, error.error_type, elapsed)
+    observe_route(route, model, version, elapsed)
     if tracing.tracer is not None:
         detail = f"{detail} trace={tracing.annotate(model, version, token_id, error.error_type)}".strip()
     logger.info("request id=%s model=%s task=%s route=%s status=%d error_type=%s total_ms=%.1f%s", request_id,
@@ -120,6 +122,7 @@ def streamed(request_id: str, route: str, model: str, task: str, tally: StreamTa
         metrics.observe_failure(model, task, failure.status, failure.error_type, elapsed)
     else:
         metrics.observe_success(model, task, elapsed, first_token_s, elapsed - first_token_s, tally.batch)
+    observe_route(route, model, version, elapsed)
     traced = ""
     if tracing.tracer is not None:
         traced = " trace=" + tracing.annotate(model, version, token_id, failure.error_type if failure else "",
