@@ -3,8 +3,9 @@
 setup() builds the SDK's TracerProvider once per process with the standard OTEL_* environment
 read by the SDK itself (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER(_ARG),
 OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT/HEADERS/TIMEOUT/COMPRESSION, OTEL_BSP_*): a
-BatchSpanProcessor exports off the request path. Until then `tracer` is None and the hot paths
-test only that attribute (no call, no import of opentelemetry): tracing off costs nothing.
+BatchSpanProcessor exports off the request path, each span queued as its OTLP bytes
+(observe.span_export). Until then `tracer` is None and the hot paths test only that attribute
+(no call, no import of opentelemetry): tracing off costs nothing.
 
 Spans: the web's SERVER span per API request (continuing a W3C traceparent, api.front_door);
 the request's trace context travels in the wire message (broker.messages.WorkRequest.trace),
@@ -41,7 +42,6 @@ def setup(role: str) -> None:
     from opentelemetry import trace
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     resource = Resource.create({"service.instance.id": f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}",
@@ -49,7 +49,7 @@ def setup(role: str) -> None:
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):  # no OTEL_SERVICE_NAME
         resource = resource.merge(Resource({SERVICE_NAME: f"{DEFAULT_SERVICE}-{role.replace(' ', '-')}"}))
     provider = TracerProvider(resource=resource)  # its sampler from OTEL_TRACES_SAMPLER (default parentbased_always_on)
-    provider.add_span_processor(_processor(BatchSpanProcessor))
+    provider.add_span_processor(_processor())
     trace.set_tracer_provider(provider)
     tracer = trace.get_tracer("models_registry")
     _propagator = TraceContextTextMapPropagator()
@@ -57,18 +57,19 @@ def setup(role: str) -> None:
     logger.info("tracing on: %s spans of %s exported over OTLP/HTTP", role, resource.attributes.get(SERVICE_NAME))
 
 
-def _processor(batch: Any) -> Any:
+def _processor() -> Any:
     """The SDK's BatchSpanProcessor (OTEL_BSP_* read by the SDK) and OTLP/HTTP exporter, spans encoded as they end
     (observe.span_export) where the installed exporter fits it."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from models_registry.observe.span_export import EncodedSpanExporter, EncodingSpanProcessor
 
     if EncodedSpanExporter.fits():
-        return EncodingSpanProcessor(batch(EncodedSpanExporter()))
+        return EncodingSpanProcessor(BatchSpanProcessor(EncodedSpanExporter()))
     logger.warning("tracing: this opentelemetry-exporter-otlp-proto-http is not the one observe.span_export was "
                    "written for; spans are queued and encoded as the SDK does (several times the CPU per span)")
-    return batch(OTLPSpanExporter())
+    return BatchSpanProcessor(OTLPSpanExporter())
 
 
 def context_of(traceparent: str, tracestate: str = "") -> Any:
