@@ -215,7 +215,8 @@ class EncodingSpanProcessor(SpanProcessor):
         except Exception as error:  # noqa: BLE001 - never raised into the request that ended the span
             logger.error("span %s not exported: %s", span.name, error)
             return
-        self._batch.on_end(EncodedSpan(data, span.resource, span.instrumentation_scope or None))  # type: ignore[arg-type]
+        queued = EncodedSpan(data, span.resource, span.instrumentation_scope or None)
+        self._batch.on_end(queued)  # type: ignore[arg-type]
 
     def shutdown(self) -> None:
         """Export what is queued, then stop (the batch processor's shutdown)."""
