@@ -97,10 +97,14 @@ async def serve_traced(scope: dict[str, Any], receive: Any, send: Any,
     """handle(scope, receive, send) inside the request's SERVER span (a stream's: until its last event)."""
     headers = {name: value.decode("latin-1") for name, value in scope.get("headers", ())
                if name in (b"traceparent", b"tracestate")}
-    parent = context_of(headers[b"traceparent"], headers.get(b"tracestate", "")) if headers else None
+    parent = context_of(headers[b"traceparent"], headers.get(b"tracestate", "")) if b"traceparent" in headers else None
     route, method = http_route(scope["path"]), scope["method"]
     with tracer.start_as_current_span(f"{method} {route}", context=parent, kind=_api.SpanKind.SERVER, attributes={
             "http.request.method": method, "http.route": route, "url.path": scope["path"]}) as span:
+        if not span.is_recording():  # sampled out: the context travels on, nothing is recorded
+            await handle(scope, receive, send)
+            return
+
         async def traced_send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 span.set_attribute("http.response.status_code", message["status"])
