@@ -102,7 +102,7 @@ class Row:
 class DecodeBatch:
     """The rows of one model and the cache they share; every method blocks (the compute thread)."""
 
-    def __init__(self, pipe: Any, max_rows: int = 64) -> None:
+    def __init__(self, pipe: Any, max_rows: int = 64, kv_bytes: int | None = None) -> None:
         self.model, self.tokenizer = pipe.model, pipe.tokenizer
         self.rows: list[Row] = []
         self.eos = _eos_ids(self.model, self.tokenizer)
@@ -112,7 +112,7 @@ class DecodeBatch:
         self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         self.layers = text.num_hidden_layers
         self.cache = SlotCache(self.layers, self.kv_heads, self.head_dim, self.model.dtype, self.model.device,
-                               self.limit, max_rows)
+                               self.limit, max_rows, kv_bytes)  # kv_bytes: what it may take (a GPU's is committed)
         self.table = SlotTable()
         self.configs = kv_slots.configs_of(self.model)
         self.seconds_per_token: float | None = None  # of prefill, measured

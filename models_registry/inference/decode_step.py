@@ -86,7 +86,7 @@ def prefilling(rows: list[Any], cache: SlotCache) -> list[Any]:
         live = ((common_prefix(row.fill, other.held()), other.slot) for other in rows if other is not row)
         shared, source = max(live, default=(0, -1))
         reuse = min(shared, len(row.fill) - 1)
-        if reuse >= row.cached + COPY_GAIN:  # another row computed more of its head meanwhile
+        if reuse >= row.cached + COPY_GAIN or reuse == len(row.fill) - 1 > row.cached:  # more of its head (or all)
             cache.copy(source, row.slot, reuse)
             row.cached = reuse
         if len(row.fill) - row.cached >= WAIT_FOR_HEAD and any(
