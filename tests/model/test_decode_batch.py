@@ -238,3 +238,38 @@ def test_the_slot_cache_keeps_what_rows_wrote_and_reads_zeros_where_none_did() -
     assert float(cache.values[0][:4].abs().sum()) == 0 and float(cache.keys[1][:, :, 10:].abs().sum()) == 0
     cache.reserve(3, 300)  # past the model's length (a model of no limit): it grows, what was written moves over
     assert cache.allocations == 2 and cache.capacity[1] >= 300 and bool((cache.keys[1][0, :, :10] == 1.5).all())
+
+
+def test_short_prompts_joining_together_all_draw_their_first_token_at_the_next_step(
+        gpt2: Any, monkeypatch: pytest.MonkeyPatch, computed: list[int]) -> None:
+    monkeypatch.setattr(decode_batch, "FIRST_CHUNK", 16)
+    monkeypatch.setattr(decode_batch, "MIN_CHUNK", 16)
+    monkeypatch.setattr(decode_batch, "STEP_S", 0.0)
+    batch = DecodeBatch(gpt2)
+    long_row = row(batch, HEAD * 2, 3, name="long")
+    batch.step([long_row])
+    shorts = [row(batch, p, 5, name=p) for p in PROMPTS]
+    assert sum(len(r.ids) for r in shorts) > 16 and all(len(r.ids) <= 16 for r in shorts)
+    batch.step(shorts)
+    assert all(r.sequence.ids for r in shorts)  # one step: every short prompt whole, beside the long one's chunk
+    assert computed[-1] == 16 + sum(len(r.ids) for r in shorts)
+    while batch.rows:
+        batch.step()
+    for r in [long_row, *shorts]:
+        assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
+
+
+def test_a_short_request_beside_long_rows_decodes_in_a_fast_lane(gpt2: Any, computed: list[int]) -> None:
+    batch = DecodeBatch(gpt2)
+    longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
+    batch.step(longs)
+    batch.step()
+    short = row(batch, "Paris is", 4, name="short")
+    computed.clear()
+    batch.step([short])
+    assert short.done and len(short.sequence.ids) == 4  # its first token, and three more in forwards of its own
+    assert computed[1:] == [1, 1, 1]
+    while batch.rows:
+        batch.step()
+    for r in [short, *longs]:
+        assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
