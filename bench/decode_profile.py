@@ -24,11 +24,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20, help="timed decode steps")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--top", type=int, default=18, help="profiler rows shown")
+    parser.add_argument("--top", type=int, default=14, help="profiler rows shown")
+    parser.add_argument("--spread", type=int, default=256, help="the rows' lengths spread over about this many")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     from bench.generation import PROMPTS, build_model
-    from models_registry.inference import cpu_packing, decode_batch
+    from models_registry.inference import cpu_packing
     from models_registry.inference.decode_batch import DecodeBatch
     from models_registry.inference.loading import load_pipeline
 
@@ -36,13 +37,12 @@ def main(argv: list[str] | None = None) -> None:
         pipe = load_pipeline("text-generation", str(build_model(Path(tmp) / "gpt2")), None, "cpu", torch.float32)
     packed = cpu_packing.pack(pipe.model)
     batch = DecodeBatch(pipe, max_rows=args.rows)
-    rows = [batch.prepare(f"r{n}", PROMPTS[n % len(PROMPTS)] * (1 + n % 4), {"max_new_tokens": 400}, None)
+    rows = [batch.prepare(f"r{n}", PROMPTS[n % len(PROMPTS)], {"max_new_tokens": 1000}, None)
             for n in range(args.rows)]
-    batch.step(rows)
-    while any(not r.decoding for r in rows):
-        batch.step()
-    for _ in range(40):  # rows some way into their answers
-        batch.step()
+    for row in rows:  # one joins every few steps: lengths spread as in a busy batch (bench.generation's 16-256)
+        batch.step([row])
+        for _ in range(args.spread // args.rows - 1):
+            batch.step()
     forward_s: list[float] = []
     real = batch.model.forward
 
@@ -60,14 +60,18 @@ def main(argv: list[str] | None = None) -> None:
         steps.append(time.perf_counter() - started)
     del batch.model.forward
     step, forward = statistics.median(steps), statistics.median(forward_s)
-    print(f"{args.rows} rows decoding (lengths {min(r.cached for r in rows)}-{max(r.cached for r in rows)}), "
+    print(f"{args.rows} rows decoding (lengths {min(r.cached for r in rows)}-{max(r.cached for r in rows)}, mean "
+          f"{sum(r.cached for r in rows) // len(rows)}), "
           f"{packed} layers packed, torch threads {args.threads}: step p50 {1000 * step:.1f} ms = forward "
           f"{1000 * forward:.1f} ms + sampling and bookkeeping {1000 * (step - forward):.1f} ms "
           f"({1000 * (step - forward) / args.rows:.2f} ms a row)")
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
         batch.step()
+    vocab = batch.model.config.vocab_size
+    head = sum(e.self_cpu_time_total for e in prof.key_averages(group_by_input_shape=True)
+               if e.key == "mkldnn::_linear_pointwise" and any(vocab in shape for shape in e.input_shapes if shape))
+    print(f"LM head ({vocab} wide): {head / 1000:.1f} ms of the profiled step")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
-    del decode_batch
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ STEP_S = 0.05  # the prefill one step computes takes about this long (at least M
 MIN_CHUNK, FIRST_CHUNK = 32, 64  # prefill tokens per step: at least, and before the first measure
 JOIN_TOKENS = 256  # short prompts (each within a chunk) computed whole at one step, beside the chunks
 SHORT_TOKENS, FAST_STEPS = 16, 3  # a row asking at most SHORT_TOKENS decodes up to FAST_STEPS more per step
+LANE_SHARE = 4  # ... while such rows are at most a quarter of the decoding rows
 
 
 @dataclass(eq=False)
@@ -203,12 +204,12 @@ class DecodeBatch:
         A 4-token answer beside 32 long streams would otherwise take four steps of the whole
         batch; here it takes one, and its other tokens cost forwards of its rows alone (on a CPU a
         forward of one row is several times cheaper than one of 33). The lane takes at most the
-        time the batch's step took, and only while short rows are a minority of the batch.
+        time the batch's step took, and only while short rows are at most a quarter of the batch.
         """
         for _ in range(FAST_STEPS):
             decoding = [r for r in self.rows if r.decoding and not r.done]
             short = [r for r in decoding if r.max_new_tokens <= SHORT_TOKENS]
-            if not short or 2 * len(short) > len(decoding) or spent <= 0:
+            if not short or LANE_SHARE * len(short) > len(decoding) or spent <= 0:
                 return
             started = time.perf_counter()
             self._forward(short, 0, 0, measure=False)
