@@ -170,9 +170,8 @@ class DecodeBatch:
                 self._seat(row)
         if self.rows:
             with torch.inference_mode():
-                started = time.perf_counter()
                 self._forward(self.rows, self._prefill_budget(), JOIN_TOKENS)
-                self._fast_lane(time.perf_counter() - started)
+                self._fast_lane()
             done = [r for r in self.rows if r.done]
             self._leave(done)
             finished += done
@@ -198,22 +197,21 @@ class DecodeBatch:
                 self.table.give_back(row.slot, row.held())
             row.slot, row.cached = -1, 0
 
-    def _fast_lane(self, spent: float) -> None:
+    def _fast_lane(self) -> None:
         """Short rows (a few tokens asked) decode a few more tokens in forwards of their own.
 
         A 4-token answer beside 32 long streams would otherwise take four steps of the whole
         batch; here it takes one, and its other tokens cost forwards of its rows alone (on a CPU a
-        forward of one row is several times cheaper than one of 33). The lane takes at most the
-        time the batch's step took, and only while short rows are at most a quarter of the batch.
+        forward of one row is several times cheaper than one of 33). The lane runs only while
+        short rows are at most a quarter of the decoding rows, so the rows it computes in its
+        FAST_STEPS forwards are fewer than those of the batch's step.
         """
         for _ in range(FAST_STEPS):
             decoding = [r for r in self.rows if r.decoding and not r.done]
             short = [r for r in decoding if r.max_new_tokens <= SHORT_TOKENS]
-            if not short or LANE_SHARE * len(short) > len(decoding) or spent <= 0:
+            if not short or LANE_SHARE * len(short) > len(decoding):
                 return
-            started = time.perf_counter()
             self._forward(short, 0, 0, measure=False)
-            spent -= time.perf_counter() - started
 
     def _forward(self, rows: list[Row], budget: int, join_budget: int, measure: bool = True) -> None:
         """One forward: a token for every decoding row of rows, the next chunk of prompts being prefilled."""
