@@ -21,6 +21,7 @@ from models_registry.broker import admission, enqueue, handoff, messages
 from models_registry.broker.work_layer import WorkLayer, work_layer
 from models_registry.core.errors import Overloaded, Timeout, Unavailable, from_wire
 from models_registry.observe import tracing
+from models_registry.core.waits import next_item
 
 LATE_TOKENS_S = 2.0  # after a result that does not count its token messages, how long tokens are awaited
 EXTEND_EVERY_S = 1.0  # how often a live stream pushes its admission deadline forward
@@ -76,7 +77,7 @@ class Stream:
                 late_until = time.time() + LATE_TOKENS_S
             until = late_until if late_until is not None else quiet_until
             try:
-                reply = await asyncio.wait_for(self.queue.get(), max(0.0, until - time.time()))
+                reply = await next_item(self.queue, max(0.0, until - time.time()))
             except TimeoutError:
                 if late_until is not None:
                     return None

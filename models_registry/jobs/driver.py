@@ -32,6 +32,7 @@ from models_registry.jobs.fair_share import FairShare
 from models_registry.jobs.line_calls import LineAnswer, LineCalls
 from models_registry.jobs.lines import JobLine
 from models_registry.catalog.lookups import fresh_connection
+from models_registry.core.waits import event_set
 
 logger = logging.getLogger(__name__)
 
@@ -110,10 +111,8 @@ class JobDriver:
                     self.jobs[job.pk] = (job, asyncio.ensure_future(self._guarded(job)))
                     continue  # another owner's job may be waiting too
                 self._ended.clear()
-                try:  # the next poll, or at once when a job ends (a slot for another one)
-                    await asyncio.wait_for(self._ended.wait(), conf.BATCH_POLL_S)
-                except TimeoutError:
-                    pass
+                # the next poll, or at once when a job ends (a slot for another one)
+                await event_set(self._ended, conf.BATCH_POLL_S)
         finally:
             tasks = [task for _, task in self.jobs.values()]
             for task in tasks:

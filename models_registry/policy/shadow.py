@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -27,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 _background: set[asyncio.Task[Any]] = set()
 SUMS_TTL_S = 30 * 86400
+# (live's outputs, the copy's outputs), as policy.shadow_distance compares them
+Compared = tuple[list[Any], list[Any]]
 
 
 def sums_key(prefix: str, model: str, version: int) -> str:
@@ -37,67 +40,71 @@ def sums_key(prefix: str, model: str, version: int) -> str:
 def compare_soon(spec: ModelSpec, task: TaskSpec, inputs: list[Any], parameters: dict[str, Any],
                  live: handoff.InferenceResult, version: int) -> None:
     """Send a copy of the request to version in the background and record how its answer differs."""
-    job = asyncio.ensure_future(_compare(spec, task, inputs, parameters, live, version))
-    _background.add(job)
-    job.add_done_callback(_background.discard)
-
-
-async def _compare(spec: ModelSpec, task: TaskSpec, inputs: list[Any], parameters: dict[str, Any],
-                   live: handoff.InferenceResult, version: int) -> None:
-    started = time.perf_counter()
-    seconds: float | None = None
-    far: float | None = None
-    try:
-        result = await handoff.infer(
-            request_id=f"shadow-{uuid.uuid4().hex[:12]}", model=wire_name(spec.name, version), task=task.name,
-            inputs=inputs, parameters=parameters, timeout_s=task.timeout_s,
-            max_queue_size=task.max_batch_queue_size or max(1, task.policy.max_queue_size // 2), priority="batch",
-        )
-        seconds = time.perf_counter() - started
-        far = distance(live.outputs, result.outputs)
-    except HostingError as error:
-        logger.info("shadow copy to %s v%d failed: %s", spec.name, version, error.message)
-    except Exception:
-        logger.exception("shadow copy to %s v%d failed", spec.name, version)
-    observe_shadow(spec.name, version, seconds, far)
-    await _add(spec.name, version, seconds, far)
+    _in_background(_measure(spec.name, version, _copy_request(spec, task, inputs, parameters, live, version)))
 
 
 def compare_streams_soon(spec: ModelSpec, task: TaskSpec, openings: list[Opening], live_texts: list[str],
                          version: int) -> None:
     """A streamed request's copy: the same openings streamed by version (at batch priority, uncharged), its
     texts compared with live's (exact match), recorded as any shadow copy."""
-    job = asyncio.ensure_future(_compare_streams(spec, task, openings, live_texts, version))
-    _background.add(job)
+    _in_background(_measure(spec.name, version, _copy_streams(spec, task, openings, live_texts, version)))
+
+
+def _in_background(work: Coroutine[Any, Any, None]) -> None:
+    job = asyncio.ensure_future(work)
+    _background.add(job)  # held: a task nobody references may be collected
     job.add_done_callback(_background.discard)
 
 
-async def _compare_streams(spec: ModelSpec, task: TaskSpec, openings: list[Opening], live_texts: list[str],
-                           version: int) -> None:
+def _copy_queue_size(task: TaskSpec) -> int:
+    """A copy waits in the batch queue: its own limit, or half the task's (shed before any client's request)."""
+    return task.max_batch_queue_size or max(1, task.policy.max_queue_size // 2)
+
+
+async def _copy_request(spec: ModelSpec, task: TaskSpec, inputs: list[Any], parameters: dict[str, Any],
+                        live: handoff.InferenceResult, version: int) -> Compared:
+    result = await handoff.infer(
+        request_id=f"shadow-{uuid.uuid4().hex[:12]}", model=wire_name(spec.name, version), task=task.name,
+        inputs=inputs, parameters=parameters, timeout_s=task.timeout_s, max_queue_size=_copy_queue_size(task),
+        priority="batch",
+    )
+    return live.outputs, result.outputs
+
+
+async def _copy_streams(spec: ModelSpec, task: TaskSpec, openings: list[Opening], live_texts: list[str],
+                        version: int) -> Compared | None:
+    streams = await stream_handoff.open_streams(
+        openings, None, model=wire_name(spec.name, version), task=task.name, timeout_s=task.timeout_s,
+        max_queue_size=_copy_queue_size(task), priority="batch")
+    try:
+        for stream in streams:
+            async for _ in stream.events():
+                pass
+    finally:
+        for stream in streams:
+            stream.close()
+    texts = [stream.text for stream in streams]
+    if None in texts:
+        return None  # a stream ended without its text: counted as an error
+    return [{"generated_text": t} for t in live_texts], [{"generated_text": t} for t in texts]
+
+
+async def _measure(model: str, version: int, copy: Awaitable[Compared | None]) -> None:
+    """Await one copy, then record its round trip and its distance from live's answer (or an error)."""
     started = time.perf_counter()
     seconds: float | None = None
     far: float | None = None
     try:
-        streams = await stream_handoff.open_streams(
-            openings, None, model=wire_name(spec.name, version), task=task.name, timeout_s=task.timeout_s,
-            max_queue_size=task.max_batch_queue_size or max(1, task.policy.max_queue_size // 2), priority="batch")
-        try:
-            for stream in streams:
-                async for _ in stream.events():
-                    pass
-        finally:
-            for stream in streams:
-                stream.close()
-        texts = [stream.text for stream in streams]
-        if None not in texts:
+        compared = await copy
+        if compared is not None:
             seconds = time.perf_counter() - started
-            far = distance([{"generated_text": t} for t in live_texts], [{"generated_text": t} for t in texts])
+            far = distance(*compared)
     except HostingError as error:
-        logger.info("shadow stream copy to %s v%d failed: %s", spec.name, version, error.message)
+        logger.info("shadow copy to %s v%d failed: %s", model, version, error.message)
     except Exception:
-        logger.exception("shadow stream copy to %s v%d failed", spec.name, version)
-    observe_shadow(spec.name, version, seconds, far)
-    await _add(spec.name, version, seconds, far)
+        logger.exception("shadow copy to %s v%d failed", model, version)
+    observe_shadow(model, version, seconds, far)
+    await _add(model, version, seconds, far)
 
 
 async def _add(model: str, version: int, seconds: float | None, far: float | None) -> None:

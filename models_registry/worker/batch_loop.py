@@ -27,6 +27,7 @@ from models_registry.worker.engine_stats import EngineStats
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.replies import Replies
 from models_registry.worker.token_streams import TokenStreams
+from models_registry.core.waits import event_set
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +64,7 @@ class BatchLoop:
     async def wait_for_room(self, timeout_s: float) -> None:
         """Until a batch has been taken from the queues (or timeout_s)."""
         self._room.clear()
-        try:
-            await asyncio.wait_for(self._room.wait(), timeout_s)
-        except TimeoutError:
-            pass
+        await event_set(self._room, timeout_s)
 
     async def in_compute_thread(self, work: Callable[[], Any]) -> Any:
         """Run work in the compute thread, between batches (a new model's warm-up batches)."""
@@ -151,10 +149,7 @@ class BatchLoop:
         wake_at = self.batcher.next_wakeup(now)
         timeout = None if wake_at is None else max(0.0, wake_at - time.time())
         self._wake.clear()
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        except TimeoutError:
-            pass
+        await event_set(self._wake, timeout)
 
     async def _without_abandoned(self, batch: Batch[Delivery]) -> Batch[Delivery]:
         """Drop items whose client has gone (timed out, disconnected) before computing them."""

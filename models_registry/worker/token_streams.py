@@ -20,6 +20,7 @@ from models_registry.broker import admission, messages
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.batch_types import Batch
 from models_registry.worker.delivery import Delivery
+from models_registry.core.waits import next_item
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class TokenStreams:
         assert self._outbox is not None
         while True:
             try:  # quiet sinks send nothing: their clients are checked all the same
-                replies = await asyncio.wait_for(self._outbox.get(), CHECK_EVERY_S if self._open else None)
+                replies = await next_item(self._outbox, CHECK_EVERY_S if self._open else None)
             except TimeoutError:
                 replies = []
             while not self._outbox.empty():  # what queued while the last round trip was out goes in this one
