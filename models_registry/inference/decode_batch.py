@@ -22,14 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import (
-    LogitsProcessorList,
-    RepetitionPenaltyLogitsProcessor,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-    TypicalLogitsWarper,
-)
+from transformers import LogitsProcessorList
 
 from models_registry.catalog.readable_text import readable_chars
 from models_registry.core.errors import InvalidInput
@@ -37,9 +30,10 @@ from models_registry.inference import decode_step, kv_slots
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
 from models_registry.inference.intake_tokens import TokenizedText
 from models_registry.inference.kv_slots import SlotCache
+from models_registry.inference.row_processors import logits_processors
 from models_registry.inference.row_shaping import RowShaping
 from models_registry.inference.slot_table import SlotTable
-from models_registry.inference.streaming import TokenSink, _Decoder, _eos_ids, _LogProbs, _Sequence, chat_prompt
+from models_registry.inference.streaming import TokenSink, StepDecoder, eos_token_ids, LogProbKeeper, GeneratedSequence, chat_prompt
 from models_registry.inference.task_common import max_positions
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
@@ -58,8 +52,8 @@ class Row:
     prompt: str
     ids: list[int]  # the prompt's tokens
     max_new_tokens: int
-    decoder: _Decoder
-    sequence: _Sequence
+    decoder: StepDecoder
+    sequence: GeneratedSequence
     processors: LogitsProcessorList
     sample: bool
     generator: torch.Generator | None
@@ -110,7 +104,7 @@ class DecodeBatch:
     def __init__(self, pipe: Any, max_rows: int = 64, kv_bytes: int | None = None) -> None:
         self.model, self.tokenizer = pipe.model, pipe.tokenizer
         self.rows: list[Row] = []
-        self.eos = _eos_ids(self.model, self.tokenizer)
+        self.eos = eos_token_ids(self.model, self.tokenizer)
         self.limit = max_positions(self.model, self.tokenizer)
         text = self.model.config.get_text_config(decoder=True)
         self.kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
@@ -144,8 +138,8 @@ class DecodeBatch:
             max_new = min(max_new, room)
         do_sample = params.get("do_sample")
         sample = bool(config.do_sample) if do_sample is None else bool(do_sample)
-        sequence = _Sequence(sink=sink, prompt_tokens=len(ids))
-        decoder = _Decoder(self.tokenizer, [sequence], _LogProbs(), max_new, list(params.get("stop") or []),
+        sequence = GeneratedSequence(sink=sink, prompt_tokens=len(ids))
+        decoder = StepDecoder(self.tokenizer, [sequence], LogProbKeeper(), max_new, list(params.get("stop") or []),
                            self.eos, params.get("seed"))
         generator = None
         if sample and params.get("seed") is not None:
@@ -156,7 +150,7 @@ class DecodeBatch:
         details = bool(params.get("stream") or params.get("details"))
         full_text = params.get("return_full_text") is True if details else params.get("return_full_text") is not False
         return Row(id=request_id, prompt=str(text), ids=list(ids), max_new_tokens=max_new, decoder=decoder,
-                   sequence=sequence, processors=_processors(config, params, sample), sample=sample,
+                   sequence=sequence, processors=logits_processors(config, params, sample), sample=sample,
                    generator=generator, full_text=full_text, details=details, shaping=shaping)
 
     def step(self, joining: list[Row] | tuple[()] = (), preempted: list[Row] | tuple[()] = ()) -> list[Row]:
@@ -284,26 +278,3 @@ class DecodeBatch:
         row.decoder._step(0, row.sequence, token)
         row.history.append(token)
         row.last = token
-
-
-def _processors(config: Any, params: dict[str, Any], sample: bool) -> LogitsProcessorList:
-    """The row's logits processors, from its parameters over the model's generation config (as generate())."""
-    processors = LogitsProcessorList()
-    penalty = params.get("repetition_penalty") or config.repetition_penalty
-    if penalty and penalty != 1.0:
-        processors.append(RepetitionPenaltyLogitsProcessor(penalty=float(penalty)))
-    if not sample:
-        return processors
-    temperature = params.get("temperature") or config.temperature
-    if temperature and temperature != 1.0:
-        processors.append(TemperatureLogitsWarper(float(temperature)))
-    top_k = params.get("top_k") or config.top_k
-    if top_k:
-        processors.append(TopKLogitsWarper(top_k=int(top_k)))
-    top_p = params.get("top_p") or config.top_p
-    if top_p and top_p < 1.0:
-        processors.append(TopPLogitsWarper(top_p=float(top_p)))
-    typical = params.get("typical_p") or config.typical_p
-    if typical and typical < 1.0:
-        processors.append(TypicalLogitsWarper(mass=float(typical)))
-    return processors
