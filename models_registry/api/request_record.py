@@ -18,7 +18,7 @@ from models_registry.broker import deferred
 from models_registry.core.errors import HostingError
 from models_registry.media import item as media_item
 from models_registry.observe import ledger, metrics, tracing
-from models_registry.observe.version_metrics import observe_version
+from models_registry.observe.version_metrics import observe_route, observe_version
 from models_registry.policy.serving import VERSION_HEADER
 from models_registry.policy.auth import TokenGrant
 from models_registry.policy.gate import Served
@@ -74,12 +74,12 @@ def served_answer(request_id: str, route: str, model: str, task: str, body: Any,
     share = min(1.0, inputs / result.batch_size) if result.batch_size else 0.0  # of its batch's compute
     metrics.observe_success(model, task, elapsed, result.queue_ms / 1000, result.compute_ms / 1000, result.batch_size)
     observe_version(model, result.version)
+    observe_route(route, model, result.version, elapsed)
     _count_usage(ledger.fields(token_id, model, result.version, input_tokens=result.tokens,
                                compute_s=result.compute_ms / 1000 * share, media=media))
     traced = ""
     if tracing.tracer is not None:
-        tracing.annotate(route, model, result.version, token_id, 200, inputs=inputs, batch_size=result.batch_size)
-        traced = f" trace={tracing.trace_id()}"
+        traced = f" trace={tracing.annotate(model, result.version, token_id, inputs=inputs)}"
     logger.info("request id=%s model=%s version=%d task=%s route=%s status=200 inputs=%d queue_ms=%.1f "
                 "compute_ms=%.1f batch=%d total_ms=%.1f%s", request_id, model, result.version, task, route, inputs,
                 result.queue_ms, result.compute_ms, result.batch_size, elapsed * 1000, traced)
@@ -102,9 +102,9 @@ def failed(request_id: str, route: str, model: str, task: str, error: HostingErr
     if token_id is not None:
         _count_usage(ledger.fields(token_id, model, version, error=True))
     metrics.observe_failure(model, task, error.status, error.error_type, elapsed)
+    observe_route(route, model, version, elapsed)
     if tracing.tracer is not None:
-        tracing.annotate(route, model, version, token_id, error.status, error.error_type)
-        detail = f"{detail} trace={tracing.trace_id()}".strip()
+        detail = f"{detail} trace={tracing.annotate(model, version, token_id, error.error_type)}".strip()
     logger.info("request id=%s model=%s task=%s route=%s status=%d error_type=%s total_ms=%.1f%s", request_id,
                 model, task, route, error.status, error.error_type, elapsed * 1000, f" {detail}" if detail else "")
 
@@ -127,12 +127,12 @@ def streamed(request_id: str, route: str, model: str, task: str, tally: StreamTa
         metrics.observe_failure(model, task, failure.status, failure.error_type, elapsed)
     else:
         metrics.observe_success(model, task, elapsed, first_token_s, elapsed - first_token_s, tally.batch)
+    observe_route(route, model, version, elapsed)
     traced = ""
     if tracing.tracer is not None:
-        tracing.annotate(route, model, version, token_id, 200, failure.error_type if failure else "",
-                         time_to_first_token_ms=round(first_token_s * 1000, 3), output_tokens=tally.output_tokens,
-                         input_tokens=tally.input_tokens)
-        traced = f" trace={tracing.trace_id()}"
+        traced = " trace=" + tracing.annotate(model, version, token_id, failure.error_type if failure else "",
+                                              time_to_first_token_ms=round(first_token_s * 1000, 3),
+                                              output_tokens=tally.output_tokens, input_tokens=tally.input_tokens)
     logger.info("request id=%s model=%s task=%s route=%s status=200 %s first_token_ms=%.1f total_ms=%.1f%s%s",
                 request_id, model, task, route, " ".join(f"{name}={value}" for name, value in tally.fields.items()),
                 first_token_s * 1000, elapsed * 1000,

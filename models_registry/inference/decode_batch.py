@@ -5,7 +5,9 @@ sequence (inference.kv_slots): one token per decoding row, and the next chunk of
 prompt being prefilled, within a token budget measured so that a step's prefill takes
 about STEP_S (the pace per token of the steps so far, a decode token's or a prompt token's). Each row has a slot of a cache preallocated for it and written in place;
 a row whose prompt starts like a cached one (a shared system prompt, the n choices of one
-prompt, a preempted row coming back) starts from that head (inference.slot_table). Every
+prompt, a preempted row coming back) starts from that head (inference.slot_table). Short
+prompts that join together are computed whole in one step (JOIN_TOKENS), and a row that asks a
+few tokens decodes them in a fast lane beside the batch (_fast_lane). Every
 row samples with its own parameters and, with a seed, its own generator (_emit, the one
 place a row's logits become its token): a seeded answer does not depend on what else runs
 beside it, and greedy answers equal `generate()`'s. Events and answers are TGI's, built
@@ -20,14 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import (
-    LogitsProcessorList,
-    RepetitionPenaltyLogitsProcessor,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-    TypicalLogitsWarper,
-)
+from transformers import LogitsProcessorList
 
 from models_registry.catalog.readable_text import readable_chars
 from models_registry.core.errors import InvalidInput
@@ -35,14 +30,18 @@ from models_registry.inference import decode_step, kv_slots
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
 from models_registry.inference.intake_tokens import TokenizedText
 from models_registry.inference.kv_slots import SlotCache
+from models_registry.inference.row_processors import logits_processors
 from models_registry.inference.row_shaping import RowShaping
 from models_registry.inference.slot_table import SlotTable
-from models_registry.inference.streaming import TokenSink, _Decoder, _eos_ids, _LogProbs, _Sequence, chat_prompt
+from models_registry.inference.streaming import TokenSink, StepDecoder, eos_token_ids, LogProbKeeper, GeneratedSequence, chat_prompt
 from models_registry.inference.task_common import max_positions
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
 STEP_S = 0.05  # the prefill one step computes takes about this long (at least MIN_CHUNK tokens)
 MIN_CHUNK, FIRST_CHUNK = 32, 64  # prefill tokens per step: at least, and before the first measure
+JOIN_TOKENS = 256  # short prompts (each within a chunk) computed whole at one step, beside the chunks
+SHORT_TOKENS, FAST_STEPS = 16, 3  # a row asking at most SHORT_TOKENS decodes up to FAST_STEPS more per step
+LANE_SHARE = 4  # ... while such rows are at most a quarter of the decoding rows
 
 
 @dataclass(eq=False)
@@ -53,8 +52,8 @@ class Row:
     prompt: str
     ids: list[int]  # the prompt's tokens
     max_new_tokens: int
-    decoder: _Decoder
-    sequence: _Sequence
+    decoder: StepDecoder
+    sequence: GeneratedSequence
     processors: LogitsProcessorList
     sample: bool
     generator: torch.Generator | None
@@ -102,17 +101,17 @@ class Row:
 class DecodeBatch:
     """The rows of one model and the cache they share; every method blocks (the compute thread)."""
 
-    def __init__(self, pipe: Any, max_rows: int = 64) -> None:
+    def __init__(self, pipe: Any, max_rows: int = 64, kv_bytes: int | None = None) -> None:
         self.model, self.tokenizer = pipe.model, pipe.tokenizer
         self.rows: list[Row] = []
-        self.eos = _eos_ids(self.model, self.tokenizer)
+        self.eos = eos_token_ids(self.model, self.tokenizer)
         self.limit = max_positions(self.model, self.tokenizer)
         text = self.model.config.get_text_config(decoder=True)
         self.kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
         self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         self.layers = text.num_hidden_layers
         self.cache = SlotCache(self.layers, self.kv_heads, self.head_dim, self.model.dtype, self.model.device,
-                               self.limit, max_rows)
+                               self.limit, max_rows, kv_bytes)  # kv_bytes: what it may take (a GPU's is committed)
         self.table = SlotTable()
         self.configs = kv_slots.configs_of(self.model)
         self.seconds_per_token: float | None = None  # of prefill, measured
@@ -139,8 +138,8 @@ class DecodeBatch:
             max_new = min(max_new, room)
         do_sample = params.get("do_sample")
         sample = bool(config.do_sample) if do_sample is None else bool(do_sample)
-        sequence = _Sequence(sink=sink, prompt_tokens=len(ids))
-        decoder = _Decoder(self.tokenizer, [sequence], _LogProbs(), max_new, list(params.get("stop") or []),
+        sequence = GeneratedSequence(sink=sink, prompt_tokens=len(ids))
+        decoder = StepDecoder(self.tokenizer, [sequence], LogProbKeeper(), max_new, list(params.get("stop") or []),
                            self.eos, params.get("seed"))
         generator = None
         if sample and params.get("seed") is not None:
@@ -151,7 +150,7 @@ class DecodeBatch:
         details = bool(params.get("stream") or params.get("details"))
         full_text = params.get("return_full_text") is True if details else params.get("return_full_text") is not False
         return Row(id=request_id, prompt=str(text), ids=list(ids), max_new_tokens=max_new, decoder=decoder,
-                   sequence=sequence, processors=_processors(config, params, sample), sample=sample,
+                   sequence=sequence, processors=logits_processors(config, params, sample), sample=sample,
                    generator=generator, full_text=full_text, details=details, shaping=shaping)
 
     def step(self, joining: list[Row] | tuple[()] = (), preempted: list[Row] | tuple[()] = ()) -> list[Row]:
@@ -165,7 +164,8 @@ class DecodeBatch:
                 self._seat(row)
         if self.rows:
             with torch.inference_mode():
-                self._forward()
+                self._forward(self.rows, self._prefill_budget(), JOIN_TOKENS)
+                self._fast_lane()
             done = [r for r in self.rows if r.done]
             self._leave(done)
             finished += done
@@ -191,9 +191,25 @@ class DecodeBatch:
                 self.table.give_back(row.slot, row.held())
             row.slot, row.cached = -1, 0
 
-    def _forward(self) -> None:
-        """One forward: a token for every decoding row, the next chunk of prompts being prefilled."""
-        step = decode_step.next_step(self.rows, self.cache, self._prefill_budget())
+    def _fast_lane(self) -> None:
+        """Short rows (a few tokens asked) decode a few more tokens in forwards of their own.
+
+        A 4-token answer beside 32 long streams would otherwise take four steps of the whole
+        batch; here it takes one, and its other tokens cost forwards of its rows alone (on a CPU a
+        forward of one row is several times cheaper than one of 33). The lane runs only while
+        short rows are at most a quarter of the decoding rows, so the rows it computes in its
+        FAST_STEPS forwards are fewer than those of the batch's step.
+        """
+        for _ in range(FAST_STEPS):
+            decoding = [r for r in self.rows if r.decoding and not r.done]
+            short = [r for r in decoding if r.max_new_tokens <= SHORT_TOKENS]
+            if not short or LANE_SHARE * len(short) > len(decoding):
+                return
+            self._forward(short, 0, 0, measure=False)
+
+    def _forward(self, rows: list[Row], budget: int, join_budget: int, measure: bool = True) -> None:
+        """One forward: a token for every decoding row of rows, the next chunk of prompts being prefilled."""
+        step = decode_step.next_step(rows, self.cache, budget, join_budget)
         if not step.ids:
             return
         device = self.model.device
@@ -213,6 +229,8 @@ class DecodeBatch:
                 row.history = list(row.ids)
                 self._emit(row, logits[drawn])
                 drawn += 1
+        if not measure:
+            return
         measured = (time.perf_counter() - started) / len(step.ids)  # a decode token costs at least a prompt token
         old = self.seconds_per_token
         self.seconds_per_token = measured if old is None else 0.7 * old + 0.3 * measured
@@ -260,26 +278,3 @@ class DecodeBatch:
         row.decoder._step(0, row.sequence, token)
         row.history.append(token)
         row.last = token
-
-
-def _processors(config: Any, params: dict[str, Any], sample: bool) -> LogitsProcessorList:
-    """The row's logits processors, from its parameters over the model's generation config (as generate())."""
-    processors = LogitsProcessorList()
-    penalty = params.get("repetition_penalty") or config.repetition_penalty
-    if penalty and penalty != 1.0:
-        processors.append(RepetitionPenaltyLogitsProcessor(penalty=float(penalty)))
-    if not sample:
-        return processors
-    temperature = params.get("temperature") or config.temperature
-    if temperature and temperature != 1.0:
-        processors.append(TemperatureLogitsWarper(float(temperature)))
-    top_k = params.get("top_k") or config.top_k
-    if top_k:
-        processors.append(TopKLogitsWarper(top_k=int(top_k)))
-    top_p = params.get("top_p") or config.top_p
-    if top_p and top_p < 1.0:
-        processors.append(TopPLogitsWarper(top_p=float(top_p)))
-    typical = params.get("typical_p") or config.typical_p
-    if typical and typical < 1.0:
-        processors.append(TypicalLogitsWarper(mass=float(typical)))
-    return processors

@@ -56,18 +56,33 @@ class Step:
         return plan
 
 
-def next_step(rows: list[Any], cache: SlotCache, budget: int) -> Step:
-    """The step for rows: every decoding row's next token, then prompt chunks within budget tokens."""
+def next_step(rows: list[Any], cache: SlotCache, budget: int, join_budget: int = 0) -> Step:
+    """The step for rows: every decoding row's next token, then prompt chunks within budget tokens.
+
+    A prompt whose rest fits in one chunk and in join_budget (what is left of it) is computed whole
+    from join_budget instead: the short prompts that arrive together all draw their first token
+    at the next step (vLLM's scheduler gives waiting requests what its token budget has left, and
+    caps a long prompt's share per step), while a long prompt goes on in chunks of budget tokens.
+    """
     step = Step()
     step.decoding = sorted((r for r in rows if r.decoding), key=lambda r: r.slot)
     step.ids = [r.last for r in step.decoding]
     step.slots = [r.slot for r in step.decoding]
     step.positions = [r.cached for r in step.decoding]
     step.keep = list(range(len(step.decoding)))
+    chunk = budget
     for row in prefilling(rows, cache):
-        count = min(len(row.fill) - row.cached, budget)
+        rest = len(row.fill) - row.cached
+        if rest <= min(chunk, join_budget):  # a short prompt (or a long one's last chunk): whole, beside the others
+            join_budget -= rest
+            count = rest
+        else:
+            count = min(rest, budget)
+            budget -= count
         if count <= 0:
-            break
+            if budget <= 0 and join_budget <= 0:
+                break
+            continue
         step.ids += row.fill[row.cached:row.cached + count]
         step.slots += [row.slot] * count
         step.positions += range(row.cached, row.cached + count)
@@ -75,7 +90,6 @@ def next_step(rows: list[Any], cache: SlotCache, budget: int) -> Step:
         if completes and not row.history:  # a new row draws its first token from its prompt's last
             step.keep.append(len(step.ids) - 1)
         step.chunks.append((row, count, completes))
-        budget -= count
     return step
 
 
@@ -86,7 +100,7 @@ def prefilling(rows: list[Any], cache: SlotCache) -> list[Any]:
         live = ((common_prefix(row.fill, other.held()), other.slot) for other in rows if other is not row)
         shared, source = max(live, default=(0, -1))
         reuse = min(shared, len(row.fill) - 1)
-        if reuse >= row.cached + COPY_GAIN:  # another row computed more of its head meanwhile
+        if reuse >= row.cached + COPY_GAIN or reuse == len(row.fill) - 1 > row.cached:  # more of its head (or all)
             cache.copy(source, row.slot, reuse)
             row.cached = reuse
         if len(row.fill) - row.cached >= WAIT_FOR_HEAD and any(

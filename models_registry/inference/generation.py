@@ -54,7 +54,7 @@ def seq2seq(task: str) -> Callable[[ModelBundle, list[str], dict[str, Any]], lis
 
     def run(bundle: ModelBundle, texts: list[str], params: dict[str, Any]) -> list[Any]:
         tokenizer, model = bundle.tokenizer, bundle.model
-        prefix, generate, source_lang = _task_settings(task, bundle, params)
+        prefix, generate, source_lang = task_settings(task, bundle, params)
         limit = max_positions(model, tokenizer)
         truncate = params.get("truncation") != "do_not_truncate"
         previous_lang = getattr(tokenizer, "src_lang", None)
@@ -81,7 +81,7 @@ def seq2seq(task: str) -> Callable[[ModelBundle, list[str], dict[str, Any]], lis
     return run
 
 
-def _task_settings(task: str, bundle: ModelBundle, params: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+def task_settings(task: str, bundle: ModelBundle, params: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
     """Input prefix, generate() defaults and the tokenizer's source language for this task and request.
 
     T5-style models name a prefix and settings in config.task_specific_params (e.g. "summarize: ");

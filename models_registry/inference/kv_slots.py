@@ -6,7 +6,8 @@ the model's linear layers run on those tokens alone, with no padding, and the at
 registered here as ATTENTION writes each token's key and value into its slot, then
 attends: the decoding rows (one token each) together over their slots' range, masked
 to each row's length; a prompt chunk over its own slot, causally. Nothing is copied
-per step; the cache grows (one copy) only when a longer or an extra row needs room.
+per step, nor when rows join and leave: the storage is allocated once for every row at
+the model's length (SlotCache).
 This is transformers' continuous-batching idea (generation/continuous_batching: tokens
 packed in one sequence, a cache written in place) with a row per sequence instead of
 pages, so that a decode step reads each row's keys where they lie instead of gathering them.
@@ -14,6 +15,7 @@ pages, so that a decode step reads each row's keys where they lie instead of gat
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ import torch
 from transformers import AttentionInterface, PreTrainedConfig
 
 ATTENTION = "hosting_slots"
-GROW = 1.5  # a cache that must grow takes this much more room than asked, so it seldom grows again
+GROW = 1.5  # a cache of no length limit that must grow takes this much more room than asked
 LENGTH_STEP = 64  # lengths are allocated in multiples of this
 
 
@@ -52,36 +54,70 @@ class StepPlan:
 
 
 class SlotCache:
-    """Keys and values of every layer, one slot per row; grows on demand, never per step."""
+    """Keys and values of every layer, one slot per row: allocated once for every row at the model's length.
+
+    On a CPU the storage is one anonymous memory map for max_slots rows of max_length tokens:
+    the system gives it zeroed pages as they are first written, so it costs memory only for
+    the positions rows reach, and nothing is ever copied to make room (a growing cache's copy
+    and the zeroing of a new one cost seconds on a loaded machine, each time a row needs more).
+    Elsewhere (a GPU), where reserving memory commits it, the storage is allocated zeroed once
+    for max_slots rows of as many tokens as capacity_bytes holds (max_length when it is not
+    given). Only a row longer than that storage, or a model of no length limit, makes it grow
+    by a copy. slots and length say how much of it rows have reserved.
+    """
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: Any,
-                 max_length: int | None, max_slots: int) -> None:
+                 max_length: int | None, max_slots: int, capacity_bytes: int | None = None) -> None:
         self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
         self.dtype, self.device, self.max_length, self.max_slots = dtype, device, max_length, max_slots
+        self.capacity_bytes = capacity_bytes
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
-        self.slots = 0
+        self.slots = 0  # reserved: what rows may write and read
         self.length = 0
+        self.capacity = (0, 0)  # allocated: (slots, length)
+        self.allocations = 0  # storages allocated since the cache was made (one per busy period, unless it grows)
+
+    @property
+    def bytes_per_position(self) -> int:
+        """Bytes of one token of one slot in every layer's keys and values."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * torch.empty((), dtype=self.dtype).element_size()
 
     def reserve(self, slots: int, length: int) -> None:
-        """Room for slots rows of length tokens (copies what is there when it must grow)."""
+        """Room for slots rows of length tokens (allocated once; grown by a copy only past the storage)."""
         if slots <= self.slots and length <= self.length:
             return
-        new_slots = self.slots if slots <= self.slots else max(slots, min(int(self.slots * GROW), self.max_slots))
-        new_length = self.length if length <= self.length else max(length, int(self.length * GROW))
-        new_length = -(-new_length // LENGTH_STEP) * LENGTH_STEP
-        if self.max_length:
-            new_length = max(length, self.length, min(new_length, self.max_length))
-        shape = (new_slots, self.kv_heads, new_length, self.head_dim)
-        for store in (self.keys, self.values):
-            for n in range(self.layers):
-                grown = torch.zeros(shape, dtype=self.dtype, device=self.device)
-                if n < len(store):
-                    grown[:self.slots, :, :self.length] = store[n]
-                    store[n] = grown
-                else:
-                    store.append(grown)
+        new_slots, new_length = max(slots, self.slots), max(length, self.length)
+        if not self.keys or new_slots > self.capacity[0] or new_length > self.capacity[1]:
+            self._allocate(new_slots, new_length)
         self.slots, self.length = new_slots, new_length
+
+    def _allocate(self, slots: int, length: int) -> None:
+        """Storage for max_slots rows of at least length tokens, what rows wrote so far kept."""
+        lazy = torch.device(self.device).type == "cpu"
+        if self.max_length and (lazy or not self.capacity_bytes):
+            room = self.max_length
+        elif self.max_length:
+            fits = self.capacity_bytes // (self.max_slots * self.bytes_per_position)  # type: ignore[operator]
+            room = min(self.max_length, fits // LENGTH_STEP * LENGTH_STEP)
+        else:  # no length limit: room to grow into
+            room = -(-int(max(length, self.capacity[1]) * GROW) // LENGTH_STEP) * LENGTH_STEP
+        room, rows = max(room, length), max(slots, self.max_slots)
+        shape = (2, self.layers, rows, self.kv_heads, room, self.head_dim)
+        if lazy:
+            count = 2 * self.layers * rows * self.kv_heads * room * self.head_dim
+            element = torch.empty((), dtype=self.dtype).element_size()
+            pages = mmap.mmap(-1, count * element)  # zero pages, committed as they are first written
+            storage = torch.frombuffer(pages, dtype=self.dtype, count=count).view(shape)
+        else:
+            storage = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        keys, values = list(storage[0].unbind(0)), list(storage[1].unbind(0))
+        if self.keys and self.slots and self.length:  # past the storage (rare): what the rows hold moves over
+            for new, old in zip(keys + values, self.keys + self.values):
+                new[:self.slots, :, :self.length] = old[:self.slots, :, :self.length]
+        self.keys, self.values = keys, values
+        self.capacity = (rows, room)
+        self.allocations += 1
 
     def copy(self, source: int, target: int, tokens: int) -> None:
         """The first tokens of slot source into slot target (a shared prompt head, a forked row)."""
@@ -90,12 +126,12 @@ class SlotCache:
                 tensor[target, :, :tokens] = tensor[source, :, :tokens]
 
     def bytes(self) -> int:
-        """What the cache holds now."""
-        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+        """What the reserved part of the cache holds at most."""
+        return self.slots * self.length * self.bytes_per_position
 
     def release(self) -> None:
         """Give the memory back (the batch is idle or gone)."""
-        self.keys, self.values, self.slots, self.length = [], [], 0, 0
+        self.keys, self.values, self.slots, self.length, self.capacity = [], [], 0, 0, (0, 0)
 
 
 def attend(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

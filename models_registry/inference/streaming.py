@@ -18,7 +18,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from models_registry.core.errors import InvalidInput
 from models_registry.inference.compute_deadline import StopAtDeadline
-from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS, _task_settings
+from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS, task_settings
 from models_registry.inference.seeding import seeded
 from models_registry.inference.task_common import ModelBundle, max_positions
 from models_registry.tasks.task_inputs import MAX_NEW_TOKENS
@@ -38,7 +38,7 @@ class TokenSink(Protocol):
 
 
 @dataclass
-class _Sequence:
+class GeneratedSequence:
     """What one prompt has generated so far."""
 
     sink: TokenSink | None
@@ -50,7 +50,7 @@ class _Sequence:
     finish_reason: str | None = None
 
 
-class _LogProbs(LogitsProcessor):
+class LogProbKeeper(LogitsProcessor):
     """The last processor: keeps the log-probabilities of the distribution each token is drawn from."""
 
     def __init__(self) -> None:
@@ -61,10 +61,10 @@ class _LogProbs(LogitsProcessor):
         return scores
 
 
-class _Decoder(BaseStreamer, StoppingCriteria):
+class StepDecoder(BaseStreamer, StoppingCriteria):
     """Sees each step's tokens, builds the events, and tells generate() which sequences are done."""
 
-    def __init__(self, tokenizer: Any, sequences: list[_Sequence], logprobs: _LogProbs, max_new_tokens: int,
+    def __init__(self, tokenizer: Any, sequences: list[GeneratedSequence], logprobs: LogProbKeeper, max_new_tokens: int,
                  stop: list[str], eos_ids: set[int], seed: int | None) -> None:
         self.tokenizer = tokenizer
         self.sequences = sequences
@@ -99,7 +99,7 @@ class _Decoder(BaseStreamer, StoppingCriteria):
         done = [s.finish_reason is not None or (s.sink is not None and s.sink.cancelled()) for s in self.sequences]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
-    def _step(self, row: int, sequence: _Sequence, token_id: int) -> None:
+    def _step(self, row: int, sequence: GeneratedSequence, token_id: int) -> None:
         logprob = float(self.logprobs.last[row, token_id]) if self.logprobs.last is not None else 0.0
         special = token_id in self.special_ids
         sequence.ids.append(token_id)
@@ -130,7 +130,7 @@ class _Decoder(BaseStreamer, StoppingCriteria):
                 return
             sequence.sink.put(self._event(sequence, token, final=sequence.finish_reason is not None))
 
-    def _event(self, sequence: _Sequence, token: dict[str, Any], final: bool) -> dict[str, Any]:
+    def _event(self, sequence: GeneratedSequence, token: dict[str, Any], final: bool) -> dict[str, Any]:
         """TGI's stream event: the token, and on the last one the whole text and the summary."""
         event: dict[str, Any] = {"index": len(sequence.tokens), "token": token, "generated_text": None,
                                  "details": None}
@@ -139,7 +139,7 @@ class _Decoder(BaseStreamer, StoppingCriteria):
             event["details"] = self.summary(sequence)
         return event
 
-    def summary(self, sequence: _Sequence) -> dict[str, Any]:
+    def summary(self, sequence: GeneratedSequence) -> dict[str, Any]:
         """TGI's stream details."""
         return {"finish_reason": sequence.finish_reason or "length", "generated_tokens": len(sequence.ids),
                 "seed": self.seed, "input_length": sequence.prompt_tokens}
@@ -152,7 +152,8 @@ def _sampling(model: Any, params: dict[str, Any], options: dict[str, Any]) -> di
     return kwargs
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The ids that end a sequence: the generation config's and the tokenizer's end-of-sequence tokens."""
     eos = model.generation_config.eos_token_id
     ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     if tokenizer.eos_token_id is not None:
@@ -181,7 +182,7 @@ def generate(task: str, loaded: Any, texts: list[str], params: dict[str, Any],
     options = dict(params.get("generate_parameters") or {}) if seq2seq else dict(params)
     prefix = ""
     if seq2seq:
-        prefix, defaults, _ = _task_settings(task, ModelBundle(model=model, tokenizer=tokenizer), params)
+        prefix, defaults, _ = task_settings(task, ModelBundle(model=model, tokenizer=tokenizer), params)
         options = {**defaults, **options}
     if params.get("logprobs") is not None or params.get("grammar"):  # OpenAI's options: rows of a decode batch only
         raise InvalidInput("logprobs and response_format need continuous batching, which this model does not run "
@@ -199,10 +200,10 @@ def generate(task: str, loaded: Any, texts: list[str], params: dict[str, Any],
             raise InvalidInput(f"the prompt has {max(prompt_tokens)} tokens; with max_new_tokens {max_new_tokens} "
                                f"it exceeds the model's {limit} positions: shorten it or lower max_new_tokens")
         max_new_tokens = min(max_new_tokens, room)
-    sequences = [_Sequence(sink=sink, prompt_tokens=int(n)) for sink, n in zip(sinks, prompt_tokens)]
-    logprobs = _LogProbs()
-    decoder = _Decoder(tokenizer, sequences, logprobs, max_new_tokens, list(params.get("stop") or []),
-                       _eos_ids(model, tokenizer), params.get("seed"))
+    sequences = [GeneratedSequence(sink=sink, prompt_tokens=int(n)) for sink, n in zip(sinks, prompt_tokens)]
+    logprobs = LogProbKeeper()
+    decoder = StepDecoder(tokenizer, sequences, logprobs, max_new_tokens, list(params.get("stop") or []),
+                       eos_token_ids(model, tokenizer), params.get("seed"))
     inputs = {k: v.to(model.device) for k, v in encoded.items()}
     with torch.inference_mode(), seeded(params.get("seed"), model.device):
         model.generate(**inputs, max_new_tokens=max_new_tokens, streamer=decoder,

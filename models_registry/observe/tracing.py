@@ -3,8 +3,9 @@
 setup() builds the SDK's TracerProvider once per process with the standard OTEL_* environment
 read by the SDK itself (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER(_ARG),
 OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT/HEADERS/TIMEOUT/COMPRESSION, OTEL_BSP_*): a
-BatchSpanProcessor exports off the request path. Until then `tracer` is None and the hot paths
-test only that attribute (no call, no import of opentelemetry): tracing off costs nothing.
+BatchSpanProcessor exports off the request path, each span queued as its OTLP bytes
+(observe.span_export). Until then `tracer` is None and the hot paths test only that attribute
+(no call, no import of opentelemetry): tracing off costs nothing.
 
 Spans: the web's SERVER span per API request (continuing a W3C traceparent, api.front_door);
 the request's trace context travels in the wire message (broker.messages.WorkRequest.trace),
@@ -29,19 +30,18 @@ logger = logging.getLogger(__name__)
 
 tracer: Any = None  # the process' tracer once setup() ran with tracing on
 _propagator: Any = None
+_api: Any = None  # the opentelemetry.trace module once tracing is on: no import statement on the hot paths
 DEFAULT_SERVICE = "model-hosting"
 
 
 def setup(role: str) -> None:
     """Start exporting this process' spans (role: web, worker, job driver) when HOSTING_TRACING is on."""
-    global tracer, _propagator
+    global tracer, _propagator, _api
     if tracer is not None or not conf.TRACING:
         return
     from opentelemetry import trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     resource = Resource.create({"service.instance.id": f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}",
@@ -49,11 +49,27 @@ def setup(role: str) -> None:
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):  # no OTEL_SERVICE_NAME
         resource = resource.merge(Resource({SERVICE_NAME: f"{DEFAULT_SERVICE}-{role.replace(' ', '-')}"}))
     provider = TracerProvider(resource=resource)  # its sampler from OTEL_TRACES_SAMPLER (default parentbased_always_on)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(_processor())
     trace.set_tracer_provider(provider)
     tracer = trace.get_tracer("models_registry")
     _propagator = TraceContextTextMapPropagator()
+    _api = trace
     logger.info("tracing on: %s spans of %s exported over OTLP/HTTP", role, resource.attributes.get(SERVICE_NAME))
+
+
+def _processor() -> Any:
+    """The SDK's BatchSpanProcessor (OTEL_BSP_* read by the SDK) and OTLP/HTTP exporter, spans encoded as they end
+    (observe.span_export) where the installed exporter fits it."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from models_registry.observe.span_export import EncodedSpanExporter, EncodingSpanProcessor
+
+    if EncodedSpanExporter.fits():
+        return EncodingSpanProcessor(BatchSpanProcessor(EncodedSpanExporter()))
+    logger.warning("tracing: this opentelemetry-exporter-otlp-proto-http is not the one observe.span_export was "
+                   "written for; spans are queued and encoded as the SDK does (several times the CPU per span)")
+    return BatchSpanProcessor(OTLPSpanExporter())
 
 
 def context_of(traceparent: str, tracestate: str = "") -> Any:
@@ -63,18 +79,9 @@ def context_of(traceparent: str, tracestate: str = "") -> Any:
 
 
 def current_traceparent() -> str:
-    """The traceparent of the current span (the web's request span), for the wire message; "" when none."""
-    carrier: dict[str, str] = {}
-    _propagator.inject(carrier)
-    return carrier.get("traceparent", "")
-
-
-def trace_id() -> str:
-    """The current span's trace id (32 hex digits), for the log line; "" when no span records."""
-    from opentelemetry import trace
-
-    context = trace.get_current_span().get_span_context()
-    return format(context.trace_id, "032x") if context.is_valid else ""
+    """The W3C traceparent of the current span (the web's request span), for the wire message; "" when none."""
+    context = _api.get_current_span().get_span_context()  # written as the propagator's inject() writes it
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}" if context.is_valid else ""
 
 
 def http_route(path: str) -> str:
@@ -88,34 +95,48 @@ def http_route(path: str) -> str:
 async def serve_traced(scope: dict[str, Any], receive: Any, send: Any,
                        handle: Callable[[dict[str, Any], Any, Any], Awaitable[None]]) -> None:
     """handle(scope, receive, send) inside the request's SERVER span (a stream's: until its last event)."""
-    from opentelemetry.trace import SpanKind, StatusCode
-
     headers = {name: value.decode("latin-1") for name, value in scope.get("headers", ())
                if name in (b"traceparent", b"tracestate")}
-    parent = context_of(headers.get(b"traceparent", ""), headers.get(b"tracestate", ""))
+    parent = context_of(headers[b"traceparent"], headers.get(b"tracestate", "")) if b"traceparent" in headers else None
     route, method = http_route(scope["path"]), scope["method"]
-    with tracer.start_as_current_span(f"{method} {route}", context=parent, kind=SpanKind.SERVER, attributes={
+    with tracer.start_as_current_span(f"{method} {route}", context=parent, kind=_api.SpanKind.SERVER, attributes={
             "http.request.method": method, "http.route": route, "url.path": scope["path"]}) as span:
+        if not span.is_recording():  # sampled out: the context travels on, nothing is recorded
+            await handle(scope, receive, send)
+            return
+
         async def traced_send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 span.set_attribute("http.response.status_code", message["status"])
                 if message["status"] >= 500:
-                    span.set_status(StatusCode.ERROR)
+                    span.set_status(_api.StatusCode.ERROR)
             await send(message)
 
         await handle(scope, receive, traced_send)
 
 
-def annotate(route: str, model: str, version: int, token_id: int | None, status: int, error_type: str = "",
-             **more: Any) -> None:
-    """Name what the request's span served (request_record calls it once, with the log line): never the token."""
-    from opentelemetry import trace
+def annotate(model: str, version: int, token_id: int | None, error_type: str = "", **more: Any) -> str:
+    """Name what the request's span served, never the token; its trace id for the log line ("": no span records).
 
-    span = trace.get_current_span()
-    span.set_attributes({"hosting.route": route, "hosting.model": model, "hosting.model_version": version,
-                         "hosting.status": status, **({"hosting.token_id": token_id} if token_id is not None else {}),
-                         **({"error.type": error_type} if error_type else {}),
-                         **{f"hosting.{name}": value for name, value in more.items()}})
+    request_record calls it once, with the log line. The route, method and status are the span's own
+    (http.route, http.request.method, http.response.status_code: serve_traced); each attribute more is
+    encoded and exported with every sampled request, so none repeats another.
+    """
+    span = _api.get_current_span()
+    context = span.get_span_context()
+    if not context.is_valid:
+        return ""
+    if not span.is_recording():  # sampled out: a trace id to log, nothing to record
+        return f"{context.trace_id:032x}"
+    attributes: dict[str, Any] = {"hosting.model": model, "hosting.model_version": version}
+    if token_id is not None:
+        attributes["hosting.token_id"] = token_id
+    if error_type:
+        attributes["error.type"] = error_type
+    for name, value in more.items():
+        attributes[f"hosting.{name}"] = value
+    span.set_attributes(attributes)
+    return f"{context.trace_id:032x}"
 
 
 def _ns(epoch_s: float) -> int:
@@ -131,22 +152,21 @@ def record_batch(requests: list[tuple[str, float]], formed: float, started: floa
     (formed to ended), the first request's child, links every request's span, and holds the forward.
     Returns the batch span's context, the parent of its reply (record_reply); None when no request was traced.
     """
-    from opentelemetry import trace
-    from opentelemetry.trace import Link
-
     traced = [(context_of(parent), arrival) for parent, arrival in requests if parent]
     if not traced:
         return None
+    start = _ns(started)
+    queued = {"hosting.model": attributes.get("hosting.model", "")}
     for context, arrival in traced:
-        tracer.start_span("inference.queue", context=context, start_time=_ns(min(arrival, started)),
-                          attributes={"hosting.model": attributes.get("hosting.model", "")}).end(end_time=_ns(started))
-    links = [Link(trace.get_current_span(context).get_span_context()) for context, _ in traced]
+        tracer.start_span("inference.queue", context=context, start_time=min(_ns(arrival), start),
+                          attributes=queued).end(end_time=start)
+    links = [_api.Link(_api.get_current_span(context).get_span_context()) for context, _ in traced]
     batch = tracer.start_span("inference.batch", context=traced[0][0], links=links, start_time=_ns(formed),
                               attributes=attributes)
-    tracer.start_span("inference.forward", context=trace.set_span_in_context(batch), start_time=_ns(started),
-                      attributes={"hosting.batch.size": attributes.get("hosting.batch.size", 0)}).end(_ns(ended))
+    inside = _api.set_span_in_context(batch)
+    tracer.start_span("inference.forward", context=inside, start_time=start).end(_ns(ended))
     batch.end(end_time=_ns(ended))
-    return trace.set_span_in_context(batch)
+    return inside
 
 
 def record_reply(batch: Any, replies: int, started: float, ended: float) -> None:

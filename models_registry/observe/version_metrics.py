@@ -1,4 +1,4 @@
-"""Metrics of model versions: answers per version, and shadow copies' latency and distance from live."""
+"""Metrics of model versions: answers and latency per route and version, and shadow copies' latency and distance."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from prometheus_client import Counter, Histogram
 from models_registry.observe.metrics import LATENCY_BUCKETS
 
 DISTANCE_BUCKETS = (0.0, 0.0001, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+# Label sets of the latency by route and version one process keeps: routes and models are the code's and the
+# registry's few, but every registration that changes what a model computes makes a new version; past this
+# many, further ones are counted under version "other" (bounded series, as token labels are).
+MAX_ROUTE_SERIES = 256
 
 VERSION_REQUESTS = Counter(
     "hosting_model_version_requests_total", "Requests answered, per model version.", ["model", "version"]
@@ -27,7 +31,14 @@ SHADOW_DISTANCE = Histogram(
     ["model", "version"], buckets=DISTANCE_BUCKETS,
 )
 
+ROUTE_DURATION = Histogram(
+    "hosting_route_request_duration_seconds",
+    "End-to-end latency of inference requests by route (hf, v1, v1-chat, rerank, ...), model and model version.",
+    ["route", "model", "version"], buckets=LATENCY_BUCKETS,
+)
+
 _children: dict[tuple[str, int], Any] = {}
+_route_children: dict[tuple[str, str, int], Any] = {}
 
 
 def observe_version(model: str, version: int) -> None:
@@ -38,6 +49,17 @@ def observe_version(model: str, version: int) -> None:
     if child is None:
         child = _children[(model, version)] = VERSION_REQUESTS.labels(model, str(version))
     child.inc()
+
+
+def observe_route(route: str, model: str, version: int, duration_s: float) -> None:
+    """A request's end-to-end latency by route, model and version (0: a model without versions), answered or not."""
+    child = _route_children.get((route, model, version))
+    if child is None:
+        if len(_route_children) >= MAX_ROUTE_SERIES:
+            ROUTE_DURATION.labels(route, model, "other").observe(duration_s)
+            return
+        child = _route_children[(route, model, version)] = ROUTE_DURATION.labels(route, model, str(version))
+    child.observe(duration_s)
 
 
 def observe_shadow(model: str, version: int, duration_s: float | None, distance: float | None) -> None:

@@ -34,7 +34,7 @@ from models_registry.worker.token_streams import StreamSink, TokenStreams
 logger = logging.getLogger(__name__)
 
 TASK = "text-generation"
-KV_COPIES = 2  # the cache is written in place, but grows by a copy: budget twice its bytes
+KV_COPIES = 2  # the cache takes at most half the memory batches may add (the rest: activations, other models)
 
 
 @dataclass(eq=False)
@@ -177,10 +177,11 @@ class DecodeLoop:
 
     def _start(self, key: Key, pipe: Any) -> Running:
         rows = self.batcher.policy(key).max_batch_size
-        batch = DecodeBatch(pipe, max_rows=rows)
-        budget = 0
+        kv_bytes = None
         if self.memory.enabled and self.memory.budget_bytes:
-            budget = int(self.memory.available() // (KV_COPIES * batch.bytes_per_token()))
+            kv_bytes = int(self.memory.available() // KV_COPIES)
+        batch = DecodeBatch(pipe, max_rows=rows, kv_bytes=kv_bytes)
+        budget = kv_bytes // batch.bytes_per_token() if kv_bytes is not None else 0
         logger.info("decode batch for %s: up to %d rows, KV budget %s tokens", key, rows, budget or "unbounded")
         return Running(pipe=pipe, batch=batch, schedule=DecodeSchedule(rows, budget))
 

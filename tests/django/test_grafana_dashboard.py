@@ -45,3 +45,33 @@ def test_the_check_sees_a_missing_metric() -> None:
     dashboard = {"panels": [{"targets": [{"expr": "rate(hosting_no_such_thing_total[5m])"}]}]}
     assert used(dashboard) - exposed("# TYPE hosting_inference_requests_total counter\n") == {
         "hosting_no_such_thing_total"}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_latency_is_charted_by_route_and_version_from_a_histogram_with_those_labels() -> None:
+    from models_registry.observe.version_metrics import observe_route
+
+    panel = next(p for p in json.loads(DASHBOARD.read_text())["panels"] if "route and model version" in p["title"])
+    assert all("sum by (le, route, model, version)" in target["expr"] for target in panel["targets"])
+    observe_route("v1-chat", "dashboard-model", 7, 0.03)
+    text = (await AsyncClient().get("/metrics")).content.decode()
+    assert re.search(r'hosting_route_request_duration_seconds_bucket\{(?=[^}]*route="v1-chat")'
+                     r'(?=[^}]*model="dashboard-model")(?=[^}]*version="7")(?=[^}]*le="0.05")[^}]*\} 1\.0', text)
+
+
+def test_versions_past_the_bound_share_one_series(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prometheus_client import REGISTRY
+
+    from models_registry.observe import version_metrics
+
+    monkeypatch.setattr(version_metrics, "_route_children", {})
+    monkeypatch.setattr(version_metrics, "MAX_ROUTE_SERIES", 2)
+
+    def count(version: str) -> float:
+        return REGISTRY.get_sample_value("hosting_route_request_duration_seconds_count",
+                                         {"route": "hf", "model": "bounded", "version": version}) or 0.0
+
+    before = count("other")
+    for version in (1, 2, 3, 4, 1):
+        version_metrics.observe_route("hf", "bounded", version, 1.0)
+    assert (count("1"), count("2"), count("3"), count("other") - before) == (2.0, 1.0, 0.0, 2.0)

@@ -147,7 +147,7 @@ def test_sixteen_traced_requests_join_web_and_worker_spans(traced: Stack, collec
         server = server_span(trace_id)
         assert server is not None and server.parent_id == client_span  # the client's span is its parent
         assert server.name == "POST /models/{name}" and server.attributes["http.response.status_code"] == 200
-        assert server.attributes["hosting.model"] == MODEL and server.attributes["hosting.status"] == 200
+        assert server.attributes["hosting.model"] == MODEL and server.attributes["hosting.model_version"] >= 1
         assert isinstance(server.attributes["hosting.token_id"], int)
         assert traced.tokens["all"] not in str(server.attributes)  # the token id, never the token
         queue = next(s for s in collector.of_trace(trace_id) if s.name == "inference.queue")

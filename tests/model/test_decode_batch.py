@@ -136,9 +136,13 @@ def test_a_shared_prompt_head_is_computed_once(gpt2: Any, computed: list[int]) -
     assert head > 30 and max(computed) < 12, computed  # their tails and the decode steps: never the head
 
 
+@pytest.mark.parametrize("chunk", [32, 64])
 def test_the_choices_of_one_prompt_share_its_prefill(gpt2: Any, monkeypatch: pytest.MonkeyPatch,
-                                                     computed: list[int]) -> None:
+                                                     computed: list[int], chunk: int) -> None:
     monkeypatch.setattr(decode_step, "WAIT_FOR_HEAD", 16)
+    monkeypatch.setattr(decode_batch, "FIRST_CHUNK", chunk)  # a slow step's budget (32) leaves a 16-token tail
+    monkeypatch.setattr(decode_batch, "MIN_CHUNK", chunk)
+    monkeypatch.setattr(decode_batch, "STEP_S", 0.0)
     batch = DecodeBatch(gpt2)
     prompt = HEAD * 2
     choices = [row(batch, prompt, 5, name=f"choice-{n}", do_sample=True, seed=n) for n in range(4)]
@@ -203,3 +207,69 @@ def test_a_long_prompt_alone_is_prefilled_over_steps_that_draw_no_token(gpt2: An
     alone_row = row(batch, HEAD, 5)
     run(batch, [alone_row])
     assert computed[:3] == [10, 10, 10] and alone_row.sequence.ids == alone(gpt2, HEAD, 5)
+
+
+def test_the_slot_cache_is_allocated_once_for_every_row_as_rows_join_grow_and_leave(gpt2: Any) -> None:
+    batch = DecodeBatch(gpt2, max_rows=8)
+    keeper = row(batch, PROMPTS[0], 80, name="keeper")  # the batch is never idle until it ends
+    batch.step([keeper])
+    storage = batch.cache.keys[0].untyped_storage().data_ptr()
+    assert batch.cache.capacity == (8, batch.limit)
+    joining = [row(batch, p * (n + 1), 4 + 10 * n, name=f"r{n}") for n, p in enumerate(PROMPTS)]
+    for r in joining:  # longer and longer rows take more slots, others leave meanwhile
+        batch.step([r])
+        batch.step()
+        assert batch.cache.keys[0].untyped_storage().data_ptr() == storage
+    while batch.rows:
+        batch.step()
+    assert batch.cache.allocations == 1
+    for r in [keeper, *joining]:
+        assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
+
+
+def test_the_slot_cache_keeps_what_rows_wrote_and_reads_zeros_where_none_did() -> None:
+    cache = kv_slots.SlotCache(2, 2, 4, torch.float32, "cpu", 256, 4)
+    cache.reserve(1, 10)
+    cache.keys[1][0, :, :10] = 1.5
+    pointer = cache.keys[1].data_ptr()
+    cache.reserve(3, 200)
+    assert cache.keys[1].data_ptr() == pointer and cache.allocations == 1 and (cache.slots, cache.length) == (3, 200)
+    assert bool((cache.keys[1][0, :, :10] == 1.5).all())
+    assert float(cache.values[0][:4].abs().sum()) == 0 and float(cache.keys[1][:, :, 10:].abs().sum()) == 0
+    cache.reserve(3, 300)  # past the model's length (a model of no limit): it grows, what was written moves over
+    assert cache.allocations == 2 and cache.capacity[1] >= 300 and bool((cache.keys[1][0, :, :10] == 1.5).all())
+
+
+def test_short_prompts_joining_together_all_draw_their_first_token_at_the_next_step(
+        gpt2: Any, monkeypatch: pytest.MonkeyPatch, computed: list[int]) -> None:
+    monkeypatch.setattr(decode_batch, "FIRST_CHUNK", 16)
+    monkeypatch.setattr(decode_batch, "MIN_CHUNK", 16)
+    monkeypatch.setattr(decode_batch, "STEP_S", 0.0)
+    batch = DecodeBatch(gpt2)
+    long_row = row(batch, HEAD * 2, 3, name="long")
+    batch.step([long_row])
+    shorts = [row(batch, p, 5, name=p) for p in PROMPTS]
+    assert sum(len(r.ids) for r in shorts) > 16 and all(len(r.ids) <= 16 for r in shorts)
+    batch.step(shorts)
+    assert all(r.sequence.ids for r in shorts)  # one step: every short prompt whole, beside the long one's chunk
+    assert computed[-1] == 16 + sum(len(r.ids) for r in shorts)
+    while batch.rows:
+        batch.step()
+    for r in [long_row, *shorts]:
+        assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
+
+
+def test_a_short_request_beside_long_rows_decodes_in_a_fast_lane(gpt2: Any, computed: list[int]) -> None:
+    batch = DecodeBatch(gpt2)
+    longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
+    batch.step(longs)
+    batch.step()
+    short = row(batch, "Paris is", 4, name="short")
+    computed.clear()
+    batch.step([short])
+    assert short.done and len(short.sequence.ids) == 4  # its first token, and three more in forwards of its own
+    assert computed[1:] == [1, 1, 1]
+    while batch.rows:
+        batch.step()
+    for r in [short, *longs]:
+        assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt

@@ -1,0 +1,79 @@
+"""observe.tracing's web side on the SDK's own tracer: the SERVER span continues a client's traceparent, records
+the status and what annotate() names, writes the wire traceparent; a client's unsampled trace records nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from models_registry.observe import tracing
+
+TRACE_ID, CLIENT_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+
+
+@pytest.fixture
+def finished(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """tracing's globals as setup() leaves them, on a provider whose finished spans the test reads."""
+    spans = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_ON))
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    monkeypatch.setattr(tracing, "tracer", provider.get_tracer("models_registry"))
+    monkeypatch.setattr(tracing, "_propagator", TraceContextTextMapPropagator())
+    monkeypatch.setattr(tracing, "_api", trace)
+    yield spans
+    provider.shutdown()
+
+
+async def _serve(headers: list[tuple[bytes, bytes]], status: int = 200) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """One request through serve_traced: what the server sent, and what the app saw (wire traceparent, trace id)."""
+    sent: list[dict[str, Any]] = []
+    seen: dict[str, str] = {}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen["wire"] = tracing.current_traceparent()
+        seen["trace_id"] = tracing.annotate("bert", 2, 7, "" if status < 400 else "overloaded", inputs=1)
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    await tracing.serve_traced({"type": "http", "method": "POST", "path": "/models/bert", "headers": headers},
+                               None, send, app)
+    return sent, seen
+
+
+async def test_a_clients_traceparent_is_continued_and_the_span_names_what_it_served(
+        finished: InMemorySpanExporter) -> None:
+    sent, seen = await _serve([(b"traceparent", f"00-{TRACE_ID}-{CLIENT_SPAN}-01".encode())], status=503)
+    (span,) = finished.get_finished_spans()
+    assert span.parent is not None and f"{span.parent.span_id:016x}" == CLIENT_SPAN
+    assert span.name == "POST /models/{name}" and span.kind == trace.SpanKind.SERVER
+    assert dict(span.attributes) == {
+        "http.request.method": "POST", "http.route": "/models/{name}", "url.path": "/models/bert",
+        "http.response.status_code": 503, "hosting.model": "bert", "hosting.model_version": 2,
+        "hosting.token_id": 7, "error.type": "overloaded", "hosting.inputs": 1}
+    assert span.status.status_code == trace.StatusCode.ERROR
+    assert seen == {"wire": f"00-{TRACE_ID}-{span.context.span_id:016x}-01", "trace_id": TRACE_ID}
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+
+
+async def test_a_tracestate_without_traceparent_starts_a_trace(finished: InMemorySpanExporter) -> None:
+    await _serve([(b"tracestate", b"vendor=x")])
+    (span,) = finished.get_finished_spans()
+    assert span.parent is None
+
+
+async def test_a_clients_unsampled_trace_records_nothing_and_keeps_its_id(finished: InMemorySpanExporter) -> None:
+    sent, seen = await _serve([(b"traceparent", f"00-{TRACE_ID}-{CLIENT_SPAN}-00".encode())])
+    assert finished.get_finished_spans() == ()
+    assert seen["trace_id"] == TRACE_ID and seen["wire"].endswith("-00")  # the worker's spans follow the decision
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]

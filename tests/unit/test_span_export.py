@@ -1,0 +1,95 @@
+"""observe.span_export: spans encoded as they end make, once framed, the very request the SDK's encoder makes of the
+span objects (decoded and compared message for message); the batch processor's queue gets bytes, never spans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from models_registry.observe.span_export import (EncodedSpan, EncodedSpanExporter, EncodingSpanProcessor,
+                                                 encode_span, request_body)
+
+CLIENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def _framed(spans: list[ReadableSpan]) -> ExportTraceServiceRequest:
+    encoded = [EncodedSpan(encode_span(span), span.resource, span.instrumentation_scope) for span in spans]
+    return ExportTraceServiceRequest.FromString(request_body(encoded))
+
+
+def _spans() -> list[ReadableSpan]:
+    """Spans of two processes (resources) and two scopes, with what each part of the encoder writes."""
+    finished = InMemorySpanExporter()
+    web = TracerProvider(resource=Resource.create({"service.name": "web", "process.pid": 7}))
+    web.add_span_processor(SimpleSpanProcessor(finished))
+    worker = TracerProvider(resource=Resource({"service.name": "worker"}, schema_url="https://example.com/s"))
+    worker.add_span_processor(SimpleSpanProcessor(finished))
+    parent = TraceContextTextMapPropagator().extract({"traceparent": CLIENT, "tracestate": "vendor=a,other=b"})
+    ours = web.get_tracer("models_registry")
+    with ours.start_as_current_span("POST /models/{name}", context=parent, kind=trace.SpanKind.SERVER, attributes={
+            "http.route": "/models/{name}", "hosting.model_version": 3, "flag": True, "ratio": 0.5,
+            "names": ["a", "b"], "sizes": (1, 2)}) as server:
+        server.add_event("retry", {"attempt": 2})
+        server.set_status(trace.StatusCode.ERROR, "upstream gone")
+        other = web.get_tracer("redis", "8.0", schema_url="https://example.com/r", attributes={"db": 0})
+        other.start_span("GET", kind=trace.SpanKind.CLIENT).end()
+    batch = worker.get_tracer("models_registry").start_span(
+        "inference.batch", start_time=1_000, links=[trace.Link(server.get_span_context(), {"hosting.index": 0})],
+        attributes={"hosting.batch.size": 1})
+    batch.end(end_time=2_000)
+    return list(finished.get_finished_spans())
+
+
+def test_framed_spans_decode_to_the_sdk_encoders_request() -> None:
+    spans = _spans()
+    assert _framed(spans) == encode_spans(spans)
+    assert len(encode_spans(spans).resource_spans) == 2  # the comparison covered two resources
+
+
+def test_an_attribute_that_cannot_be_encoded_is_left_out_as_the_sdk_does(caplog: pytest.LogCaptureFixture) -> None:
+    span = ReadableSpan("odd", context=trace.SpanContext(1, 2, False, trace.TraceFlags(1)), resource=Resource({}),
+                        attributes={"kept": 1, "object": object(), "after": "x"}, start_time=1, end_time=2)
+    assert _framed([span]) == encode_spans([span])
+    assert [a.key for a in _framed([span]).resource_spans[0].scope_spans[0].spans[0].attributes] == ["kept", "after"]
+
+
+class _Kept(SpanExporter):
+    """What the batch processor hands its exporter."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[Any]] = []
+
+    def export(self, spans: Any) -> SpanExportResult:
+        self.batches.append(list(spans))
+        return SpanExportResult.SUCCESS
+
+
+def test_the_batch_queue_holds_each_sampled_spans_bytes() -> None:
+    kept = _Kept()
+    provider = TracerProvider()
+    provider.add_span_processor(EncodingSpanProcessor(BatchSpanProcessor(kept, schedule_delay_millis=60_000)))
+    tracer = provider.get_tracer("models_registry")
+    tracer.start_span("sampled", attributes={"hosting.model": "m"}).end()
+    unsampled = trace.set_span_in_context(trace.NonRecordingSpan(trace.SpanContext(1, 2, True, trace.TraceFlags(0))))
+    with trace.use_span(tracer.start_span("parent not sampled", context=unsampled), end_on_exit=True):
+        pass
+    provider.force_flush()
+    queued = [span for batch in kept.batches for span in batch]
+    assert [type(span) for span in queued] == [EncodedSpan]
+    request = ExportTraceServiceRequest.FromString(request_body(queued))
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    assert span.name == "sampled" and span.attributes[0].key == "hosting.model"
+    provider.shutdown()
+
+
+def test_the_installed_exporter_has_what_the_encoded_export_uses() -> None:
+    assert EncodedSpanExporter.fits()  # else setup falls back to the SDK's encoding: an upgrade must show here
