@@ -142,7 +142,7 @@ def attend(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, valu
     query [1, heads, tokens, dim]; key and value [1, kv_heads, tokens, dim]; returns [1, tokens, heads, dim].
     """
     if slot_plan is None:
-        raise RuntimeError("the slot attention runs only inside a decode step (DecodeBatch)")
+        raise RuntimeError("the slot attention runs only inside a decode step (GenerationBatch)")
     if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
         raise NotImplementedError("logit soft-capping and attention sinks are not supported by the slot attention")
     plan, layer = slot_plan, module.layer_idx

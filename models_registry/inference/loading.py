@@ -21,7 +21,7 @@ from transformers import (
 
 from models_registry.inference import (
     cpu_packing,
-    decode_check,
+    generation_check,
     half_precision,
     intake_tokens,
     media_models,
@@ -164,7 +164,7 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     chosen = half_precision.choose(loaded.pipelines, device, half_dtypes) if spec.dtype == "auto" else None
     if "text-generation" in loaded.pipelines:  # in the dtype it serves in: decoded in slots, or in static batches
         cpu_packing.pack(loaded.pipelines["text-generation"].model)
-        decode_check.verify(loaded.pipelines["text-generation"])
+        generation_check.verify(loaded.pipelines["text-generation"])
     first = next(iter(loaded.pipelines.values()), None)
     tokenizer = getattr(first, "tokenizer", None)
     if tokenizer is not None and hasattr(tokenizer, "backend_tokenizer"):

@@ -21,7 +21,7 @@ from models_registry.inference.containment import contained, describe
 from models_registry.observe import tracing
 from models_registry.worker import suspects
 from models_registry.worker.batcher import Batcher
-from models_registry.worker.decode_loop import DecodeLoop
+from models_registry.worker.generation_loop import GenerationLoop
 from models_registry.worker.delivery import Delivery
 from models_registry.worker.engine_stats import EngineStats
 from models_registry.worker.model_slots import ModelSlot, ModelSlots
@@ -53,8 +53,8 @@ class BatchLoop:
         self._room = asyncio.Event()
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
         self.streams = TokenStreams(layer)
-        # Text-generation on decoder models joins a running batch per token step (worker.decode_loop).
-        self.decoding = DecodeLoop(batcher, slots, replies, self.streams, self.memory, self.in_compute_thread,
+        # Text-generation on decoder models joins a running batch per token step (worker.generation_loop).
+        self.decoding = GenerationLoop(batcher, slots, replies, self.streams, self.memory, self.in_compute_thread,
                                    enabled=conf.CONTINUOUS_BATCHING, stats=stats)
 
     def wake(self) -> None:

@@ -94,7 +94,7 @@ def test_a_tokenizer_whose_ids_differ_from_the_wrapper_is_not_reused() -> None:
 
 def test_a_prompt_is_tokenized_once_for_its_n_choices_and_the_decode_batch_reuses_the_ids(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from models_registry.inference.decode_batch import DecodeBatch
+    from models_registry.inference.generation_batch import GenerationBatch
 
     source = model_factory.build_tiny_gpt2(tmp_path / "gpt2", positions=64)
     task = TaskSpec(name="gen", task="text-generation", parameters={}, pooling="mean", normalize=False,
@@ -113,7 +113,7 @@ def test_a_prompt_is_tokenized_once_for_its_n_choices_and_the_decode_batch_reuse
     assert encoded == [[prompt]]
     payload = choices[0][0][0]
     assert isinstance(payload, intake_tokens.TokenizedText) and choices[0][1] == [len(payload.ids)]
-    batch = DecodeBatch(loaded.pipelines["text-generation"])
+    batch = GenerationBatch(loaded.pipelines["text-generation"])
     class NotAgain:
         def __init__(self, tokenizer: object) -> None:
             self.tokenizer = tokenizer

@@ -9,7 +9,7 @@ import pytest
 from tests import model_factory
 
 torch = pytest.importorskip("torch")
-from models_registry.inference.decode_batch import DecodeBatch, Row  # noqa: E402
+from models_registry.inference.generation_batch import GenerationBatch, Row  # noqa: E402
 from models_registry.inference.loading import load_pipeline  # noqa: E402
 
 
@@ -32,7 +32,7 @@ def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return load_pipeline("text-generation", str(path), None, "cpu", torch.float32)
 
 
-def run(batch: DecodeBatch, rows: list[Row]) -> None:
+def run(batch: GenerationBatch, rows: list[Row]) -> None:
     """Every row joins the first step, then steps until all finished (the decode loop's calls, in one thread)."""
     batch.step(list(rows))
     while batch.rows:
@@ -40,7 +40,7 @@ def run(batch: DecodeBatch, rows: list[Row]) -> None:
 
 
 def test_logprobs_are_the_models_raw_log_softmax_beside_a_row_without(gpt2: Any) -> None:
-    batch = DecodeBatch(gpt2)
+    batch = GenerationBatch(gpt2)
     sinks = [Sink(), Sink()]
     asked = batch.prepare("a", "The cat sees", {"stream": True, "max_new_tokens": 6, "do_sample": False,
                                                 "logprobs": 3}, sinks[0])
@@ -78,7 +78,7 @@ def test_a_structured_row_and_a_free_row_share_a_batch(gpt2: Any) -> None:
 
     from models_registry.tasks.json_grammar import compile_schema
 
-    batch = DecodeBatch(gpt2)
+    batch = GenerationBatch(gpt2)
     grammar = compile_schema(SCHEMA)
     sinks = [Sink() for _ in range(4)]
     rows = [batch.prepare(str(n), "The cat sees", {"stream": True, "max_new_tokens": 120, "do_sample": True,
@@ -100,7 +100,7 @@ def test_a_structured_row_and_a_free_row_share_a_batch(gpt2: Any) -> None:
 def test_json_object_masks_a_greedy_row_too(gpt2: Any) -> None:
     from models_registry.tasks.json_grammar import ANY_OBJECT, compile_schema
 
-    batch = DecodeBatch(gpt2)
+    batch = GenerationBatch(gpt2)
     sink = Sink()
     row = batch.prepare("o", "The cat sees", {"stream": True, "max_new_tokens": 40, "do_sample": False,
                                               "grammar": compile_schema(ANY_OBJECT)}, sink)

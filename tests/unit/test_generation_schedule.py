@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models_registry.worker.decode_schedule import AGING_S, DecodeSchedule, Entry
+from models_registry.worker.generation_schedule import AGING_S, GenerationSchedule, Entry
 
 
 def entry(name: str, tokens: int = 100, prompt: int = 10, at: float = 0.0, priority: str = "interactive",
@@ -16,7 +16,7 @@ def names(entries: list[Entry[str]]) -> list[str]:
 
 
 def test_requests_join_while_rows_are_free_and_leave_at_once() -> None:
-    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=2)
+    schedule: GenerationSchedule[str] = GenerationSchedule(max_rows=2)
     for n, name in enumerate("abc"):
         schedule.add(entry(name, at=n))
     assert names(schedule.admit(10)) == ["a", "b"] and names(schedule.waiting) == ["c"]
@@ -27,7 +27,7 @@ def test_requests_join_while_rows_are_free_and_leave_at_once() -> None:
 
 
 def test_the_padded_cache_stays_within_the_token_budget() -> None:
-    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=8, token_budget=400)
+    schedule: GenerationSchedule[str] = GenerationSchedule(max_rows=8, token_budget=400)
     schedule.add(entry("long", tokens=200, at=0))
     schedule.add(entry("short", tokens=50, at=1))
     schedule.add(entry("third", tokens=50, at=2))
@@ -39,7 +39,7 @@ def test_the_padded_cache_stays_within_the_token_budget() -> None:
 
 
 def test_a_waiting_long_request_is_not_passed_by_later_short_ones() -> None:
-    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=8, token_budget=300)
+    schedule: GenerationSchedule[str] = GenerationSchedule(max_rows=8, token_budget=300)
     schedule.add(entry("running", tokens=100, at=0))
     schedule.admit(0)
     schedule.add(entry("long", tokens=250, at=1))
@@ -50,7 +50,7 @@ def test_a_waiting_long_request_is_not_passed_by_later_short_ones() -> None:
 
 
 def test_interactive_goes_first_until_batch_work_has_aged() -> None:
-    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=1)
+    schedule: GenerationSchedule[str] = GenerationSchedule(max_rows=1)
     schedule.add(entry("batch", at=0, priority="batch"))
     schedule.add(entry("interactive", at=1))
     assert names(schedule.admit(2)) == ["interactive"]
@@ -60,7 +60,7 @@ def test_interactive_goes_first_until_batch_work_has_aged() -> None:
 
 
 def test_a_client_with_rows_running_yields_to_one_without() -> None:
-    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=3)
+    schedule: GenerationSchedule[str] = GenerationSchedule(max_rows=3)
     for n in range(2):
         schedule.add(entry(f"greedy-{n}", at=n, client="greedy"))
     schedule.admit(5)
@@ -70,7 +70,7 @@ def test_a_client_with_rows_running_yields_to_one_without() -> None:
 
 
 def test_prefill_may_be_bounded_per_step_but_one_always_joins() -> None:
-    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=8, prefill_tokens=100)
+    schedule: GenerationSchedule[str] = GenerationSchedule(max_rows=8, prefill_tokens=100)
     schedule.add(entry("big", prompt=500, tokens=600, at=0))
     schedule.add(entry("a", prompt=60, at=1))
     schedule.add(entry("b", prompt=60, at=2))
@@ -80,7 +80,7 @@ def test_prefill_may_be_bounded_per_step_but_one_always_joins() -> None:
 
 
 def test_when_rows_are_full_the_client_with_the_most_rows_yields_one_per_step() -> None:
-    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=4)
+    schedule: GenerationSchedule[str] = GenerationSchedule(max_rows=4)
     for n in range(4):
         schedule.add(entry(f"a{n}", at=n, client="a"))
     schedule.next_turn(10)
@@ -104,7 +104,7 @@ def test_when_rows_are_full_the_client_with_the_most_rows_yields_one_per_step() 
 
 
 def test_one_client_alone_is_never_preempted_by_itself() -> None:
-    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=2)
+    schedule: GenerationSchedule[str] = GenerationSchedule(max_rows=2)
     for n in range(4):
         schedule.add(entry(f"a{n}", at=n, client="a"))
     schedule.next_turn(5)
@@ -114,7 +114,7 @@ def test_one_client_alone_is_never_preempted_by_itself() -> None:
 
 
 def test_a_lower_priority_row_yields_to_interactive_work_but_not_the_reverse() -> None:
-    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=2)
+    schedule: GenerationSchedule[str] = GenerationSchedule(max_rows=2)
     schedule.add(entry("job0", at=0, priority="batch", client="jobs"))
     schedule.add(entry("job1", at=1, priority="batch", client="jobs2"))
     schedule.next_turn(2)
@@ -128,7 +128,7 @@ def test_a_lower_priority_row_yields_to_interactive_work_but_not_the_reverse() -
 
 
 def test_a_client_over_its_share_yields_to_a_request_held_back_by_the_token_budget() -> None:
-    schedule: DecodeSchedule[str] = DecodeSchedule(max_rows=8, token_budget=400)
+    schedule: GenerationSchedule[str] = GenerationSchedule(max_rows=8, token_budget=400)
     for n in range(4):
         schedule.add(entry(f"a{n}", tokens=100, at=n, client="a"))
     schedule.next_turn(5)

@@ -9,8 +9,8 @@ import pytest
 from tests import model_factory
 
 torch = pytest.importorskip("torch")
-from models_registry.inference import decode_batch, decode_check, decode_step, kv_slots
-from models_registry.inference.decode_batch import DecodeBatch, Row
+from models_registry.inference import generation_batch, generation_check, generation_step, kv_slots
+from models_registry.inference.generation_batch import GenerationBatch, Row
 from models_registry.inference.loading import load_pipeline
 
 PROMPTS = ["The cat sees", "A dog likes the lazy dog and", "Paris", "Once upon a time the blue sky"]
@@ -52,7 +52,7 @@ def alone(pipe: Any, prompt: str, tokens: int) -> list[int]:
     return out[0, ids["input_ids"].shape[1]:].tolist()
 
 
-def run(batch: DecodeBatch, rows: list[Row], plan: dict[int, tuple[list[Row], list[Row]]] | None = None,
+def run(batch: GenerationBatch, rows: list[Row], plan: dict[int, tuple[list[Row], list[Row]]] | None = None,
         limit: int = 400) -> list[Row]:
     """Steps until every row finished; plan: at step n, (rows joining, rows yielding) besides the first join."""
     plan = plan or {}
@@ -67,12 +67,12 @@ def run(batch: DecodeBatch, rows: list[Row], plan: dict[int, tuple[list[Row], li
     raise AssertionError("the rows did not finish")
 
 
-def row(batch: DecodeBatch, prompt: str, tokens: int, name: str = "", **params: Any) -> Row:
+def row(batch: GenerationBatch, prompt: str, tokens: int, name: str = "", **params: Any) -> Row:
     return batch.prepare(name or prompt, prompt, {"max_new_tokens": tokens, **params}, None)
 
 
 def test_rows_of_different_lengths_decode_as_each_would_alone(gpt2: Any) -> None:
-    batch = DecodeBatch(gpt2)
+    batch = GenerationBatch(gpt2)
     rows = [row(batch, p, 6 + 3 * n) for n, p in enumerate(PROMPTS)]
     run(batch, rows)
     for r, p in zip(rows, PROMPTS):
@@ -81,7 +81,7 @@ def test_rows_of_different_lengths_decode_as_each_would_alone(gpt2: Any) -> None
 
 
 def test_a_row_joining_later_and_one_yielding_its_place_still_give_the_same_tokens(gpt2: Any) -> None:
-    batch = DecodeBatch(gpt2)
+    batch = GenerationBatch(gpt2)
     first = [row(batch, PROMPTS[0], 20), row(batch, PROMPTS[1], 20)]
     late = row(batch, PROMPTS[2], 12)
     plan = {3: ([late], [first[1]]), 6: ([], [first[0]])}
@@ -92,10 +92,10 @@ def test_a_row_joining_later_and_one_yielding_its_place_still_give_the_same_toke
 
 
 def test_a_seeded_row_samples_the_same_whatever_runs_beside_it(gpt2: Any) -> None:
-    solo = DecodeBatch(gpt2)
+    solo = GenerationBatch(gpt2)
     mine = row(solo, PROMPTS[0], 10, do_sample=True, seed=7, temperature=1.3)
     run(solo, [mine])
-    crowded = DecodeBatch(gpt2)
+    crowded = GenerationBatch(gpt2)
     again = row(crowded, PROMPTS[0], 10, do_sample=True, seed=7, temperature=1.3)
     others = [row(crowded, p, 15, do_sample=True, seed=n) for n, p in enumerate(PROMPTS)]
     run(crowded, [again, *others], {2: ([], [again])})
@@ -106,10 +106,10 @@ def test_a_seeded_row_samples_the_same_whatever_runs_beside_it(gpt2: Any) -> Non
 def test_a_long_prompt_prefilled_in_chunks_beside_decoding_rows_gives_the_same_tokens(
         model: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, computed: list[int]) -> None:
     pipe = request.getfixturevalue(model)
-    monkeypatch.setattr(decode_batch, "FIRST_CHUNK", 7)
-    monkeypatch.setattr(decode_batch, "MIN_CHUNK", 7)
-    monkeypatch.setattr(decode_batch, "STEP_S", 0.0)
-    batch = DecodeBatch(pipe)
+    monkeypatch.setattr(generation_batch, "FIRST_CHUNK", 7)
+    monkeypatch.setattr(generation_batch, "MIN_CHUNK", 7)
+    monkeypatch.setattr(generation_batch, "STEP_S", 0.0)
+    batch = GenerationBatch(pipe)
     long_prompt = HEAD * 2
     short = row(batch, PROMPTS[0], 30)
     long = row(batch, long_prompt, 8)
@@ -121,7 +121,7 @@ def test_a_long_prompt_prefilled_in_chunks_beside_decoding_rows_gives_the_same_t
 
 
 def test_a_shared_prompt_head_is_computed_once(gpt2: Any, computed: list[int]) -> None:
-    batch = DecodeBatch(gpt2)
+    batch = GenerationBatch(gpt2)
     keeper = row(batch, PROMPTS[1], 60, name="keeper")  # the batch is never idle: the first's slot stays
     first = row(batch, HEAD + "The cat sees", 6, name="first")
     batch.step([keeper, first])
@@ -139,24 +139,24 @@ def test_a_shared_prompt_head_is_computed_once(gpt2: Any, computed: list[int]) -
 @pytest.mark.parametrize("chunk", [32, 64])
 def test_the_choices_of_one_prompt_share_its_prefill(gpt2: Any, monkeypatch: pytest.MonkeyPatch,
                                                      computed: list[int], chunk: int) -> None:
-    monkeypatch.setattr(decode_step, "WAIT_FOR_HEAD", 16)
-    monkeypatch.setattr(decode_batch, "FIRST_CHUNK", chunk)  # a slow step's budget (32) leaves a 16-token tail
-    monkeypatch.setattr(decode_batch, "MIN_CHUNK", chunk)
-    monkeypatch.setattr(decode_batch, "STEP_S", 0.0)
-    batch = DecodeBatch(gpt2)
+    monkeypatch.setattr(generation_step, "WAIT_FOR_HEAD", 16)
+    monkeypatch.setattr(generation_batch, "FIRST_CHUNK", chunk)  # a slow step's budget (32) leaves a 16-token tail
+    monkeypatch.setattr(generation_batch, "MIN_CHUNK", chunk)
+    monkeypatch.setattr(generation_batch, "STEP_S", 0.0)
+    batch = GenerationBatch(gpt2)
     prompt = HEAD * 2
     choices = [row(batch, prompt, 5, name=f"choice-{n}", do_sample=True, seed=n) for n in range(4)]
     run(batch, choices)
     prompt_tokens = len(choices[0].ids)
     assert sum(computed) < prompt_tokens + 4 * 2 + 4 * 5, computed  # one prefill, a token each to draw from
-    alone_batch = DecodeBatch(gpt2)
+    alone_batch = GenerationBatch(gpt2)
     again = row(alone_batch, prompt, 5, do_sample=True, seed=3)
     run(alone_batch, [again])
     assert again.sequence.ids == choices[3].sequence.ids  # forked, it samples as it would alone
 
 
 def test_a_preempted_row_resumes_from_its_kept_slot(gpt2: Any, computed: list[int]) -> None:
-    batch = DecodeBatch(gpt2)
+    batch = GenerationBatch(gpt2)
     mine = row(batch, HEAD, 30)
     run(batch, [mine], {0: ([row(batch, PROMPTS[1], 40)], []), 5: ([], [mine])})
     assert mine.sequence.ids == alone(gpt2, HEAD, 30)
@@ -165,7 +165,7 @@ def test_a_preempted_row_resumes_from_its_kept_slot(gpt2: Any, computed: list[in
 
 def test_verify_admits_these_models_and_refuses_one_whose_attention_does_not_go_through_it(
         gpt2: Any, qwen2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert decode_check.verify(gpt2) and decode_check.verify(qwen2)
+    assert generation_check.verify(gpt2) and generation_check.verify(qwen2)
 
     def forgetful(module: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
         kv_slots.attend(module, query, key, value, *args, **kwargs)
@@ -173,10 +173,10 @@ def test_verify_admits_these_models_and_refuses_one_whose_attention_does_not_go_
 
     try:
         monkeypatch.setitem(kv_slots.AttentionInterface._global_mapping, kv_slots.ATTENTION, forgetful)
-        assert not decode_check.verify(gpt2) and not decode_check.supports(gpt2.model)
+        assert not generation_check.verify(gpt2) and not generation_check.supports(gpt2.model)
     finally:
         monkeypatch.undo()
-    assert decode_check.verify(gpt2) and decode_check.supports(gpt2.model)
+    assert generation_check.verify(gpt2) and generation_check.supports(gpt2.model)
 
 
 def test_packed_linear_layers_give_the_models_own_tokens(tmp_path: Any) -> None:
@@ -190,27 +190,27 @@ def test_packed_linear_layers_give_the_models_own_tokens(tmp_path: Any) -> None:
     assert cpu_packing.pack(packed.model) == 2 * 4 + 1  # c_attn, c_proj, c_fc, mlp c_proj per layer; the LM head
     assert packed.model.transformer.h[0].mlp.c_fc.weight.numel() == 0  # its dense copy is freed
     assert packed.model.lm_head.weight.numel() > 0  # tied to the embedding: kept
-    batch = DecodeBatch(packed)
+    batch = GenerationBatch(packed)
     rows = [row(batch, p, 12) for p in PROMPTS]
     run(batch, rows)
     for r, p in zip(rows, PROMPTS):
         assert r.sequence.ids == alone(plain, p, len(r.sequence.ids)), p
-    assert decode_check.verify(packed)
+    assert generation_check.verify(packed)
 
 
 def test_a_long_prompt_alone_is_prefilled_over_steps_that_draw_no_token(gpt2: Any, monkeypatch: pytest.MonkeyPatch,
                                                                           computed: list[int]) -> None:
-    monkeypatch.setattr(decode_batch, "FIRST_CHUNK", 10)
-    monkeypatch.setattr(decode_batch, "MIN_CHUNK", 10)
-    monkeypatch.setattr(decode_batch, "STEP_S", 0.0)
-    batch = DecodeBatch(gpt2)
+    monkeypatch.setattr(generation_batch, "FIRST_CHUNK", 10)
+    monkeypatch.setattr(generation_batch, "MIN_CHUNK", 10)
+    monkeypatch.setattr(generation_batch, "STEP_S", 0.0)
+    batch = GenerationBatch(gpt2)
     alone_row = row(batch, HEAD, 5)
     run(batch, [alone_row])
     assert computed[:3] == [10, 10, 10] and alone_row.sequence.ids == alone(gpt2, HEAD, 5)
 
 
 def test_the_slot_cache_is_allocated_once_for_every_row_as_rows_join_grow_and_leave(gpt2: Any) -> None:
-    batch = DecodeBatch(gpt2, max_rows=8)
+    batch = GenerationBatch(gpt2, max_rows=8)
     keeper = row(batch, PROMPTS[0], 80, name="keeper")  # the batch is never idle until it ends
     batch.step([keeper])
     storage = batch.cache.keys[0].untyped_storage().data_ptr()
@@ -242,10 +242,10 @@ def test_the_slot_cache_keeps_what_rows_wrote_and_reads_zeros_where_none_did() -
 
 def test_short_prompts_joining_together_all_draw_their_first_token_at_the_next_step(
         gpt2: Any, monkeypatch: pytest.MonkeyPatch, computed: list[int]) -> None:
-    monkeypatch.setattr(decode_batch, "FIRST_CHUNK", 16)
-    monkeypatch.setattr(decode_batch, "MIN_CHUNK", 16)
-    monkeypatch.setattr(decode_batch, "STEP_S", 0.0)
-    batch = DecodeBatch(gpt2)
+    monkeypatch.setattr(generation_batch, "FIRST_CHUNK", 16)
+    monkeypatch.setattr(generation_batch, "MIN_CHUNK", 16)
+    monkeypatch.setattr(generation_batch, "STEP_S", 0.0)
+    batch = GenerationBatch(gpt2)
     long_row = row(batch, HEAD * 2, 3, name="long")
     batch.step([long_row])
     shorts = [row(batch, p, 5, name=p) for p in PROMPTS]
@@ -260,7 +260,7 @@ def test_short_prompts_joining_together_all_draw_their_first_token_at_the_next_s
 
 
 def test_a_short_request_beside_long_rows_decodes_in_a_fast_lane(gpt2: Any, computed: list[int]) -> None:
-    batch = DecodeBatch(gpt2)
+    batch = GenerationBatch(gpt2)
     longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
     batch.step(longs)
     batch.step()

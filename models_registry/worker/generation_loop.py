@@ -3,7 +3,7 @@
 The batch loop hands this loop the batches it takes for a decoder model's text-generation,
 streamed or answered whole (HF, TGI, OpenAI, batch-job lines); each request is read (checked,
 its chat prompt rendered and tokenized) in the compute thread and
-waits in the pure DecodeSchedule until it may join. `iterate` runs one token step per
+waits in the pure GenerationSchedule until it may join. `iterate` runs one token step per
 model in the compute thread (prefilling those that join first) and returns to the event
 loop, which keeps receiving and heart-beating between steps; a request that finished,
 stopped or whose client left is answered and its cache row freed at once.
@@ -20,11 +20,11 @@ from typing import Any
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.batch_types import Batch, Item, ItemFailure, Key
 from models_registry.core.errors import HostingError, Internal, TooLarge, Unavailable
-from models_registry.inference import decode_check
+from models_registry.inference import generation_check
 from models_registry.inference.containment import contained, describe
-from models_registry.inference.decode_batch import DecodeBatch, Row
+from models_registry.inference.generation_batch import GenerationBatch, Row
 from models_registry.worker.batcher import Batcher
-from models_registry.worker.decode_schedule import DecodeSchedule, Entry
+from models_registry.worker.generation_schedule import GenerationSchedule, Entry
 from models_registry.worker.delivery import Delivery
 from models_registry.worker.engine_stats import EngineStats
 from models_registry.worker.model_slots import ModelSlot, ModelSlots
@@ -52,11 +52,11 @@ class Running:
     """One model's decode batch and who waits for it."""
 
     pipe: Any
-    batch: DecodeBatch
-    schedule: DecodeSchedule[Waiting]
+    batch: GenerationBatch
+    schedule: GenerationSchedule[Waiting]
 
 
-class DecodeLoop:
+class GenerationLoop:
     """The decode batches of one worker (every method on the event loop; compute in the compute thread)."""
 
     def __init__(self, batcher: Batcher[Delivery], slots: ModelSlots, replies: Replies, streams: TokenStreams,
@@ -80,7 +80,7 @@ class DecodeLoop:
         slot: the batch's model, as the batch loop found it.
         """
         pipe = _slot_pipe(slot, batch.key[1]) if self.enabled else None
-        if pipe is None or not decode_check.supports(pipe.model):
+        if pipe is None or not generation_check.supports(pipe.model):
             return None, batch
         # A request redelivered after a worker died is computed alone, in the static path (worker.suspects).
         mine = [i for i in batch.items if not i.request.delivery.suspect]
@@ -180,10 +180,10 @@ class DecodeLoop:
         kv_bytes = None
         if self.memory.enabled and self.memory.budget_bytes:
             kv_bytes = int(self.memory.available() // KV_COPIES)
-        batch = DecodeBatch(pipe, max_rows=rows, kv_bytes=kv_bytes)
+        batch = GenerationBatch(pipe, max_rows=rows, kv_bytes=kv_bytes)
         budget = kv_bytes // batch.bytes_per_token() if kv_bytes is not None else 0
         logger.info("decode batch for %s: up to %d rows, KV budget %s tokens", key, rows, budget or "unbounded")
-        return Running(pipe=pipe, batch=batch, schedule=DecodeSchedule(rows, budget))
+        return Running(pipe=pipe, batch=batch, schedule=GenerationSchedule(rows, budget))
 
     def _pipe(self, key: Key) -> Any:
         model, task_name = key

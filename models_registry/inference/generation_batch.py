@@ -26,7 +26,7 @@ from transformers import LogitsProcessorList
 
 from models_registry.catalog.readable_text import readable_chars
 from models_registry.core.errors import InvalidInput
-from models_registry.inference import decode_step, kv_slots
+from models_registry.inference import generation_step, kv_slots
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
 from models_registry.inference.intake_tokens import TokenizedText
 from models_registry.inference.kv_slots import SlotCache
@@ -98,7 +98,7 @@ class Row:
                  "details": {**self.decoder.summary(sequence), "prefill": [], "tokens": sequence.tokens}}]
 
 
-class DecodeBatch:
+class GenerationBatch:
     """The rows of one model and the cache they share; every method blocks (the compute thread)."""
 
     def __init__(self, pipe: Any, max_rows: int = 64, kv_bytes: int | None = None) -> None:
@@ -209,7 +209,7 @@ class DecodeBatch:
 
     def _forward(self, rows: list[Row], budget: int, join_budget: int, measure: bool = True) -> None:
         """One forward: a token for every decoding row of rows, the next chunk of prompts being prefilled."""
-        step = decode_step.next_step(rows, self.cache, budget, join_budget)
+        step = generation_step.next_step(rows, self.cache, budget, join_budget)
         if not step.ids:
             return
         device = self.model.device

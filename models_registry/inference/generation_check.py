@@ -1,4 +1,4 @@
-"""Whether a decoder model is served by the continuous batch (inference.decode_batch), checked once at load.
+"""Whether a decoder model is served by the continuous batch (inference.generation_batch), checked once at load.
 
 The slot attention runs inside the model's own forward, through transformers' attention
 interface: a model qualifies by its shape (a causal LM head that can keep only some logits,
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from models_registry.inference.decode_batch import DecodeBatch
+from models_registry.inference.generation_batch import GenerationBatch
 
 CHECK_PROMPTS = ("Hello there, how are you today?", "A")
 
@@ -52,7 +52,7 @@ def verify(pipe: Any) -> bool:
     if not _shaped(model):
         return False
     try:
-        batch = DecodeBatch(pipe, max_rows=2)
+        batch = GenerationBatch(pipe, max_rows=2)
         seen: list[tuple[list[int], torch.Tensor]] = []  # what a row had read, and the logits it drew from
         plain_emit = batch._emit
 

@@ -1,4 +1,4 @@
-"""`python -m bench.decode_profile`: where one decode step of the continuous batch spends its time, in process.
+"""`python -m bench.generation_profile`: where one decode step of the continuous batch spends its time, in process.
 
 GPT-2 small's shape (random weights, as bench.generation builds it), linear layers packed for
 oneDNN as a worker packs them, one torch thread. Rows prefill, then decode for a while (each at
@@ -20,7 +20,7 @@ import torch
 
 def main(argv: list[str] | None = None) -> None:
     """Build, load, fill a batch of rows, time and profile its decode steps; print the tables."""
-    parser = argparse.ArgumentParser(prog="python -m bench.decode_profile", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.generation_profile", description=__doc__)
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20, help="timed decode steps")
     parser.add_argument("--threads", type=int, default=1)
@@ -30,13 +30,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     from bench.generation import PROMPTS, build_model
     from models_registry.inference import cpu_packing
-    from models_registry.inference.decode_batch import DecodeBatch
+    from models_registry.inference.generation_batch import GenerationBatch
     from models_registry.inference.loading import load_pipeline
 
     with tempfile.TemporaryDirectory(prefix="decode-profile-") as tmp:
         pipe = load_pipeline("text-generation", str(build_model(Path(tmp) / "gpt2")), None, "cpu", torch.float32)
     packed = cpu_packing.pack(pipe.model)
-    batch = DecodeBatch(pipe, max_rows=args.rows)
+    batch = GenerationBatch(pipe, max_rows=args.rows)
     rows = [batch.prepare(f"r{n}", PROMPTS[n % len(PROMPTS)], {"max_new_tokens": 1000}, None)
             for n in range(args.rows)]
     for row in rows:  # one joins every few steps: lengths spread as in a busy batch (bench.generation's 16-256)
