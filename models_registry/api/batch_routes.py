@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import nullcontext
 from typing import Any
 
 import orjson
@@ -110,15 +111,23 @@ async def _upload(request: HttpRequest) -> HttpResponse:
     # dropped once this is answered; a view called without it holds one of its own until the file is saved).
     held = getattr(request, "scope", {}).get(upload_reservations.SCOPE_KEY)
     field = held[1] if held else f"route-{uuid.uuid4().hex}"
+    reserving = owner_id is not None and upload_reservations.enabled()
+    size, filename = upload.size or 0, upload.name or "input.jsonl"
     try:
-        if owner_id is not None and upload_reservations.enabled():
-            await upload_reservations.hold(owner_id, field, upload.size or 0, _db(file_quota.check))
-        saved = await _db(files.save_input)(upload, upload.name or "input.jsonl", owner_id, summary.lines,
-                                            summary.urls, ttl)
+        if reserving:
+            await upload_reservations.hold(owner_id, field, size, _db(file_quota.check))
+        public_id, storage_name = await _db(files.store_input)(upload)
+    except BaseException:
+        if reserving:
+            await upload_reservations.release(owner_id, field)
+        raise
     finally:
         upload.close()
-        if owner_id is not None and not held:
-            await upload_reservations.release(owner_id, field)
+    # The file becomes kept and stops being reserved in one step under the token's lock: a check of another
+    # upload between the two would count it twice.
+    async with upload_reservations.settling(owner_id, field) if reserving else nullcontext():
+        saved = await _db(files.record_input)(public_id, storage_name, size, filename, owner_id, summary.lines,
+                                              summary.urls, ttl)
     return JsonResponse(await _db(store.file_json)(saved.public_id, owner_id))
 
 

@@ -39,16 +39,19 @@ def expiry(ttl_s: int | None) -> datetime | None:
     return timezone.now() + timedelta(seconds=seconds) if seconds > 0 else None
 
 
-def save_input(upload: File, filename: str, owner_id: int | None, lines: int, urls: list[str],
-               ttl_s: int | None = None) -> BatchFile:
-    """Store a checked input file and record it (kept ttl_s, or the retention setting)."""
+def store_input(upload: File) -> tuple[str, str]:
+    """Store a checked input file's bytes: (its public id, its storage name); record_input makes it a file."""
     public_id = new_id("file-")
     upload.seek(0)
-    name = storage().save(f"batch-inputs/{public_id}.jsonl", upload)
+    return public_id, storage().save(f"batch-inputs/{public_id}.jsonl", upload)
+
+
+def record_input(public_id: str, storage_name: str, size: int, filename: str, owner_id: int | None, lines: int,
+                 urls: list[str], ttl_s: int | None = None) -> BatchFile:
+    """Record stored bytes as the owner's input file (kept ttl_s, or the retention setting): from now on it counts."""
     return BatchFile.objects.create(
         public_id=public_id, owner_id=owner_id, filename=filename[:255] or "input.jsonl", purpose="batch",
-        bytes=upload.size or 0, lines=lines, urls=urls, storage_name=name,
-        expires_at=expiry(ttl_s),
+        bytes=size, lines=lines, urls=urls, storage_name=storage_name, expires_at=expiry(ttl_s),
     )
 
 

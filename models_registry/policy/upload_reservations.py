@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -61,20 +61,26 @@ def _key(layer: Any, owner_id: int) -> str:
     return f"{layer.prefix}uploads:reserved:{owner_id}"
 
 
-@asynccontextmanager
-async def _locked(conn: Any, key: str) -> AsyncIterator[None]:
-    """The token's lock, for one check or one release (429 when the others' checks take over LOCK_WAIT_S)."""
+async def _acquire(conn: Any, lock: str) -> str:
+    """Take the token's lock: its holder's token (RateLimited when the others' checks hold it past LOCK_WAIT_S)."""
     token = uuid.uuid4().hex
     deadline = time.monotonic() + LOCK_WAIT_S
-    while not await conn.set(key, token, nx=True, px=LOCK_TTL_MS):
+    while not await conn.set(lock, token, nx=True, px=LOCK_TTL_MS):
         if time.monotonic() > deadline:
             raise RateLimited("uploads of this API token are checked against its storage quota one at a time, "
                               "and too many are waiting; retry in a second", headers={"Retry-After": "1"})
         await asyncio.sleep(0.005)
+    return token
+
+
+@asynccontextmanager
+async def _locked(conn: Any, lock: str) -> AsyncIterator[None]:
+    """The token's lock, for one check (429 when the others' checks take over LOCK_WAIT_S)."""
+    token = await _acquire(conn, lock)
     try:
         yield
     finally:
-        await _UNLOCK(conn, [key], [token])
+        await _UNLOCK(conn, [lock], [token])
 
 
 async def hold(owner_id: int, field: str, size: int, check: Any) -> None:
@@ -102,14 +108,35 @@ async def hold(owner_id: int, field: str, size: int, check: Any) -> None:
 
 
 async def release(owner_id: int, field: str) -> None:
-    """Drop this upload's reservation (its file is saved, or it failed), under the token's lock."""
+    """Drop this upload's reservation (the upload failed, or its file is kept already), under the token's lock."""
+    async with settling(owner_id, field):
+        pass
+
+
+@asynccontextmanager
+async def settling(owner_id: int, field: str) -> AsyncIterator[None]:
+    """Under the token's lock, the block makes the upload's file kept (its database row); then its reservation goes.
+
+    No check runs between the two, so none counts the file twice, kept and still reserved (a
+    burst of uploads that fit was refused in part), or not at all. Without the lock (Redis
+    away, or the others' checks past LOCK_WAIT_S) the file is recorded all the same, and a
+    reservation that could not be dropped expires by itself.
+    """
     layer = get_channel_layer()
     conn, key = layer.connection(0), _key(layer, owner_id)
+    lock = f"{key}:lock"
     try:
-        async with _locked(conn, f"{key}:lock"):
+        token: str | None = await _acquire(conn, lock)
+    except Exception:
+        token = None
+    try:
+        yield
+        with suppress(Exception):
             await conn.hdel(key, field)
-    except Exception:  # it expires by itself
-        pass
+    finally:
+        if token is not None:
+            with suppress(Exception):
+                await _UNLOCK(conn, [lock], [token])
 
 
 def enabled() -> bool:
