@@ -106,3 +106,28 @@ async def test_concurrent_uploads_of_one_token_never_exceed_its_quota(
     owner = await sync_to_async(lambda: ApiToken.objects.get(name="burst").pk)()
     assert await layer.connection(0).hlen(upload_reservations._key(layer, owner)) == 0
     assert (await _upload(DoorClient(), token, content)).status_code == 429  # and none more after
+
+
+@pytest.mark.usefixtures("broker")
+async def test_a_file_being_recorded_is_never_counted_twice(make_token: Callable[..., str], settings: Any) -> None:
+    """Recording an upload's file and dropping its reservation is one step for every other check of the token.
+
+    Both uploads fit (100 + 50 of 150 bytes); had the second check run between the file's record and
+    the reservation's drop, it would have counted the first twice (250) and refused the second.
+    """
+    import asyncio
+
+    from models_registry.policy import file_quota, upload_reservations
+
+    await sync_to_async(make_token)("pair")
+    owner = await sync_to_async(lambda: ApiToken.objects.get(name="pair").pk)()
+    settings.HOSTING_FILE_STORAGE_BYTES = 150
+    check = sync_to_async(file_quota.check)
+    await upload_reservations.hold(owner, "first", 100, check)
+    async with upload_reservations.settling(owner, "first"):
+        await sync_to_async(_keep)("pair", 100)  # the first upload's file is kept now
+        second = asyncio.ensure_future(upload_reservations.hold(owner, "second", 50, check))
+        await asyncio.sleep(0.2)  # the second check waits for the lock: it must not see the file twice
+        assert not second.done()
+    await asyncio.wait_for(second, 10)  # fits: 100 kept + 50 reserved
+    await upload_reservations.release(owner, "second")
