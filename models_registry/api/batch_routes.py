@@ -118,7 +118,7 @@ async def _upload(request: HttpRequest) -> HttpResponse:
             await upload_reservations.hold(owner_id, field, size, _db(file_quota.check))
         public_id, storage_name = await _db(files.store_input)(upload)
     except BaseException:
-        if reserving:
+        if reserving and not held:  # the front door drops its own
             await upload_reservations.release(owner_id, field)
         raise
     finally:
@@ -128,6 +128,8 @@ async def _upload(request: HttpRequest) -> HttpResponse:
     async with upload_reservations.settling(owner_id, field) if reserving else nullcontext():
         saved = await _db(files.record_input)(public_id, storage_name, size, filename, owner_id, summary.lines,
                                               summary.urls, ttl)
+    if held:
+        request.scope[upload_reservations.SCOPE_KEY] = None  # settled: nothing left for the front door to drop
     return JsonResponse(await _db(store.file_json)(saved.public_id, owner_id))
 
 

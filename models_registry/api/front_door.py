@@ -127,7 +127,8 @@ class ApiASGIHandler(ASGIHandler):
                     scope[upload_reservations.SCOPE_KEY] = call.reservation
                 await self._serve(scope, receive, send, call, verdict.limit)
         finally:
-            if call.reservation is not None:
+            # The upload's route settles its reservation itself (and clears it in the scope); else it goes here.
+            if call.reservation is not None and scope.get(upload_reservations.SCOPE_KEY, call.reservation):
                 await upload_reservations.release(*call.reservation)
 
     async def _refuse(self, receive, send, call: ApiCall,  # type: ignore[no-untyped-def]

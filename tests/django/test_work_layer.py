@@ -35,13 +35,11 @@ def test_the_configured_layer_is_checked_when_first_used(settings: Any) -> None:
 
 
 def test_runworker_refuses_a_plain_layer_before_loading_anything(settings: Any) -> None:
-    settings.EMBEDDED_REDIS = False  # the test brings its broker: no daemon Redis left in the checkout's var/
     settings.CHANNEL_LAYERS = PLAIN_LAYER
     with pytest.raises(CommandError, match="lacks the operations"):
         call_command("runworker", "inference")
 
 
-def test_runworker_serves_the_inference_channel_only(settings: Any) -> None:
-    settings.EMBEDDED_REDIS = False  # as above
+def test_runworker_serves_the_inference_channel_only() -> None:
     with pytest.raises(CommandError, match="'inference' channel only"):
         call_command("runworker", "inference", "other")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
 
 from hosting import embedded_redis
@@ -13,8 +11,7 @@ from models_registry.management.commands.runworker import Command as AppRunworke
 class Command(AppRunworker):
     """The app's runworker (models_registry.management.commands.runworker) on this install's broker."""
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        """Start the embedded Redis when REDIS_URL is unset, then run the app's worker."""
+    def before_run(self) -> None:
+        """Start the embedded Redis when REDIS_URL is unset: only once the app has checked the command line."""
         if settings.EMBEDDED_REDIS:
             embedded_redis.ensure_running(settings.VAR_DIR)
-        super().handle(*args, **options)

@@ -37,6 +37,9 @@ class Command(ChannelsRunworker):
 
     worker_class = JobDrivingWorker
 
+    def before_run(self) -> None:
+        """A project's own step once the command line and the layer are checked, before the worker starts."""
+
     def handle(self, *args: Any, **options: Any) -> None:
         """Check the channel and the layer, run the worker."""
         if options["channels"] != [INFERENCE_CHANNEL]:
@@ -45,6 +48,7 @@ class Command(ChannelsRunworker):
             layer = require_work_layer(get_channel_layer(options["layer"]))
         except ImproperlyConfigured as error:
             raise CommandError(str(error)) from None
+        self.before_run()
         # Before torch loads: OpenMP threads that spin while they wait take the cores the
         # web server and Redis share with this worker, several times the CPU a sentence
         # needs. An operator's own setting wins.
