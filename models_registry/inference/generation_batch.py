@@ -3,7 +3,8 @@
 Every step is one forward of the model over the tokens of every row flattened into one
 sequence (inference.kv_slots): one token per decoding row, and the next chunk of each
 prompt being prefilled, within a token budget measured so that a step's prefill takes
-about STEP_S (the pace per token of the steps so far, a decode token's or a prompt token's). Each row has a slot of a cache preallocated for it and written in place;
+about STEP_S (the pace per token of the steps so far, a decode token's or a prompt token's).
+Each row has a slot of a cache preallocated for it and written in place;
 a row whose prompt starts like a cached one (a shared system prompt, the n choices of one
 prompt, a preempted row coming back) starts from that head (inference.slot_table). Short
 prompts that join together are computed whole in one step (JOIN_TOKENS), and a row that asks a
@@ -33,7 +34,14 @@ from models_registry.inference.kv_slots import SlotCache
 from models_registry.inference.row_processors import logits_processors
 from models_registry.inference.row_shaping import RowShaping
 from models_registry.inference.slot_table import SlotTable
-from models_registry.inference.streaming import TokenSink, StepDecoder, eos_token_ids, LogProbKeeper, GeneratedSequence, chat_prompt
+from models_registry.inference.streaming import (
+    GeneratedSequence,
+    LogProbKeeper,
+    StepDecoder,
+    TokenSink,
+    chat_prompt,
+    eos_token_ids,
+)
 from models_registry.inference.task_common import max_positions
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
@@ -140,7 +148,7 @@ class GenerationBatch:
         sample = bool(config.do_sample) if do_sample is None else bool(do_sample)
         sequence = GeneratedSequence(sink=sink, prompt_tokens=len(ids))
         decoder = StepDecoder(self.tokenizer, [sequence], LogProbKeeper(), max_new, list(params.get("stop") or []),
-                           self.eos, params.get("seed"))
+                              self.eos, params.get("seed"))
         generator = None
         if sample and params.get("seed") is not None:
             generator = torch.Generator(device=self.model.device).manual_seed(int(params["seed"]))
@@ -275,6 +283,6 @@ class GenerationBatch:
         row.decoder.logprobs.last = logprobs
         if row.shaping is not None:
             row.decoder.token_extras = row.shaping.chosen(token)
-        row.decoder._step(0, row.sequence, token)
+        row.decoder.take(0, row.sequence, token)
         row.history.append(token)
         row.last = token

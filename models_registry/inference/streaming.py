@@ -85,7 +85,7 @@ class StepDecoder(BaseStreamer, StoppingCriteria):
         chosen = value.reshape(-1).tolist()
         for row, (sequence, token_id) in enumerate(zip(self.sequences, chosen)):
             if sequence.finish_reason is None:
-                self._step(row, sequence, int(token_id))
+                self.take(row, sequence, int(token_id))
 
     def end(self) -> None:
         """generate() has finished: every sequence still open ran out of length."""
@@ -99,7 +99,8 @@ class StepDecoder(BaseStreamer, StoppingCriteria):
         done = [s.finish_reason is not None or (s.sink is not None and s.sink.cancelled()) for s in self.sequences]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
-    def _step(self, row: int, sequence: GeneratedSequence, token_id: int) -> None:
+    def take(self, row: int, sequence: GeneratedSequence, token_id: int) -> None:
+        """Add the token row drew to its sequence: its text, its event, and whether it ends the sequence."""
         logprob = float(self.logprobs.last[row, token_id]) if self.logprobs.last is not None else 0.0
         special = token_id in self.special_ids
         sequence.ids.append(token_id)
@@ -203,7 +204,7 @@ def generate(task: str, loaded: Any, texts: list[str], params: dict[str, Any],
     sequences = [GeneratedSequence(sink=sink, prompt_tokens=int(n)) for sink, n in zip(sinks, prompt_tokens)]
     logprobs = LogProbKeeper()
     decoder = StepDecoder(tokenizer, sequences, logprobs, max_new_tokens, list(params.get("stop") or []),
-                       eos_token_ids(model, tokenizer), params.get("seed"))
+                          eos_token_ids(model, tokenizer), params.get("seed"))
     inputs = {k: v.to(model.device) for k, v in encoded.items()}
     with torch.inference_mode(), seeded(params.get("seed"), model.device):
         model.generate(**inputs, max_new_tokens=max_new_tokens, streamer=decoder,

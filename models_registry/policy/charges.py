@@ -38,15 +38,7 @@ def outcome(charge_plan: enqueue.ChargePlan, limits: Limits, now: float) -> Char
     status, refused, used = charge_plan.outcome
     windows = _windows(limits, used, now)
     if status == enqueue.RATE_REFUSED:
-        limit, spent, reset_s = windows[refused]
-        headers = _header_set(limit, spent, reset_s)
-        headers["Retry-After"] = headers["X-RateLimit-Reset"]
-        what = "requests" if refused == 1 else "input tokens"
-        raise RateLimited(
-            f"rate limit reached: this API token's {_LIMIT_NAMES[refused]} is {limit} and {spent} {what} are "
-            f"used; retry in {headers['Retry-After']} s",
-            headers=headers,
-        )
+        raise _limited(windows, refused)
     headers: dict[str, str] = {}
     if windows:
         # The limit closest to being spent is the one a client must watch.
@@ -58,9 +50,20 @@ def outcome(charge_plan: enqueue.ChargePlan, limits: Limits, now: float) -> Char
 
 def refusal(charge_plan: enqueue.ChargePlan, grant: Grant, now: float) -> RateLimited:
     """The 429 (with its headers) of a plan a limit refused in the script, counted."""
+    assert charge_plan.outcome is not None and charge_plan.outcome[0] == enqueue.RATE_REFUSED, "not refused"
     metrics.RATE_LIMITED.labels(metrics.token_label(grant.name, grant.token_id), "rate").inc()
-    try:
-        outcome(charge_plan, grant.limits, now)
-    except RateLimited as limited:
-        return limited
-    raise AssertionError("the plan was not refused")
+    _, refused, used = charge_plan.outcome
+    return _limited(_windows(grant.limits, used, now), refused)
+
+
+def _limited(windows: dict[int, tuple[int, int, float]], refused: int) -> RateLimited:
+    """The 429 of the limit the script refused at, with its headers."""
+    limit, spent, reset_s = windows[refused]
+    headers = _header_set(limit, spent, reset_s)
+    headers["Retry-After"] = headers["X-RateLimit-Reset"]
+    what = "requests" if refused == 1 else "input tokens"
+    return RateLimited(
+        f"rate limit reached: this API token's {_LIMIT_NAMES[refused]} is {limit} and {spent} {what} are "
+        f"used; retry in {headers['Retry-After']} s",
+        headers=headers,
+    )
