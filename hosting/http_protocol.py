@@ -148,8 +148,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         """Headers in time and within the limit: now the body has its own deadline."""
-        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
-        if size > self.limits()[3]:
+        limit = self.limits()[3]
+        # Summed only when it could be over: a header line on the wire is its name and value plus ": " and
+        # CRLF (one byte less without the space), and every byte of it was counted in _header_bytes.
+        if self._header_bytes + len(self.headers) > limit and (
+                len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > limit):
             self._headers_refused = True
             # Raised inside the parser's callback: uvicorn answers the parser error (our 431) and closes.
             raise ValueError("request headers over the limit")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -70,8 +69,8 @@ async def enqueue_request(layer: WorkLayer, model: str, task: str, channel: str,
     reply: (reply channel, a future or a stream's queue, reader) for the layer to hand the worker's answer.
     """
     try:
-        status, depth = await asyncio.wait_for(
-            layer.enqueue(channel, message, places, plan, batch=priority == "batch", reply=reply), BROKER_TIMEOUT_S)
+        async with asyncio.timeout(BROKER_TIMEOUT_S):  # no task of its own, as wait_for would make per request
+            status, depth = await layer.enqueue(channel, message, places, plan, batch=priority == "batch", reply=reply)
     except Exception as error:
         raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
     if status == enqueue.QUEUE_FULL:
@@ -120,8 +119,8 @@ async def infer(
     layer = work_layer()
     deadline = time.time() + timeout_s
     count = len(inputs)
-    key = uuid.uuid4().hex
     reply_channel = await layer.new_channel()
+    key = reply_channel.rpartition("!")[2]  # the channel's own random part (a uuid4's hex): no second one to make
     receiver: asyncio.Future[messages.WorkResult] = asyncio.get_running_loop().create_future()
     message = messages.WorkRequest(
         id=key, reply=reply_channel, model=model, task=task,

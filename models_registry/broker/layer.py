@@ -25,6 +25,7 @@ from models_registry.broker import enqueue, messages
 from models_registry.broker.admission import Places
 from models_registry.broker.lua import LuaScript
 from models_registry.broker.message_leases import LeasedPulls
+from models_registry.broker.command_packing import with_hiredis_packing
 
 logger = logging.getLogger(__name__)
 REPLY_BATCH = 64
@@ -87,6 +88,10 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         # A reply channel's waiter (a future: its one reply; a queue: a stream's every message) and how to read one.
         self._replies: dict[str, tuple[asyncio.Future[Any] | asyncio.Queue[Any], Reader | None]] = {}
         self._pump: asyncio.Task[None] | None = None
+
+    def create_pool(self, index: int) -> Any:
+        """channels_redis' pool for server index, its commands packed by hiredis (broker.command_packing)."""
+        return with_hiredis_packing(super().create_pool(index))
 
     def is_work_channel(self, channel: str) -> bool:
         """Shared work channels: `inference` and `inference.<model>`."""

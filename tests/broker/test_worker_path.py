@@ -45,7 +45,10 @@ STAGES = {"pull": {"models_registry.worker.process", "models_registry.worker.int
 # Issue 37 item 3 is not finished on the pull loop's turn: it asks the engine for the ready channels and the room
 # (model_slots, batcher) before the pull and hands it the messages after (messages, model_slots, intake, media, the
 # batcher again). 12 returns on 2026-11-27; the batch loop's turn, the compute thread and the reply have none.
-PULL_TURN_RETURNS = 12
+# One more since: redis-py calls the connections' packer (broker.command_packing) for each command, and the
+# turn sends two (the ready channels' read, the pull), so the packer's module is entered again: not a step of
+# the path's own, a library's hook.
+PULL_TURN_RETURNS = 13
 SENDER: contextvars.ContextVar[bool] = contextvars.ContextVar("sender", default=False)  # the web's side: not traced
 
 
