@@ -2,6 +2,9 @@
 
 One stage, in this order, each answered as cheaply as it can be:
 
+- a Host header this server does not answer for (ALLOWED_HOSTS, api.hosts) on an inference route
+  (api.route_table), which the front door serves without Django's request: 400, before its body is
+  read (Django's own paths check it in api.middleware). The route matched travels on in the verdict;
 - a queue known full (broker.queue_state): a POST to an HF route (`/models/<name>[/<task>]`)
   whose task this process saw refused at its limit a moment ago is answered `503 overloaded`
   with the refusal's Retry-After, once its token is known (cached) to be valid and allowed for
@@ -28,8 +31,9 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse
 
-from models_registry.api import request_record
+from models_registry.api import request_record, route_table
 from models_registry.api.call import ApiCall
+from models_registry.api.hosts import host_allowed
 from models_registry.api.error_answers import error_response, error_response_for
 from models_registry.broker import handoff, queue_state
 from models_registry.catalog import lookups
@@ -83,11 +87,17 @@ class Verdict:
 
     limit: int  # bytes its body may have (body_limit)
     refusal: Refusal | None = None  # None: read its body and serve it
+    route: route_table.Match | None = None  # the inference route a POST calls (route_table.match); None: Django's
 
 
 async def check(call: ApiCall) -> Verdict:
     """The stage's verdict on call, from its headers alone."""
     limit = body_limit(call.path)
+    route = route_table.match(call.path) if call.method == "POST" else None
+    if route is not None and not host_allowed(call.host, call.server):
+        response = error_response(InvalidInput("this server does not answer for that Host header"), call.request_id)
+        response["X-Content-Type-Options"] = "nosniff"
+        return Verdict(limit, Refusal(response, drain=DRAIN_BYTES))
     full = _known_full(call) if queue_state.marks else None  # the test every request pays: nothing is marked full
     if full is not None:
         return Verdict(limit, Refusal(full, drain=None))
@@ -104,7 +114,7 @@ async def check(call: ApiCall) -> Verdict:
         too_large = TooLarge(f"request body is {declared} bytes; the limit is {limit}")
         return Verdict(limit, Refusal(error_response_for(call.path, too_large, call.request_id),
                                       drain=limit + DRAIN_BYTES))
-    return Verdict(limit)
+    return Verdict(limit, route=route)
 
 
 def _known_full(call: ApiCall) -> HttpResponse | None:

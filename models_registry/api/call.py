@@ -44,6 +44,7 @@ class ApiCall:
     staff: bool = False
     # What the front door checks before the body (from_scope): the Host header, Content-Length, chunking.
     host: str | None = None
+    server: tuple[str, int] | None = None  # the address it came in on (the Host check's, without a Host header)
     content_length: str | None = None
     chunked: bool = False
     # An upload's storage reservation (owner id, field: policy.upload_reservations), dropped once it is answered.
@@ -84,7 +85,7 @@ def from_scope(scope: dict[str, Any]) -> ApiCall:
         elif name == b"x-request-id":
             request_id = value.decode("latin-1")
     return ApiCall(request_id_from(request_id), scope["method"], scope["path"], b"", content_type, authorization,
-                   priority, host=host, content_length=length, chunked=chunked)
+                   priority, host=host, server=scope.get("server"), content_length=length, chunked=chunked)
 
 
 def from_django(request: HttpRequest) -> ApiCall:

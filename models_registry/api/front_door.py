@@ -5,7 +5,7 @@ request, a new ThreadSensitiveContext (a fresh executor thread), a hop to it for
 request_started receivers and another for response.close(): together they starve the
 event loop under load, so that even a 503 waits behind them. This handler
 serves the inference routes (api.route_table: the HF, OpenAI and TEI ones) without Django's
-request, resolver, middleware or response: it reads the body, checks the Host header and
+request, resolver, middleware or response: its Host header checked before the body (api.before_body), it reads the body and
 runs the route (api.inference_route) on the bytes, and writes its answer straight to the
 connection. Every other API path keeps Django's request/response machinery and URL
 routing, but:
@@ -32,13 +32,12 @@ from django.core.handlers.exception import response_for_exception
 from django.test.utils import override_settings
 from django.urls import set_script_prefix, set_urlconf
 
-from models_registry.api import before_body, inference_route, route_table
+from models_registry.api import before_body, inference_route
 from models_registry.api.answer import Answer
 from models_registry.api.call import ApiCall, from_scope
-from models_registry.api.error_answers import error_answer, error_response_for
-from models_registry.api.hosts import host_allowed
+from models_registry.api.error_answers import error_response_for
 from models_registry.core.conf import conf
-from models_registry.core.errors import InvalidInput, TooLarge
+from models_registry.core.errors import TooLarge
 from models_registry.observe import ledger_flush, tracing
 from models_registry.policy import upload_reservations
 
@@ -125,7 +124,7 @@ class ApiASGIHandler(ASGIHandler):
             else:
                 if call.reservation is not None:  # the upload's route adjusts it to the file's size
                     scope[upload_reservations.SCOPE_KEY] = call.reservation
-                await self._serve(scope, receive, send, call, verdict.limit)
+                await self._serve(scope, receive, send, call, verdict)
         finally:
             # The upload's route settles its reservation itself (and clears it in the scope); else it goes here.
             if call.reservation is not None and scope.get(upload_reservations.SCOPE_KEY, call.reservation):
@@ -143,9 +142,9 @@ class ApiASGIHandler(ASGIHandler):
         heard = no_body or (declared is not None and declared <= refused.drain and await drain(receive, declared))
         await self._answer_early(send, refused.response, heard)
 
-    async def _serve(self, scope, receive, send, call, limit: int):  # type: ignore[no-untyped-def]
+    async def _serve(self, scope, receive, send, call, verdict: before_body.Verdict):  # type: ignore[no-untyped-def]
         """The rest of handle(): the body read within its limit, then the route or Django's view."""
-        matched = route_table.match(call.path) if call.method == "POST" else None
+        matched, limit = verdict.route, verdict.limit
         try:
             if matched is not None:
                 body = await self.read_limited_bytes(receive, limit)
@@ -215,11 +214,9 @@ class ApiASGIHandler(ASGIHandler):
         return result
 
     async def _serve_route(self, scope, send, call: ApiCall, route, path) -> None:  # type: ignore[no-untyped-def]
-        """An inference route served on the bytes of its body, its answer written straight to the connection."""
-        if not host_allowed(call.host, scope.get("server")):
-            answer = error_answer(InvalidInput("this server does not answer for that Host header"), call.request_id)
-        else:
-            answer = await inference_route.serve(route, call, path)
+        """An inference route served on the bytes of its body (its Host checked before: api.before_body), its answer
+        written straight to the connection."""
+        answer = await inference_route.serve(route, call, path)
         answer.headers["X-Request-Id"] = call.request_id
         try:
             await send_answer(send, answer)

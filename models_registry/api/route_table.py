@@ -6,6 +6,8 @@ from models_registry.api import hf_route, openai_generation, openai_routes, tei_
 from models_registry.api.inference_route import InferenceRoute
 from models_registry.core import paths
 
+Match = tuple[InferenceRoute, dict[str, str]]  # the route, and its path's arguments
+
 _FIXED: dict[str, InferenceRoute] = {
     paths.EMBEDDINGS_PATH: openai_routes.EMBEDDINGS,
     paths.CHAT_COMPLETIONS_PATH: openai_generation.CHAT,
@@ -15,7 +17,7 @@ _FIXED: dict[str, InferenceRoute] = {
 }
 
 
-def match(path: str) -> tuple[InferenceRoute, dict[str, str]] | None:
+def match(path: str) -> Match | None:
     """(the route, its path arguments) of an inference path, else None."""
     fixed = _FIXED.get(path)
     if fixed is not None:

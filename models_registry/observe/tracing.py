@@ -31,15 +31,16 @@ logger = logging.getLogger(__name__)
 tracer: Any = None  # the process' tracer once setup() ran with tracing on
 _propagator: Any = None
 _api: Any = None  # the opentelemetry.trace module once tracing is on: no import statement on the hot paths
+_context: Any = None  # the opentelemetry.context module, likewise
 DEFAULT_SERVICE = "model-hosting"
 
 
 def setup(role: str) -> None:
     """Start exporting this process' spans (role: web, worker, job driver) when HOSTING_TRACING is on."""
-    global tracer, _propagator, _api
+    global tracer, _propagator, _api, _context
     if tracer is not None or not conf.TRACING:
         return
-    from opentelemetry import trace
+    from opentelemetry import context, trace
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -54,6 +55,7 @@ def setup(role: str) -> None:
     tracer = trace.get_tracer("models_registry")
     _propagator = TraceContextTextMapPropagator()
     _api = trace
+    _context = context
     logger.info("tracing on: %s spans of %s exported over OTLP/HTTP", role, resource.attributes.get(SERVICE_NAME))
 
 
@@ -84,23 +86,37 @@ def current_traceparent() -> str:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}" if context.is_valid else ""
 
 
+_routes: dict[str, str] = {}  # path -> its route template: the registered models' few paths, bounded below
+MAX_ROUTES = 4096
+
+
 def http_route(path: str) -> str:
     """The route template of an API path (low cardinality: the span's name and http.route)."""
-    found = model_path(path)
-    if found is None:
-        return path
-    return paths.openapi_path("model-task" if found[1] else "model")
+    route = _routes.get(path)
+    if route is None:
+        found = model_path(path)
+        route = path if found is None else paths.openapi_path("model-task" if found[1] else "model")
+        if len(_routes) >= MAX_ROUTES:  # paths of unknown models are the client's to make up: never unbounded
+            _routes.clear()
+        _routes[path] = route
+    return route
 
 
 async def serve_traced(scope: dict[str, Any], receive: Any, send: Any,
                        handle: Callable[[dict[str, Any], Any, Any], Awaitable[None]]) -> None:
-    """handle(scope, receive, send) inside the request's SERVER span (a stream's: until its last event)."""
+    """handle(scope, receive, send) inside the request's SERVER span (a stream's: until its last event).
+
+    What the SDK's start_as_current_span does (the span current while handle runs, an exception recorded
+    and the status set to ERROR, the span ended), without its two generator context managers per request.
+    """
     headers = {name: value.decode("latin-1") for name, value in scope.get("headers", ())
                if name in (b"traceparent", b"tracestate")}
     parent = context_of(headers[b"traceparent"], headers.get(b"tracestate", "")) if b"traceparent" in headers else None
     route, method = http_route(scope["path"]), scope["method"]
-    with tracer.start_as_current_span(f"{method} {route}", context=parent, kind=_api.SpanKind.SERVER, attributes={
-            "http.request.method": method, "http.route": route, "url.path": scope["path"]}) as span:
+    span = tracer.start_span(f"{method} {route}", context=parent, kind=_api.SpanKind.SERVER, attributes={
+        "http.request.method": method, "http.route": route, "url.path": scope["path"]})
+    token = _context.attach(_api.set_span_in_context(span))
+    try:
         if not span.is_recording():  # sampled out: the context travels on, nothing is recorded
             await handle(scope, receive, send)
             return
@@ -113,6 +129,14 @@ async def serve_traced(scope: dict[str, Any], receive: Any, send: Any,
             await send(message)
 
         await handle(scope, receive, traced_send)
+    except Exception as error:  # as the SDK's use_span: recorded, the status ERROR, raised on
+        if span.is_recording():
+            span.record_exception(error)
+            span.set_status(_api.Status(_api.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        raise
+    finally:
+        _context.detach(token)
+        span.end()
 
 
 def annotate(model: str, version: int, token_id: int | None, error_type: str = "", **more: Any) -> str:

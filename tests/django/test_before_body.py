@@ -49,3 +49,15 @@ async def test_a_malformed_content_length_is_a_400(path: str, length: bytes, mak
     status, body, read = await serve(path, headers, chunks=1, client_waits=True)
     assert status == 400 and read == 0
     assert "malformed Content-Length" in str(body) and "invalid_input" in str(body)
+
+
+@pytest.mark.parametrize("path", ["/models/any", "/v1/embeddings"])
+async def test_a_host_not_allowed_is_refused_before_the_body_is_read(path: str, make_token: Callable[..., str],
+                                                                     settings: Any) -> None:
+    settings.ALLOWED_HOSTS = ["api.example.com"]  # the request says Host: 127.0.0.1
+    token = await sync_to_async(make_token)("owner")
+    headers = [(b"transfer-encoding", b"chunked"), (b"authorization", f"Bearer {token}".encode()),
+               (b"content-type", b"application/json")]
+    status, body, read = await serve(path, headers, chunks=4, client_waits=True)
+    assert status == 400 and read == 0
+    assert "Host header" in body["error"] and body["error_type"] == "invalid_input"

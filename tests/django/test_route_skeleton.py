@@ -72,7 +72,7 @@ async def _through_handler(path: str, body: bytes, headers: dict[str, str],
         return 0, {}, b""
     start = next(m for m in sent if m["type"] == "http.response.start")
     answer = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, answer
+    return start["status"], {k.decode().lower(): v.decode() for k, v in start["headers"]}, answer
 
 
 def test_the_route_table_names_every_inference_route() -> None:

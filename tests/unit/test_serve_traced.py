@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import context, trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -28,6 +28,7 @@ def finished(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     monkeypatch.setattr(tracing, "tracer", provider.get_tracer("models_registry"))
     monkeypatch.setattr(tracing, "_propagator", TraceContextTextMapPropagator())
     monkeypatch.setattr(tracing, "_api", trace)
+    monkeypatch.setattr(tracing, "_context", context)
     yield spans
     provider.shutdown()
 
@@ -77,3 +78,28 @@ async def test_a_clients_unsampled_trace_records_nothing_and_keeps_its_id(finish
     assert finished.get_finished_spans() == ()
     assert seen["trace_id"] == TRACE_ID and seen["wire"].endswith("-00")  # the worker's spans follow the decision
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+
+
+async def test_an_error_in_the_app_is_recorded_on_the_span_and_raised_and_the_context_restored(
+        finished: InMemorySpanExporter) -> None:
+    before = trace.get_current_span()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        raise RuntimeError("the app broke")
+
+    with pytest.raises(RuntimeError, match="the app broke"):
+        await tracing.serve_traced({"type": "http", "method": "POST", "path": "/models/bert", "headers": []},
+                                   None, None, app)
+    (span,) = finished.get_finished_spans()
+    assert span.status.status_code == trace.StatusCode.ERROR
+    assert span.status.description == "RuntimeError: the app broke"
+    assert [event.name for event in span.events] == ["exception"]
+    assert trace.get_current_span() is before  # the request's span is no longer current
+
+
+def test_a_paths_route_is_kept_and_the_kept_ones_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracing, "MAX_ROUTES", 3)
+    monkeypatch.setattr(tracing, "_routes", {})
+    routes = [tracing.http_route(f"/models/m{n}/fill-mask") for n in range(5)]
+    assert routes == ["/models/{name}/{task}"] * 5
+    assert len(tracing._routes) <= 3
