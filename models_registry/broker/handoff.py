@@ -11,6 +11,7 @@ from typing import Any
 
 from models_registry.broker import admission, deferred, enqueue, messages, queue_state
 from models_registry.broker.work_layer import WorkLayer, work_layer
+from models_registry.catalog.served_check import Served, still_served
 from models_registry.core.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
 from models_registry.observe import tracing
 
@@ -103,7 +104,7 @@ async def infer(
     timeout_s: float,
     max_queue_size: int,
     drain_rate: float = 0.0,
-    still_served: Callable[[], Awaitable[bool]] | None = None,
+    served: Served | None = None,
     priority: str = "interactive",
     charge: enqueue.ChargePlan | None = None,
     version: int = 0,
@@ -114,7 +115,8 @@ async def infer(
     admission and the send; its outcome lands in the plan, and a refusal raises ChargeRefused.
     request_id is the client's (logs and the response header): clients reuse theirs on
     retries, so admission, the message and its reply are keyed on an id made here. version: the
-    model version the wire name model stands for (catalog.rollout), stated on the result.
+    model version the wire name model stands for (catalog.rollout), stated on the result. served: the version
+    whose serving is checked every second while the reply is awaited (None: no check), a value, not a callback.
     """
     layer = work_layer()
     deadline = time.time() + timeout_s
@@ -143,7 +145,7 @@ async def infer(
             except Exception:
                 return True  # broker away: wait for it to return (or for the deadline)
 
-        reply = await _await_reply(receiver, deadline, timeout_s, model, still_served, still_queued)
+        reply = await _await_reply(receiver, deadline, timeout_s, model, served, still_queued)
         admitted = not reply.left  # the worker gave the places back with its answer
     finally:
         receiver.cancel()  # nothing once answered; else the layer stops waiting for the reply
@@ -162,7 +164,7 @@ async def infer(
 
 async def _await_reply(
     receiver: asyncio.Future[messages.WorkResult], deadline: float, timeout_s: float, model: str,
-    still_served: Callable[[], Awaitable[bool]] | None, still_queued: Callable[[], Awaitable[bool]],
+    served: Served | None, still_queued: Callable[[], Awaitable[bool]],
 ) -> messages.WorkResult:
     """The reply, or Timeout at the deadline, or Unavailable once no live worker serves model
     or the broker lost the request (its admission entry vanished: Redis restarted empty)."""
@@ -173,7 +175,7 @@ async def _await_reply(
         done, _ = await asyncio.wait({receiver}, timeout=min(remaining, SERVED_CHECK_EVERY_S))
         if done:
             return receiver.result()
-        if still_served is not None and not await still_served():
+        if served is not None and not await still_served(served):
             raise Unavailable(f"no live worker serves model {model!r} any more")
         # An entry also leaves the set at its deadline (any admit prunes expired ones): near
         # it, a missing entry means time is up, not that the broker lost the request.

@@ -6,10 +6,9 @@ from typing import Any
 
 from models_registry.broker import handoff
 from models_registry.broker.enqueue import ChargePlan
-from models_registry.catalog import lookups
+from models_registry.catalog.served_check import Served
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.core.errors import HostingError
-from models_registry.core.model_state import ModelState, servable
 from models_registry.policy import shadow
 from models_registry.policy.serving import VERSION_HEADER, Target
 
@@ -25,24 +24,12 @@ async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: li
     """
     klass, queue_limit = place
     wire, version = target.wire, target.version
-
-    async def still_served() -> bool:
-        view = await lookups.get_workers()
-        state = view.model_states.get(wire)
-        if servable(state) or not version:
-            return servable(state)
-        if (state or {}).get("state") == ModelState.ERROR or not view.workers:
-            return False
-        # A version the registry still lists (re)loads on the workers: a rollback to the version just
-        # retired sends requests there before every worker holds it again. Its queue waits for it.
-        current = (await lookups.get_specs()).get(spec.name)
-        return current is not None and version in current.rollout.held()
-
     try:
         result = await handoff.infer(
             request_id=request_id, model=wire, task=task.name, inputs=inputs,
             parameters=parameters, timeout_s=task.timeout_s, max_queue_size=queue_limit,
-            drain_rate=target.drain_rate, still_served=still_served, priority=klass, charge=charge, version=version,
+            drain_rate=target.drain_rate, served=Served(spec.name, wire, version), priority=klass, charge=charge,
+            version=version,
         )
     except HostingError as error:
         if version:  # a refusal or failure of one version says which

@@ -11,6 +11,7 @@ from asgiref.sync import sync_to_async
 from models_registry.broker.handoff import InferenceResult
 from models_registry.policy import dispatch
 from models_registry.catalog import lookups
+from models_registry.catalog.served_check import still_served
 from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
@@ -62,7 +63,7 @@ async def test_a_request_for_a_model_loadable_on_demand_is_handed_to_the_workers
 
     async def infer(**kwargs: Any) -> InferenceResult:
         seen.append(kwargs["model"])
-        assert await kwargs["still_served"]()  # a worker loads it: the view keeps waiting
+        assert await still_served(kwargs["served"])  # a worker loads it: the view keeps waiting
         return InferenceResult(outputs=[[{"label": "a", "score": 1.0}]], queue_ms=1.0, compute_ms=1.0, batch_size=1)
 
     monkeypatch.setattr(dispatch.handoff, "infer", infer)
