@@ -70,14 +70,20 @@ MEDIA_BYTES = Counter(
     ["model", "task", "kind"]
 )
 _token_labels: set[str] = set()
+# Per token label, its two counters: labels() takes a lock and builds a key on every call, twice per request,
+# while the labels are bounded (HOSTING_METRICS_MAX_TOKENS and "other").
+_token_counters: dict[str, tuple[Any, Any]] = {}
 
 
 def observe_token(name: str, token_id: int, tokens: int) -> None:
     """One request an API token was charged for, and the input tokens it used (0: refunded)."""
     label = token_label(name, token_id)
-    TOKEN_REQUESTS.labels(label).inc()
+    counters = _token_counters.get(label)
+    if counters is None:
+        counters = _token_counters[label] = (TOKEN_REQUESTS.labels(label), TOKEN_INPUT_TOKENS.labels(label))
+    counters[0].inc()
     if tokens:
-        TOKEN_INPUT_TOKENS.labels(label).inc(tokens)
+        counters[1].inc(tokens)
 
 
 def token_label(name: str, token_id: int) -> str:
