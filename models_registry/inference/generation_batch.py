@@ -9,10 +9,8 @@ a row whose prompt starts like a cached one (a shared system prompt, the n choic
 prompt, a preempted row coming back) starts from that head (inference.slot_table). Short
 prompts that join together are computed whole in one step (JOIN_TOKENS), and a row that asks a
 few tokens is prefilled and decodes them in a fast lane before the batch's forward (_fast_lane).
-Every row samples with its own parameters and, with a seed, its own generator (_draw, the one
-place rows' logits become their tokens): a seeded answer does not depend on what else runs
-beside it, and greedy answers equal `generate()`'s. Events and answers are TGI's, built
-as inference.streaming builds them.
+Rows draw their tokens in inference.row_drawing, each with its own parameters. Events and
+answers are TGI's, built as inference.streaming builds them.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from transformers import LogitsProcessorList
 
 from models_registry.catalog.readable_text import readable_chars
 from models_registry.core.errors import InvalidInput
-from models_registry.inference import generation_step, kv_slots
+from models_registry.inference import generation_step, kv_slots, row_drawing
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
 from models_registry.inference.intake_tokens import TokenizedText
 from models_registry.inference.kv_slots import SlotCache
@@ -270,44 +268,5 @@ class GenerationBatch:
         return ids
 
     def _draw(self, rows: list[Row], logits: torch.Tensor) -> None:
-        """Each row's next token from its row of logits (the one place logits become tokens).
-
-        Greedy rows with nothing to apply (the common case) are drawn together, in one softmax
-        and one max over their logits. (max, not argmax: both give the first of equal maxima,
-        and torch's argmax over a 50,257-wide row costs 2.7 times max's on a CPU.)
-        """
-        plain = [n for n, row in enumerate(rows) if not row.sample and not row.processors and row.shaping is None]
-        if len(plain) < 2:
-            plain = []
-        else:
-            picked = logits[plain].float()
-            logprobs = torch.log_softmax(picked, dim=-1)
-            for k, token in enumerate(picked.max(dim=-1).indices.tolist()):
-                self._take(rows[plain[k]], logprobs[k:k + 1], token)
-        drawn = set(plain)
-        for n, row in enumerate(rows):
-            if n not in drawn:
-                self._emit(row, logits[n])
-
-    def _emit(self, row: Row, logits: torch.Tensor) -> None:
-        history = torch.tensor([row.history], device=logits.device)
-        logits = logits.float()[None]
-        if row.shaping is not None:
-            row.shaping.mask(logits)
-        scores = row.processors(history, logits)
-        logprobs = torch.log_softmax(scores, dim=-1)
-        if row.sample:
-            token = int(torch.multinomial(logprobs.exp(), 1, generator=row.generator)[0, 0])
-        else:
-            token = int(scores.max(dim=-1).indices[0])
-        if row.shaping is not None:
-            row.decoder.token_extras = row.shaping.chosen(token)
-        self._take(row, logprobs, token)
-
-    @staticmethod
-    def _take(row: Row, logprobs: torch.Tensor, token: int) -> None:
-        """The row's drawn token: its log-probabilities kept for its answer, its text, its next input."""
-        row.decoder.logprobs.last = logprobs
-        row.decoder.take(0, row.sequence, token)
-        row.history.append(token)
-        row.last = token
+        """Each row's next token from its row of logits (generation_check watches this)."""
+        row_drawing.draw(rows, logits)
