@@ -16,6 +16,7 @@ Redis.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 
@@ -37,4 +38,17 @@ def with_inference(django_application: Any) -> Any:
             return await api_application(scope, receive, send)
         return await site_application(scope, receive, send)
 
-    return no_encoded_slash(application)
+    served = no_encoded_slash(application)
+    keep_out_of_collections()
+    return served
+
+
+def keep_out_of_collections() -> None:
+    """Move every object alive now (modules, settings, URL patterns, the applications) out of the collector's
+    reach, once per process: they live as long as it does.
+
+    A web process under load ran a full collection every second or so, each walking the ~145,000 objects
+    Django and the app leave at start: 13% of its CPU went to the collector, 5% with them frozen.
+    """
+    if not gc.get_freeze_count():
+        gc.freeze()
