@@ -15,7 +15,6 @@ from django.utils.module_loading import import_string
 from models_registry.broker.messages import model_channel
 from models_registry.broker.work_layer import WorkLayer, require_work_layer
 from models_registry.capacity.memory_budget import MemoryConfig
-from models_registry.core.collector import freeze_start_up
 from models_registry.core.conf import conf
 from models_registry.catalog import heartbeats, version_changes
 from models_registry.catalog.rollout import ready_everywhere
@@ -59,7 +58,6 @@ class InferenceWorker(Worker):
 
     async def handle(self) -> None:
         """Run until SIGTERM/SIGINT, then stop taking work, drain, give back leases and exit."""
-        freeze_start_up()  # before any model loads: an unloaded model stays the collector's (core.collector)
         engine = InferenceEngine(self.layer, self.runner, conf.WORKER_MODELS, conf.BATCH_AGING_S,
                                  MemoryConfig(conf.WORKER_MEMORY_BYTES, conf.MEMORY_CAP,
                                               conf.MAX_LOADED_MODELS))
