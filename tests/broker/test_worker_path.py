@@ -5,8 +5,7 @@ replies, on a real Redis, with the test's stand-in runner in place of a model (i
 the model's side, tested apart). A request is handed on from task to task (pull -> intake and
 batcher; batch loop -> compute thread -> replies) and each loop's turn, each task and the
 compute thread is a path of its own (tests.path_trace), held to the same rule: no returns but
-a skeleton's (SKELETONS) calls. The pull loop's turn is not there yet (PULL_TURN_RETURNS). The
-tables land in test-artifacts/worker-path.md.
+a skeleton's (SKELETONS) calls. The tables land in test-artifacts/worker-path.md.
 """
 
 from __future__ import annotations
@@ -15,37 +14,33 @@ import asyncio
 import contextvars
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from models_registry.broker import handoff
 from models_registry.broker.layer import HostingChannelLayer
 from models_registry.capacity.memory_budget import MemoryConfig
 from models_registry.worker.engine import InferenceEngine
-from models_registry.worker.process import InferenceWorker
+from models_registry.worker.pull_loop import PullLoop
 from tests import path_trace
 from tests.broker.test_engine import Runner, spec, until
 from tests.path_trace import PathTrace
 
 ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "worker-path.md"
-# A loop's turn is a path of its own: the pull loop's starts when it asks for the ready models' channels, the batch
-# loop's when it drops the expired requests before forming the next batch.
-TURNS = {("models_registry.worker.engine", "InferenceEngine.ready_models"),
+# A loop's turn is a path of its own: the pull loop's starts when it measures its room (and the ready models'
+# channels), the batch loop's when it drops the expired requests before forming the next batch.
+TURNS = {("models_registry.worker.pull_loop", "PullLoop.room"),
          ("models_registry.worker.batcher", "Batcher.drop_expired")}
 # The worker's skeletons, each the one place that says the order of its steps (as the web's route skeleton):
 # the pull loop's turn, the batch loop's turn (and its compute thread), the reply of a batch.
-SKELETONS = ("models_registry.worker.process", "models_registry.worker.batch_loop", "models_registry.worker.replies")
-# What shows each stage's path: the pull loop's turn (pull, intake, the batcher's queue), the batch loop's turn,
-# the compute thread (the model's run) and the reply.
-STAGES = {"pull": {"models_registry.worker.process", "models_registry.worker.intake", "models_registry.worker.batcher"},
+SKELETONS = ("models_registry.worker.pull_loop", "models_registry.worker.batch_loop", "models_registry.worker.replies")
+# What shows each stage's path: the pull loop's turn (the leased pull, intake, the batcher's queue), the batch
+# loop's turn, the compute thread (the model's run) and the reply.
+STAGES = {"pull": {"models_registry.worker.pull_loop", "models_registry.broker.layer", "models_registry.worker.intake",
+                   "models_registry.worker.batcher"},
           "batch": {"models_registry.worker.batch_loop", "models_registry.worker.batcher",
                     "models_registry.worker.replies"},
           "run": {"models_registry.capacity.batch_memory"},
           "reply": {"models_registry.worker.replies", "models_registry.broker.layer"}}
-# Issue 37 item 3 is not finished on the pull loop's turn: it asks the engine for the ready channels and the room
-# (model_slots, batcher) before the pull and hands it the messages after (messages, model_slots, intake, media, the
-# batcher again). 12 returns on 2026-11-27; the batch loop's turn, the compute thread and the reply have none.
-PULL_TURN_RETURNS = 12
 SENDER: contextvars.ContextVar[bool] = contextvars.ContextVar("sender", default=False)  # the web's side: not traced
 
 
@@ -67,8 +62,7 @@ async def test_the_worker_side_of_one_request_never_goes_back_up(layer: HostingC
     await engine.reconcile({"m": spec()})
     await until(lambda: engine.ready_models() == ["m"])
     tracing = False
-    loops = [asyncio.ensure_future(InferenceWorker._pull_loop(SimpleNamespace(layer=layer), engine)),  # type: ignore[arg-type]
-             asyncio.ensure_future(engine.run_batches())]
+    loops = [asyncio.ensure_future(PullLoop(layer, engine).run()), asyncio.ensure_future(engine.run_batches())]
     compute = engine.batch_loop._compute  # the compute thread: traced too, once the trace is installed there
     loop = asyncio.get_running_loop()
     try:
@@ -95,7 +89,4 @@ async def test_the_worker_side_of_one_request_never_goes_back_up(layer: HostingC
     ARTIFACT.write_text("\n".join(tables))
     found = {name: [key for key, modules in trace.paths.items() if sign <= set(modules)] for name, sign in STAGES.items()}
     assert all(found.values()), (found, tables)  # every stage of the worker's side is on a traced path
-    pull_returns = [m for key in found["pull"] for m in trace.path_returns.get(key, [])]
-    assert len(pull_returns) <= PULL_TURN_RETURNS, "\n".join(tables)
-    assert [m for key, modules in trace.paths.items() if key not in found["pull"]
-            for m in trace.path_returns.get(key, [])] == [], "\n".join(tables)
+    assert [m for key in trace.paths for m in trace.path_returns.get(key, [])] == [], "\n".join(tables)
