@@ -19,6 +19,7 @@ from typing import Any
 from models_registry.broker import handoff
 from models_registry.broker.layer import HostingChannelLayer
 from models_registry.capacity.memory_budget import MemoryConfig
+from models_registry.core.errors import HostingError, Unavailable
 from models_registry.worker.engine import InferenceEngine
 from models_registry.worker.pull_loop import PullLoop
 from tests import path_trace
@@ -44,20 +45,23 @@ STAGES = {"pull": {"models_registry.worker.pull_loop", "models_registry.broker.l
 SENDER: contextvars.ContextVar[bool] = contextvars.ContextVar("sender", default=False)  # the web's side: not traced
 
 
-async def _send(text: str) -> handoff.InferenceResult:
-    """The web's hand-off of one request to model m, task t, in a task of its own (its calls are not traced)."""
+async def _send(text: str, task: str = "t") -> handoff.InferenceResult | HostingError:
+    """The web's hand-off of one request to model m, in a task of its own (its calls are not traced): its answer."""
 
-    async def send() -> handoff.InferenceResult:
+    async def send() -> handoff.InferenceResult | HostingError:
         SENDER.set(True)
-        return await handoff.infer(request_id=text, model="m", task="t", inputs=[text], parameters={}, timeout_s=10,
-                                   max_queue_size=100)
+        try:
+            return await handoff.infer(request_id=text, model="m", task=task, inputs=[text], parameters={},
+                                       timeout_s=10, max_queue_size=100)
+        except HostingError as error:
+            return error
 
     return await asyncio.ensure_future(send())
 
 
-async def test_the_worker_side_of_one_request_never_goes_back_up(layer: HostingChannelLayer,
-                                                                 monkeypatch: Any) -> None:
-    monkeypatch.setattr(handoff, "work_layer", lambda: layer)
+async def _traced(layer: HostingChannelLayer, text: str, task: str = "t"
+                  ) -> tuple[handoff.InferenceResult | HostingError, PathTrace, list[str]]:
+    """The web's answer to text for model m's task, the worker's side of it traced (once warm), and its tables."""
     engine = InferenceEngine(layer, Runner(), memory=MemoryConfig(cap_batches=False))
     await engine.reconcile({"m": spec()})
     await until(lambda: engine.ready_models() == ["m"])
@@ -66,27 +70,55 @@ async def test_the_worker_side_of_one_request_never_goes_back_up(layer: HostingC
     compute = engine.batch_loop._compute  # the compute thread: traced too, once the trace is installed there
     loop = asyncio.get_running_loop()
     try:
-        assert (await _send("warm")).outputs == ["WARM"]  # the compute thread, connections, caches
+        assert await _send("warm", task) is not None  # the compute thread, connections, caches
         trace = PathTrace(per_task=True, skeleton=SKELETONS, restarts=TURNS,
                           traced=lambda: tracing and not SENDER.get())
         with trace:
             await loop.run_in_executor(compute, sys.setprofile, trace.profile)
             tracing = True
-            result = await _send("good")
+            answer = await _send(text, task)
             await until(lambda: engine.replies.pending() == 0)  # the reply's task and the lease's release ended
             tracing = False
             await loop.run_in_executor(compute, sys.setprofile, None)
     finally:
-        for task in loops:
-            task.cancel()
+        for task_ in loops:
+            task_.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         engine.shutdown()
-    assert result.outputs == ["GOOD"]
-    tables = [path_trace.report(f"Worker path {n}", "The worker's side of one request (tests/broker/test_worker_path.py).",
-                                modules, trace.path_returns.get(key, []))
+    tables = [path_trace.report(f"Worker path {n}", f"The worker's side of one request for task {task} "
+                                "(tests/broker/test_worker_path.py).", modules, trace.path_returns.get(key, []))
               for n, (key, modules) in enumerate(trace.paths.items(), 1)]
+    return answer, trace, tables
+
+
+def _returns(trace: PathTrace) -> list[str]:
+    """Every path's returns (a module it had left, entered again), in order."""
+    return [m for key in trace.paths for m in trace.path_returns.get(key, [])]
+
+
+async def test_the_worker_side_of_one_request_never_goes_back_up(layer: HostingChannelLayer,
+                                                                 monkeypatch: Any) -> None:
+    monkeypatch.setattr(handoff, "work_layer", lambda: layer)
+    answer, trace, tables = await _traced(layer, "good")
+    assert isinstance(answer, handoff.InferenceResult) and answer.outputs == ["GOOD"], answer
     ARTIFACT.parent.mkdir(exist_ok=True)
     ARTIFACT.write_text("\n".join(tables))
     found = {name: [key for key, modules in trace.paths.items() if sign <= set(modules)] for name, sign in STAGES.items()}
     assert all(found.values()), (found, tables)  # every stage of the worker's side is on a traced path
-    assert [m for key in trace.paths for m in trace.path_returns.get(key, [])] == [], "\n".join(tables)
+    assert _returns(trace) == [], "\n".join(tables)
+
+
+async def test_a_refused_requests_turn_and_its_error_answer_never_go_back_up(layer: HostingChannelLayer,
+                                                                             monkeypatch: Any) -> None:
+    monkeypatch.setattr(handoff, "work_layer", lambda: layer)
+    answer, trace, tables = await _traced(layer, "refused", task="nope")  # intake refuses it: m has no task nope
+    assert isinstance(answer, Unavailable) and "has no task 'nope'" in answer.message, answer
+    ARTIFACT.with_name("worker-path-refused.md").write_text("\n".join(tables))
+    refused = [key for key, modules in trace.paths.items()
+               if {"models_registry.worker.pull_loop", "models_registry.worker.intake",
+                   "models_registry.worker.replies"} <= set(modules)]
+    answered = [key for key, modules in trace.paths.items()
+                if {"models_registry.worker.replies", "models_registry.broker.messages",
+                    "models_registry.broker.layer"} <= set(modules)]
+    assert refused and answered, tables  # the turn that refused it, and the task that sent its error
+    assert _returns(trace) == [], "\n".join(tables)
