@@ -8,11 +8,9 @@ Each row has a slot of a cache preallocated for it and written in place;
 a row whose prompt starts like a cached one (a shared system prompt, the n choices of one
 prompt, a preempted row coming back) starts from that head (inference.slot_table). Short
 prompts that join together are computed whole in one step (JOIN_TOKENS), and a row that asks a
-few tokens decodes them in a fast lane beside the batch (_fast_lane). Every
-row samples with its own parameters and, with a seed, its own generator (_emit, the one
-place a row's logits become its token): a seeded answer does not depend on what else runs
-beside it, and greedy answers equal `generate()`'s. Events and answers are TGI's, built
-as inference.streaming builds them.
+few tokens is prefilled and decodes them in a fast lane before the batch's forward (_fast_lane).
+Rows draw their tokens in inference.row_drawing, each with its own parameters. Events and
+answers are TGI's, built as inference.streaming builds them.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from transformers import LogitsProcessorList
 
 from models_registry.catalog.readable_text import readable_chars
 from models_registry.core.errors import InvalidInput
-from models_registry.inference import generation_step, kv_slots
+from models_registry.inference import generation_step, kv_slots, row_drawing
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
 from models_registry.inference.intake_tokens import TokenizedText
 from models_registry.inference.kv_slots import SlotCache
@@ -48,8 +46,8 @@ from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 STEP_S = 0.05  # the prefill one step computes takes about this long (at least MIN_CHUNK tokens)
 MIN_CHUNK, FIRST_CHUNK = 32, 64  # prefill tokens per step: at least, and before the first measure
 JOIN_TOKENS = 256  # short prompts (each within a chunk) computed whole at one step, beside the chunks
-SHORT_TOKENS, FAST_STEPS = 16, 3  # a row asking at most SHORT_TOKENS decodes up to FAST_STEPS more per step
-LANE_SHARE = 4  # ... while such rows are at most a quarter of the decoding rows
+SHORT_TOKENS, FAST_STEPS = 16, 3  # a row asking at most SHORT_TOKENS draws up to FAST_STEPS + 1 tokens first
+LANE_SHARE = 4  # ... while such rows are at most a quarter of the rows
 
 
 @dataclass(eq=False)
@@ -172,8 +170,8 @@ class GenerationBatch:
                 self._seat(row)
         if self.rows:
             with torch.inference_mode():
-                self._forward(self.rows, self._prefill_budget(), JOIN_TOKENS)
                 self._fast_lane()
+                self._forward([r for r in self.rows if not r.done], self._prefill_budget(), JOIN_TOKENS)
             done = [r for r in self.rows if r.done]
             self._leave(done)
             finished += done
@@ -200,20 +198,21 @@ class GenerationBatch:
             row.slot, row.cached = -1, 0
 
     def _fast_lane(self) -> None:
-        """Short rows (a few tokens asked) decode a few more tokens in forwards of their own.
+        """Short rows (a few tokens asked) are prefilled and decode a few tokens in forwards of their own, first.
 
-        A 4-token answer beside 32 long streams would otherwise take four steps of the whole
-        batch; here it takes one, and its other tokens cost forwards of its rows alone (on a CPU a
-        forward of one row is several times cheaper than one of 33). The lane runs only while
-        short rows are at most a quarter of the decoding rows, so the rows it computes in its
-        FAST_STEPS forwards are fewer than those of the batch's step.
+        A 4-token answer beside 32 long streams would otherwise wait for the step it joins and
+        then take four steps of the whole batch; here its prompt and its tokens cost forwards of
+        the short rows alone before the batch's step (on a CPU a forward of one row is several
+        times cheaper than one of 33), so it is answered within about one step. The lane runs
+        only while short rows are at most a quarter of the rows, so the rows it computes in its
+        forwards are fewer than those of the batch's step.
         """
-        for _ in range(FAST_STEPS):
-            decoding = [r for r in self.rows if r.decoding and not r.done]
-            short = [r for r in decoding if r.max_new_tokens <= SHORT_TOKENS]
-            if not short or LANE_SHARE * len(short) > len(decoding):
+        for _ in range(FAST_STEPS + 1):
+            short = [r for r in self.rows if r.max_new_tokens <= SHORT_TOKENS and not r.done
+                     and (r.decoding or len(r.fill) - r.cached <= JOIN_TOKENS)]
+            if not short or LANE_SHARE * len(short) > len(self.rows):
                 return
-            self._forward(short, 0, 0, measure=False)
+            self._forward(short, JOIN_TOKENS, JOIN_TOKENS, measure=False)
 
     def _forward(self, rows: list[Row], budget: int, join_budget: int, measure: bool = True) -> None:
         """One forward: a token for every decoding row of rows, the next chunk of prompts being prefilled."""
@@ -227,16 +226,15 @@ class GenerationBatch:
             logits = self.model(input_ids=torch.tensor([step.ids], device=device), position_ids=plan.positions[None],
                                 use_cache=False, logits_to_keep=torch.tensor(step.keep, dtype=torch.long, device=device),
                                 slot_plan=plan).logits[0]
-        for n, row in enumerate(step.decoding):
+        drawing = list(step.decoding)
+        for row in step.decoding:
             row.cached += 1
-            self._emit(row, logits[n])
-        drawn = len(step.decoding)
         for row, count, completes in step.chunks:
             row.cached += count
             if completes and not row.history:
                 row.history = list(row.ids)
-                self._emit(row, logits[drawn])
-                drawn += 1
+                drawing.append(row)
+        self._draw(drawing, logits)
         if not measure:
             return
         measured = (time.perf_counter() - started) / len(step.ids)  # a decode token costs at least a prompt token
@@ -269,20 +267,6 @@ class GenerationBatch:
                 self.prompts.popitem(last=False)
         return ids
 
-    def _emit(self, row: Row, logits: torch.Tensor) -> None:
-        history = torch.tensor([row.history], device=logits.device)
-        logits = logits.float()[None]
-        if row.shaping is not None:
-            row.shaping.mask(logits)
-        scores = row.processors(history, logits)
-        logprobs = torch.log_softmax(scores, dim=-1)
-        if row.sample:
-            token = int(torch.multinomial(logprobs.exp(), 1, generator=row.generator)[0, 0])
-        else:
-            token = int(scores.argmax(dim=-1)[0])
-        row.decoder.logprobs.last = logprobs
-        if row.shaping is not None:
-            row.decoder.token_extras = row.shaping.chosen(token)
-        row.decoder.take(0, row.sequence, token)
-        row.history.append(token)
-        row.last = token
+    def _draw(self, rows: list[Row], logits: torch.Tensor) -> None:
+        """Each row's next token from its row of logits (generation_check watches this)."""
+        row_drawing.draw(rows, logits)

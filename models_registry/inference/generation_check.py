@@ -54,13 +54,13 @@ def verify(pipe: Any) -> bool:
     try:
         batch = GenerationBatch(pipe, max_rows=2)
         seen: list[tuple[list[int], torch.Tensor]] = []  # what a row had read, and the logits it drew from
-        plain_emit = batch._emit
+        plain_draw = batch._draw
 
-        def keeping(row: Any, logits: torch.Tensor) -> None:
-            seen.append((list(row.history), logits.float().clone()))
-            plain_emit(row, logits)
+        def keeping(rows: list[Any], logits: torch.Tensor) -> None:
+            seen.extend((list(row.history), logits[n].float().clone()) for n, row in enumerate(rows))
+            plain_draw(rows, logits)
 
-        batch._emit = keeping  # type: ignore[method-assign]
+        batch._draw = keeping  # type: ignore[method-assign]
         rows = [batch.prepare(f"check-{n}", text, {"max_new_tokens": 3, "do_sample": False}, None)
                 for n, text in enumerate(CHECK_PROMPTS)]
         for _ in range(8):

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from models_registry.inference.kv_slots import Chunk, SlotCache, StepPlan
+from models_registry.inference import decode_segments
+from models_registry.inference.kv_slots import Chunk, DecodeCall, SlotCache, StepPlan
 from models_registry.inference.slot_table import common_prefix
 
 WAIT_FOR_HEAD = 64  # a row waits for another's prefill of a head they share when it is this long
@@ -41,19 +42,32 @@ class Step:
         """The slot attention's plan: where each token goes, what each attends to."""
         decoding = self.decoding
         plan = StepPlan(cache, torch.tensor(self.slots, device=device), torch.tensor(self.positions, device=device),
-                        decode_tokens=len(decoding), decode_slots=[r.slot for r in decoding])
+                        decode_tokens=len(decoding), decode_calls=decode_calls(decoding, device))
         start = len(decoding)
         for row, count, _ in self.chunks:
             plan.chunks.append(Chunk(start, start + count, row.slot, row.cached))
             start += count
-        if decoding:
-            low, high = decoding[0].slot, decoding[-1].slot + 1
-            lengths = torch.ones(high - low, dtype=torch.long)  # a slot in the range that does not decode: masked
-            lengths[[r.slot - low for r in decoding]] = torch.tensor([r.cached + 1 for r in decoding])
-            plan.decode_mask = (torch.arange(int(lengths.max()))[None] < lengths[:, None]).to(device)[:, None, None]
-            if high - low != len(decoding):
-                plan.decode_index = torch.tensor([r.slot - low for r in decoding], device=device)
         return plan
+
+
+def decode_calls(decoding: list[Any], device: Any) -> list[DecodeCall]:
+    """The attention calls of the decoding rows (sorted by slot): runs of slots, each masked to its rows' lengths."""
+    slots = [r.slot for r in decoding]
+    lengths = [r.cached + 1 for r in decoding]
+    call_cost = decode_segments.CPU_CALL_COST if torch.device(device).type == "cpu" else None
+    calls = []
+    for first, end in decode_segments.split(slots, lengths, call_cost):
+        low, high = slots[first], slots[end - 1] + 1
+        length = max(lengths[first:end])
+        call = DecodeCall(first, end, low, high, length)
+        if high - low != end - first:  # slots between that do not decode: masked to one position
+            call.index = torch.tensor([s - low for s in slots[first:end]], device=device)
+        if call.index is not None or min(lengths[first:end]) != length:
+            spread = torch.ones(high - low, dtype=torch.long)
+            spread[[s - low for s in slots[first:end]]] = torch.tensor(lengths[first:end])
+            call.mask = (torch.arange(length)[None] < spread[:, None]).to(device)[:, None, None]
+        calls.append(call)
+    return calls
 
 
 def next_step(rows: list[Any], cache: SlotCache, budget: int, join_budget: int = 0) -> Step:

@@ -4,8 +4,9 @@ Each layer keeps keys and values as [slots, kv_heads, length, head_dim]. A forwa
 the tokens of every row flattened into one sequence (each with its slot and position):
 the model's linear layers run on those tokens alone, with no padding, and the attention
 registered here as ATTENTION writes each token's key and value into its slot, then
-attends: the decoding rows (one token each) together over their slots' range, masked
-to each row's length; a prompt chunk over its own slot, causally. Nothing is copied
+attends: the decoding rows (one token each) in runs of slots, each over its run's range
+masked to each row's length (inference.decode_segments picks the runs); a prompt chunk
+over its own slot, causally. Nothing is copied
 per step, nor when rows join and leave: the storage is allocated once for every row at
 the model's length (SlotCache).
 This is transformers' continuous-batching idea (generation/continuous_batching: tokens
@@ -40,6 +41,19 @@ class Chunk:
 
 
 @dataclass
+class DecodeCall:
+    """One attention call of decoding rows: the step's tokens [first, end), over slots [low, high) up to length."""
+
+    first: int
+    end: int
+    low: int
+    high: int
+    length: int
+    mask: torch.Tensor | None = None  # [high - low, 1, 1, length]: each slot's positions (None: all alike)
+    index: torch.Tensor | None = None  # where the rows sit within low..high (None: one per slot)
+
+
+@dataclass
 class StepPlan:
     """Where the step's tokens go and what each attends to (built once, read by every layer)."""
 
@@ -47,9 +61,7 @@ class StepPlan:
     slots: torch.Tensor  # [tokens]: each token's slot
     positions: torch.Tensor  # [tokens]: each token's position
     decode_tokens: int = 0  # the first decode_tokens tokens decode, one per row, in slot order
-    decode_slots: list[int] = field(default_factory=list)
-    decode_mask: torch.Tensor | None = None  # [lo..hi slots, 1, 1, length]: each row's positions
-    decode_index: torch.Tensor | None = None  # where the decode rows sit within lo..hi (None: every slot)
+    decode_calls: list[DecodeCall] = field(default_factory=list)
     chunks: list[Chunk] = field(default_factory=list)
 
 
@@ -151,22 +163,19 @@ def attend(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, valu
     values[plan.slots, :, plan.positions] = value[0].transpose(0, 1)
     gqa = query.shape[1] != key.shape[1]
     out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])  # [tokens, heads, dim]
-    if plan.decode_tokens:
-        lo, hi = plan.decode_slots[0], plan.decode_slots[-1] + 1
-        mask = plan.decode_mask
-        assert mask is not None
-        mine = query[0, :, :plan.decode_tokens].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, dim]
-        if plan.decode_index is not None:  # rows in the range that do not decode: a zero query, masked
-            spread = mine.new_zeros(hi - lo, *mine.shape[1:])
-            spread[plan.decode_index] = mine
+    rows = query[0, :, :plan.decode_tokens].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, dim]
+    for call in plan.decode_calls:
+        mine = rows[call.first:call.end]
+        if call.index is not None:  # slots in the range that do not decode: a zero query, masked
+            spread = mine.new_zeros(call.high - call.low, *mine.shape[1:])
+            spread[call.index] = mine
             mine = spread
-        length = mask.shape[-1]
         got = torch.nn.functional.scaled_dot_product_attention(
-            mine, keys[lo:hi, :, :length], values[lo:hi, :, :length], attn_mask=mask, scale=scaling,
-            enable_gqa=gqa)
-        if plan.decode_index is not None:
-            got = got[plan.decode_index]
-        out[:plan.decode_tokens] = got[:, :, 0]
+            mine, keys[call.low:call.high, :, :call.length], values[call.low:call.high, :, :call.length],
+            attn_mask=call.mask, scale=scaling, enable_gqa=gqa)
+        if call.index is not None:
+            got = got[call.index]
+        out[call.first:call.end] = got[:, :, 0]
     for chunk in plan.chunks:
         count, end = chunk.end - chunk.start, chunk.first + chunk.end - chunk.start
         mine = query[:, :, chunk.start:chunk.end]

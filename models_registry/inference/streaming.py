@@ -19,6 +19,7 @@ from transformers.generation.streamers import BaseStreamer
 from models_registry.core.errors import InvalidInput
 from models_registry.inference.compute_deadline import StopAtDeadline
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS, task_settings
+from models_registry.inference.incremental_text import IncrementalText
 from models_registry.inference.seeding import seeded
 from models_registry.inference.task_common import ModelBundle, max_positions
 from models_registry.tasks.task_inputs import MAX_NEW_TOKENS
@@ -46,6 +47,7 @@ class GeneratedSequence:
     ids: list[int] = field(default_factory=list)
     tokens: list[dict[str, Any]] = field(default_factory=list)
     text: str = ""  # decoded so far (special tokens left out)
+    spelled: IncrementalText | None = field(default=None, repr=False)  # how text grows, a few tokens decoded at a time
     emitted: int = 0  # characters of text already handed out in token events
     finish_reason: str | None = None
 
@@ -105,8 +107,9 @@ class StepDecoder(BaseStreamer, StoppingCriteria):
         special = token_id in self.special_ids
         sequence.ids.append(token_id)
         if not special:
-            sequence.text = self.tokenizer.decode([i for i in sequence.ids if i not in self.special_ids],
-                                                  skip_special_tokens=True)
+            if sequence.spelled is None:
+                sequence.spelled = IncrementalText(self._decode)
+            sequence.text = sequence.spelled.add(token_id)
         if token_id in self.eos_ids:
             sequence.finish_reason = "eos_token"
         elif any(stop in sequence.text for stop in self.stop):
@@ -130,6 +133,9 @@ class StepDecoder(BaseStreamer, StoppingCriteria):
                 sequence.finish_reason = sequence.finish_reason or "cancelled"
                 return
             sequence.sink.put(self._event(sequence, token, final=sequence.finish_reason is not None))
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def _event(self, sequence: GeneratedSequence, token: dict[str, Any], final: bool) -> dict[str, Any]:
         """TGI's stream event: the token, and on the last one the whole text and the summary."""
