@@ -9,6 +9,7 @@ its messages there, and any live worker puts them back on their channels once th
 one's liveness key has expired (broker.message_leases). Nothing is lost, and no message
 is ever handed to two live workers.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -158,7 +159,7 @@ class HostingChannelLayer(MessageLeases, RedisChannelLayer):
         """Pop up to max_count messages from channels, in their order, and lease them to worker_id, atomically.
 
         One script per run of channels on one server: one round trip on a single Redis, however many
-        models the worker has ready. Every key is named before the first script runs.
+        models the worker has ready. Every key is named first; then the scripts run back to back.
         """
         inflight = [self.inflight_key(channel, worker_id) for channel in channels]
         shared = [self.worker_channels_key(worker_id), self.redelivered_key]
