@@ -1,11 +1,12 @@
 """The worker's side of one request, traced as the web's is (tests/django/test_request_path.py).
 
-The real pull loop (worker.process), engine, intake, batcher, batch loop, compute thread and
+The real pull loop (worker.pull_loop), engine, intake, batcher, batch loop, compute thread and
 replies, on a real Redis, with the test's stand-in runner in place of a model (inference/ is
 the model's side, tested apart). A request is handed on from task to task (pull -> intake and
 batcher; batch loop -> compute thread -> replies) and each loop's turn, each task and the
 compute thread is a path of its own (tests.path_trace), held to the same rule: no returns but
-a skeleton's (SKELETONS) calls. The tables land in test-artifacts/worker-path.md.
+a skeleton's (SKELETONS) calls; so is a request intake refuses, and its error's answer. The
+tables land in test-artifacts/worker-path.md and worker-path-refused.md.
 """
 
 from __future__ import annotations
