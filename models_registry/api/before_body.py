@@ -105,6 +105,7 @@ async def check(call: ApiCall) -> Verdict:
         _check_length(call)
         if call.path.startswith(AUTH_FIRST):
             grant = await auth.authorize(call.authorization, None)
+            call.token_checked, call.grant = True, grant  # its route takes the grant from the call
             if call.method == "POST" and call.path.rstrip("/") == UPLOADS:
                 await _admit_upload(call, grant)
     except HostingError as error:

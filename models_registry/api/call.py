@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 
 from models_registry.core.conf import conf
 from models_registry.core.errors import TooLarge
+
+if TYPE_CHECKING:
+    from models_registry.policy.auth import TokenGrant  # the ORM: not imported at run time here
 
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
@@ -49,6 +52,10 @@ class ApiCall:
     chunked: bool = False
     # An upload's storage reservation (owner id, field: policy.upload_reservations), dropped once it is answered.
     reservation: tuple[int, str] | None = None
+    # Whether the front door checked the token before the body (api.before_body), and the grant it found (None:
+    # tokens are off): the route takes it from here instead of checking it again.
+    token_checked: bool = False
+    grant: TokenGrant | None = None
 
 
 def header(scope: dict[str, Any], name: bytes) -> str | None:

@@ -167,6 +167,7 @@ class ApiASGIHandler(ASGIHandler):
             await self.send_response(error_response, send)
             error_response.close()
             return
+        request.api_call = call  # what was read and checked before the body (its request id, its token's grant)
 
         async def process_request() -> object:
             try:

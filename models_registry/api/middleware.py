@@ -14,6 +14,12 @@ from models_registry.core import paths
 from models_registry.core.errors import InvalidInput
 
 
+def _request_id(request: Any) -> str:
+    """The id the API handler gave the request before its body (its refusals used it too), else one from its header."""
+    call = getattr(request, "api_call", None)
+    return call.request_id if call is not None else request_id_from(request.headers.get("X-Request-Id"))
+
+
 class RequestIdMiddleware:
     """Accept X-Request-Id from the client or make one; echo it on the response."""
 
@@ -29,13 +35,13 @@ class RequestIdMiddleware:
     def __call__(self, request: Any) -> Any:
         if self.is_async:
             return self._acall(request)
-        request.request_id = request_id_from(request.headers.get("X-Request-Id"))
+        request.request_id = _request_id(request)
         response = self.get_response(request)
         response["X-Request-Id"] = request.request_id
         return response
 
     async def _acall(self, request: Any) -> Any:
-        request.request_id = request_id_from(request.headers.get("X-Request-Id"))
+        request.request_id = _request_id(request)
         response: Any = await self.get_response(request)
         response["X-Request-Id"] = request.request_id
         return response

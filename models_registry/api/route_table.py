@@ -15,6 +15,7 @@ _FIXED: dict[str, InferenceRoute] = {
     paths.RERANK_PATH: tei_routes.RERANK,
     paths.TOKENIZE_PATH: tokenize_route.TOKENIZE,
 }
+MODEL_PREFIX = paths.MODELS_PATH + "/"  # every /models/<name>[/<task>] path starts so
 
 
 def match(path: str) -> Match | None:
@@ -22,6 +23,8 @@ def match(path: str) -> Match | None:
     fixed = _FIXED.get(path)
     if fixed is not None:
         return fixed, {}
+    if not path.startswith(MODEL_PREFIX):  # /v1/files, /v1/batches...: no pattern to run for them
+        return None
     found = paths.model_path(path)
     if found is None:
         return None

@@ -1,12 +1,13 @@
-"""The channel layer: channels_redis with one-round-trip sends and leased, batched pulls.
+"""The channel layer: channels_redis with one-round-trip sends, leased pulls of several channels at once, and replies.
 
 channels_redis spends four Redis round trips on a send and four on a receive, and its
 receive of a shared channel can hand one message to two workers (its backup queue is
-shared by every receiver). For the `inference` channel this layer instead lets a
-worker pop up to N messages and record them in its own in-flight set in ONE atomic
-script: a worker killed with SIGKILL leaves its messages there, and any live worker
-puts them back on the channel once the dead one's liveness key has expired. Nothing is
-lost, and no message is ever handed to two live workers.
+shared by every receiver). For the `inference` channels this layer instead lets a
+worker pop up to N messages from the channels of every model it has ready and record
+them in its own in-flight sets in ONE atomic script: a worker killed with SIGKILL leaves
+its messages there, and any live worker puts them back on their channels once the dead
+one's liveness key has expired (broker.message_leases). Nothing is lost, and no message
+is ever handed to two live workers.
 """
 
 from __future__ import annotations
@@ -19,13 +20,11 @@ from typing import Any
 
 from channels.exceptions import ChannelFull
 from channels_redis.core import RedisChannelLayer
-from redis.exceptions import NoScriptError
 
 from models_registry.broker import enqueue, messages
-from models_registry.broker.admission import Places
 from models_registry.broker.lua import LuaScript
-from models_registry.broker.message_leases import LeasedPulls
-from models_registry.broker.command_packing import with_hiredis_packing
+from models_registry.broker.message_leases import MessageLeases
+from models_registry.broker.work_layer import Pulled
 
 logger = logging.getLogger(__name__)
 REPLY_BATCH = 64
@@ -44,39 +43,43 @@ end
 return 1
 """
 
-# KEYS: the reply channels (n), then the admission sets named by the replies. ARGV: now, expiry, n,
-# then per reply: message, capacity, admission set (its index after the n channels; 0: none),
-# request id, input count. The request's admission places go in the same script as its answer,
-# so a view never sees its places gone before its reply came (views.handoff skips its own leave).
-_SEND_REPLIES = """
-local now, expiry, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local sent = 0
-for i = 1, n do
-  local at = 4 + 5 * (i - 1)
-  local pending = tonumber(ARGV[at + 2])
-  if pending > 0 then
-    local members = {}
-    for j = 0, tonumber(ARGV[at + 4]) - 1 do
-      members[#members + 1] = ARGV[at + 3] .. ':' .. j
-      if #members == 1000 then redis.call('ZREM', KEYS[n + pending], unpack(members)); members = {} end
+# KEYS: the worker's set of channels, the redelivered hash, then per channel: its queue, this worker's in-flight
+# set of it, its doorbell. ARGV: how many to take, now, expiry, then the channels' names. The channels are
+# emptied in order until that many are taken. Returns [channel's position, message, flag, ...]: flag 1 for a
+# message that was in flight at a worker death (its hash is in KEYS[2]; the worker computes it alone), else 0.
+# An emptied channel also silences its doorbell: the rings of messages this pull took would only wake the
+# worker for pulls that find nothing (one per message sent, under load).
+_PULL = """
+local room, now, expiry = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local struck = redis.call('EXISTS', KEYS[2]) == 1
+local taken = {}
+for c = 1, (#KEYS - 2) / 3 do
+  if room <= 0 then break end
+  local queue, inflight = KEYS[3 * c], KEYS[3 * c + 1]
+  redis.call('ZREMRANGEBYSCORE', queue, 0, now - expiry)
+  local popped = redis.call('ZPOPMIN', queue, room)
+  if #popped > 0 then
+    for i = 1, #popped, 2 do
+      redis.call('ZADD', inflight, popped[i + 1], popped[i])
+      local flag = (struck and redis.call('HEXISTS', KEYS[2], redis.sha1hex(popped[i])) == 1) and 1 or 0
+      taken[#taken + 1] = c
+      taken[#taken + 1] = popped[i]
+      taken[#taken + 1] = flag
     end
-    if #members > 0 then redis.call('ZREM', KEYS[n + pending], unpack(members)) end
+    redis.call('SADD', KEYS[1], ARGV[3 + c])
+    room = room - #popped / 2
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, now - expiry)
-  if redis.call('ZCARD', KEYS[i]) < tonumber(ARGV[at + 1]) then
-    redis.call('ZADD', KEYS[i], now, ARGV[at])
-    redis.call('EXPIRE', KEYS[i], expiry)
-    sent = sent + 1
-  end
+  if redis.call('ZCARD', queue) == 0 then redis.call('DEL', KEYS[3 * c + 2]) end
 end
-return sent
+return taken
 """
 
-class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
-    """RedisChannelLayer with one-round-trip sends, batched replies, a reply pump, and leased pulls (LeasedPulls)."""
+
+class HostingChannelLayer(MessageLeases, RedisChannelLayer):
+    """RedisChannelLayer with one-round-trip sends, leased pulls, a reply pump, leases and liveness (MessageLeases)."""
 
     _send_script = LuaScript(_SEND)
-    _send_replies_script = LuaScript(_SEND_REPLIES)
+    _pull_script = LuaScript(_PULL)
 
     def __init__(self, *args: Any, work_prefixes: tuple[str, ...] = ("inference",), batch_delay_s: float = 0.0,
                  **kwargs: Any) -> None:
@@ -88,10 +91,6 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
         # A reply channel's waiter (a future: its one reply; a queue: a stream's every message) and how to read one.
         self._replies: dict[str, tuple[asyncio.Future[Any] | asyncio.Queue[Any], Reader | None]] = {}
         self._pump: asyncio.Task[None] | None = None
-
-    def create_pool(self, index: int) -> Any:
-        """channels_redis' pool for server index, its commands packed by hiredis (broker.command_packing)."""
-        return with_hiredis_packing(super().create_pool(index))
 
     def is_work_channel(self, channel: str) -> bool:
         """Shared work channels: `inference` and `inference.<model>`."""
@@ -155,50 +154,43 @@ class HostingChannelLayer(LeasedPulls, RedisChannelLayer):
             status, _ = await enqueue.run(self.connection(index), None, None, send)
         return status, depth
 
-    async def send_replies(self, replies: list[tuple[str, dict[str, Any]]], worker_id: str = "",
-                           leases: list[tuple[str, bytes]] = (),  # type: ignore[assignment]
-                           places: list[Places | None] | None = None) -> int:
-        """Send many replies (process-specific channels) in one round trip per server; how many fit.
+    # --- pulling work ---------------------------------------------------------------------
+    async def pull(self, channels: list[str], worker_id: str, max_count: int) -> list[Pulled]:
+        """Pop up to max_count messages from channels, in their order, and lease them to worker_id, atomically.
 
-        A worker answers a whole batch at once: one script instead of a send per request, the
-        answered messages' leases (channel, member) of worker_id released in the same round trip,
-        and (places, one per reply) each request's admission places given back in the script that
-        sends its answer; such a reply says `left`, and its view gives nothing back itself.
+        One script per run of channels on one server: one round trip on a single Redis, however many
+        models the worker has ready. Every key is named first; then the scripts run back to back.
         """
-        by_server: dict[int, tuple[list[str], list[Any], dict[str, int]]] = {}
-        for position, (channel, message) in enumerate(replies):
-            assert "!" in channel, "send_replies takes process-specific reply channels only"
+        inflight = [self.inflight_key(channel, worker_id) for channel in channels]
+        shared = [self.worker_channels_key(worker_id), self.redelivered_key]
+        runs: list[tuple[int, list[int], list[str]]] = []  # (server, positions in channels, the script's keys)
+        for position, channel in enumerate(channels):
             index = self._index(channel)
-            keys, args, pending_keys = by_server.setdefault(index, ([], [], {}))
-            keys.append(self._key(channel))
-            place = places[position] if places else None
-            if place is not None and index == 0:  # the admission sets live on the first server
-                pending = pending_keys.setdefault(place.pending_key, len(pending_keys) + 1)
-                message = {**message, messages.PLACES_LEFT: 1}  # its view gives nothing back itself
-                leave = [pending, place.request_id, place.count]
-            else:
-                leave = [0, "", 0]
-            args.append([self.serialize({**message, "__asgi_channel__": channel}), self.get_capacity(channel), *leave])
-        releases: dict[int, dict[str, list[bytes]]] = {}
-        for channel, member in leases:
-            releases.setdefault(self._index(channel), {}).setdefault(channel, []).append(member)
-        sent = 0
-        for index in set(by_server) | set(releases):
-            keys, per_reply, pending_keys = by_server.get(index, ([], [], {}))
-            script_keys = keys + list(pending_keys)
-            script_args = [repr(time.time()), int(self.expiry), len(keys), *(a for reply in per_reply for a in reply)]
-            conn = self.connection(index)
-            async with conn.pipeline(transaction=False) as pipe:
-                if keys:  # the replies first: a lease goes only with (or after) its answer
-                    pipe.evalsha(self._send_replies_script.sha, len(script_keys), *script_keys, *script_args)
-                for channel, members in releases.get(index, {}).items():
-                    pipe.zrem(self.inflight_key(channel, worker_id), *members)
-                try:
-                    results = await pipe.execute()
-                except NoScriptError:  # a restarted Redis: the leases went; load the script with the replies
-                    results = [await self._send_replies_script(conn, script_keys, script_args)]
-            sent += int(results[0]) if keys else 0
-        return sent
+            if not runs or runs[-1][0] != index:
+                runs.append((index, [], list(shared)))
+            runs[-1][1].append(position)
+            runs[-1][2].extend((self._key(channel), inflight[position], self.doorbell_key(channel)))
+        now = repr(time.time())
+        pulled: list[Pulled] = []
+        for index, positions, keys in runs:
+            room = max_count - len(pulled)
+            if room <= 0:
+                break
+            taken = await self._pull_script(self.connection(index), keys,
+                                            [room, now, int(self.expiry), *(channels[p] for p in positions)])
+            for i in range(0, len(taken), 3):
+                member = taken[i + 1]
+                pulled.append(Pulled((channels[positions[int(taken[i]) - 1]], member), self.deserialize(member),
+                                     bool(int(taken[i + 2]))))
+        return pulled
+
+    async def wait_for_work(self, channels: list[str], timeout_s: float) -> None:
+        """Block until a sender rings one of these channels' doorbells, or timeout_s passes."""
+        if not channels:
+            await asyncio.sleep(timeout_s)
+            return
+        conn = self.connection(self._index(channels[0]))
+        await conn.blpop([self.doorbell_key(c) for c in channels], timeout=timeout_s)
 
     # --- receiving replies ----------------------------------------------------------------
     async def receive_single(self, channel: str) -> tuple[Any, dict[str, Any]]:

@@ -1,38 +1,50 @@
-"""Leased pulls of shared work channels and worker liveness: the worker side of HostingChannelLayer.
+"""Leases of pulled work messages and worker liveness: the worker side of HostingChannelLayer besides its pulls.
 
-A worker pops up to N messages and records them in its own in-flight set in ONE atomic
-script; it releases them once answered. A worker killed with SIGKILL leaves its messages
-there, and any live worker puts them back on the channel once the dead one's liveness
-key has expired: nothing is lost, and no message is handed to two live workers.
+A leased pull (broker.layer) records each message in its worker's in-flight set; the
+worker releases it once answered, with its answer (send_replies) or alone. A worker
+killed with SIGKILL leaves its messages there, and any live worker puts them back on the
+channel once the dead one's liveness key has expired: nothing is lost, and no message is
+handed to two live workers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from models_registry.broker import messages
+from models_registry.broker.admission import Places
 from models_registry.broker.lua import LuaScript
 
-# Returns [message, flag, ...]: flag 1 for a message that was in flight at a worker death
-# (its hash is in KEYS[4]; the worker computes it alone), else 0. No death lately: no hash.
-# An emptied channel also silences its doorbell (KEYS[5]): the rings of messages this pull took
-# would only wake the worker for pulls that find nothing (one per message sent, under load).
-_PULL = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, tonumber(ARGV[2]) - tonumber(ARGV[3]))
-local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
-if #popped > 0 then
-  for i = 1, #popped, 2 do redis.call('ZADD', KEYS[2], popped[i + 1], popped[i]) end
-  redis.call('SADD', KEYS[3], ARGV[4])
-  local struck = redis.call('EXISTS', KEYS[4]) == 1
-  for i = 1, #popped, 2 do
-    popped[i + 1] = (struck and redis.call('HEXISTS', KEYS[4], redis.sha1hex(popped[i])) == 1) and 1 or 0
+# KEYS: the reply channels (n), then the admission sets named by the replies. ARGV: now, expiry, n,
+# then per reply: message, capacity, admission set (its index after the n channels; 0: none),
+# request id, input count. The request's admission places go in the same script as its answer,
+# so a view never sees its places gone before its reply came (views.handoff skips its own leave).
+_SEND_REPLIES = """
+local now, expiry, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local sent = 0
+for i = 1, n do
+  local at = 4 + 5 * (i - 1)
+  local pending = tonumber(ARGV[at + 2])
+  if pending > 0 then
+    local members = {}
+    for j = 0, tonumber(ARGV[at + 4]) - 1 do
+      members[#members + 1] = ARGV[at + 3] .. ':' .. j
+      if #members == 1000 then redis.call('ZREM', KEYS[n + pending], unpack(members)); members = {} end
+    end
+    if #members > 0 then redis.call('ZREM', KEYS[n + pending], unpack(members)) end
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, now - expiry)
+  if redis.call('ZCARD', KEYS[i]) < tonumber(ARGV[at + 1]) then
+    redis.call('ZADD', KEYS[i], now, ARGV[at])
+    redis.call('EXPIRE', KEYS[i], expiry)
+    sent = sent + 1
   end
 end
-if KEYS[5] and redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[5]) end
-return popped
+return sent
 """
 
 # A dead worker's messages go back on their channels, each marked in KEYS[5] as in flight
@@ -67,13 +79,14 @@ return #items / 2
 COMPUTING_TTL_S = 600  # a computing key outlives any batch; it is only read at its worker's death
 
 
-class LeasedPulls:
-    """The leased-pull and liveness operations of HostingChannelLayer (a mixin).
+class MessageLeases:
+    """The lease, reply and liveness operations of HostingChannelLayer (a mixin).
 
-    Uses the layer's prefix, expiry, connection(), deserialize(), _key(), _index() and doorbell_key().
+    Uses the layer's prefix, expiry, connection(), serialize(), deserialize(), get_capacity(), _key(), _index()
+    and doorbell_key().
     """
 
-    _pull_script = LuaScript(_PULL)
+    _send_replies_script = LuaScript(_SEND_REPLIES)
     _requeue_script = LuaScript(_REQUEUE)
 
     def inflight_key(self, channel: str, worker_id: str) -> str:
@@ -105,31 +118,15 @@ class LeasedPulls:
 
     async def take_poison(self, max_count: int = 100) -> list[dict[str, Any]]:
         """Pop quarantined messages (each is taken by one worker only)."""
-        messages: list[dict[str, Any]] = []
+        taken: list[dict[str, Any]] = []
         for index in range(self.ring_size):  # the requeue script runs on each channel's own server
             popped = await self.connection(index).lpop(self.poison_key, max_count)
-            messages.extend(self.deserialize(raw) for raw in popped or [])
-        return messages
+            taken.extend(self.deserialize(raw) for raw in popped or [])
+        return taken
 
     def worker_channels_key(self, worker_id: str) -> str:
         """Set of work channels a worker has pulled from."""
         return f"{self.prefix}worker:channels:{worker_id}"
-
-    async def pull(self, channel: str, worker_id: str, max_count: int) -> list[tuple[bytes, dict[str, Any]]]:
-        """Pop up to max_count messages and lease them to worker_id, atomically."""
-        conn = self.connection(self._index(channel))
-        popped = await self._pull_script(
-            conn, [self._key(channel), self.inflight_key(channel, worker_id), self.worker_channels_key(worker_id),
-                   self.redelivered_key, self.doorbell_key(channel)],
-            [max_count, repr(time.time()), int(self.expiry), channel],
-        )
-        pulled = []
-        for i in range(0, len(popped), 2):
-            message = self.deserialize(popped[i])
-            if int(popped[i + 1]):
-                messages.mark_redelivered(message)  # in flight at a worker death: to be computed alone
-            pulled.append((popped[i], message))
-        return pulled
 
     async def mark_computing(self, channel: str, worker_id: str, member: bytes | None) -> None:
         """Name the leased message this worker computes alone now (None: none), for the requeue at its death."""
@@ -140,13 +137,50 @@ class LeasedPulls:
         else:
             await conn.set(key, hashlib.sha1(member).hexdigest(), ex=COMPUTING_TTL_S)
 
-    async def wait_for_work(self, channels: list[str], timeout_s: float) -> None:
-        """Block until a sender rings one of these channels' doorbells, or timeout_s passes."""
-        if not channels:
-            await asyncio.sleep(timeout_s)
-            return
-        conn = self.connection(self._index(channels[0]))
-        await conn.blpop([self.doorbell_key(c) for c in channels], timeout=timeout_s)
+    async def send_replies(self, replies: list[tuple[str, dict[str, Any]]], worker_id: str = "",
+                           leases: list[tuple[str, bytes]] = (),  # type: ignore[assignment]
+                           places: list[Places | None] | None = None) -> int:
+        """Send many replies (process-specific channels) in one round trip per server; how many fit.
+
+        A worker answers a whole batch at once: one script instead of a send per request, the
+        answered messages' leases (channel, member) of worker_id released in the same round trip,
+        and (places, one per reply) each request's admission places given back in the script that
+        sends its answer; such a reply says `left`, and its view gives nothing back itself.
+        """
+        by_server: dict[int, tuple[list[str], list[Any], dict[str, int]]] = {}
+        for position, (channel, message) in enumerate(replies):
+            assert "!" in channel, "send_replies takes process-specific reply channels only"
+            index = self._index(channel)
+            keys, args, pending_keys = by_server.setdefault(index, ([], [], {}))
+            keys.append(self._key(channel))
+            place = places[position] if places else None
+            if place is not None and index == 0:  # the admission sets live on the first server
+                pending = pending_keys.setdefault(place.pending_key, len(pending_keys) + 1)
+                message = {**message, messages.PLACES_LEFT: 1}  # its view gives nothing back itself
+                leave = [pending, place.request_id, place.count]
+            else:
+                leave = [0, "", 0]
+            args.append([self.serialize({**message, "__asgi_channel__": channel}), self.get_capacity(channel), *leave])
+        releases: dict[int, dict[str, list[bytes]]] = {}
+        for channel, member in leases:
+            releases.setdefault(self._index(channel), {}).setdefault(channel, []).append(member)
+        sent = 0
+        for index in set(by_server) | set(releases):
+            keys, per_reply, pending_keys = by_server.get(index, ([], [], {}))
+            script_keys = keys + list(pending_keys)
+            script_args = [repr(time.time()), int(self.expiry), len(keys), *(a for reply in per_reply for a in reply)]
+            conn = self.connection(index)
+            async with conn.pipeline(transaction=False) as pipe:
+                if keys:  # the replies first: a lease goes only with (or after) its answer
+                    pipe.evalsha(self._send_replies_script.sha, len(script_keys), *script_keys, *script_args)
+                for channel, members in releases.get(index, {}).items():
+                    pipe.zrem(self.inflight_key(channel, worker_id), *members)
+                try:
+                    results = await pipe.execute()
+                except NoScriptError:  # a restarted Redis: the leases went; load the script with the replies
+                    results = [await self._send_replies_script(conn, script_keys, script_args)]
+            sent += int(results[0]) if keys else 0
+        return sent
 
     async def release(self, channel: str, worker_id: str, members: list[bytes]) -> None:
         """Forget leased messages once they are answered."""

@@ -3,10 +3,11 @@
 Each message is a frozen dataclass with `to_wire()` (a msgpack-safe dict: str keys, and
 str/int/float/bool/None/bytes/list/dict values, since channels_redis' msgpack cannot decode
 int-keyed maps and refuses numpy values, sets or datetimes) and `from_wire()` (None, or a
-default, for what a peer of another version may leave out). Two marks are added to a message
-on its way by the broker's own scripts, and are read back here too: `redelivered` (a leased
-pull hands out a message that was in flight at a worker death) and `left` (the worker gave
-the request's admission places back in the script that sent its answer).
+default, for what a peer of another version may leave out). Two marks are read back here
+too: `redelivered` (a leased pull found the message in flight at a worker death: it says so
+beside the message, and a worker that sends the request back to its channel writes it in)
+and `left` (the worker gave the request's admission places back in the script that sent
+its answer).
 """
 
 from __future__ import annotations
@@ -60,15 +61,18 @@ class WorkRequest:
         return message
 
     @classmethod
-    def from_wire(cls, message: dict[str, Any]) -> WorkRequest | None:
-        """The request in a message; None where the message is malformed (no one to answer)."""
+    def from_wire(cls, message: dict[str, Any], redelivered: bool = False) -> WorkRequest | None:
+        """The request in a message; None where the message is malformed (no one to answer).
+
+        redelivered: the leased pull found it in flight at a worker death (a Pulled's flag, broker.work_layer).
+        """
         try:
             return cls(
                 id=str(message["id"]), reply=str(message["reply"]), model=str(message["model"]),
                 task=str(message["task"]), inputs=list(message["inputs"]),
                 parameters=dict(message.get("parameters") or {}), deadline=float(message["deadline"]),
                 priority=str(message.get("priority") or INTERACTIVE), client=str(message.get("client") or ""),
-                redelivered=bool(message.get(_REDELIVERED)), trace=str(message.get("trace") or ""),
+                redelivered=redelivered or bool(message.get(_REDELIVERED)), trace=str(message.get("trace") or ""),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -77,11 +81,6 @@ class WorkRequest:
 def is_batch_priority(message: dict[str, Any]) -> bool:
     """Whether a request message (as the layer holds it) is of batch priority."""
     return message.get("priority") == BATCH
-
-
-def mark_redelivered(message: dict[str, Any]) -> None:
-    """Mark a request message handed out again after its worker died (the leased pull does)."""
-    message[_REDELIVERED] = True
 
 
 @dataclass(frozen=True)

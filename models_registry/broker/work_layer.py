@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from channels.layers import get_channel_layer
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from models_registry.core.conf import conf
+
+
+class Pulled(NamedTuple):
+    """One message a leased pull took: its lease, the message, and whether it was in flight at a worker death."""
+
+    lease: tuple[str, bytes]  # (channel, the message as this worker's in-flight set holds it): what a release names
+    message: dict[str, Any]
+    redelivered: bool = False  # in flight at a worker death: computed alone (worker.suspects)
 
 
 @runtime_checkable
@@ -50,8 +58,8 @@ class WorkLayer(Protocol):
         """Stop waiting on channel (answered, timed out or cancelled)."""
 
     # --- the worker side: leased pulls and batched replies -----------------------------------
-    async def pull(self, channel: str, worker_id: str, max_count: int) -> list[tuple[bytes, dict[str, Any]]]:
-        """Pop up to max_count messages and lease them to worker_id, atomically: [(lease, message)]."""
+    async def pull(self, channels: list[str], worker_id: str, max_count: int) -> list[Pulled]:
+        """Pop up to max_count messages from channels, in their order, and lease them to worker_id, atomically."""
 
     async def wait_for_work(self, channels: list[str], timeout_s: float) -> None:
         """Block until a sender rings one of these channels' doorbells, or timeout_s passes."""

@@ -207,12 +207,16 @@ class GenerationBatch:
         only while short rows are at most a quarter of the rows, so the rows it computes in its
         forwards are fewer than those of the batch's step.
         """
-        for _ in range(FAST_STEPS + 1):
+        for n in range(FAST_STEPS + 1):
             short = [r for r in self.rows if r.max_new_tokens <= SHORT_TOKENS and not r.done
                      and (r.decoding or len(r.fill) - r.cached <= JOIN_TOKENS)]
             if not short or LANE_SHARE * len(short) > len(self.rows):
                 return
-            self._forward(short, JOIN_TOKENS, JOIN_TOKENS, measure=False)
+            # The lane's first forward also takes the short prompts of the other rows that join now: they draw
+            # their first token there instead of waiting out the lane (their time to first token).
+            joining = [r for r in self.rows if n == 0 and r not in short and not r.history
+                       and len(r.fill) - r.cached <= JOIN_TOKENS]
+            self._forward(short + joining, JOIN_TOKENS, JOIN_TOKENS, measure=False)
 
     def _forward(self, rows: list[Row], budget: int, join_budget: int, measure: bool = True) -> None:
         """One forward: a token for every decoding row of rows, the next chunk of prompts being prefilled."""

@@ -58,6 +58,11 @@ def is_media(value: Any) -> bool:
     return isinstance(value, dict) and value.get("media") in KINDS and isinstance(value.get("data"), bytes)
 
 
+def media_of(inputs: list[Any]) -> list[MediaItem | None]:
+    """Each input as a MediaItem, or None for a text one: a request's inputs looked at once, where a worker takes it."""
+    return [MediaItem.from_wire(value) if is_media(value) else None for value in inputs]
+
+
 def identity(value: Any) -> Any:
     """What the response cache hashes for an input: a media item's kind and digest, else the input itself."""
     if is_media(value):

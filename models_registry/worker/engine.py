@@ -1,47 +1,35 @@
-"""The worker's inference engine: intake, the batch loop, replies and the models, put together.
+"""The worker's inference engine: the queues, the batch loop, replies and the models, put together.
 
-One engine per `runworker` process. The pull loop hands it messages and goes on at once;
-the batch loop forms batches with the pure Batcher, runs them in a dedicated thread (one
-pipeline at a time on the device), and the replies send each request its own answer.
+One engine per `runworker` process. The pull loop (worker.pull_loop) queues what it pulls
+and goes on at once; the batch loop forms batches with the pure Batcher, runs them in a
+dedicated thread (one pipeline at a time on the device), and the replies send each
+request its own answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import time
 import uuid
 from typing import Any
 
-from models_registry.broker.messages import WorkRequest, model_channel
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.capacity.memory_budget import MemoryConfig, model_bytes, worker_budget
 from models_registry.capacity.placement_plan import Limits
-from models_registry.core.batch_types import QueueFull, UnknownKey
-from models_registry.core.errors import HostingError, Internal, Overloaded, Unavailable
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
-from models_registry.inference.containment import contained, describe
 from models_registry.catalog.specs import ModelSpec
 from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batcher import Batcher
-from models_registry.worker.delivery import Delivery, Lease
+from models_registry.worker.delivery import Delivery
 from models_registry.worker.engine_stats import BusyMeter, DrainRates, EngineStats, models_report
-from models_registry.worker.intake import (
-    check_servable,
-    check_token_budget,
-    computed_tokens,
-    readable,
-)
 from models_registry.worker.media_intake import MediaDecoder
 from models_registry.worker.model_slots import ModelSlots
 from models_registry.worker.placer import Placer
 from models_registry.worker.replies import Replies
-
-logger = logging.getLogger(__name__)
 
 
 class InferenceEngine:
@@ -75,89 +63,9 @@ class InferenceEngine:
     def _wake(self) -> None:
         self.batch_loop.wake()
 
-    def submit(self, message: dict[str, Any], lease: Lease | None = None) -> None:
-        """Queue one request message (never blocks), or answer it at once with an error.
-
-        lease is (channel, message as the layer holds it in this worker's in-flight set);
-        it is released once the request is answered or dropped.
-        """
-        request = WorkRequest.from_wire(message)
-        if request is None:
-            logger.warning("dropped a malformed inference message: %.200r", message)
-            self.replies.release(lease)
-            return
-        key = TaskKey(request.model, request.task)
-        if self.models.on_demand(request.model) and not self.draining:
-            self._send_back(request.model, message, lease)  # unloaded (or reloading) while it was pulled: it waits for a holder
-            return
-        try:
-            slot = check_servable(request, self.models.get(request.model), self.draining)
-            request = readable(request, slot)  # a 1 MB text costs what the model's length costs
-            kind = slot.spec.tasks[request.task].task
-            # Each text is tokenized once, here: the forward reuses the ids (inference.intake_tokens).
-            inputs, costs = slot.loaded.count_inputs(kind, request.inputs)
-            charged = computed_tokens(request, slot, costs)  # what is charged: what the model will compute
-            check_token_budget(charged, slot.spec.tasks[request.task].max_request_tokens)
-            payloads = self.media.prepare(slot.loaded, kind, inputs)
-            self.batcher.submit(
-                key, request.id, payloads, costs, time.time(), request.deadline,
-                delivery=Delivery(reply=request.reply, parameters=request.parameters, lease=lease, tokens=charged,
-                                  suspect=request.redelivered, client=request.client, trace=request.trace),
-                priority=request.priority,
-            )
-        except QueueFull as full:
-            self.stats.rejected += 1
-            self.replies.error(request.id, request.reply, Overloaded(
-                f"queue of {key} is full ({full.depth}/{full.limit} items); retry later",
-                headers={"Retry-After": "1"},
-            ), lease)
-            return
-        except UnknownKey:
-            self.replies.error(request.id, request.reply,
-                               Unavailable(f"{key} is not served by this worker"), lease)
-            return
-        except HostingError as error:
-            self.replies.error(request.id, request.reply, error, lease)
-            return
-        except BaseException as error:  # a tokenizer panic while counting: this request's 500, not the worker's end
-            if not contained(error):
-                raise
-            logger.exception("could not queue request %s", request.id)
-            self.replies.error(request.id, request.reply, Internal(f"could not read this request: {describe(error)}"),
-                               lease)
-            return
-        self._wake()
-
-    def _send_back(self, model: str, message: dict[str, Any], lease: Lease | None) -> None:
-        async def send_back() -> None:
-            try:
-                await self.layer.send(model_channel(model), message)
-            except Exception:
-                logger.exception("could not send a message back to its channel; its lease requeues it")
-                return
-            self.replies.release(lease)
-
-        asyncio.ensure_future(send_back())
-
     def ready_models(self) -> list[str]:
         """Models this worker can compute now."""
         return [slot.spec.name for slot in self.models.ready()]
-
-    def room(self) -> int:
-        """How many more messages this worker should take now: no hoarding.
-
-        Two batches' worth per task: enough to form the next batch while one computes,
-        and the rest stays in Redis for other workers.
-        """
-        if self.draining:
-            return 0
-        sizes = [t.policy.max_batch_size for s in self.models.ready() for t in s.spec.tasks.values()]
-        limit = max(8, 2 * max(sizes, default=4))
-        return max(0, limit - sum(self.batcher.depths().values()))
-
-    async def wait_for_room(self, timeout_s: float) -> None:
-        """Until a batch has been taken from the queues (or timeout_s)."""
-        await self.batch_loop.wait_for_room(timeout_s)
 
     async def run_batches(self) -> None:
         """Form and run batches forever: at once when idle, never two at a time."""

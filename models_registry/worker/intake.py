@@ -1,8 +1,8 @@
-"""Intake: one pulled message checked against what this worker serves, before it joins a queue."""
+"""Intake: one pulled request checked against what this worker serves and counted, before it joins a queue."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from models_registry.broker.messages import WorkRequest
@@ -10,11 +10,37 @@ from models_registry.core import sources
 from models_registry.core.conf import conf
 from models_registry.core.errors import InvalidInput, TooLarge, Unavailable
 from models_registry.core.model_state import ModelState
-from models_registry.media.item import is_media
+from models_registry.media.item import MediaItem, media_of
 from models_registry.catalog import answer_size
 from models_registry.catalog.compute_cost import is_plain_length, request_cost
 from models_registry.catalog.readable_text import SEQ2SEQ_TASKS, check_prompt_chars, cut_inputs
+from models_registry.worker.media_intake import MediaDecoder
 from models_registry.worker.model_slots import ModelSlot
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What an admitted request queues: its inputs as a batch carries them, each one's tokens, and its charge."""
+
+    payloads: list[Any]
+    costs: list[int]
+    tokens: int  # what the request is charged: what the model will compute
+
+
+def admit(request: WorkRequest, slot: ModelSlot | None, draining: bool, decoder: MediaDecoder) -> Admitted:
+    """What request queues on slot's model; raises the HostingError to answer instead.
+
+    Each text is cut to what the model reads and tokenized once, here: the forward reuses the
+    ids (inference.intake_tokens); media inputs start decoding beside the compute thread.
+    """
+    slot = check_servable(request, slot, draining)
+    request = readable(request, slot)  # a 1 MB text costs what the model's length costs
+    task = slot.spec.tasks[request.task]
+    inputs, costs = slot.loaded.count_inputs(task.task, request.inputs)
+    media = media_of(request.inputs)
+    charged = computed_tokens(request, slot, costs, media)
+    check_token_budget(charged, task.max_request_tokens)
+    return Admitted(decoder.prepare(slot.loaded, task.task, inputs, media), costs, charged)
 
 
 def check_servable(request: WorkRequest, slot: ModelSlot | None, draining: bool) -> ModelSlot:
@@ -42,18 +68,20 @@ def check_token_budget(tokens: int, limit: int) -> None:
                        "(max_request_tokens): send fewer or shorter inputs")
 
 
-def computed_tokens(request: WorkRequest, slot: ModelSlot, costs: list[int]) -> int:
+def computed_tokens(request: WorkRequest, slot: ModelSlot, costs: list[int], media: list[MediaItem | None]) -> int:
     """The tokens request makes the model compute (prompts, labels, windows, new tokens); 400 for impossible windows.
 
     costs: each input's own tokens (counted for batching), the answer where nothing more is computed;
-    media inputs cost what the model's own count says (patch tokens, encoder frames).
+    media (each input as media.item.media_of found it): media inputs cost what the model's own count says
+    (patch tokens, encoder frames).
     """
-    if any(is_media(item) for item in request.inputs):
-        return media_tokens(request.inputs, costs)
+    if any(item is not None for item in media):
+        return media_tokens(media, costs)
     task = slot.spec.tasks[request.task]
     params = {**task.parameters, **request.parameters}
     answer = answer_bytes(task.task, request.inputs, params, slot)
     answer_size.check_answer_bytes(answer, conf.MAX_ANSWER_BYTES)
+    answered = answer_size.answer_tokens(answer)  # a large answer is charged what it weighs
     if is_plain_length(task.task, params):
         tokens = sum(costs)  # the common case: no second tokenization
     else:
@@ -63,12 +91,12 @@ def computed_tokens(request: WorkRequest, slot: ModelSlot, costs: list[int]) -> 
             count = counter.tokens
             counter = replace(counter, tokens=lambda text: counted[text] if text in counted else count(text))
         tokens = sum(request_cost(task.task, request.inputs, params, counter))
-    return max(tokens, answer_size.answer_tokens(answer))  # a large answer is charged what it weighs
+    return max(tokens, answered)
 
 
-def media_tokens(inputs: list[Any], costs: list[int]) -> int:
+def media_tokens(media: list[MediaItem | None], costs: list[int]) -> int:
     """The model's own cost of media inputs, or what their decoded pixels weigh; 413 over HOSTING_MAX_REQUEST_PIXELS."""
-    pixels = [int(item.get("width") or 0) * int(item.get("height") or 0) if is_media(item) else 0 for item in inputs]
+    pixels = [item.width * item.height if item is not None else 0 for item in media]
     if sum(pixels) > conf.MAX_REQUEST_PIXELS:  # the web refuses it first; a batch line or a forged message here
         raise TooLarge(f"the request's images hold {sum(pixels)} pixels together; one request may hold "
                        f"{conf.MAX_REQUEST_PIXELS} (HOSTING_MAX_REQUEST_PIXELS): send fewer or smaller images")

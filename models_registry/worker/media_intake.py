@@ -12,7 +12,7 @@ from typing import Any
 from models_registry.core.conf import conf
 from models_registry.core.errors import InvalidInput
 from models_registry.media import pending
-from models_registry.media.item import MediaItem, is_media
+from models_registry.media.item import MediaItem
 from models_registry.tasks.task_inputs import TASK_KINDS
 
 
@@ -23,18 +23,21 @@ class MediaDecoder:
         self.pool = ThreadPoolExecutor(max_workers=threads or conf.MEDIA_DECODE_THREADS,
                                        thread_name_prefix="decode")
 
-    def prepare(self, loaded: Any, task: str, inputs: list[Any]) -> list[Any]:
-        """The batch payloads of inputs: media items become PendingMedia (decoding); InvalidInput on a mismatch."""
+    def prepare(self, loaded: Any, task: str, inputs: list[Any], media: list[MediaItem | None]) -> list[Any]:
+        """The batch payloads of inputs: media items become PendingMedia (decoding); InvalidInput on a mismatch.
+
+        media: each input as media.item.media_of found it (None: a text input).
+        """
         kind = TASK_KINDS[task].media if task in TASK_KINDS else None
         if kind is None:
-            if any(is_media(item) for item in inputs):
+            if any(item is not None for item in media):
                 raise InvalidInput(f"{task} takes text, not image or audio files")
             return inputs
-        if not all(is_media(item) and item["media"] == kind for item in inputs):
+        if not all(item is not None and item.kind == kind for item in media):
             raise InvalidInput(f"{task} takes {kind} files only")
-        return [pending.start(self.pool, MediaItem.from_wire(item), loaded.media_costs.sampling_rate,
-                              conf.MAX_IMAGE_PIXELS, conf.MAX_AUDIO_SECONDS)
-                for item in inputs]
+        return [pending.start(self.pool, item, loaded.media_costs.sampling_rate, conf.MAX_IMAGE_PIXELS,
+                              conf.MAX_AUDIO_SECONDS)
+                for item in media if item is not None]
 
     def shutdown(self) -> None:
         """Drop decodings not started (the process is ending)."""

@@ -1,4 +1,4 @@
-"""The `runworker inference` process: leased pulls from Redis into the engine, plus reporting."""
+"""The `runworker inference` process: the engine, its pull loop and batch loop, liveness and reporting."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from asgiref.sync import sync_to_async
 from channels.worker import Worker
 from django.utils.module_loading import import_string
 
-from models_registry.broker.messages import model_channel
 from models_registry.broker.work_layer import WorkLayer, require_work_layer
 from models_registry.capacity.memory_budget import MemoryConfig
 from models_registry.core.conf import conf
@@ -22,12 +21,12 @@ from models_registry.catalog.specs import read_specs, worker_specs
 from models_registry.worker import quarantine
 from models_registry.worker.engine import InferenceEngine
 from models_registry.worker.liveness import LivenessThread
+from models_registry.worker.pull_loop import PullLoop
 
 logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 60.0
 ALIVE_TTL_S = 3.0  # a SIGKILLed worker's messages are requeued this long after its death
-IDLE_WAIT_S = 1.0
 
 
 def _switch_ready() -> list[str]:
@@ -81,7 +80,7 @@ class InferenceWorker(Worker):
             asyncio.ensure_future(self._liveness_loop(engine)),
             asyncio.ensure_future(engine.placer.run()),
         ]
-        listeners = [asyncio.ensure_future(self._pull_loop(engine))]
+        listeners = [asyncio.ensure_future(PullLoop(self.layer, engine).run())]
         listeners.extend(asyncio.ensure_future(service(engine.worker_id)) for service in self.services)
         logger.info("worker %s listening on %s", engine.worker_id, ", ".join(self.channels))
         stopped = asyncio.ensure_future(stop.wait())
@@ -116,43 +115,6 @@ class InferenceWorker(Worker):
         await sync_to_async(heartbeats.forget)(engine.worker_id)
         engine.shutdown()
         logger.info("worker %s stopped", engine.worker_id)
-
-    async def _pull_loop(self, engine: InferenceEngine) -> None:
-        """Take only what this worker can start soon, from the models it has ready.
-
-        Each model has its own channel, so a worker never takes a request it cannot
-        serve; the channels are visited in turn so no model starves the others.
-        """
-        layer = self.layer
-        backoff = 0.1
-        turn = 0
-        while not engine.draining:
-            channels = [model_channel(m) for m in engine.ready_models()]
-            room = engine.room()
-            if room <= 0 or not channels:
-                await engine.wait_for_room(IDLE_WAIT_S if channels else 0.2)
-                continue
-            turn = (turn + 1) % len(channels)
-            maybe_more = False
-            try:
-                for channel in channels[turn:] + channels[:turn]:
-                    room = engine.room()
-                    if room <= 0:
-                        break
-                    pulled = await layer.pull(channel, engine.worker_id, room)
-                    for lease, message in pulled:
-                        engine.submit(message, (channel, lease))
-                    maybe_more = maybe_more or len(pulled) == room
-                if not maybe_more:
-                    # Everything waiting is taken: sleep until a sender rings a doorbell.
-                    await layer.wait_for_work(channels, IDLE_WAIT_S)
-                backoff = 0.1
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # broker away: retry, service resumes by itself
-                logger.warning("pulling work failed (%s); retrying in %.1fs", error, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(2.0, backoff * 2)
 
     async def _announce(self, engine: InferenceEngine) -> None:
         try:

@@ -44,10 +44,8 @@ class Replies:
     def error(self, request_id: str, reply: str, error: HostingError, lease: Lease | None = None,
               deadline: float | None = None) -> None:
         """Answer one request with an error (and release its lease once sent)."""
-        message = messages.WorkResult(request_id, error_type=error.error_type, error=self._public(request_id, error),
-                                      retry_after=error.headers.get("Retry-After")).to_wire()
         until = deadline if deadline is not None else time.time() + ERROR_REPLY_WINDOW_S
-        self._spawn(self._send_then_release(reply, message, lease, until))
+        self._spawn(self._send_error(request_id, reply, error, lease, until))
 
     def fail(self, requests: list[PendingRequest[Delivery]], why: str) -> None:
         """Answer queued requests that can no longer run (model unloaded, task removed) with 503."""
@@ -114,8 +112,12 @@ class Replies:
             tokens=request.delivery.tokens, token_messages=token_messages,
         ).to_wire()
 
-    async def _send_then_release(self, channel: str, message: dict[str, Any], lease: Lease | None,
-                                 deadline: float) -> None:
+    async def _send_error(self, request_id: str, channel: str, error: HostingError, lease: Lease | None,
+                          deadline: float) -> None:
+        # Built in the answer's own task, as a batch's answers are (_reply_all): its caller's path (the pull
+        # loop's turn) never enters broker.messages for it.
+        message = messages.WorkResult(request_id, error_type=error.error_type, error=self._public(request_id, error),
+                                      retry_after=error.headers.get("Retry-After")).to_wire()
         await self._send(channel, message, deadline)
         self.release(lease)
 

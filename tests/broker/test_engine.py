@@ -18,6 +18,7 @@ from models_registry.catalog.compute_cost import TokenCounter
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.worker.batch_loop import ABANDON_CHECK_AFTER_S
 from models_registry.worker.engine import InferenceEngine
+from models_registry.worker.pull_loop import PullLoop
 from tests.admitting import admit
 
 CHANNEL = messages.model_channel("m")
@@ -109,8 +110,7 @@ def send(layer: HostingChannelLayer, engine: InferenceEngine) -> Send:
         await layer.send(CHANNEL, messages.WorkRequest(
             id=request_id, reply=reply, model=model, task="t", inputs=inputs, parameters={},
             deadline=deadline).to_wire())
-        for lease, message in await layer.pull(CHANNEL, engine.worker_id, 10):
-            engine.submit(message, (CHANNEL, lease))
+        PullLoop(layer, engine).take(await layer.pull([CHANNEL], engine.worker_id, 10))
         return future
 
     return send_one
@@ -189,9 +189,9 @@ async def test_disabling_the_model_answers_its_queued_requests_503(engine: Infer
 async def test_a_malformed_message_is_dropped_and_its_lease_released(
         layer: HostingChannelLayer, engine: InferenceEngine) -> None:
     await layer.send(CHANNEL, {"type": "inference.request", "id": "x"})
-    [(lease, message)] = await layer.pull(CHANNEL, engine.worker_id, 10)
+    pulled = await layer.pull([CHANNEL], engine.worker_id, 10)
     assert await leases_held(layer, engine) == 1
-    engine.submit(message, (CHANNEL, lease))
+    PullLoop(layer, engine).take(pulled)
     await no_leases_held(layer, engine)
 
 
@@ -223,13 +223,14 @@ async def test_a_request_redelivered_after_a_worker_death_is_computed_alone_and_
             deadline=time.time() + 10).to_wire())
         if request_id == "suspect":  # leased by a worker that dies: marked as in flight at a death
             await layer.announce("dead", 0.05)
-            await layer.pull(CHANNEL, "dead", 10)
+            await layer.pull([CHANNEL], "dead", 10)
             await asyncio.sleep(0.1)
             assert await layer.recover_dead_workers("live") == 1
     digests = {}
-    for lease, message in await layer.pull(CHANNEL, engine.worker_id, 10):
-        digests[message["id"]] = hashlib.sha1(lease).hexdigest().encode()
-        engine.submit(message, (CHANNEL, lease))
+    pulled = await layer.pull([CHANNEL], engine.worker_id, 10)
+    for (_, member), message, _ in pulled:
+        digests[message["id"]] = hashlib.sha1(member).hexdigest().encode()
+    PullLoop(layer, engine).take(pulled)
     named: list[bytes | None] = []
     real_mark = layer.mark_computing
 

@@ -34,7 +34,7 @@ async def test_an_admitted_request_is_charged_queued_and_sent(layer: HostingChan
     assert (status, depth) == (enqueue.DONE, 0)
     assert await usage(layer) == (1, 12)
     assert await admission.depth(layer, "m", "t") == 2
-    assert [m["id"] for _, m in await layer.pull(WORK, "w1", 5)] == ["a"]
+    assert [m["id"] for _, m, _ in await layer.pull([WORK], "w1", 5)] == ["a"]
     assert charges.outcome(charge, rate_limits.Limits(requests_per_minute=5), time.time()).tokens == 12
 
 
@@ -46,7 +46,7 @@ async def test_a_full_queue_refuses_whole_and_charges_the_request_but_not_its_to
     assert (status, depth) == (enqueue.QUEUE_FULL, 3)
     assert await usage(layer) == (1, 0)
     assert await admission.depth(layer, "m", "t") == 3
-    assert [m["id"] for _, m in await layer.pull(WORK, "w1", 5)] == ["a"]  # b was never sent
+    assert [m["id"] for _, m, _ in await layer.pull([WORK], "w1", 5)] == ["a"]  # b was never sent
     assert charges.outcome(charge, rate_limits.Limits(), time.time()).tokens == 0  # nothing to refund
 
 

@@ -26,13 +26,32 @@ async def inflight(layer: HostingChannelLayer, channel: str, worker_id: str) -> 
 async def test_pull_leases_messages_in_send_order_and_release_forgets_them(layer: HostingChannelLayer) -> None:
     for n in range(3):
         await layer.send(WORK, message(n))
-    pulled = await layer.pull(WORK, "w1", 2)
-    assert [m["n"] for _, m in pulled] == [0, 1]
+    pulled = await layer.pull([WORK], "w1", 2)
+    assert [(p.lease[0], p.message["n"], p.redelivered) for p in pulled] == [(WORK, 0, False), (WORK, 1, False)]
     assert await inflight(layer, WORK, "w1") == 2
-    assert [m["n"] for _, m in await layer.pull(WORK, "w2", 5)] == [2]
-    assert await layer.pull(WORK, "w2", 5) == []
-    await layer.release(WORK, "w1", [lease for lease, _ in pulled])
+    assert [m["n"] for _, m, _ in await layer.pull([WORK], "w2", 5)] == [2]
+    assert await layer.pull([WORK], "w2", 5) == []
+    await layer.release(WORK, "w1", [member for (_, member), _, _ in pulled])
     assert await inflight(layer, WORK, "w1") == 0
+
+
+async def test_one_pull_takes_from_several_channels_in_their_order_up_to_its_count(layer: HostingChannelLayer) -> None:
+    other = "inference.other"
+    for n in range(2):
+        await layer.send(WORK, message(n))
+    for n in range(2, 5):
+        await layer.send(other, message(n))
+    pulled = await layer.pull([other, WORK], "w1", 4)  # the other channel first: it gives all 3, this one 1
+    assert [(channel, m["n"]) for (channel, _), m, _ in pulled] == [(other, 2), (other, 3), (other, 4), (WORK, 0)]
+    assert (await inflight(layer, other, "w1"), await inflight(layer, WORK, "w1")) == (3, 1)
+    held = {raw.decode() for raw in await layer.connection(0).smembers(layer.worker_channels_key("w1"))}
+    assert held == {other, WORK}  # both are requeued should w1 die
+    await layer.announce("w1", 0.1)
+    await asyncio.sleep(0.2)
+    assert await layer.recover_dead_workers("w2") == 4
+    # Those w1 held come marked as in flight at a death; 1, never pulled, does not.
+    assert [(channel, m["n"], again) for (channel, _), m, again in await layer.pull([WORK, other], "w2", 10)] == [
+        (WORK, 0, True), (WORK, 1, False), (other, 2, True), (other, 3, True), (other, 4, True)]
 
 
 async def test_a_full_channel_refuses_the_send(make_layer: Callable[..., HostingChannelLayer]) -> None:
@@ -41,7 +60,7 @@ async def test_a_full_channel_refuses_the_send(make_layer: Callable[..., Hosting
     await layer.send(WORK, message(2))
     with pytest.raises(ChannelFull):
         await layer.send(WORK, message(3))
-    await layer.pull(WORK, "w1", 1)
+    await layer.pull([WORK], "w1", 1)
     await layer.send(WORK, message(3))  # a pulled message frees its place
 
 
@@ -50,7 +69,7 @@ async def test_expired_messages_are_never_pulled(make_layer: Callable[..., Hosti
     await layer.send(WORK, message(1))
     await asyncio.sleep(1.1)
     await layer.send(WORK, message(2))
-    assert [m["n"] for _, m in await layer.pull(WORK, "w1", 10)] == [2]
+    assert [m["n"] for _, m, _ in await layer.pull([WORK], "w1", 10)] == [2]
 
 
 async def test_a_dead_workers_leases_go_back_to_the_channel(layer: HostingChannelLayer) -> None:
@@ -58,23 +77,23 @@ async def test_a_dead_workers_leases_go_back_to_the_channel(layer: HostingChanne
     await layer.announce("alive", 30)
     for n in range(3):
         await layer.send(WORK, message(n))
-    await layer.pull(WORK, "dead", 2)
-    await layer.pull(WORK, "alive", 1)
+    await layer.pull([WORK], "dead", 2)
+    await layer.pull([WORK], "alive", 1)
     assert await layer.recover_dead_workers("other") == 0  # both still alive
     await asyncio.sleep(0.3)
     assert await layer.recover_dead_workers("other") == 2
     assert await inflight(layer, WORK, "dead") == 0
     assert await inflight(layer, WORK, "alive") == 1
-    assert sorted(m["n"] for _, m in await layer.pull(WORK, "other", 10)) == [0, 1]
+    assert sorted(m["n"] for _, m, _ in await layer.pull([WORK], "other", 10)) == [0, 1]
     assert await layer.recover_dead_workers("other") == 0  # forgotten once recovered
 
 
 async def test_retire_gives_back_what_the_worker_still_holds(layer: HostingChannelLayer) -> None:
     await layer.announce("w1", 30)
     await layer.send(WORK, message(1))
-    await layer.pull(WORK, "w1", 1)
+    await layer.pull([WORK], "w1", 1)
     assert await layer.retire("w1") == 1
-    assert [m["n"] for _, m in await layer.pull(WORK, "w2", 1)] == [1]
+    assert [m["n"] for _, m, _ in await layer.pull([WORK], "w2", 1)] == [1]
 
 
 async def test_a_send_rings_the_doorbell_of_an_idle_worker(layer: HostingChannelLayer) -> None:
@@ -115,7 +134,7 @@ async def test_replies_over_a_channels_capacity_are_counted_as_not_sent(
 async def test_a_pull_that_empties_the_channel_silences_its_doorbell(layer: HostingChannelLayer) -> None:
     for n in range(3):
         await layer.send(WORK, message(n))  # three rings
-    assert len(await layer.pull(WORK, "w1", 10)) == 3
+    assert len(await layer.pull([WORK], "w1", 10)) == 3
     started = time.monotonic()
     await layer.wait_for_work([WORK], 0.2)  # the rings of messages already taken do not wake it
     assert time.monotonic() - started >= 0.15
@@ -124,11 +143,11 @@ async def test_a_pull_that_empties_the_channel_silences_its_doorbell(layer: Host
 async def test_replies_release_their_leases_in_the_same_call(layer: HostingChannelLayer) -> None:
     for n in range(2):
         await layer.send(WORK, message(n))
-    pulled = await layer.pull(WORK, "w1", 2)
+    pulled = await layer.pull([WORK], "w1", 2)
     channels = [await layer.new_channel() for _ in pulled]
     futures = [layer.expect_reply(c) for c in channels]
     sent = await layer.send_replies([(c, {"id": str(i)}) for i, c in enumerate(channels)], "w1",
-                                    [(WORK, lease) for lease, _ in pulled])
+                                    [lease for lease, _, _ in pulled])
     assert sent == 2 and await inflight(layer, WORK, "w1") == 0
     assert [r["id"] for r in await asyncio.wait_for(asyncio.gather(*futures), 2)] == ["0", "1"]
 
@@ -165,11 +184,11 @@ async def test_a_view_gives_back_only_places_its_reply_did_not(layer: HostingCha
     async def worker(leaves: bool) -> None:
         pulled: list = []
         for _ in range(200):  # until the hand-off has sent it
-            pulled = await layer.pull("inference.m", "w1", 1)
+            pulled = await layer.pull(["inference.m"], "w1", 1)
             if pulled:
                 break
             await asyncio.sleep(0.01)
-        (_, request), = pulled
+        (_, request, _), = pulled
         places = [admission.Places(admission.pending_key(layer, "m", "t"), request["id"], 1)] if leaves else None
         await layer.send_replies([(request["reply"], {"id": request["id"], "outputs": [1]})], "w1", [], places)
 
@@ -180,12 +199,3 @@ async def test_a_view_gives_back_only_places_its_reply_did_not(layer: HostingCha
         assert result.outputs == [1]
         await asyncio.sleep(0.05)  # the hand-off's own leave runs in the background
         assert len(left) == (0 if leaves else 1)
-
-
-async def test_the_layers_connections_pack_commands_with_hiredis(layer: HostingChannelLayer) -> None:
-    from models_registry.broker.command_packing import HiredisPacking
-
-    await layer.send(WORK, message(1))  # through a packing connection, as every command
-    connection = await layer.connection(0).connection_pool.get_connection()
-    assert isinstance(connection, HiredisPacking)
-    assert [m["n"] for _, m in await layer.pull(WORK, "w1", 1)] == [1]

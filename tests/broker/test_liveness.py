@@ -21,7 +21,7 @@ async def _leased(layer: HostingChannelLayer, worker_id: str) -> None:
         id="r", reply="specific.x!y", model="m", task="t", inputs=["x"], parameters={},
         deadline=time.time() + 30).to_wire())
     await layer.announce(worker_id, 0.6)
-    assert len(await layer.pull(WORK, worker_id, 10)) == 1
+    assert len(await layer.pull([WORK], worker_id, 10)) == 1
 
 
 async def test_a_worker_whose_loop_is_held_up_keeps_its_leases_and_its_heartbeat(layer: HostingChannelLayer) -> None:

@@ -14,6 +14,7 @@ from models_registry.capacity.placement_plan import MIN_IDLE_S
 from models_registry.core.batch_types import BatchPolicy
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.worker.engine import InferenceEngine
+from models_registry.worker.pull_loop import PullLoop
 
 
 class Loaded:
@@ -73,8 +74,7 @@ async def test_a_request_for_a_cold_model_evicts_the_idle_one_and_is_answered(la
 
         async def tick_and_pull() -> None:
             await engine.placer.tick()
-            for lease, message in await layer.pull(messages.model_channel("b"), engine.worker_id, 10):
-                engine.submit(message, (messages.model_channel("b"), lease))
+            PullLoop(layer, engine).take(await layer.pull([messages.model_channel("b")], engine.worker_id, 10))
 
         await until(lambda: answer.done(), tick_and_pull)  # pulled early too: sent back until b is ready
         assert answer.result()["outputs"] == ["HELLO"], answer.result()

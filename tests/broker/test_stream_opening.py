@@ -33,10 +33,10 @@ async def answer(layer: HostingChannelLayer, count: int) -> list[str]:
     """A worker: each request's prompt upper-cased as its one (final) token event; the prompts in pull order."""
     prompts: list[str] = []
     while len(prompts) < count:
-        pulled = await layer.pull(CHANNEL, "w1", 10)
+        pulled = await layer.pull([CHANNEL], "w1", 10)
         if not pulled:
             await asyncio.sleep(0.01)
-        for _, message in pulled:
+        for _, message, _ in pulled:
             request = messages.WorkRequest.from_wire(message)
             assert request is not None and request.parameters["stream"] is True
             text = request.inputs[0].upper()
@@ -95,7 +95,7 @@ async def test_a_spent_limit_queues_nothing_and_listens_no_more(layer: HostingCh
     with pytest.raises(enqueue.ChargeRefused):
         await open_streams([Opening("a", {}), Opening("b", {})], plan(layer))
     assert runs == [(True, False, False), (True, True, True)]  # the second stream was never sent
-    assert await layer.pull(CHANNEL, "w1", 10) == []
+    assert await layer.pull([CHANNEL], "w1", 10) == []
     assert await admission.depth(layer, "m", "t") == 0 and layer._replies == {}
 
 

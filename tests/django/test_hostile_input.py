@@ -247,15 +247,16 @@ async def test_images_over_the_request_pixel_budget_are_a_413_before_any_is_deco
 def test_decoded_pixels_and_large_answers_are_charged_and_bounded(settings: Any) -> None:
     from models_registry.core.errors import TooLarge
     from models_registry.catalog import answer_size
+    from models_registry.media.item import media_of
     from models_registry.worker.intake import media_tokens
 
     image = {"media": "image", "data": b"x", "width": 6000, "height": 6000}
     # A 224-pixel image costs its patches; a 36 MP one what decoding and holding its pixels weighs.
-    assert media_tokens([{**image, "width": 224, "height": 224}], [197]) == 197
-    assert media_tokens([image], [197]) == answer_size.pixel_tokens(36_000_000) == 8790
+    assert media_tokens(media_of([{**image, "width": 224, "height": 224}]), [197]) == 197
+    assert media_tokens(media_of([image]), [197]) == answer_size.pixel_tokens(36_000_000) == 8790
     settings.HOSTING_MAX_REQUEST_PIXELS = 100_000_000
     with pytest.raises(TooLarge, match="HOSTING_MAX_REQUEST_PIXELS"):
-        media_tokens([image] * 3, [197] * 3)  # 108 MP: refused before the worker decodes any
+        media_tokens(media_of([image] * 3), [197] * 3)  # 108 MP: refused before the worker decodes any
     params = {"top_k": 100}
     assert answer_size.fill_mask_bytes("Paris is the [MASK].", "[MASK]", {}) == 5 * (160 + 20)
     with pytest.raises(TooLarge, match="33 mask tokens"):

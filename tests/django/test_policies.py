@@ -102,8 +102,8 @@ async def test_batch_messages_queue_behind_interactive_ones_sent_later() -> None
     await layer.send("inference.m", {"type": "inference.request", "id": "bulk", "priority": "batch"})
     await layer.send("inference.m", {"type": "inference.request", "id": "ui", "priority": "interactive"})
     await layer.send("inference.m", {"type": "inference.request", "id": "bulk2", "priority": "batch"})
-    pulled = await layer.pull("inference.m", "w1", 3)
-    assert [message["id"] for _, message in pulled] == ["ui", "bulk", "bulk2"]
+    pulled = await layer.pull(["inference.m"], "w1", 3)
+    assert [message["id"] for _, message, _ in pulled] == ["ui", "bulk", "bulk2"]
 
 
 # --- the views -----------------------------------------------------------------------------

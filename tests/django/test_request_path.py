@@ -66,11 +66,11 @@ async def _worker(layer: Any, model: str, stop: asyncio.Event, streamed: bool = 
     send_replies with its places and lease; a streamed one (streamed) gets its token events first."""
     channel = messages.model_channel(model)
     while not stop.is_set():
-        pulled = await layer.pull(channel, "w1", 16)
+        pulled = await layer.pull([channel], "w1", 16)
         if not pulled:
             await asyncio.sleep(0.002)
             continue
-        for lease, request in pulled:
+        for lease, request, _ in pulled:
             count = len(request["inputs"])
             outputs = _outputs(task, count)
             if streamed:
@@ -82,7 +82,7 @@ async def _worker(layer: Any, model: str, stop: asyncio.Event, streamed: bool = 
             result = messages.WorkResult(id=request["id"], outputs=outputs, batch_size=count, worker="w1")
             places = admission.Places(admission.pending_key(layer, request["model"], request["task"]), request["id"],
                                       count)
-            await layer.send_replies([(request["reply"], result.to_wire())], "w1", [(channel, lease)], [places])
+            await layer.send_replies([(request["reply"], result.to_wire())], "w1", [lease], [places])
 
 
 async def _post(handler: ApiASGIHandler, path: str, body: bytes, token: str | None = None) -> tuple[int, bytes]:

@@ -52,10 +52,10 @@ async def worker() -> AsyncIterator[list[dict[str, Any]]]:
 
     async def serve() -> None:
         while True:
-            found = await layer.pull(CHANNEL, "w1", 10)
+            found = await layer.pull([CHANNEL], "w1", 10)
             if not found:
                 await asyncio.sleep(0.01)
-            for _, message in found:
+            for _, message, _ in found:
                 request = messages.WorkRequest.from_wire(message)
                 assert request is not None
                 pulled.append(message)
@@ -114,7 +114,7 @@ async def test_a_stream_past_the_limit_is_429_with_its_headers_and_nothing_queue
         assert refused["X-RateLimit-Limit"] == "1" and refused["X-RateLimit-Remaining"] == "0"
     assert runs == [(True, False, False), (True, True, True), (True, True, True)]  # no other choice was sent
     layer = get_channel_layer()
-    assert await layer.pull(CHANNEL, "w1", 10) == []
+    assert await layer.pull([CHANNEL], "w1", 10) == []
     assert await admission.depth(layer, "gpt", "text-generation") == 0
     metrics = (await AsyncClient().get("/metrics")).content.decode()
     label = f"id:{(await ApiToken.objects.aget(name='tight')).id}"

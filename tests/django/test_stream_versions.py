@@ -56,7 +56,7 @@ async def worker() -> AsyncIterator[list[tuple[str, dict[str, Any]]]]:
         while True:
             for version in (1, 2, 3):
                 channel = messages.model_channel(f"gpt.v{version}")
-                for _, message in await layer.pull(channel, "w1", 10):
+                for _, message, _ in await layer.pull([channel], "w1", 10):
                     request = messages.WorkRequest.from_wire(message)
                     assert request is not None
                     pulled.append((channel, message))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,6 +11,7 @@ from models_registry.core.batch_types import BatchPolicy, ItemFailure
 from models_registry.core.errors import InvalidInput
 from models_registry.inference.model_runner import PipelineRunner
 from models_registry.media import envelope
+from models_registry.media.item import media_of
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.worker.media_intake import MediaDecoder
 from tests import media_factory
@@ -22,6 +24,11 @@ def spec(source: Path, *tasks: tuple[str, str]) -> ModelSpec:
                             policy=BatchPolicy(), timeout_s=30) for name, task in tasks}
     return ModelSpec(name="m", source=str(source), revision="", device="cpu", dtype="auto", enabled=True,
                      tasks=specs, default_task=tasks[0][0])
+
+
+def prepare(decoder: MediaDecoder, loaded: Any, task: str, inputs: list[Any]) -> list[Any]:
+    """The payloads of inputs as the worker's intake prepares them (each input looked at once first)."""
+    return decoder.prepare(loaded, task, inputs, media_of(inputs))
 
 
 def wire(data: bytes, kind: str) -> dict:
@@ -47,7 +54,7 @@ def test_a_truncated_file_fails_alone_in_its_batch(tmp_path: Path, runner: Pipel
     good = wire(media_factory.png(), "image")
     truncated = {**good, "data": good["data"][:100]}  # its header passed; its pixels are missing
     assert loaded.count_tokens(good) == (media_factory.IMAGE_SIZE // media_factory.PATCH) ** 2 + 1
-    payloads = decoder.prepare(loaded, "image-classification", [good, truncated, good])
+    payloads = prepare(decoder, loaded, "image-classification", [good, truncated, good])
     outputs = runner.run(loaded, model.tasks["classify"], payloads, [{"top_k": 2}] * 3)
     assert isinstance(outputs[1], ItemFailure) and isinstance(outputs[1].error, InvalidInput)
     assert outputs[0] == outputs[2] and len(outputs[0]) == 2
@@ -58,11 +65,11 @@ def test_inputs_of_the_wrong_kind_never_reach_a_pipeline(tmp_path: Path, runner:
     model = spec(media_factory.build_vit_classifier(tmp_path / "vit"), ("classify", "image-classification"))
     loaded = runner.load(model)
     with pytest.raises(InvalidInput):
-        decoder.prepare(loaded, "image-classification", ["/etc/passwd"])
+        prepare(decoder, loaded, "image-classification", ["/etc/passwd"])
     with pytest.raises(InvalidInput):
-        decoder.prepare(loaded, "image-classification", [wire(media_factory.tone(0.1), "audio")])
+        prepare(decoder, loaded, "image-classification", [wire(media_factory.tone(0.1), "audio")])
     with pytest.raises(InvalidInput):
-        decoder.prepare(loaded, "text-classification", [wire(media_factory.png(), "image")])
+        prepare(decoder, loaded, "text-classification", [wire(media_factory.png(), "image")])
     [failure] = runner.run(loaded, model.tasks["classify"], ["http://169.254.169.254/"], [{}])
     assert isinstance(failure, ItemFailure) and "not text" in str(failure.error)
 
