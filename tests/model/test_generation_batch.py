@@ -267,27 +267,10 @@ def test_a_short_request_beside_long_rows_decodes_in_a_fast_lane(gpt2: Any, comp
     short = row(batch, "Paris is", 4, name="short")
     computed.clear()
     batch.step([short])
-    assert short.done and len(short.sequence.ids) == 4  # answered within the step, in forwards of its own
-    assert computed == [len(short.ids), 1, 1, 1, len(longs)]  # its prompt and three tokens, then the batch's step
+    assert short.done and len(short.sequence.ids) == 4  # its first token, and three more in forwards of its own
+    assert computed == [len(longs) + len(short.ids), 1, 1, 1]  # the batch's step with its prompt, then the lane
     while batch.rows:
         batch.step()
     for r in [short, *longs]:
         assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
 
-
-def test_a_long_request_joining_beside_a_short_one_draws_its_first_token_in_the_lane(gpt2: Any,
-                                                                                      computed: list[int]) -> None:
-    batch = GenerationBatch(gpt2)
-    longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
-    batch.step(longs)
-    batch.step()
-    short, joiner = row(batch, "Paris is", 4, name="short"), row(batch, "The cat sees", 40, name="joiner")
-    computed.clear()
-    batch.step([short, joiner])
-    # The lane's first forward: both prompts; three of the short row alone; the batch's step: the joiner's second token.
-    assert computed == [len(short.ids) + len(joiner.ids), 1, 1, 1, len(longs) + 1]
-    assert short.done and len(joiner.sequence.ids) == 2
-    while batch.rows:
-        batch.step()
-    for r in [short, joiner, *longs]:
-        assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
