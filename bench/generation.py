@@ -15,7 +15,7 @@ a shared 1,000-token system prompt against unshared heads, a short whole answer 
 ones (and on the static server), the fairness flood (three runs), 16 chats of 1 MB and a batch
 job of generation lines, with the demo encoder on the same worker probed throughout; a table
 says where the run stands against the issue's targets. `level` takes extra body fields and
-collects answers: the structured-output level plugs in there. Writes docs/bench/generation-cpu-2core.md.
+collects answers: the structured-output level plugs in there. Appends each run to docs/bench/generation-cpu-2core.md.
 """
 
 from __future__ import annotations
@@ -283,16 +283,21 @@ def main(argv: list[str] | None = None) -> None:
         report += "\n\n## Structured output\n\n" + generation_structured.table(structured)
     print(report)
     notes = "".join(f"\n- {name} skipped: {why}" for name, why in skipped.items())
-    Path(args.out).write_text(
-        f"# Streamed generation: continuous vs static batching (`make bench-generation`)\n\n"
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs seen (load average "
+    out = Path(args.out)
+    # The file keeps the history of runs: a run is appended under its own heading (the title once).
+    head = "" if out.exists() else "# Streamed generation: continuous vs static batching (`make bench-generation`)\n"
+    text = (
+        f"{head}\n## Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n\n"
+        f"{os.cpu_count()} CPUs seen (load average "
         f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end), torch threads "
         f"{args.threads}; GPT-2 small shape (124M parameters, random weights), greedy, prompts of 2-9 tokens, "
         f"{args.min_tokens}-{args.max_tokens} new tokens each (one seeded sequence per level), window "
         f"{args.seconds:g} s or {args.max_requests} requests per level. tokens/s: content chunks received in the "
         f"window / window. Probe: a 4-token request sent one at a time (0.5 s apart) beside the streams; in "
-        f"brackets its latency alone.\n\n{report}\n{notes}\n")
-    print(f"wrote {args.out}")
+        f"brackets its latency alone.\n\n{report.replace(chr(10) + '## ', chr(10) + '### ')}\n{notes}\n")
+    with out.open("a") as file:
+        file.write(text)
+    print(f"appended to {args.out}")
 
 
 async def issue_levels(stack: Any, servers: dict[str, Server], args: argparse.Namespace, model_dir: Path
