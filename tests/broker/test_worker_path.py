@@ -114,6 +114,7 @@ async def test_a_refused_requests_turn_and_its_error_answer_never_go_back_up(lay
     monkeypatch.setattr(handoff, "work_layer", lambda: layer)
     answer, trace, tables = await _traced(layer, "refused", task="nope")  # intake refuses it: m has no task nope
     assert isinstance(answer, Unavailable) and "has no task 'nope'" in answer.message, answer
+    ARTIFACT.parent.mkdir(exist_ok=True)
     ARTIFACT.with_name("worker-path-refused.md").write_text("\n".join(tables))
     refused = [key for key, modules in trace.paths.items()
                if {"models_registry.worker.pull_loop", "models_registry.worker.intake",
