@@ -169,3 +169,27 @@ def report(title: str, what: str, modules: list[str], returns: list[str]) -> str
              "| stay | module | calls |", "|---:|---|---:|"]
     lines += [f"| {n} | `{module}` | {calls} |" for n, (module, calls) in enumerate(runs, 1)]
     return "\n".join(lines) + "\n"
+
+
+async def call_handler(handler: Callable[..., Any], method: str, path: str, body: bytes,
+                       headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
+    """One request on an ASGI handler, as uvicorn hands it over (body whole, then no disconnect): status and body."""
+    sent: list[dict[str, Any]] = []
+    given = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if not given.is_set():
+            given.set()
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
+             "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1), "headers": [(b"host", b"127.0.0.1"), *headers]}
+    await handler(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    return start["status"], b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")

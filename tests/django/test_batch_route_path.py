@@ -55,27 +55,9 @@ def _upload_body() -> bytes:
 async def _call(handler: ApiASGIHandler, method: str, path: str, token: str, body: bytes = b"",
                 content_type: str = "application/json") -> tuple[int, bytes]:
     """One request on the API handler, as uvicorn hands it over: its status and body."""
-    sent: list[dict[str, Any]] = []
-    given = asyncio.Event()
-
-    async def receive() -> dict[str, Any]:
-        if not given.is_set():
-            given.set()
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.Event().wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-             "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
-             "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1),
-             "headers": [(b"host", b"127.0.0.1"), (b"content-type", content_type.encode()),
-                         (b"content-length", str(len(body)).encode()), (b"authorization", f"Bearer {token}".encode())]}
-    await handler(scope, receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    return start["status"], b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return await path_trace.call_handler(handler, method, path, body, [
+        (b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
+        (b"authorization", f"Bearer {token}".encode())])
 
 
 async def _traced(request: Callable[[], Awaitable[tuple[int, bytes]]]) -> tuple[int, bytes, PathTrace]:

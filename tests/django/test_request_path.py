@@ -86,27 +86,8 @@ async def _worker(layer: Any, model: str, stop: asyncio.Event, streamed: bool = 
 
 
 async def _post(handler: ApiASGIHandler, path: str, body: bytes, token: str | None = None) -> tuple[int, bytes]:
-    sent: list[dict[str, Any]] = []
-    given = asyncio.Event()
-
-    async def receive() -> dict[str, Any]:
-        if not given.is_set():
-            given.set()
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.Event().wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"", "server": ("127.0.0.1", 80),
-             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
-                         *([(b"authorization", f"Bearer {token}".encode())] if token else [])],
-             "client": ("127.0.0.1", 1)}
-    await handler(scope, receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    return start["status"], b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return await path_trace.call_handler(handler, "POST", path, body, [
+        (b"content-type", b"application/json"), *([(b"authorization", f"Bearer {token}".encode())] if token else [])])
 
 
 async def _traced(handler: ApiASGIHandler, path: str, body: bytes, token: str | None,
