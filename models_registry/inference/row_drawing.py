@@ -14,22 +14,12 @@ import torch
 def draw(rows: list[Any], logits: torch.Tensor) -> None:
     """Each row's next token from its row of logits (rows are inference.generation_batch's Row).
 
-    Greedy rows with nothing to apply (the common case) are drawn together, in one softmax
-    and one max over their logits. (max, not argmax: both give the first of equal maxima,
-    and torch's argmax over a 50,257-wide row costs 2.7 times max's on a CPU.)
+    One row at a time: drawing greedy rows together (one softmax and one max over all their
+    logits) measured the same on a CPU (1.08 ms for 32 rows against 32 x 33 us): the work is
+    elementwise over the vocabulary either way.
     """
-    plain = [n for n, row in enumerate(rows) if not row.sample and not row.processors and row.shaping is None]
-    if len(plain) < 2:
-        plain = []
-    else:
-        picked = logits[plain].float()
-        logprobs = torch.log_softmax(picked, dim=-1)
-        for k, token in enumerate(picked.max(dim=-1).indices.tolist()):
-            take(rows[plain[k]], logprobs[k:k + 1], token)
-    drawn = set(plain)
-    for n, row in enumerate(rows):
-        if n not in drawn:
-            draw_one(row, logits[n])
+    for row, row_logits in zip(rows, logits):
+        draw_one(row, row_logits)
 
 
 def draw_one(row: Any, logits: torch.Tensor) -> None:
@@ -42,7 +32,7 @@ def draw_one(row: Any, logits: torch.Tensor) -> None:
     logprobs = torch.log_softmax(scores, dim=-1)
     if row.sample:
         token = int(torch.multinomial(logprobs.exp(), 1, generator=row.generator)[0, 0])
-    else:
+    else:  # max, not argmax: both give the first of equal maxima, and CPU argmax over 50,257 costs 2.7x max
         token = int(scores.max(dim=-1).indices[0])
     if row.shaping is not None:
         row.decoder.token_extras = row.shaping.chosen(token)
