@@ -6,7 +6,8 @@ and vLLM's incremental detokenizers do, each token decodes only a short window: 
 tokens since the last complete text and the one before them (a window that starts at a
 token boundary keeps the leading-space rules of SentencePiece and WordPiece right); the
 new text is what the window's decode adds to the decode of its head. A byte-level token
-that ends inside a character leaves the window open until the character completes.
+that ends inside a character leaves the window open until the character completes. (As in
+TGI and vLLM, a decoder rule that rewrites text further back than the window is not seen.)
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class IncrementalText:
         window = self.decode(self.ids[self.start:])
         if not window.startswith(head):  # a decoder whose text is not a growing prefix here: decode it whole
             self.settled = self.decode(self.ids)
-            self.start = self.read = len(self.ids)
+            # The next window starts a token back, as every window does (a leading space stays right).
+            self.start, self.read = len(self.ids) - 1, len(self.ids)
             return self.settled
         if window.endswith(PARTIAL):
             return self.settled + window[len(head):]
