@@ -127,9 +127,6 @@ DEFAULTS: dict[str, Default] = dict([
     _hosting("SEQUENCE_PACKING", flag, True),
     # Streamed text generation on decoder models is batched per token step (off: static batches).
     _hosting("CONTINUOUS_BATCHING", flag, True),
-    # Where a decode batch's fast lane (requests asking a few tokens) runs: auto (a thread of its own on a
-    # CPU whose cores torch's threads leave one spare, else after the batch's forward), thread, after.
-    _hosting("FAST_LANE", str, "auto"),
     # On CPU, packed forwards run through a TorchScript trace where it reproduces the eager outputs.
     _hosting("TORCHSCRIPT", flag, True),
     _hosting("ONNX_CACHE_DIR", Path, lambda conf: Path(conf.VAR_DIR) / "onnx"),

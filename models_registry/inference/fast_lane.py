@@ -35,13 +35,6 @@ LANE_PROMPT = 32  # a short row's prompt (or what is left of it) this short is p
 SMOOTHING = 0.3  # weight of the newest measure in the running step and lane forward times
 
 
-def threaded(mode: str, device: Any) -> bool:
-    """Whether the lane runs on a thread of its own: mode "thread", "after", or "auto" (spare_core)."""
-    if mode in ("thread", "after"):
-        return mode == "thread"
-    return spare_core(device)
-
-
 def spare_core(device: Any) -> bool:
     """Whether a lane thread has a core of its own: a CPU whose cores torch's threads do not all take."""
     if torch.device(device).type != "cpu":

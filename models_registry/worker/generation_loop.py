@@ -19,7 +19,6 @@ from typing import Any
 
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.batch_types import Batch, Item, ItemFailure, Key
-from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, Internal, TooLarge, Unavailable
 from models_registry.inference import fast_lane, generation_check
 from models_registry.inference.containment import contained, describe
@@ -187,7 +186,7 @@ class GenerationLoop:
         kv_bytes = None
         if self.memory.enabled and self.memory.budget_bytes:
             kv_bytes = int(self.memory.available() // KV_COPIES)
-        lane = fast_lane.shared_lane() if fast_lane.threaded(conf.FAST_LANE, pipe.model.device) else None
+        lane = fast_lane.shared_lane() if fast_lane.spare_core(pipe.model.device) else None
         batch = GenerationBatch(pipe, max_rows=rows, kv_bytes=kv_bytes, lane=lane)
         budget = kv_bytes // batch.bytes_per_token() if kv_bytes is not None else 0
         logger.info("decode batch for %s: up to %d rows, KV budget %s tokens, fast lane %s", key, rows,

@@ -80,9 +80,3 @@ def test_a_lane_thread_needs_a_cpu_core_torch_leaves_free() -> None:
         assert fast_lane.spare_core("cpu") == (len(__import__("os").sched_getaffinity(0)) > 1)
     finally:
         torch.set_num_threads(threads)
-
-
-def test_the_setting_forces_the_lane_either_way_and_auto_asks_for_a_spare_core() -> None:
-    assert fast_lane.threaded("thread", "meta") and not fast_lane.threaded("after", "cpu")
-    assert fast_lane.threaded("auto", "cpu") == fast_lane.spare_core("cpu")
-    assert not fast_lane.threaded("auto", "meta")
