@@ -20,7 +20,7 @@ from typing import Any
 from models_registry.capacity.batch_memory import BatchMemory
 from models_registry.core.batch_types import Batch, Item, ItemFailure, Key
 from models_registry.core.errors import HostingError, Internal, TooLarge, Unavailable
-from models_registry.inference import fast_lane, generation_check
+from models_registry.inference import generation_check
 from models_registry.inference.containment import contained, describe
 from models_registry.inference.generation_batch import GenerationBatch, Row
 from models_registry.worker.batcher import Batcher
@@ -186,11 +186,9 @@ class GenerationLoop:
         kv_bytes = None
         if self.memory.enabled and self.memory.budget_bytes:
             kv_bytes = int(self.memory.available() // KV_COPIES)
-        lane = fast_lane.shared_lane() if fast_lane.spare_core(pipe.model.device) else None
-        batch = GenerationBatch(pipe, max_rows=rows, kv_bytes=kv_bytes, lane=lane)
+        batch = GenerationBatch(pipe, max_rows=rows, kv_bytes=kv_bytes)
         budget = kv_bytes // batch.bytes_per_token() if kv_bytes is not None else 0
-        logger.info("decode batch for %s: up to %d rows, KV budget %s tokens, fast lane %s", key, rows,
-                    budget or "unbounded", "on its own thread" if lane else "after the batch's forward")
+        logger.info("decode batch for %s: up to %d rows, KV budget %s tokens", key, rows, budget or "unbounded")
         return Running(pipe=pipe, batch=batch, schedule=GenerationSchedule(rows, budget))
 
     def _pipe(self, key: Key) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from tests import model_factory
 
 torch = pytest.importorskip("torch")
-from models_registry.inference import fast_lane, generation_batch, generation_check, generation_step, kv_slots
+from models_registry.inference import generation_batch, generation_check, generation_step, kv_slots
 from models_registry.inference.generation_batch import GenerationBatch, Row
 from models_registry.inference.loading import load_pipeline
 
@@ -275,35 +274,6 @@ def test_a_short_request_beside_long_rows_decodes_in_a_fast_lane(gpt2: Any, comp
     for r in [short, *longs]:
         assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
 
-
-
-def test_on_a_spare_core_a_short_request_decodes_on_the_lane_thread_beside_the_batch(
-        gpt2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    forwards: list[tuple[str, int]] = []  # (thread, tokens) of each forward's first layer
-
-    def counting(module: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if module.layer_idx == 0:
-            forwards.append((threading.current_thread().name, query.shape[2]))
-        return kv_slots.attend(module, query, *args, **kwargs)
-
-    monkeypatch.setitem(kv_slots.AttentionInterface._global_mapping, kv_slots.ATTENTION, counting)
-    batch = GenerationBatch(gpt2, lane=fast_lane.LaneThread())
-    longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
-    batch.step(longs)
-    batch.step()
-    short = row(batch, "Paris is", 4, name="short")
-    forwards.clear()
-    batch.step([short])
-    lane = [tokens for thread, tokens in forwards if thread.startswith("fast-lane")]
-    assert [tokens for thread, tokens in forwards if not thread.startswith("fast-lane")] == [len(longs)]
-    assert lane[0] == len(short.ids) and all(tokens == 1 for tokens in lane[1:])  # its prompt, then its tokens
-    while not short.done:
-        batch.step()
-    assert all(tokens == len(longs) for thread, tokens in forwards if not thread.startswith("fast-lane"))
-    while batch.rows:
-        batch.step()
-    for r in [short, *longs]:
-        assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
 
 
 def test_an_idle_batch_keeps_its_heads_a_while_then_gives_its_memory_back(gpt2: Any, computed: list[int]) -> None:
