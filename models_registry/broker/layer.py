@@ -192,12 +192,8 @@ class HostingChannelLayer(MessageLeases, RedisChannelLayer):
         by_server: dict[int, list[str]] = {}
         for channel in channels:
             by_server.setdefault(self._index(channel), []).append(self.doorbell_key(channel))
-        if len(by_server) == 1:
-            [(index, doorbells)] = by_server.items()
-            await self.connection(index).blpop(doorbells, timeout=timeout_s)
-            return
-        # A ring: the doorbells of each server at once, the first ring wakes the worker (the others are
-        # cancelled; a ring one of them took meanwhile is not lost: the next pull takes every waiting message).
+        # Each server's doorbells at once (a ring's too): the first ring wakes the worker, the other waits are
+        # cancelled (a ring one of them took meanwhile is not lost: the next pull takes every waiting message).
         waits = [asyncio.ensure_future(self.connection(index).blpop(doorbells, timeout=timeout_s))
                  for index, doorbells in by_server.items()]
         try:
