@@ -5,9 +5,9 @@ after the batch's forward, it takes forwards of its rows alone (on a CPU a forwa
 costs about a quarter of one of 33: reading the weights). Each lane forward costs the long rows
 its time, so the lane runs only for a short row that riding the batch would make more than
 SLOWDOWN times as slow as alone: its time so far plus a step per token left, against SLOWDOWN
-times a lane forward per token asked (both times measured as the batch runs). Beside 8 rows
-(a step about 1.4 lane forwards on a CPU) a short row rides the batch; beside 32 (a step about
-3) it takes the lane for its last tokens.
+times a lane forward per token asked (both times measured as the batch runs; the lane's again
+at least every FRESH_S). Beside 8 rows (a step about 1.4 lane forwards on a CPU) a short row
+rides the batch; beside 32 (a step about 3) it takes the lane for its last tokens.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ SHORT_TOKENS = 16  # a row asking at most this many tokens may take the lane
 FAST_STEPS = 3  # lane forwards after one batch forward, at most
 LANE_SHARE = 4  # the lane's rows are at most a quarter of the decoding rows
 SLOWDOWN = 2.0  # a short row takes the lane when riding the batch would make it slower than this times alone
+FRESH_S = 10.0  # a lane forward measured longer ago is measured again (one measured under a passing load would
+# otherwise keep every short row riding the batch, and the lane would never run to correct it)
 
 
 def late(spent_s: float, left: int, asked: int, step_s: float | None, lane_s: float | None) -> bool:

@@ -124,6 +124,7 @@ class GenerationBatch:
         self.seconds_per_token: float | None = None  # of prefill, measured
         self.step_s: float | None = None  # the batch's forward, measured
         self.lane_s: float | None = None  # a forward of the fast lane, measured
+        self.lane_at = 0.0  # when last (perf_counter)
         self.prompts: OrderedDict[str, list[int]] = OrderedDict()  # rendered chat prompts, tokenized once
         self.idle_since: float | None = None  # monotonic time the last row left (None: rows are in)
 
@@ -214,7 +215,9 @@ class GenerationBatch:
     def _fast_lane(self) -> None:
         """Short rows that riding the batch would make late decode in forwards of their own (inference.fast_lane)."""
         for _ in range(fast_lane.FAST_STEPS):
-            rows = fast_lane.lane_rows(self.rows, time.perf_counter(), self.step_s, self.lane_s)
+            now = time.perf_counter()
+            fresh = now - self.lane_at < fast_lane.FRESH_S  # a stale measure is taken again (it may be a slow one)
+            rows = fast_lane.lane_rows(self.rows, now, self.step_s, self.lane_s if fresh else None)
             if not rows:
                 return
             self._forward(rows, 0, 0, lane=True)
@@ -242,7 +245,7 @@ class GenerationBatch:
         self._draw(drawing, logits)
         took = time.perf_counter() - started
         if lane:
-            self.lane_s = _smoothed(self.lane_s, took)
+            self.lane_s, self.lane_at = _smoothed(self.lane_s, took), time.perf_counter()
             return
         self.step_s = _smoothed(self.step_s, took)
         self.seconds_per_token = _smoothed(self.seconds_per_token, took / len(step.ids))  # a decode token: a prompt's

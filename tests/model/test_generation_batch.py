@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -302,7 +303,7 @@ def test_a_short_request_that_riding_the_batch_keeps_in_time_rides_it(gpt2: Any,
     longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
     batch.step(longs)
     batch.step()
-    batch.lane_s = 0.01  # measured once already: the lane is not tried just to measure it
+    batch.lane_s, batch.lane_at = 0.01, time.perf_counter()  # measured just now: not tried again to measure it
     short = row(batch, "Paris is", 4, name="short")
     computed.clear()
     while not short.done:
@@ -312,3 +313,16 @@ def test_a_short_request_that_riding_the_batch_keeps_in_time_rides_it(gpt2: Any,
         batch.step()
     for r in [short, *longs]:
         assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
+
+
+def test_a_lane_forward_measured_long_ago_is_measured_again(gpt2: Any, computed: list[int]) -> None:
+    batch = GenerationBatch(gpt2)
+    longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
+    batch.step(longs)
+    batch.step()
+    batch.lane_s, batch.lane_at = 1e6, time.perf_counter() - 2 * fast_lane.FRESH_S  # slow, and stale
+    short = row(batch, "Paris is", 4, name="short")
+    computed.clear()
+    batch.step([short])
+    assert computed[:2] == [len(longs) + len(short.ids), 1]  # the lane ran again, to be measured
+    assert batch.lane_s < 1e6
