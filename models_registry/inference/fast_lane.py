@@ -4,9 +4,9 @@ A 4-token answer beside 32 long streams would take four steps of the whole batch
 after the batch's forward, it takes forwards of its rows alone (on a CPU a forward of one row
 costs about a quarter of one of 33: reading the weights). Each lane forward costs the long rows
 its time, so the lane runs only for a short row that riding the batch would make more than
-SLOWDOWN times as slow as alone: its time so far plus a step per token left, against SLOWDOWN
-times a lane forward per token asked (both times measured as the batch runs; the lane's again
-at least every FRESH_S). Beside 8 rows (a step about 1.4 lane forwards on a CPU) a short row
+SLOWDOWN times as slow as alone: its time since it arrived plus a step per token left, against
+SLOWDOWN times a lane forward per token asked (the batch's forward measured as it runs; a lane
+forward alone, the fastest of the last WINDOW, measured again at least every FRESH_S). Beside 8 rows (a step about 1.4 lane forwards on a CPU) a short row
 rides the batch; beside 32 (a step about 3) it takes the lane for its last tokens.
 """
 
@@ -18,6 +18,7 @@ SHORT_TOKENS = 16  # a row asking at most this many tokens may take the lane
 FAST_STEPS = 3  # lane forwards after one batch forward, at most
 LANE_SHARE = 4  # the lane's rows are at most a quarter of the decoding rows
 SLOWDOWN = 2.0  # a short row takes the lane when riding the batch would make it slower than this times alone
+WINDOW = 16  # lane forwards whose fastest stands for a forward alone (the others met a busier machine)
 FRESH_S = 10.0  # a lane forward measured longer ago is measured again (one measured under a passing load would
 # otherwise keep every short row riding the batch, and the lane would never run to correct it)
 

@@ -17,7 +17,7 @@ answers are TGI's, built as inference.streaming builds them.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +71,7 @@ class Row:
     slot: int = -1
     fill: list[int] = field(default_factory=list)  # what its cache must hold before it decodes
     shaping: RowShaping | None = None  # OpenAI's logprobs and structured output (inference.row_shaping)
-    joined: float = field(default_factory=time.perf_counter)  # when it was read, to join at the next step
+    joined: float = field(default_factory=time.perf_counter)  # when it arrived (perf_counter)
 
     @property
     def tokens(self) -> int:
@@ -123,8 +123,8 @@ class GenerationBatch:
         self.configs = kv_slots.configs_of(self.model)
         self.seconds_per_token: float | None = None  # of prefill, measured
         self.step_s: float | None = None  # the batch's forward, measured
-        self.lane_s: float | None = None  # a forward of the fast lane, measured
-        self.lane_at = 0.0  # when last (perf_counter)
+        self.lane_times: deque[float] = deque(maxlen=fast_lane.WINDOW)  # the fast lane's last forwards
+        self.lane_at = 0.0  # when the last was (perf_counter)
         self.prompts: OrderedDict[str, list[int]] = OrderedDict()  # rendered chat prompts, tokenized once
         self.idle_since: float | None = None  # monotonic time the last row left (None: rows are in)
 
@@ -133,8 +133,12 @@ class GenerationBatch:
         size = torch.finfo(self.model.dtype).bits // 8 if self.model.dtype.is_floating_point else 4
         return 2 * self.layers * self.kv_heads * self.head_dim * size
 
-    def prepare(self, request_id: str, text: str, params: dict[str, Any], sink: TokenSink | None) -> Row:
-        """A row for one prompt, checked (400 when it does not fit the model); nothing computed yet."""
+    def prepare(self, request_id: str, text: str, params: dict[str, Any], sink: TokenSink | None,
+                waited_s: float = 0.0) -> Row:
+        """A row for one prompt, checked (400 when it does not fit the model); nothing computed yet.
+
+        waited_s: how long the request has waited already (the fast lane counts its time from its arrival).
+        """
         ids = self._prompt_ids(text, params)
         if not ids:
             ids = [next(iter(self.eos))] if self.eos else [0]  # an empty prompt starts from EOS, as TGI
@@ -162,7 +166,8 @@ class GenerationBatch:
         full_text = params.get("return_full_text") is True if details else params.get("return_full_text") is not False
         return Row(id=request_id, prompt=str(text), ids=list(ids), max_new_tokens=max_new, decoder=decoder,
                    sequence=sequence, processors=logits_processors(config, params, sample), sample=sample,
-                   generator=generator, full_text=full_text, details=details, shaping=shaping)
+                   generator=generator, full_text=full_text, details=details, shaping=shaping,
+                   joined=time.perf_counter() - max(0.0, waited_s))
 
     def step(self, joining: list[Row] | tuple[()] = (), preempted: list[Row] | tuple[()] = ()) -> list[Row]:
         """One step: preempted rows leave, joining rows take slots, one forward; the rows that finished (gone)."""
@@ -217,7 +222,8 @@ class GenerationBatch:
         for _ in range(fast_lane.FAST_STEPS):
             now = time.perf_counter()
             fresh = now - self.lane_at < fast_lane.FRESH_S  # a stale measure is taken again (it may be a slow one)
-            rows = fast_lane.lane_rows(self.rows, now, self.step_s, self.lane_s if fresh else None)
+            lane_s = min(self.lane_times) if fresh and self.lane_times else None  # the lane alone: its fastest
+            rows = fast_lane.lane_rows(self.rows, now, self.step_s, lane_s)
             if not rows:
                 return
             self._forward(rows, 0, 0, lane=True)
@@ -245,7 +251,8 @@ class GenerationBatch:
         self._draw(drawing, logits)
         took = time.perf_counter() - started
         if lane:
-            self.lane_s, self.lane_at = _smoothed(self.lane_s, took), time.perf_counter()
+            self.lane_times.append(took)
+            self.lane_at = time.perf_counter()
             return
         self.step_s = _smoothed(self.step_s, took)
         self.seconds_per_token = _smoothed(self.seconds_per_token, took / len(step.ids))  # a decode token: a prompt's

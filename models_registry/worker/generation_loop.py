@@ -108,7 +108,8 @@ class GenerationLoop:
             for item, sink in zip(batch.items, sinks):
                 params = {**task.parameters, **item.request.delivery.parameters}
                 try:
-                    rows.append(running.batch.prepare(item.request.id, item.payload, params, sink))
+                    rows.append(running.batch.prepare(item.request.id, item.payload, params, sink,
+                                                      waited_s=time.time() - item.request.arrival))
                 except HostingError as error:
                     rows.append(error)
             return rows
