@@ -69,9 +69,10 @@ async def enqueue_request(layer: WorkLayer, model: str, task: str, channel: str,
 
     reply: (reply channel, a future or a stream's queue, reader) for the layer to hand the worker's answer.
     """
+    # Within a second: the turn pipeline's deadline (broker.turn_pipeline.shared), one timer per loop turn instead of
+    # one per request; a sharded ring's second round trip gets its own.
     try:
-        async with asyncio.timeout(BROKER_TIMEOUT_S):  # no task of its own, as wait_for would make per request
-            status, depth = await layer.enqueue(channel, message, places, plan, batch=priority == "batch", reply=reply)
+        status, depth = await layer.enqueue(channel, message, places, plan, batch=priority == "batch", reply=reply)
     except Exception as error:
         raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
     if status == enqueue.QUEUE_FULL:
