@@ -13,6 +13,7 @@ from models_registry.broker import admission, deferred, enqueue, messages, queue
 from models_registry.broker.work_layer import WorkLayer, work_layer
 from models_registry.catalog.served_check import Served, still_served
 from models_registry.core.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
+from models_registry.core.waits import done_within
 from models_registry.observe import tracing
 
 BROKER_TIMEOUT_S = 1.0  # a broker that does not answer within a second is down
@@ -173,8 +174,7 @@ async def _await_reply(
         remaining = deadline - time.time()
         if remaining <= 0:
             raise Timeout(f"no result within {timeout_s:g} s")
-        done, _ = await asyncio.wait({receiver}, timeout=min(remaining, SERVED_CHECK_EVERY_S))
-        if done:
+        if await done_within(receiver, min(remaining, SERVED_CHECK_EVERY_S)):
             return receiver.result()
         if served is not None and not await still_served(served):
             raise Unavailable(f"no live worker serves model {model!r} any more")
@@ -183,8 +183,7 @@ async def _await_reply(
         if not await still_queued() and not receiver.done() and time.time() < deadline - SERVED_CHECK_EVERY_S:
             # A worker takes the entry away in the script that sends its answer, which may still be
             # on its way to this process (the reply pump): lost only if it does not come in time.
-            done, _ = await asyncio.wait({receiver}, timeout=SERVED_CHECK_EVERY_S)
-            if done:
+            if await done_within(receiver, SERVED_CHECK_EVERY_S):
                 return receiver.result()
             raise Unavailable("the message broker lost this request (it restarted); retry",
                               headers={"Retry-After": "1"})
