@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of every server (1: two threads on two shared cores spin-wait)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="rounds of the continuous server and serve (other order each round): medians shown")
     parser.add_argument("--only", default="", help="servers to run: continuous,static,transformers-serve")
     parser.add_argument("--structured", type=int, default=1,
                         help="1: the structured-output level (json_schema vs free rows at 8 streams, continuous)")
@@ -178,6 +180,21 @@ async def level(server: Server, streams: int, args: argparse.Namespace, extra: d
             "requests": f"{len(finished)}/{len(ttfts)}", "probe_p50_ms": pct(probes, 50), "errors": errors[:2]}
 
 
+def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One level's figures over rounds: the median of each figure, the requests and errors of every round."""
+    merged: dict[str, Any] = {}
+    for key in rows[0]:
+        values = [row[key] for row in rows]
+        if key == "errors":
+            merged[key] = [error for value in values for error in value][:2]
+        elif key == "requests":
+            merged[key] = " + ".join(values)
+        else:
+            present = [value for value in values if value is not None]
+            merged[key] = round(statistics.median(present), 1) if present else None
+    return merged
+
+
 def pct(values: list[float], q: int) -> float | None:
     """The q-th percentile in milliseconds (None when empty)."""
     if not values:
@@ -263,11 +280,18 @@ def main(argv: list[str] | None = None) -> None:
                 solo[name] = asyncio.run(solo_probe(server))
                 results[name] = {}
             # Server by server: transformers serve goes on generating for clients that left at a window's end,
-            # which would slow whichever server came next.
-            for name, server in chosen.items():
-                for streams in levels:
-                    results[name][streams] = asyncio.run(level(server, streams, args))
-                    print(name, streams, results[name][streams], flush=True)
+            # which would slow whichever server came next. Later rounds run the continuous server and serve
+            # again in the other order (the static one is minutes per request: once); the table's figures are
+            # the medians of the rounds (this machine's load moves one window's figures by a third).
+            runs: dict[str, dict[int, list[dict[str, Any]]]] = {name: {} for name in chosen}
+            for round_ in range(args.rounds):
+                names = [n for n in chosen if round_ == 0 or n != "static"]
+                for name in names if round_ % 2 == 0 else names[::-1]:
+                    for streams in levels:
+                        got = asyncio.run(level(chosen[name], streams, args))
+                        runs[name].setdefault(streams, []).append(got)
+                        print(f"round {round_ + 1}", name, streams, got, flush=True)
+            results = {name: {streams: median_row(rows) for streams, rows in by.items()} for name, by in runs.items()}
             if args.structured and "continuous" in chosen:
                 structured = asyncio.run(generation_structured.pair(chosen["continuous"], args, level))
                 print("structured", structured, flush=True)
@@ -292,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end), torch threads "
         f"{args.threads}; GPT-2 small shape (124M parameters, random weights), greedy, prompts of 2-9 tokens, "
         f"{args.min_tokens}-{args.max_tokens} new tokens each (one seeded sequence per level), window "
-        f"{args.seconds:g} s or {args.max_requests} requests per level. tokens/s: content chunks received in the "
+        f"{args.seconds:g} s or {args.max_requests} requests per level; continuous and serve: medians of {args.rounds} "
+        f"rounds in alternating order. tokens/s: content chunks received in the "
         f"window / window. Probe: a 4-token request sent one at a time (0.5 s apart) beside the streams; in "
         f"brackets its latency alone.\n\n{report.replace(chr(10) + '## ', chr(10) + '### ')}\n{notes}\n")
     with out.open("a") as file:

@@ -1,6 +1,6 @@
 """OpenAI's Files and Batches API over our inference routes (errors in OpenAI's shape).
 
-POST /v1/files takes a JSONL file of requests (purpose `batch`), checked line by line
+POST /v1/files takes a JSONL file of requests (purpose `batch`), checked line by line (api.upload_route)
 before it is stored; POST /v1/batches runs one through the workers (jobs/driver.py).
 A token sees only its own files and batches.
 """
@@ -8,31 +8,24 @@ A token sees only its own files and batches.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
-from contextlib import nullcontext
 from typing import Any
 
 import orjson
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.http.multipartparser import MultiPartParserError
 
+from models_registry.api import upload_route
 from models_registry.api.error_answers import invalid
 from models_registry.api.openai_routes import openai_view
 from models_registry.core import paths
-from models_registry.core.conf import conf
-from models_registry.core.errors import TooLarge
 from models_registry.jobs import files, lines, store
 from models_registry.jobs.shapes import list_object
-from models_registry.jobs.targets import route_check
-from models_registry.policy import auth, file_quota, upload_reservations
-from models_registry.catalog import lookups
+from models_registry.policy import auth
 from models_registry.catalog.lookups import fresh_connection
 
 BATCH_FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after")
 MAX_METADATA = 16
-TTL_RANGE = (3600, 2_592_000)  # expires_after / output_expires_after seconds, as OpenAI takes them
 
 
 def _db(function: Any) -> Any:
@@ -59,90 +52,13 @@ def _page_args(request: HttpRequest) -> tuple[str | None, int]:
     return request.GET.get("after") or None, limit
 
 
-def _expires_after(post: Any) -> int | None:
-    """The upload's expires_after[seconds] (OpenAI's form fields), checked; None when not sent."""
-    anchor, seconds = post.get("expires_after[anchor]"), post.get("expires_after[seconds]")
-    if anchor is None and seconds is None:
-        return None
-    if anchor != "created_at":
-        raise invalid(f"'expires_after[anchor]' must be 'created_at', not {anchor!r}", "expires_after")
-    if seconds is None or not seconds.isdigit() or not TTL_RANGE[0] <= int(seconds) <= TTL_RANGE[1]:
-        raise invalid(f"'expires_after[seconds]' must be an integer from {TTL_RANGE[0]} to {TTL_RANGE[1]}, not "
-                      f"{seconds!r}", "expires_after")
-    return int(seconds)
-
-
-def _checked_upload(request: HttpRequest, check: lines.RouteCheck) -> tuple[Any, lines.FileSummary, int | None]:
-    """Parse the multipart body and check every line (runs in a thread: files can be large)."""
-    try:
-        post, uploads = request.POST, request.FILES
-    except MultiPartParserError as error:
-        raise invalid(f"malformed multipart body: {error}", "file") from None
-    purpose = post.get("purpose")
-    if purpose != "batch":
-        raise invalid(f"'purpose' must be 'batch' (this server keeps batch input files only), not {purpose!r}",
-                      "purpose")
-    ttl = _expires_after(post)
-    upload = uploads.get("file")
-    if upload is None:
-        raise invalid("a 'file' part is required: the JSONL file of requests", "file")
-    limit = conf.BATCH_MAX_FILE_BYTES
-    if upload.size > limit:
-        raise TooLarge(f"the file is {upload.size} bytes; the limit is {limit} (HOSTING_BATCH_MAX_FILE_BYTES)")
-    upload.seek(0)
-    cap = conf.MAX_BODY_BYTES
-    summary = lines.scan(lines.read_lines(upload, cap), max_line_bytes=cap,
-                         max_lines=conf.BATCH_MAX_LINES, check=check)
-    return upload, summary, ttl
-
-
-async def _upload(request: HttpRequest) -> HttpResponse:
-    owner_id, grant = await _owner(request)
-    limit = conf.BATCH_MAX_FILE_BYTES
-    raw_length = request.META.get("CONTENT_LENGTH") or "0"
-    if not raw_length.isdigit():  # the API handler refuses these first; a view may be called without it
-        raise invalid(f"malformed Content-Length {raw_length!r}", None)
-    length = int(raw_length)
-    if length > limit + 64 * 1024:  # the multipart envelope around the file is small
-        raise TooLarge(f"the upload is {length} bytes; a batch file may be at most {limit} bytes "
-                       "(HOSTING_BATCH_MAX_FILE_BYTES)")
-    if not (request.content_type or "").startswith("multipart/form-data"):
-        raise invalid("send multipart/form-data with a 'file' part and purpose=batch", "file")
-    check = route_check(await lookups.get_specs(), grant)
-    # Not the ORM's thread: checking a big file must not hold up the token lookups.
-    upload, summary, ttl = await sync_to_async(_checked_upload, thread_sensitive=False)(request, check)
-    # Again with the file's real size, reserved as the front door reserved the declared one (its reservation,
-    # dropped once this is answered; a view called without it holds one of its own until the file is saved).
-    held = getattr(request, "scope", {}).get(upload_reservations.SCOPE_KEY)
-    field = held[1] if held else f"route-{uuid.uuid4().hex}"
-    reserving = owner_id is not None and upload_reservations.enabled()
-    size, filename = upload.size or 0, upload.name or "input.jsonl"
-    try:
-        if reserving:
-            await upload_reservations.hold(owner_id, field, size, _db(file_quota.check))
-        public_id, storage_name = await _db(files.store_input)(upload)
-    except BaseException:
-        if reserving and not held:  # the front door drops its own
-            await upload_reservations.release(owner_id, field)
-        raise
-    finally:
-        upload.close()
-    # The file becomes kept and stops being reserved in one step under the token's lock: a check of another
-    # upload between the two would count it twice.
-    async with upload_reservations.settling(owner_id, field) if reserving else nullcontext():
-        saved = await _db(files.record_input)(public_id, storage_name, size, filename, owner_id, summary.lines,
-                                              summary.urls, ttl)
-    if held:
-        request.scope[upload_reservations.SCOPE_KEY] = None  # settled: nothing left for the front door to drop
-    return JsonResponse(await _db(store.file_json)(saved.public_id, owner_id))
-
-
 @openai_view("POST", "GET")
 async def file_collection(request: HttpRequest) -> HttpResponse:
     """POST: upload a batch input file. GET: the token's files."""
+    owner_id, grant = await _owner(request)
     if request.method == "POST":
-        return await _upload(request)
-    owner_id, _ = await _owner(request)
+        call = getattr(request, "api_call", None)  # the front door's: the reservation it made before the body
+        return await upload_route.store_file(request, grant, call.reservation if call is not None else None)
     after, limit = _page_args(request)
     items, more = await _db(store.list_files)(owner_id, after, limit, request.GET.get("purpose"))
     return JsonResponse(list_object(items, more))
@@ -209,7 +125,7 @@ def _read_batch_request(raw: bytes) -> tuple[str, str, str, dict[str, str] | Non
     if expires is not None and not (
         isinstance(expires, dict) and set(expires) == {"anchor", "seconds"} and expires["anchor"] == "created_at"
         and isinstance(expires["seconds"], int) and not isinstance(expires["seconds"], bool)
-        and TTL_RANGE[0] <= expires["seconds"] <= TTL_RANGE[1]
+        and upload_route.TTL_RANGE[0] <= expires["seconds"] <= upload_route.TTL_RANGE[1]
     ):
         raise invalid("'output_expires_after' must be {\"anchor\": \"created_at\", \"seconds\": 3600 to 2592000}",
                       "output_expires_after")

@@ -16,7 +16,7 @@ One stage, in this order, each answered as cheaply as it can be:
   comes before any of them is read; an upload over the token's storage quota (policy.file_quota)
   or past its requests_per_minute is refused the same way, and one let through is counted as a
   request of the token and holds its declared bytes of the quota until it is answered
-  (policy.upload_reservations);
+  (api.upload_route's admit: the call carries its reservation);
 - a declared body over the route's limit: 413.
 
 The front door drains what a refused request still sends (up to Refusal.drain bytes) so that
@@ -28,26 +28,23 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
 from django.http import HttpResponse
 
-from models_registry.api import request_record, route_table
+from models_registry.api import request_record, route_table, upload_route
 from models_registry.api.call import ApiCall
 from models_registry.api.hosts import host_allowed
 from models_registry.api.error_answers import error_response, error_response_for
 from models_registry.broker import handoff, queue_state
 from models_registry.catalog import lookups
-from models_registry.catalog.lookups import fresh_connection
 from models_registry.catalog.rollout import CANARY, wire_name
 from models_registry.catalog.specs import ModelSpec
 from models_registry.core import paths
 from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, InvalidInput, TooLarge
-from models_registry.policy import auth, file_quota, gate, upload_reservations
+from models_registry.policy import auth
 
 AUTH_FIRST = (paths.FILES_PREFIX,)  # routes with large bodies: the token is checked before the body is read
 UPLOADS = paths.FILES_PREFIX  # an upload is also held to the storage quota and charged before it is read
-MULTIPART_OVERHEAD = 64 * 1024  # form boundaries and headers around an uploaded file
 # Of a body over the limit, up to this much more is read and dropped before the 413, so a
 # client still sending it hears the answer instead of a broken pipe; a larger one is
 # answered at once and its connection closed.
@@ -69,7 +66,7 @@ class Refusal:
 def body_limit(path: str) -> int:
     """Bytes a request body may have on path: batch input files are larger than inference bodies."""
     if path.startswith(paths.FILES_PREFIX):
-        return conf.BATCH_MAX_FILE_BYTES + MULTIPART_OVERHEAD
+        return conf.BATCH_MAX_FILE_BYTES + upload_route.MULTIPART_OVERHEAD
     return conf.MAX_BODY_BYTES
 
 
@@ -107,7 +104,7 @@ async def check(call: ApiCall) -> Verdict:
             grant = await auth.authorize(call.authorization, None)
             call.token_checked, call.grant = True, grant  # its route takes the grant from the call
             if call.method == "POST" and call.path.rstrip("/") == UPLOADS:
-                await _admit_upload(call, grant)
+                call.reservation = await upload_route.admit(call, grant)  # the storage it holds till answered
     except HostingError as error:
         return Verdict(limit, Refusal(error_response_for(call.path, error, call.request_id), drain=DRAIN_BYTES))
     declared = declared_length(call.content_length)
@@ -162,22 +159,3 @@ def _check_length(call: ApiCall) -> None:
     length = call.content_length
     if length is not None and not length.strip().isdigit():
         raise InvalidInput(f"malformed Content-Length header {length[:40]!r}: send the body's size in bytes")
-
-
-async def _admit_upload(call: ApiCall, grant: auth.TokenGrant | None) -> None:
-    """An upload fits the token's storage quota (by its Content-Length) and is charged as one request."""
-    if grant is None:
-        return
-    declared = call.content_length
-    adding = int(declared) if declared and declared.strip().isdigit() else 0
-    if upload_reservations.enabled():  # reserved before the files kept are read: uploads side by side add up
-        await upload_reservations.hold(grant.token_id, call.request_id, adding,
-                                       sync_to_async(fresh_connection(file_quota.check)))
-        call.reservation = (grant.token_id, call.request_id)
-    try:
-        gate.count_alone(await gate.admit(gate.Ask(grant, [])))  # 429 when its requests_per_minute are spent
-    except BaseException:
-        if call.reservation is not None:
-            await upload_reservations.release(*call.reservation)
-            call.reservation = None
-        raise

@@ -15,6 +15,7 @@ from models_registry.core.errors import TooLarge
 
 if TYPE_CHECKING:
     from models_registry.policy.auth import TokenGrant  # the ORM: not imported at run time here
+    from models_registry.policy.upload_reservations import Reservation
 
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
@@ -50,8 +51,8 @@ class ApiCall:
     server: tuple[str, int] | None = None  # the address it came in on (the Host check's, without a Host header)
     content_length: str | None = None
     chunked: bool = False
-    # An upload's storage reservation (owner id, field: policy.upload_reservations), dropped once it is answered.
-    reservation: tuple[int, str] | None = None
+    # An upload's storage reservation, made before its body (api.upload_route's admit), dropped once it is answered.
+    reservation: Reservation | None = None
     # Whether the front door checked the token before the body (api.before_body), and the grant it found (None:
     # tokens are off): the route takes it from here instead of checking it again.
     token_checked: bool = False

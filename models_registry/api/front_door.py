@@ -32,14 +32,13 @@ from django.core.handlers.exception import response_for_exception
 from django.test.utils import override_settings
 from django.urls import set_script_prefix, set_urlconf
 
-from models_registry.api import before_body, inference_route
+from models_registry.api import before_body, inference_route, upload_route
 from models_registry.api.answer import Answer
 from models_registry.api.call import ApiCall, from_scope
 from models_registry.api.error_answers import error_response_for
 from models_registry.core.conf import conf
 from models_registry.core.errors import TooLarge
 from models_registry.observe import ledger_flush, tracing
-from models_registry.policy import upload_reservations
 
 class BodyTooLarge(Exception):
     """The body grew past the route's limit while it was read."""
@@ -117,18 +116,15 @@ class ApiASGIHandler(ASGIHandler):
         if not ledger_flush.decided:  # its first request: this web process moves the usage counters to the database
             ledger_flush.decide()
         call = from_scope(scope)  # the headers, read once: the refusals and the route read them here
-        verdict = await before_body.check(call)  # one stage: what the headers already decide
+        verdict = await before_body.check(call)  # one stage: what the headers already decide (an upload's reservation)
         try:
             if verdict.refusal is not None:
                 await self._refuse(receive, send, call, verdict.refusal)
             else:
-                if call.reservation is not None:  # the upload's route adjusts it to the file's size
-                    scope[upload_reservations.SCOPE_KEY] = call.reservation
                 await self._serve(scope, receive, send, call, verdict)
         finally:
-            # The upload's route settles its reservation itself (and clears it in the scope); else it goes here.
-            if call.reservation is not None and scope.get(upload_reservations.SCOPE_KEY, call.reservation):
-                await upload_reservations.release(*call.reservation)
+            if call.reservation is not None:  # after the answer, on an error or a disconnect: the upload's storage
+                await upload_route.release(call.reservation)
 
     async def _refuse(self, receive, send, call: ApiCall,  # type: ignore[no-untyped-def]
                       refused: before_body.Refusal) -> None:

@@ -45,6 +45,7 @@ from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
 STEP_S = 0.05  # the prefill one step computes takes about this long (at least MIN_CHUNK tokens)
 MIN_CHUNK, FIRST_CHUNK = 32, 64  # prefill tokens per step: at least, and before the first measure
+KEEP_IDLE_S = 5.0  # an idle batch keeps its cache (and the heads it holds) this long
 JOIN_TOKENS = 256  # short prompts (each within a chunk) computed whole at one step, beside the chunks
 SHORT_TOKENS, FAST_STEPS = 16, 3  # a row asking at most SHORT_TOKENS decodes up to FAST_STEPS more per step
 LANE_SHARE = 4  # ... while such rows are at most a quarter of the decoding rows
@@ -122,6 +123,7 @@ class GenerationBatch:
         self.configs = kv_slots.configs_of(self.model)
         self.seconds_per_token: float | None = None  # of prefill, measured
         self.prompts: OrderedDict[str, list[int]] = OrderedDict()  # rendered chat prompts, tokenized once
+        self.idle_since: float | None = None  # monotonic time the last row left (None: rows are in)
 
     def bytes_per_token(self) -> int:
         """KV-cache bytes one token of one row takes (keys and values of every layer)."""
@@ -175,10 +177,20 @@ class GenerationBatch:
             done = [r for r in self.rows if r.done]
             self._leave(done)
             finished += done
-        if not self.rows:  # idle: the memory goes back (a head is reused while rows come and go)
-            self.cache.release()
-            self.table.clear()
+        # Idle: the cache is kept KEEP_IDLE_S (release_idle), so that a head outlives a moment with no rows
+        # (closed-loop clients sending one request each, all finished at one step, then the next).
+        self.idle_since = (self.idle_since or time.monotonic()) if not self.rows else None
         return finished
+
+    def release_idle(self, now: float) -> float | None:
+        """Give the cache's memory back once idle KEEP_IDLE_S (monotonic now); when to ask again (None: never)."""
+        if self.idle_since is None or not self.cache.keys:
+            return None
+        if now - self.idle_since < KEEP_IDLE_S:
+            return self.idle_since + KEEP_IDLE_S
+        self.cache.release()
+        self.table.clear()
+        return None
 
     def _seat(self, row: Row) -> None:
         """row takes a slot, starting from the longest cached head of what it must compute."""

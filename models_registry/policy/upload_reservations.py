@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -33,7 +34,6 @@ logger = logging.getLogger(__name__)
 RESERVATION_TTL_S = 3600  # longest an upload's body and its check may take (Django spools it first)
 LOCK_TTL_MS = 5000  # a lock whose holder died frees itself
 LOCK_WAIT_S = 5.0  # longest an upload waits for the others' checks
-SCOPE_KEY = "hosting.upload_reservation"  # (owner id, field) of the request's own reservation, in its ASGI scope
 
 # KEYS[1]: the token's hash {request field: "bytes:expires"}; ARGV: now, the field left out. The others' bytes.
 _OTHERS = LuaScript("""
@@ -55,6 +55,15 @@ _UNLOCK = LuaScript("""
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """An upload's bytes held of its token's quota: whose, under which field (its request's id), how many."""
+
+    owner_id: int
+    field: str
+    size: int
 
 
 def _key(layer: Any, owner_id: int) -> str:
@@ -109,6 +118,10 @@ async def hold(owner_id: int, field: str, size: int, check: Any) -> None:
 
 async def release(owner_id: int, field: str) -> None:
     """Drop this upload's reservation (the upload failed, or its file is kept already), under the token's lock."""
+    layer = get_channel_layer()
+    with suppress(Exception):
+        if not await layer.connection(0).hexists(_key(layer, owner_id), field):
+            return  # settled as its file was kept (or never held): no lock to wait for after the answer
     async with settling(owner_id, field):
         pass
 

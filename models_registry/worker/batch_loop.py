@@ -104,7 +104,7 @@ class BatchLoop:
                     await self.decoding.iterate()  # one token step, then the queues again
                     self.busy = self.decoding.busy()
                     continue
-                await self._sleep_until_work(now)
+                await self._sleep_until_work(now, self.decoding.release_idle())
                 continue
             self.busy = True
             started = time.time()
@@ -165,9 +165,12 @@ class BatchLoop:
             "hosting.device": loaded.device if loaded is not None else "",
             "hosting.backend": str((loaded.backend or {}).get("backend", "")) if loaded is not None else ""})
 
-    async def _sleep_until_work(self, now: float) -> None:
+    async def _sleep_until_work(self, now: float, release_in: float | None) -> None:
+        """Until a request comes, the batcher's next deadline, or an idle decode batch's release (release_in s)."""
         wake_at = self.batcher.next_wakeup(now)
         timeout = None if wake_at is None else max(0.0, wake_at - time.time())
+        if release_in is not None:
+            timeout = release_in if timeout is None else min(timeout, release_in)
         self._wake.clear()
         await event_set(self._wake, timeout)
 

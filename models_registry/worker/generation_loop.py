@@ -129,6 +129,12 @@ class GenerationLoop:
             running.schedule.add(entry)
         self._finish(batch.key, failed)
 
+    def release_idle(self) -> float | None:
+        """Idle decode batches give their cache back after a while; seconds until one may next (None: none idle)."""
+        now = time.monotonic()
+        asks = [at for at in (r.batch.release_idle(now) for r in self.running.values()) if at is not None]
+        return max(0.0, min(asks) - now) if asks else None
+
     async def iterate(self) -> None:
         """One token step of every model with work (those that may join are prefilled first)."""
         now = time.time()

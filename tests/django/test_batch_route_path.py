@@ -4,10 +4,11 @@ They are Django views (api.batch_routes) behind the front door and the API middl
 skeleton: api.views' api_view is their skeleton (the method check, the view, the error's answer) and
 api.batch_routes their route. Their database work runs in sync_to_async's threads, traced too. Each is held
 to the rule of tests/django/test_request_path.py: no returns but the skeleton's calls into its route (and
-the route's own helpers). POST /v1/files is not here: the front door reserves its declared size (file_quota,
-upload_reservations, Redis) and runs the gate before the body comes, and the view reserves the real size again
-and settles it, each database step through catalog.lookups' wrapper (12 returns on 2026-11-27; issue 37,
-item 3). The tables land in test-artifacts/batch-route-path-*.md.
+the route's own helpers). An upload (POST /v1/files) is api.upload_route's, in the order the front door runs
+it: admit before the body (its storage reserved, its request charged), the view's store_file (the reservation
+handed on the call, adjusted to the file's real size and settled as the file is kept), release after the
+answer; upload_route is its route (12 returns on 2026-11-27, when the front door, the view and the scope
+each took a part: issue 37, item 3). The tables land in test-artifacts/batch-route-path-*.md.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "batch-route-path.md"
 ROUTE, SKELETON = "models_registry.api.batch_routes", "models_registry.api.views"
+UPLOAD_ROUTE = "models_registry.api.upload_route"  # POST /v1/files: before the body, the view, after the answer
 BOUNDARY = "path-trace-boundary"
 
 
@@ -60,14 +62,15 @@ async def _call(handler: ApiASGIHandler, method: str, path: str, token: str, bod
         (b"authorization", f"Bearer {token}".encode())])
 
 
-async def _traced(request: Callable[[], Awaitable[tuple[int, bytes]]]) -> tuple[int, bytes, PathTrace]:
+async def _traced(request: Callable[[], Awaitable[tuple[int, bytes]]],
+                  route: str = ROUTE) -> tuple[int, bytes, PathTrace]:
     """request's answer, its path traced in this thread and in the threads its database work starts."""
 
     async def traced() -> tuple[int, bytes]:
         TRACING.set(True)
         return await request()
 
-    trace = PathTrace(ROUTE, skeleton=[SKELETON], background=BACKGROUND, restarts=[ANSWER_WRITTEN])
+    trace = PathTrace(route, skeleton=[SKELETON], background=BACKGROUND, restarts=[ANSWER_WRITTEN])
     loop = asyncio.get_running_loop()
     # The views' database work runs in sync_to_async's one thread (the API handler opens no thread-sensitive
     # context); anything else in threads started from now on.
@@ -95,21 +98,25 @@ async def test_the_files_and_batches_routes_never_go_back_up(
     status, answer = await _call(handler, "POST", "/v1/batches", token, batch)
     assert status == 200, answer
     batch_id = json.loads(answer)["id"]
-    cases = {"files-list": ("GET", "/v1/files", b""), "file": ("GET", f"/v1/files/{file_id}", b""),
+    upload = f"multipart/form-data; boundary={BOUNDARY}"
+    cases = {"file-upload": ("POST", "/v1/files", _upload_body()), "files-list": ("GET", "/v1/files", b""),
+             "file": ("GET", f"/v1/files/{file_id}", b""),
              "batch-create": ("POST", "/v1/batches", batch), "batches-list": ("GET", "/v1/batches", b""),
              "batch": ("GET", f"/v1/batches/{batch_id}", b""),
              "batch-cancel": ("POST", f"/v1/batches/{batch_id}/cancel", b"")}
     reports = []
     ARTIFACT.parent.mkdir(exist_ok=True)  # a fresh clone has no test-artifacts/ yet
     for name, (method, path, body) in cases.items():
+        kind = upload if name == "file-upload" else "application/json"
         if name != "batch-cancel":  # caches, connections (a cancel is traced the first time: a second finds it done)
-            assert (await _call(handler, method, path, token, body))[0] == 200, name
-        status, answer, trace = await _traced(lambda: _call(handler, method, path, token, body))
+            assert (await _call(handler, method, path, token, body, kind))[0] == 200, name
+        route = UPLOAD_ROUTE if name == "file-upload" else ROUTE
+        status, answer, trace = await _traced(lambda: _call(handler, method, path, token, body, kind), route)
         assert status == 200, (name, answer)
         report = path_trace.report(f"{method} {path} ({name})", "A Files or Batches route on the API handler, "
                                    "second request (caches warm); the database work's threads traced too.",
                                    trace.modules, trace.returns)
         ARTIFACT.with_name(f"batch-route-path-{name}.md").write_text(report)
-        assert {ROUTE, "models_registry.jobs.store"} <= set(trace.modules), report  # the view's thread traced too
+        assert {ROUTE, route, "models_registry.jobs.store"} <= set(trace.modules), report  # the view's thread too
         reports.append((name, trace.returns, report))
     assert [(name, returns) for name, returns, _ in reports if returns] == [], "\n".join(r for _, _, r in reports)

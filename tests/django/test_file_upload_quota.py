@@ -131,3 +131,46 @@ async def test_a_file_being_recorded_is_never_counted_twice(make_token: Callable
         assert not second.done()
     await asyncio.wait_for(second, 10)  # fits: 100 kept + 50 reserved
     await upload_reservations.release(owner, "second")
+
+
+async def _reserved(token_name: str) -> int:
+    """How many reservations the token's uploads hold in Redis."""
+    from channels.layers import get_channel_layer
+
+    from models_registry.policy import upload_reservations
+
+    layer = get_channel_layer()
+    owner = await sync_to_async(lambda: ApiToken.objects.get(name=token_name).pk)()
+    return await layer.connection(0).hlen(upload_reservations._key(layer, owner))
+
+
+@pytest.mark.usefixtures("file_storage", "broker")
+async def test_an_upload_refused_after_its_body_or_left_mid_body_holds_nothing(
+        make_token: Callable[..., str]) -> None:
+    """The reservation made before the body goes once the upload is answered, whatever the answer, and when its
+    client goes away before the body is in."""
+    import asyncio
+
+    from models_registry.api.front_door import ApiASGIHandler
+    from tests.asgi_client import AsyncClient as DoorClient
+    from tests.django.test_api_handler_limits import scope
+
+    token = await sync_to_async(make_token)("leaver")
+    answer = await _upload(DoorClient(), token, _jsonl(2), purpose="fine-tune")
+    assert answer.status_code == 400 and b"purpose" in answer.content
+    assert await _reserved("leaver") == 0
+    received = 0
+
+    async def receive() -> dict[str, Any]:  # one chunk of the declared two, then the client is gone
+        nonlocal received
+        received += 1
+        if received == 1:
+            return {"type": "http.request", "body": b"x" * CHUNK, "more_body": True}
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        raise AssertionError(f"nothing is answered to a client gone: {message}")
+
+    await asyncio.wait_for(ApiASGIHandler()(scope("/v1/files", [(b"host", b"127.0.0.1"),
+                                                                 *_headers(token, 2 * CHUNK)]), receive, send), 10)
+    assert received == 2 and await _reserved("leaver") == 0

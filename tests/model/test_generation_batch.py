@@ -274,3 +274,20 @@ def test_a_short_request_beside_long_rows_decodes_in_a_fast_lane(gpt2: Any, comp
     for r in [short, *longs]:
         assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
 
+
+
+def test_an_idle_batch_keeps_its_heads_a_while_then_gives_its_memory_back(gpt2: Any, computed: list[int]) -> None:
+    batch = GenerationBatch(gpt2)
+    run(batch, [row(batch, HEAD + "The cat sees", 4, name="first")])
+    assert not batch.rows and batch.cache.keys and batch.idle_since is not None  # idle, its cache kept
+    computed.clear()
+    later = row(batch, HEAD + "A dog", 4, name="later")  # the next request of a closed-loop client
+    run(batch, [later])
+    assert later.sequence.ids == alone(gpt2, later.prompt, 4)
+    assert max(computed) < 12, computed  # its tail and its decode steps: the head came from the idle batch's slot
+    idle = batch.idle_since
+    assert batch.release_idle(idle + 1) == idle + generation_batch.KEEP_IDLE_S and batch.cache.keys
+    assert batch.release_idle(idle + generation_batch.KEEP_IDLE_S) is None and not batch.cache.keys
+    computed.clear()
+    run(batch, [row(batch, HEAD + "Paris is", 4, name="cold")])
+    assert computed[0] > 30  # released: the head is computed again
