@@ -194,8 +194,19 @@ class HostingChannelLayer(MessageLeases, RedisChannelLayer):
         if not channels:
             await asyncio.sleep(timeout_s)
             return
-        conn = self.connection(self._index(channels[0]))
-        await conn.blpop([self.doorbell_key(c) for c in channels], timeout=timeout_s)
+        by_server: dict[int, list[str]] = {}
+        for channel in channels:
+            by_server.setdefault(self._index(channel), []).append(self.doorbell_key(channel))
+        # Each server's doorbells at once (a ring's too): the first ring wakes the worker, the other waits are
+        # cancelled (a ring one of them took meanwhile is not lost: the next pull takes every waiting message).
+        waits = [asyncio.ensure_future(self.connection(index).blpop(doorbells, timeout=timeout_s))
+                 for index, doorbells in by_server.items()]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     # --- receiving replies ----------------------------------------------------------------
     async def receive_single(self, channel: str) -> tuple[Any, dict[str, Any]]:

@@ -208,7 +208,11 @@ class MessageLeases:
         """
         conn = self.connection(0)
         moved = 0
-        for raw in await conn.smembers(self.worker_channels_key(worker_id)):
+        channels_key = self.worker_channels_key(worker_id)
+        # A pull names its channel in the set on the channel's own server: on a ring, read them all.
+        servers = range(self.ring_size)
+        pulled_from = {raw for index in servers for raw in await self.connection(index).smembers(channels_key)}
+        for raw in sorted(pulled_from):
             channel = raw.decode() if isinstance(raw, bytes) else str(raw)
             count = int(await self._requeue_script(
                 self.connection(self._index(channel)),
@@ -221,7 +225,8 @@ class MessageLeases:
             moved += count
         if await conn.exists(self.alive_key(worker_id)):
             return -1
-        await conn.delete(self.worker_channels_key(worker_id))
+        for index in servers:
+            await self.connection(index).delete(channels_key)
         await conn.srem(self.workers_key, worker_id)
         return moved
 

@@ -8,7 +8,8 @@ Each row has a slot of a cache preallocated for it and written in place;
 a row whose prompt starts like a cached one (a shared system prompt, the n choices of one
 prompt, a preempted row coming back) starts from that head (inference.slot_table). Short
 prompts that join together are computed whole in one step (JOIN_TOKENS), and a row that asks a
-few tokens decodes them in a fast lane after the batch's forward (_fast_lane).
+few tokens and would be late riding the batch decodes them in a fast lane after the batch's
+forward (inference.fast_lane).
 Rows draw their tokens in inference.row_drawing, each with its own parameters. Events and
 answers are TGI's, built as inference.streaming builds them.
 """
@@ -25,7 +26,7 @@ from transformers import LogitsProcessorList
 
 from models_registry.catalog.readable_text import readable_chars
 from models_registry.core.errors import InvalidInput
-from models_registry.inference import generation_step, kv_slots, row_drawing
+from models_registry.inference import fast_lane, generation_step, kv_slots, row_drawing
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
 from models_registry.inference.intake_tokens import TokenizedText
 from models_registry.inference.kv_slots import SlotCache
@@ -47,8 +48,6 @@ STEP_S = 0.05  # the prefill one step computes takes about this long (at least M
 MIN_CHUNK, FIRST_CHUNK = 32, 64  # prefill tokens per step: at least, and before the first measure
 KEEP_IDLE_S = 5.0  # an idle batch keeps its cache (and the heads it holds) this long
 JOIN_TOKENS = 256  # short prompts (each within a chunk) computed whole at one step, beside the chunks
-SHORT_TOKENS, FAST_STEPS = 16, 3  # a row asking at most SHORT_TOKENS decodes up to FAST_STEPS more per step
-LANE_SHARE = 4  # ... while such rows are at most a quarter of the decoding rows
 
 
 @dataclass(eq=False)
@@ -72,6 +71,7 @@ class Row:
     slot: int = -1
     fill: list[int] = field(default_factory=list)  # what its cache must hold before it decodes
     shaping: RowShaping | None = None  # OpenAI's logprobs and structured output (inference.row_shaping)
+    joined: float = field(default_factory=time.perf_counter)  # when it was read, to join at the next step
 
     @property
     def tokens(self) -> int:
@@ -122,6 +122,9 @@ class GenerationBatch:
         self.table = SlotTable()
         self.configs = kv_slots.configs_of(self.model)
         self.seconds_per_token: float | None = None  # of prefill, measured
+        self.step_s: float | None = None  # the batch's forward, measured
+        self.lane_s: float | None = None  # a forward of the fast lane, measured
+        self.lane_at = 0.0  # when last (perf_counter)
         self.prompts: OrderedDict[str, list[int]] = OrderedDict()  # rendered chat prompts, tokenized once
         self.idle_since: float | None = None  # monotonic time the last row left (None: rows are in)
 
@@ -210,25 +213,16 @@ class GenerationBatch:
             row.slot, row.cached = -1, 0
 
     def _fast_lane(self) -> None:
-        """Short rows (a few tokens asked) decode a few more tokens in forwards of their own, after the batch's.
-
-        A 4-token answer beside 32 long streams would otherwise take four steps of the whole
-        batch; here it takes one, and its other tokens cost forwards of its rows alone (on a CPU a
-        forward of one row costs about a quarter of one of 33: reading the weights). Its prompt
-        rides the batch's forward it joins: each forward of the lane costs the long rows its
-        time, and a 4-token answer within twice its time alone needs no more than three (a
-        lane before the batch's forward, four forwards, measured 30% fewer tokens/s at 32
-        streams beside the bench's probe). The lane runs only while short rows are at most a
-        quarter of the decoding rows, so it computes fewer rows than the batch's step.
-        """
-        for _ in range(FAST_STEPS):
-            decoding = [r for r in self.rows if r.decoding and not r.done]
-            short = [r for r in decoding if r.max_new_tokens <= SHORT_TOKENS]
-            if not short or LANE_SHARE * len(short) > len(decoding):
+        """Short rows that riding the batch would make late decode in forwards of their own (inference.fast_lane)."""
+        for _ in range(fast_lane.FAST_STEPS):
+            now = time.perf_counter()
+            fresh = now - self.lane_at < fast_lane.FRESH_S  # a stale measure is taken again (it may be a slow one)
+            rows = fast_lane.lane_rows(self.rows, now, self.step_s, self.lane_s if fresh else None)
+            if not rows:
                 return
-            self._forward(short, 0, 0, measure=False)
+            self._forward(rows, 0, 0, lane=True)
 
-    def _forward(self, rows: list[Row], budget: int, join_budget: int, measure: bool = True) -> None:
+    def _forward(self, rows: list[Row], budget: int, join_budget: int, lane: bool = False) -> None:
         """One forward: a token for every decoding row of rows, the next chunk of prompts being prefilled."""
         step = generation_step.next_step(rows, self.cache, budget, join_budget)
         if not step.ids:
@@ -249,11 +243,12 @@ class GenerationBatch:
                 row.history = list(row.ids)
                 drawing.append(row)
         self._draw(drawing, logits)
-        if not measure:
+        took = time.perf_counter() - started
+        if lane:
+            self.lane_s, self.lane_at = _smoothed(self.lane_s, took), time.perf_counter()
             return
-        measured = (time.perf_counter() - started) / len(step.ids)  # a decode token costs at least a prompt token
-        old = self.seconds_per_token
-        self.seconds_per_token = measured if old is None else 0.7 * old + 0.3 * measured
+        self.step_s = _smoothed(self.step_s, took)
+        self.seconds_per_token = _smoothed(self.seconds_per_token, took / len(step.ids))  # a decode token: a prompt's
 
     def _prefill_budget(self) -> int:
         if self.seconds_per_token is None:
@@ -284,3 +279,7 @@ class GenerationBatch:
     def _draw(self, rows: list[Row], logits: torch.Tensor) -> None:
         """Each row's next token from its row of logits (generation_check watches this)."""
         row_drawing.draw(rows, logits)
+
+
+def _smoothed(old: float | None, new: float) -> float:
+    return new if old is None else 0.7 * old + 0.3 * new

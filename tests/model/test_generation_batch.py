@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from tests import model_factory
 
 torch = pytest.importorskip("torch")
-from models_registry.inference import generation_batch, generation_check, generation_step, kv_slots
+from models_registry.inference import fast_lane, generation_batch, generation_check, generation_step, kv_slots
 from models_registry.inference.generation_batch import GenerationBatch, Row
 from models_registry.inference.loading import load_pipeline
 
@@ -259,7 +260,9 @@ def test_short_prompts_joining_together_all_draw_their_first_token_at_the_next_s
         assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
 
 
-def test_a_short_request_beside_long_rows_decodes_in_a_fast_lane(gpt2: Any, computed: list[int]) -> None:
+def test_a_short_request_beside_long_rows_decodes_in_a_fast_lane(gpt2: Any, computed: list[int],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fast_lane, "SLOWDOWN", 0.0)  # riding the batch would always make it late
     batch = GenerationBatch(gpt2)
     longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
     batch.step(longs)
@@ -291,3 +294,35 @@ def test_an_idle_batch_keeps_its_heads_a_while_then_gives_its_memory_back(gpt2: 
     computed.clear()
     run(batch, [row(batch, HEAD + "Paris is", 4, name="cold")])
     assert computed[0] > 30  # released: the head is computed again
+
+
+def test_a_short_request_that_riding_the_batch_keeps_in_time_rides_it(gpt2: Any, computed: list[int],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fast_lane, "SLOWDOWN", 1e9)  # never late
+    batch = GenerationBatch(gpt2)
+    longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
+    batch.step(longs)
+    batch.step()
+    batch.lane_s, batch.lane_at = 0.01, time.perf_counter()  # measured just now: not tried again to measure it
+    short = row(batch, "Paris is", 4, name="short")
+    computed.clear()
+    while not short.done:
+        batch.step([short] if not computed else [])
+    assert computed == [len(longs) + len(short.ids)] + [len(longs) + 1] * 3  # four steps of the batch, no lane
+    while batch.rows:
+        batch.step()
+    for r in [short, *longs]:
+        assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
+
+
+def test_a_lane_forward_measured_long_ago_is_measured_again(gpt2: Any, computed: list[int]) -> None:
+    batch = GenerationBatch(gpt2)
+    longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
+    batch.step(longs)
+    batch.step()
+    batch.lane_s, batch.lane_at = 1e6, time.perf_counter() - 2 * fast_lane.FRESH_S  # slow, and stale
+    short = row(batch, "Paris is", 4, name="short")
+    computed.clear()
+    batch.step([short])
+    assert computed[:2] == [len(longs) + len(short.ids), 1]  # the lane ran again, to be measured
+    assert batch.lane_s < 1e6
