@@ -38,3 +38,11 @@ def with_hiredis_packing(pool: Any) -> Any:
     if HIREDIS_AVAILABLE:
         pool.connection_class = packing_class(pool.connection_class)
     return pool
+
+
+class HiredisPools:
+    """A channels_redis layer mixin: its pools' connections pack commands with hiredis (made once per server)."""
+
+    def create_pool(self, index: int) -> Any:
+        """channels_redis' pool for server index, its commands packed by hiredis."""
+        return with_hiredis_packing(super().create_pool(index))  # type: ignore[misc]

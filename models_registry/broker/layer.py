@@ -22,7 +22,7 @@ from channels.exceptions import ChannelFull
 from channels_redis.core import RedisChannelLayer
 
 from models_registry.broker import enqueue, messages
-from models_registry.broker.command_packing import with_hiredis_packing
+from models_registry.broker.command_packing import HiredisPools
 from models_registry.broker.lua import LuaScript
 from models_registry.broker.message_leases import MessageLeases
 from models_registry.broker.work_layer import Pulled
@@ -76,7 +76,7 @@ return taken
 """
 
 
-class HostingChannelLayer(MessageLeases, RedisChannelLayer):
+class HostingChannelLayer(MessageLeases, HiredisPools, RedisChannelLayer):
     """RedisChannelLayer with one-round-trip sends, leased pulls, a reply pump, leases and liveness (MessageLeases)."""
 
     _send_script = LuaScript(_SEND)
@@ -92,10 +92,6 @@ class HostingChannelLayer(MessageLeases, RedisChannelLayer):
         # A reply channel's waiter (a future: its one reply; a queue: a stream's every message) and how to read one.
         self._replies: dict[str, tuple[asyncio.Future[Any] | asyncio.Queue[Any], Reader | None]] = {}
         self._pump: asyncio.Task[None] | None = None
-
-    def create_pool(self, index: int) -> Any:
-        """channels_redis' pool for server index, its commands packed by hiredis (broker.command_packing)."""
-        return with_hiredis_packing(super().create_pool(index))
 
     def is_work_channel(self, channel: str) -> bool:
         """Shared work channels: `inference` and `inference.<model>`."""
