@@ -13,6 +13,7 @@ from models_registry.broker import admission, deferred, enqueue, messages, queue
 from models_registry.broker.work_layer import WorkLayer, work_layer
 from models_registry.catalog.served_check import Served, still_served
 from models_registry.core.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
+from models_registry.core.waits import done_within
 from models_registry.observe import tracing
 
 BROKER_TIMEOUT_S = 1.0  # a broker that does not answer within a second is down
@@ -69,9 +70,10 @@ async def enqueue_request(layer: WorkLayer, model: str, task: str, channel: str,
 
     reply: (reply channel, a future or a stream's queue, reader) for the layer to hand the worker's answer.
     """
+    # Within a second: the turn pipeline's deadline (broker.turn_pipeline.shared), one timer per loop turn instead of
+    # one per request; a sharded ring's second round trip gets its own.
     try:
-        async with asyncio.timeout(BROKER_TIMEOUT_S):  # no task of its own, as wait_for would make per request
-            status, depth = await layer.enqueue(channel, message, places, plan, batch=priority == "batch", reply=reply)
+        status, depth = await layer.enqueue(channel, message, places, plan, batch=priority == "batch", reply=reply)
     except Exception as error:
         raise Unavailable(f"the message broker is unreachable ({type(error).__name__})") from None
     if status == enqueue.QUEUE_FULL:
@@ -172,8 +174,7 @@ async def _await_reply(
         remaining = deadline - time.time()
         if remaining <= 0:
             raise Timeout(f"no result within {timeout_s:g} s")
-        done, _ = await asyncio.wait({receiver}, timeout=min(remaining, SERVED_CHECK_EVERY_S))
-        if done:
+        if await done_within(receiver, min(remaining, SERVED_CHECK_EVERY_S)):
             return receiver.result()
         if served is not None and not await still_served(served):
             raise Unavailable(f"no live worker serves model {model!r} any more")
@@ -182,8 +183,7 @@ async def _await_reply(
         if not await still_queued() and not receiver.done() and time.time() < deadline - SERVED_CHECK_EVERY_S:
             # A worker takes the entry away in the script that sends its answer, which may still be
             # on its way to this process (the reply pump): lost only if it does not come in time.
-            done, _ = await asyncio.wait({receiver}, timeout=SERVED_CHECK_EVERY_S)
-            if done:
+            if await done_within(receiver, SERVED_CHECK_EVERY_S):
                 return receiver.result()
             raise Unavailable("the message broker lost this request (it restarted); retry",
                               headers={"Retry-After": "1"})

@@ -22,6 +22,7 @@ from channels.exceptions import ChannelFull
 from channels_redis.core import RedisChannelLayer
 
 from models_registry.broker import enqueue, messages
+from models_registry.broker.command_packing import HiredisPools
 from models_registry.broker.lua import LuaScript
 from models_registry.broker.message_leases import MessageLeases
 from models_registry.broker.work_layer import Pulled
@@ -75,7 +76,7 @@ return taken
 """
 
 
-class HostingChannelLayer(MessageLeases, RedisChannelLayer):
+class HostingChannelLayer(MessageLeases, HiredisPools, RedisChannelLayer):
     """RedisChannelLayer with one-round-trip sends, leased pulls, a reply pump, leases and liveness (MessageLeases)."""
 
     _send_script = LuaScript(_SEND)

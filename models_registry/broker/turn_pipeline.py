@@ -4,7 +4,9 @@ Under load a web process starts dozens of requests per turn, and each used to se
 enqueue script on a connection of its own: a write, a read and a connection checkout each.
 Here the calls of a turn wait until the turn ends (one loop iteration, microseconds) and
 leave in one pipeline per server; each caller gets its own script's result or error. A
-lone request pays one extra loop iteration and nothing else.
+lone request pays one extra loop iteration and nothing else. A turn's calls share one
+deadline too: a broker that does not answer them within timeout_s fails each with
+TimeoutError (one timer per turn, not one per request).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ class _Call:
 
 
 class TurnPipeline:
-    """Collects script calls per connection and sends each turn's in one pipeline."""
+    """Collects script calls per connection and sends each turn's in one pipeline (within timeout_s; None: no limit)."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout_s: float | None = None) -> None:
+        self.timeout_s = timeout_s
         self._calls: dict[int, tuple[Any, list[_Call]]] = {}
         self._flush: asyncio.Handle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -50,9 +53,9 @@ class TurnPipeline:
         batches, self._calls = self._calls, {}
         for conn, calls in batches.values():
             if len(calls) == 1:  # nothing to share: a plain call
-                task = asyncio.ensure_future(_one(conn, calls[0]))
+                task = asyncio.ensure_future(_one(conn, calls[0], self.timeout_s))
             else:
-                task = asyncio.ensure_future(_together(conn, calls))
+                task = asyncio.ensure_future(_together(conn, calls, self.timeout_s))
             _running.add(task)
             task.add_done_callback(_running.discard)
 
@@ -60,26 +63,29 @@ class TurnPipeline:
 _running: set[asyncio.Task[None]] = set()
 
 
-async def _one(conn: Any, call: _Call) -> None:
+async def _one(conn: Any, call: _Call, timeout_s: float | None) -> None:
     try:
-        _settle(call, await call.script(conn, call.keys, call.args))
+        async with asyncio.timeout(timeout_s):
+            result = await call.script(conn, call.keys, call.args)
     except BaseException as error:  # noqa: BLE001 - every error is the caller's to handle
         _fail(call, error)
+    else:
+        _settle(call, result)
 
 
-async def _together(conn: Any, calls: list[_Call]) -> None:
+async def _together(conn: Any, calls: list[_Call], timeout_s: float | None) -> None:
     try:
-        async with conn.pipeline(transaction=False) as pipe:
+        async with asyncio.timeout(timeout_s), conn.pipeline(transaction=False) as pipe:
             for call in calls:
                 pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
             results = await pipe.execute(raise_on_error=False)
-    except BaseException as error:  # noqa: BLE001 - the connection failed: every caller hears it
+    except BaseException as error:  # noqa: BLE001 - the connection failed or timed out: every caller hears it
         for call in calls:
             _fail(call, error)
         return
     for call, result in zip(calls, results, strict=True):
         if isinstance(result, NoScriptError):  # a restarted Redis: this call loads the script
-            await _one(conn, call)
+            await _one(conn, call, timeout_s)
         elif isinstance(result, Exception):
             _fail(call, result)
         else:
@@ -99,4 +105,4 @@ def _fail(call: _Call, error: BaseException) -> None:
             call.result.set_exception(error)
 
 
-shared = TurnPipeline()
+shared = TurnPipeline(timeout_s=1.0)  # a broker that does not answer within a second is down (broker.handoff)

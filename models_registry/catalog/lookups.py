@@ -57,7 +57,7 @@ def _read_workers() -> WorkerView:
                     key = TaskKey(name, task)
                     capacities[key] = capacities.get(key, 0.0) + 1.0 / (s_per_token * tokens_per_item)
     ready = ready_everywhere(w.models_state for w in workers if not w.draining)
-    _alias_versions(read_specs(), ready, states, rates, capacities)
+    _alias_versions(_fresh_specs(), ready, states, rates, capacities)
     return WorkerView(workers=workers, model_states=states, drain_rates=rates, capacities=capacities, ready=ready)
 
 
@@ -127,6 +127,17 @@ class _Cached:
 
 _specs = _Cached(read_specs)
 _workers = _Cached(_read_workers)
+
+
+def _fresh_specs() -> dict[str, ModelSpec]:
+    """The registry as _specs holds it while that is fresh (a snapshot refreshes the specs first), else read now.
+
+    The workers' view names versions by the registry's rollouts: it read the registry again at
+    every refresh, a second time in the second the specs' own refresh had just read it.
+    """
+    if time.monotonic() - _specs.loaded_at < conf.CONFIG_REFRESH_S:
+        return _specs.value  # type: ignore[no-any-return]
+    return read_specs()
 
 
 @dataclass(frozen=True)

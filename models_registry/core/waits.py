@@ -29,3 +29,28 @@ async def next_item(queue: asyncio.Queue[T], timeout_s: float | None) -> T:
     """The queue's next item; TimeoutError when none comes within timeout_s (None: no deadline)."""
     async with asyncio.timeout(timeout_s):
         return await queue.get()
+
+
+async def done_within(future: asyncio.Future[T], timeout_s: float) -> bool:
+    """Whether future is done within timeout_s; the future itself is never cancelled.
+
+    What `asyncio.wait({future}, timeout=...)` answers, for one future, with less machinery:
+    one waiter and one timer, no set, counter or per-future loop (every unary request awaits
+    its reply this way). A cancellation of the waiting task propagates as it came.
+    """
+    if future.done():
+        return True
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = asyncio.get_running_loop().call_later(timeout_s, wake)
+    future.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        future.remove_done_callback(wake)
+    return future.done()

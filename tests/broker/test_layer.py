@@ -199,3 +199,13 @@ async def test_a_view_gives_back_only_places_its_reply_did_not(layer: HostingCha
         assert result.outputs == [1]
         await asyncio.sleep(0.05)  # the hand-off's own leave runs in the background
         assert len(left) == (0 if leaves else 1)
+
+
+async def test_the_layers_connections_pack_commands_with_hiredis(layer: HostingChannelLayer) -> None:
+    from models_registry.broker.command_packing import packing_class
+    from redis.asyncio.connection import Connection
+
+    await layer.send(WORK, message(1))  # through a packing connection, as every command
+    pool = layer.connection(0).connection_pool
+    assert pool.connection_class.pack_command == packing_class(Connection).pack_command
+    assert [p.message["n"] for p in await layer.pull([WORK], "w1", 1)] == [1]

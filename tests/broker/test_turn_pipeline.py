@@ -68,3 +68,37 @@ async def test_a_caller_that_gives_up_harms_no_other(layer: HostingChannelLayer)
     await asyncio.sleep(0)
     gone.cancel()
     assert await stays == [b"y", b"2"] and gone.cancelled()
+
+
+class SilentConnection:
+    """A broker that takes every command and never answers."""
+
+    def pipeline(self, **kwargs: Any) -> Any:
+        return SilentPipeline()
+
+    async def evalsha(self, *args: Any) -> Any:
+        await asyncio.Event().wait()
+
+
+class SilentPipeline:
+    async def __aenter__(self) -> SilentPipeline:
+        return self
+
+    async def __aexit__(self, *args: Any) -> None:
+        return None
+
+    def evalsha(self, *args: Any) -> None:
+        return None
+
+    async def execute(self, **kwargs: Any) -> Any:
+        await asyncio.Event().wait()
+
+
+async def test_a_turn_the_broker_does_not_answer_fails_each_caller_at_the_deadline() -> None:
+    shared = TurnPipeline(timeout_s=0.05)
+    together = await asyncio.gather(*(shared.call(SilentConnection(), ECHO, ["k"], [str(i)]) for i in range(3)),
+                                    return_exceptions=True)
+    conn = SilentConnection()
+    together += await asyncio.gather(shared.call(conn, ECHO, ["a"], ["1"]), shared.call(conn, ECHO, ["b"], ["2"]),
+                                     return_exceptions=True)
+    assert [type(outcome) for outcome in together] == [TimeoutError] * 5

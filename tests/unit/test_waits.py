@@ -69,3 +69,23 @@ async def test_the_deadlines_hold() -> None:
     queue: asyncio.Queue[str] = asyncio.Queue()
     queue.put_nowait("x")
     assert await next_item(queue, None) == "x"
+
+
+async def test_done_within_answers_as_asyncio_wait_and_never_cancels_the_future() -> None:
+    from models_registry.core.waits import done_within
+
+    loop = asyncio.get_running_loop()
+    pending: asyncio.Future[int] = loop.create_future()
+    assert await done_within(pending, 0.01) is False
+    assert not pending.cancelled() and not pending._callbacks  # type: ignore[attr-defined]  # nothing left on it
+    loop.call_later(0.01, pending.set_result, 1)
+    assert await done_within(pending, 5.0) is True and pending.result() == 1
+    assert await done_within(pending, 0.0) is True  # done already: at once
+
+    waiting: asyncio.Future[int] = loop.create_future()
+    task = asyncio.ensure_future(done_within(waiting, 5.0))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not waiting.cancelled()
