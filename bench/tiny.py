@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--otel", action="store_true",
                         help="also run the product with traces on (every request sampled, exported to a local OTLP "
                              "sink: bench.otlp_sink), side by side with it off")
+    parser.add_argument("--otel-sampler", default="always_on", metavar="SAMPLER[:ARG]",
+                        help="OTEL_TRACES_SAMPLER of the traced product (e.g. parentbased_traceidratio:0.1)")
     parser.add_argument("--baseline-webs", type=int, default=1,
                         help="web processes of the --baseline products (1: make run's layout before issue 20)")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
@@ -153,12 +155,14 @@ def _start_product(model_dir: Path, layout: Any, extra: dict[str, str], webs: in
     return stack, urls, token
 
 
-def _otlp_sink(running: ExitStack) -> dict[str, str]:
+def _otlp_sink(running: ExitStack, sampler: str = "always_on") -> dict[str, str]:
     """Start bench.otlp_sink on a free port (stopped with the run): the traced product's environment."""
     port = _free_port()
     sink = subprocess.Popen([sys.executable, "-m", "bench.otlp_sink", str(port)], cwd=ROOT)
     running.callback(lambda: (sink.terminate(), sink.wait(10)))
-    return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_TRACES_SAMPLER": "always_on"}
+    name, _, argument = sampler.partition(":")
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_TRACES_SAMPLER": name,
+            **({"OTEL_TRACES_SAMPLER_ARG": argument} if argument else {})}
 
 
 def _groups_of_product(stack: Any) -> dict[str, list[int]]:
@@ -220,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             products = [(PRODUCT, None, {})] + [(f"{PRODUCT}@{ref}", baseline_tree(ref, workdir), {})
                                                 for ref in args.baseline]
             if args.otel:
-                products.append((f"{PRODUCT}+otel", None, _otlp_sink(running)))
+                products.append((f"{PRODUCT}+otel", None, _otlp_sink(running, args.otel_sampler)))
             for name, root, env in products:
                 stack, urls, token = start_product(args, model_dir, root, env=env,
                                                    webs=args.baseline_webs if root else args.webs)
