@@ -7,7 +7,9 @@ its time, so the lane runs only for a short row that riding the batch would make
 SLOWDOWN times as slow as alone: its time since it arrived plus a step per token left, against
 SLOWDOWN times a lane forward per token asked (the batch's forward measured as it runs; a lane
 forward alone, the fastest of the last WINDOW, measured again at least every FRESH_S). Beside 8 rows (a step about 1.4 lane forwards on a CPU) a short row
-rides the batch; beside 32 (a step about 3) it takes the lane for its last tokens.
+rides the batch; beside 32 (a step about 3) riding even the one forward that computes its
+prompt would make it late, so its prompt and first tokens go through the lane first, before
+the batch's forward of that step (FIRST_FORWARDS), and it is answered before the long rows move.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ SHORT_TOKENS = 16  # a row asking at most this many tokens may take the lane
 FAST_STEPS = 3  # lane forwards after one batch forward, at most
 LANE_SHARE = 4  # the lane's rows are at most a quarter of the decoding rows
 SLOWDOWN = 2.0  # a short row takes the lane when riding the batch would make it slower than this times alone
+FIRST_FORWARDS = 4  # forwards a joining short row may take before the batch's: its prompt and first tokens
+LANE_PROMPT = 32  # ... when its prompt (what is left of it) is this short
 WINDOW = 16  # lane forwards whose fastest stands for a forward alone (the others met a busier machine)
 FRESH_S = 10.0  # a lane forward measured longer ago is measured again (one measured under a passing load would
 # otherwise keep every short row riding the batch, and the lane would never run to correct it)
@@ -33,6 +37,21 @@ def late(spent_s: float, left: int, asked: int, step_s: float | None, lane_s: fl
     if step_s is None or lane_s is None:
         return True
     return spent_s + left * step_s > SLOWDOWN * asked * lane_s
+
+
+def first(spent_s: float, asked: int, step_s: float | None, lane_s: float | None) -> bool:
+    """Whether a joining short row would be late even riding one batch forward and taking the lane after it."""
+    if step_s is None or lane_s is None:
+        return False  # the lane after the batch's forward measures itself first
+    return spent_s + step_s + (asked - 1) * lane_s > SLOWDOWN * asked * lane_s
+
+
+def first_rows(rows: list[Any], now: float, step_s: float | None, lane_s: float | None) -> list[Any]:
+    """The joining short rows (short prompts) that go through the lane before the batch's forward, alone."""
+    joining = [r for r in rows if not r.decoding and not r.done and r.max_new_tokens <= SHORT_TOKENS
+               and len(r.fill) - r.cached <= LANE_PROMPT and first(now - r.joined, r.max_new_tokens, step_s, lane_s)]
+    decoding = [r for r in rows if r.decoding and not r.done]
+    return joining if joining and LANE_SHARE * len(joining) <= len(decoding) else []
 
 
 def lane_rows(rows: list[Any], now: float, step_s: float | None, lane_s: float | None) -> list[Any]:

@@ -3,15 +3,13 @@
 Every step is one forward of the model over the tokens of every row flattened into one
 sequence (inference.kv_slots): one token per decoding row, and the next chunk of each
 prompt being prefilled, within a token budget measured so that a step's prefill takes
-about STEP_S (the pace per token of the steps so far, a decode token's or a prompt token's).
-Each row has a slot of a cache preallocated for it and written in place;
-a row whose prompt starts like a cached one (a shared system prompt, the n choices of one
-prompt, a preempted row coming back) starts from that head (inference.slot_table). Short
-prompts that join together are computed whole in one step (JOIN_TOKENS), and a row that asks a
-few tokens and would be late riding the batch decodes them in a fast lane after the batch's
-forward (inference.fast_lane).
-Rows draw their tokens in inference.row_drawing, each with its own parameters. Events and
-answers are TGI's, built as inference.streaming builds them.
+about STEP_S (the pace per token of the steps so far). Each row has a slot of a cache
+preallocated for it and written in place; a row whose prompt starts like a cached one (a shared
+system prompt, the n choices of one prompt, a preempted row coming back) starts from that head
+(inference.slot_table). Short prompts that join together are computed whole in one step
+(JOIN_TOKENS); a row asking a few tokens that riding the batch would make late takes a fast
+lane (inference.fast_lane). Rows draw their tokens in inference.row_drawing, each with its own
+parameters. Events and answers are TGI's, built as inference.streaming builds them.
 """
 
 from __future__ import annotations
@@ -135,10 +133,7 @@ class GenerationBatch:
 
     def prepare(self, request_id: str, text: str, params: dict[str, Any], sink: TokenSink | None,
                 waited_s: float = 0.0) -> Row:
-        """A row for one prompt, checked (400 when it does not fit the model); nothing computed yet.
-
-        waited_s: how long the request has waited already (the fast lane counts its time from its arrival).
-        """
+        """A row for one prompt, checked (400 when it does not fit the model); waited_s: its wait so far."""
         ids = self._prompt_ids(text, params)
         if not ids:
             ids = [next(iter(self.eos))] if self.eos else [0]  # an empty prompt starts from EOS, as TGI
@@ -180,8 +175,9 @@ class GenerationBatch:
                 self._seat(row)
         if self.rows:
             with torch.inference_mode():
-                self._forward(self.rows, self._prefill_budget(), JOIN_TOKENS)
-                self._fast_lane()
+                if not self._lane_first():
+                    self._forward(self.rows, self._prefill_budget(), JOIN_TOKENS)
+                    self._fast_lane()
             done = [r for r in self.rows if r.done]
             self._leave(done)
             finished += done
@@ -217,16 +213,27 @@ class GenerationBatch:
                 self.table.give_back(row.slot, row.held())
             row.slot, row.cached = -1, 0
 
+    def _lane_first(self) -> bool:
+        """Joining short rows that riding the batch would make late go through the lane alone (inference.fast_lane)."""
+        rows = fast_lane.first_rows(self.rows, time.perf_counter(), self.step_s, self._lane_alone())
+        for _ in range(fast_lane.FIRST_FORWARDS):
+            if not (live := [r for r in rows if not r.done]):
+                break
+            self._forward(live, fast_lane.LANE_PROMPT * len(live), 0, lane=True)
+        return bool(rows)
+
     def _fast_lane(self) -> None:
         """Short rows that riding the batch would make late decode in forwards of their own (inference.fast_lane)."""
         for _ in range(fast_lane.FAST_STEPS):
-            now = time.perf_counter()
-            fresh = now - self.lane_at < fast_lane.FRESH_S  # a stale measure is taken again (it may be a slow one)
-            lane_s = min(self.lane_times) if fresh and self.lane_times else None  # the lane alone: its fastest
-            rows = fast_lane.lane_rows(self.rows, now, self.step_s, lane_s)
+            rows = fast_lane.lane_rows(self.rows, time.perf_counter(), self.step_s, self._lane_alone())
             if not rows:
                 return
             self._forward(rows, 0, 0, lane=True)
+
+    def _lane_alone(self) -> float | None:
+        """A lane forward alone: the fastest of the last few, None when stale (a stale one is measured again)."""
+        fresh = time.perf_counter() - self.lane_at < fast_lane.FRESH_S
+        return min(self.lane_times) if fresh and self.lane_times else None
 
     def _forward(self, rows: list[Row], budget: int, join_budget: int, lane: bool = False) -> None:
         """One forward: a token for every decoding row of rows, the next chunk of prompts being prefilled."""

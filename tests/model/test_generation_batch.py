@@ -341,4 +341,26 @@ def test_a_short_request_counts_its_time_from_its_arrival(gpt2: Any, computed: l
     short = batch.prepare("short", "Paris is", {"max_new_tokens": 4}, None, waited_s=1.0)
     computed.clear()
     batch.step([short])
-    assert computed[1:] == [1, 1, 1]  # it waited 1 s, over twice four lane forwards of 10 ms: the lane
+    assert computed == [len(short.ids), 1, 1, 1]  # it waited 1 s, over twice four 10 ms lane forwards: lane first
+
+
+def test_a_short_request_late_even_riding_one_forward_goes_through_the_lane_before_the_batch(
+        gpt2: Any, computed: list[int]) -> None:
+    batch = GenerationBatch(gpt2)
+    longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
+    batch.step(longs)
+    batch.step()
+    batch.lane_times.append(0.01)  # a lane forward alone: 10 ms, measured just now
+    batch.lane_at = time.perf_counter()
+    batch.step_s = 1.0  # a batch forward: 1 s, more than twice the four lane forwards its answer needs
+    short = row(batch, "Paris is", 4, name="short")
+    drawn = [len(r.sequence.ids) for r in longs]
+    computed.clear()
+    finished = batch.step([short])
+    assert finished == [short] and len(short.sequence.ids) == 4  # answered at this step
+    assert computed == [len(short.ids), 1, 1, 1]  # its prompt and three tokens, alone: no batch forward
+    assert [len(r.sequence.ids) for r in longs] == drawn  # the long rows move at the next step
+    while batch.rows:
+        batch.step()
+    for r in [short, *longs]:
+        assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt

@@ -16,6 +16,8 @@ class FakeRow:
     joined: float = 0.0
     decoding: bool = True
     done: bool = False
+    fill: list[int] = field(default_factory=lambda: [1, 2, 3])
+    cached: int = 3
     sequence: object = field(init=False)
 
     def __post_init__(self) -> None:
@@ -42,3 +44,16 @@ def test_the_lane_takes_the_late_short_rows_while_they_are_a_quarter_of_the_deco
     prefilling = FakeRow(4, decoding=False)
     assert fast_lane.lane_rows(longs + [prefilling], now=10.0, step_s=0.15, lane_s=0.05) == []
     assert fast_lane.lane_rows(longs + [short], now=10.0, step_s=0.01, lane_s=0.05) == [short]  # 10 s waited
+
+
+def test_a_joining_row_goes_first_when_even_one_batch_forward_would_make_it_late() -> None:
+    # Beside 32 rows: it waited 80 ms for the step to end; a step 160 ms, a lane forward 45 ms: riding the
+    # forward that computes its prompt, then three lane forwards, is 375 ms, over twice its 180 ms alone.
+    assert fast_lane.first(0.08, 4, step_s=0.16, lane_s=0.045)
+    assert not fast_lane.first(0.03, 4, step_s=0.065, lane_s=0.045)  # beside 8 rows: 233 ms
+    assert not fast_lane.first(0.08, 4, step_s=0.16, lane_s=None)  # the lane after the forward measures it first
+    longs = [FakeRow(200) for _ in range(8)]
+    joining = FakeRow(4, decoding=False, fill=list(range(5)), cached=0)
+    long_prompt = FakeRow(4, decoding=False, fill=list(range(100)), cached=0)  # its prompt rides the batch
+    assert fast_lane.first_rows(longs + [joining, long_prompt], now=0.08, step_s=0.16, lane_s=0.045) == [joining]
+    assert fast_lane.first_rows(longs[:2] + [joining], now=0.08, step_s=0.16, lane_s=0.045) == []  # too many
