@@ -122,7 +122,7 @@ class GenerationBatch:
         self.seconds_per_token: float | None = None  # of prefill, measured
         self.step_s: float | None = None  # the batch's forward, measured
         self.lane_times: deque[float] = deque(maxlen=fast_lane.WINDOW)  # the fast lane's last forwards
-        self.lane_at = 0.0  # when the last was (perf_counter)
+        self.lane_at, self.went_first = 0.0, False  # the last lane forward (perf_counter); the last step the lane's
         self.prompts: OrderedDict[str, list[int]] = OrderedDict()  # rendered chat prompts, tokenized once
         self.idle_since: float | None = None  # monotonic time the last row left (None: rows are in)
 
@@ -214,8 +214,10 @@ class GenerationBatch:
             row.slot, row.cached = -1, 0
 
     def _lane_first(self) -> bool:
-        """Joining short rows that riding the batch would make late go through the lane alone (inference.fast_lane)."""
-        rows = fast_lane.first_rows(self.rows, time.perf_counter(), self.step_s, self._lane_alone())
+        """Late joining short rows go through the lane alone; never two steps in a row (the long rows would wait)."""
+        now, alone = time.perf_counter(), self._lane_alone()
+        rows = [] if self.went_first else fast_lane.first_rows(self.rows, now, self.step_s, alone)
+        self.went_first = bool(rows)
         for _ in range(fast_lane.FIRST_FORWARDS):
             if not (live := [r for r in rows if not r.done]):
                 break
@@ -230,8 +232,7 @@ class GenerationBatch:
                 return
             self._forward(rows, 0, 0, lane=True)
 
-    def _lane_alone(self) -> float | None:
-        """A lane forward alone: the fastest of the last few, None when stale (a stale one is measured again)."""
+    def _lane_alone(self) -> float | None:  # the fastest of the last few lane forwards; None when stale
         fresh = time.perf_counter() - self.lane_at < fast_lane.FRESH_S
         return min(self.lane_times) if fresh and self.lane_times else None
 

@@ -364,3 +364,17 @@ def test_a_short_request_late_even_riding_one_forward_goes_through_the_lane_befo
         batch.step()
     for r in [short, *longs]:
         assert r.sequence.ids == alone(gpt2, r.prompt, len(r.sequence.ids)), r.prompt
+
+
+def test_short_requests_joining_at_every_step_never_hold_the_long_rows_two_steps_in_a_row(
+        gpt2: Any, computed: list[int]) -> None:
+    batch = GenerationBatch(gpt2)
+    longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS + PROMPTS)]
+    batch.step(longs)
+    batch.step()
+    drawn = [len(r.sequence.ids) for r in longs]
+    for n in range(4):  # a late short request joins at each of four steps
+        batch.lane_times.append(0.01)
+        batch.lane_at, batch.step_s = time.perf_counter(), 1.0
+        batch.step([row(batch, "Paris is", 4, name=f"short-{n}")])
+    assert [len(r.sequence.ids) for r in longs] == [d + 2 for d in drawn]  # every other step was the batch's
