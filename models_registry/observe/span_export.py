@@ -43,8 +43,8 @@ def _set_value(target: Any, value: Any) -> None:
         target.int_value = value
     elif kind is float:
         target.double_value = value
-    elif value is None:
-        return
+    elif value is None:  # an empty value, present (as the SDK's encoder writes it)
+        target.SetInParent()
     elif isinstance(value, bytes):
         target.bytes_value = value
     elif isinstance(value, str):  # a subclass of one of the above
