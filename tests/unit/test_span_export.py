@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from models_registry.observe import span_export
 from models_registry.observe.span_export import (EncodedSpan, EncodedSpanExporter, EncodingSpanProcessor,
                                                  encode_span, request_body)
 
@@ -119,3 +120,19 @@ def test_every_value_kind_and_the_counts_of_what_was_dropped_decode_as_the_sdk_e
     assert _framed(spans) == encode_spans(spans)
     encoded = _framed(spans).resource_spans[0].scope_spans[0].spans[0]
     assert (encoded.dropped_attributes_count, encoded.dropped_events_count, encoded.dropped_links_count) == (1, 1, 1)
+
+
+def test_each_attribute_pair_is_encoded_once_and_a_refused_one_is_logged_each_time(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(span_export, "_pairs", {})
+    monkeypatch.setattr(span_export, "MAX_PAIRS", 3)
+    resource = Resource({})  # one process: its spans share their resource object
+    spans = [ReadableSpan("s", context=trace.SpanContext(1, 2, False, trace.TraceFlags(1)), resource=resource,
+                          attributes={"route": "/a", "v": (1, True, 1.0, 1)[n], "big": 2**64}, start_time=1,
+                          end_time=2) for n in range(4)]
+    assert _framed(spans) == encode_spans(spans)
+    assert len(span_export._pairs) <= 3  # bounded: cleared when full
+    assert sum("span attribute big not exported" in r.message for r in caplog.records) == 4
+    kinds = [_framed([span]).resource_spans[0].scope_spans[0].spans[0].attributes[1].value.WhichOneof("value")
+             for span in spans]
+    assert kinds == ["int_value", "bool_value", "double_value", "int_value"]  # 1, True and 1.0: equal, not one pair
