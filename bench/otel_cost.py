@@ -84,7 +84,8 @@ def _child(config: str, requests: int, batch: int, client_parent: bool) -> dict[
             if tracing.tracer is None:
                 continue
             first = number * batch % max(1, len(wires) - batch)
-            traced = tracing.record_batch([(wire, now - 0.010) for wire in wires[first:first + batch]], now - 0.005, now - 0.004, now, {
+            carried = [(wire, now - 0.010) for wire in wires[first:first + batch]]
+            traced = tracing.record_batch(carried, now - 0.005, now - 0.004, now, {
                 "hosting.model": "tiny", "hosting.task": "feature-extraction", "hosting.batch.size": batch,
                 "hosting.batch.requests": batch, "hosting.batch.reason": "full", "hosting.batch.tokens": 20 * batch,
                 "hosting.batch.padded_tokens": 24 * batch, "hosting.device": "cpu", "hosting.backend": "torch"})
@@ -143,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                     name, _, argument = args.sampler.partition(":")
                     env.update(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}", OTEL_TRACES_SAMPLER=name,
                                **({"OTEL_TRACES_SAMPLER_ARG": argument} if argument else {}))
-                done = subprocess.run([sys.executable, "-m", "bench.otel_cost", "--child", config, "--requests",
-                                       str(args.requests), "--batch", str(args.batch), "--sampler", args.sampler], cwd=ROOT, env=env,
+                command = ["--child", config, "--requests", str(args.requests), "--batch", str(args.batch),
+                           "--sampler", args.sampler]
+                done = subprocess.run([sys.executable, "-m", "bench.otel_cost", *command], cwd=ROOT, env=env,
                                       capture_output=True, text=True, timeout=600, check=True)
                 found[config].append(json.loads(done.stdout.strip().splitlines()[-1]))
                 print(f"round {round_no + 1} {config}: {found[config][-1]}", flush=True)

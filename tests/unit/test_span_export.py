@@ -1,5 +1,6 @@
-"""observe.span_export: spans encoded as they end make, once framed, the very request the SDK's encoder makes of the
-span objects (decoded and compared message for message); the batch processor's queue gets bytes, never spans."""
+"""observe.span_export and span_encoding: spans encoded as they end make, once framed, the very request the SDK's
+encoder makes of the span objects (decoded and compared message for message); the batch processor's queue gets
+bytes, never spans."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from models_registry.observe import span_export
-from models_registry.observe.span_export import (EncodedSpan, EncodedSpanExporter, EncodingSpanProcessor,
-                                                 encode_span, request_body)
+from models_registry.observe import span_encoding
+from models_registry.observe.span_encoding import encode_span
+from models_registry.observe.span_export import EncodedSpan, EncodedSpanExporter, EncodingSpanProcessor, request_body
 
 CLIENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -124,14 +125,14 @@ def test_every_value_kind_and_the_counts_of_what_was_dropped_decode_as_the_sdk_e
 
 def test_each_attribute_pair_is_encoded_once_and_a_refused_one_is_logged_each_time(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(span_export, "_pairs", {})
-    monkeypatch.setattr(span_export, "MAX_PAIRS", 3)
+    monkeypatch.setattr(span_encoding, "_pairs", {})
+    monkeypatch.setattr(span_encoding, "MAX_PAIRS", 3)
     resource = Resource({})  # one process: its spans share their resource object
     spans = [ReadableSpan("s", context=trace.SpanContext(1, 2, False, trace.TraceFlags(1)), resource=resource,
                           attributes={"route": "/a", "v": (1, True, 1.0, 1)[n], "big": 2**64}, start_time=1,
                           end_time=2) for n in range(4)]
     assert _framed(spans) == encode_spans(spans)
-    assert len(span_export._pairs) <= 3  # bounded: cleared when full
+    assert len(span_encoding._pairs) <= 3  # bounded: cleared when full
     assert sum("span attribute big not exported" in r.message for r in caplog.records) == 4
     kinds = [_framed([span]).resource_spans[0].scope_spans[0].spans[0].attributes[1].value.WhichOneof("value")
              for span in spans]
