@@ -6,10 +6,11 @@ them, in a fresh process per configuration (so each sets tracing up once, from t
 environment), and reads that process' CPU time, its BatchSpanProcessor's export thread included (flushed
 before the clock stops), to an OTLP/HTTP sink (bench.otlp_sink):
 
-- web: a request's SERVER span continuing a client's traceparent (observe.tracing.serve_traced), the
-  traceparent put in the wire message, the span's annotation and trace id for the log line;
-- worker: batches of --batch requests, each request's queue span, the batch span linked to all of them,
-  its forward and its reply.
+- web: a request's SERVER span continuing a client's traceparent (observe.tracing.serve_traced; with a
+  --sampler other than always_on, no client traceparent: the sampler decides at the root), the traceparent
+  put in the wire message, the span's annotation and trace id for the log line;
+- worker: batches of --batch requests carrying the traceparents the web wrote, each sampled request's queue
+  span, the batch span linked to them, its forward and its reply.
 
 Configurations: `off` (no endpoint: the hot path's one test), `sdk` (the SDK's BatchSpanProcessor queueing
 span objects, its exporter's encode_spans), `encoded` (observe.span_export, what the product uses: each span
