@@ -216,15 +216,15 @@ def record_batch(requests: list[tuple[str, float]], formed: float, started: floa
 
     requests: (traceparent, arrival at this worker) of each request the batch carried. Each gets an
     inference.queue span in its own trace (arrival to the batch's start); one inference.batch span
-    (formed to ended), the first request's child, links every request's span, and holds the forward.
-    A request whose trace was not sampled is left out when the sampler would record nothing under it.
+    (formed to ended), the first traced request's child, links every traced request's span, and holds the
+    forward. A request whose trace was not sampled is left out when the sampler would record nothing under it.
     Returns the batch span's context, the parent of its reply (record_reply); None when no request was traced.
     """
     drops = _drops_unsampled()
     traced = []
     for parent, arrival in requests:
         remote = _remote(parent) if parent else None
-        if remote is not None and (remote.trace_flags & 1 or not drops):
+        if remote is not None and (remote.trace_flags.sampled or not drops):
             traced.append((remote, arrival))
     if not traced:
         return None
