@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of every server (1: two threads on two shared cores spin-wait)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="the weights both servers compute in (ours registered with it, serve's --dtype)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="rounds of the continuous server and serve (other order each round): medians shown")
     parser.add_argument("--only", default="", help="servers to run: continuous,static,transformers-serve")
@@ -214,7 +216,7 @@ async def solo_probe(server: Server) -> float:
 ENCODER = "probe-encoder"  # the demo encoder, on the continuous server's worker: probed during issue 34's levels
 
 
-def start_product(model_dir: Path, threads: int) -> tuple[Any, dict[str, Server]]:
+def start_product(model_dir: Path, threads: int, dtype: str = "float32") -> tuple[Any, dict[str, Server]]:
     """One stack: a worker with continuous batching (and the demo encoder) and one with static batches."""
     from tests import model_factory
     from tests.stack import Stack
@@ -224,7 +226,8 @@ def start_product(model_dir: Path, threads: int) -> tuple[Any, dict[str, Server]
     with stopped_on_failure(stack):
         for name in ("gen-continuous", "gen-static"):
             stack.manage("register_model", name, "--source", str(model_dir), "--task", "text-generation",
-                         "--max-batch-size", "40", "--timeout", "600", "--max-queue-size", "256")  # 32 + the probe
+                         "--max-batch-size", "40", "--timeout", "600", "--max-queue-size", "256",  # 32 + the probe
+                         "--dtype", dtype)
         stack.manage("register_model", ENCODER, "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--pooling", "mean", "--normalize")
         token = stack.create_token("all")
@@ -266,11 +269,11 @@ def main(argv: list[str] | None = None) -> None:
         model_dir = build_model(Path(tmp) / "gpt2-small-random")
         log_dir = ROOT / "bench-results"
         log_dir.mkdir(exist_ok=True)
-        stack, servers = start_product(model_dir, args.threads)
+        stack, servers = start_product(model_dir, args.threads, args.dtype)
         serve = None
         try:
             if "transformers-serve" in wanted:
-                serve, server, why = start_serve(model_dir, args.threads, log_dir)
+                serve, server, why = start_serve(model_dir, args.threads, log_dir, extra=["--dtype", args.dtype])
                 if server is None:
                     skipped["transformers-serve"] = why
                 else:
@@ -314,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{head}\n## Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n\n"
         f"{os.cpu_count()} CPUs seen (load average "
         f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end), torch threads "
-        f"{args.threads}; GPT-2 small shape (124M parameters, random weights), greedy, prompts of 2-9 tokens, "
+        f"{args.threads}; GPT-2 small shape (124M parameters, random weights, {args.dtype} in both servers), greedy, prompts of 2-9 tokens, "
         f"{args.min_tokens}-{args.max_tokens} new tokens each (one seeded sequence per level), window "
         f"{args.seconds:g} s or {args.max_requests} requests per level; continuous and serve: medians of {args.rounds} "
         f"rounds in alternating order. tokens/s: content chunks received in the "

@@ -1,7 +1,7 @@
 """`python -m bench.generation_profile`: where one decode step of the continuous batch spends its time, in process.
 
-GPT-2 small's shape (random weights, as bench.generation builds it), linear layers packed for
-oneDNN as a worker packs them, one torch thread. Rows prefill, then decode for a while (each at
+GPT-2 small's shape (random weights, as bench.generation builds it), in float32 or bfloat16,
+linear layers packed for oneDNN as a worker packs them, one torch thread. Rows prefill, then decode for a while (each at
 its own length, as in a busy batch); the median of timed steps is split into the model's forward
 and what follows it (sampling and bookkeeping per row), and torch.profiler's table of one step
 says what the forward spends on: the matmuls of the layers, the LM head, attention, cache writes.
@@ -26,15 +26,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--top", type=int, default=14, help="profiler rows shown")
     parser.add_argument("--spread", type=int, default=256, help="the rows' lengths spread over about this many")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the model's weights")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     from bench.generation import PROMPTS, build_model
     from models_registry.inference import cpu_packing
     from models_registry.inference.generation_batch import GenerationBatch
-    from models_registry.inference.loading import load_pipeline
+    from models_registry.inference.loading import DTYPES, load_pipeline
 
     with tempfile.TemporaryDirectory(prefix="decode-profile-") as tmp:
-        pipe = load_pipeline("text-generation", str(build_model(Path(tmp) / "gpt2")), None, "cpu", torch.float32)
+        pipe = load_pipeline("text-generation", str(build_model(Path(tmp) / "gpt2")), None, "cpu", DTYPES[args.dtype])
     packed = cpu_packing.pack(pipe.model)
     batch = GenerationBatch(pipe, max_rows=args.rows)
     rows = [batch.prepare(f"r{n}", PROMPTS[n % len(PROMPTS)], {"max_new_tokens": 1000}, None)
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     step, forward = statistics.median(steps), statistics.median(forward_s)
     print(f"{args.rows} rows decoding (lengths {min(r.cached for r in rows)}-{max(r.cached for r in rows)}, mean "
           f"{sum(r.cached for r in rows) // len(rows)}), "
-          f"{packed} layers packed, torch threads {args.threads}: step p50 {1000 * step:.1f} ms = forward "
+          f"{args.dtype}, {packed} layers packed, torch threads {args.threads}: step p50 {1000 * step:.1f} ms = forward "
           f"{1000 * forward:.1f} ms + sampling and bookkeeping {1000 * (step - forward):.1f} ms "
           f"({1000 * (step - forward) / args.rows:.2f} ms a row)")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:

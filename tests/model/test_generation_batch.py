@@ -164,14 +164,15 @@ def test_a_preempted_row_resumes_from_its_kept_slot(gpt2: Any, computed: list[in
     assert computed[0] > len(mine.ids) and max(computed[1:]) < 4  # its prompt was not computed a second time
 
 
+def forgetful(module: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+    """An attention that writes the slot cache but attends each token to itself alone (bypasses it)."""
+    kv_slots.attend(module, query, key, value, *args, **kwargs)
+    return value.repeat_interleave(query.shape[1] // value.shape[1], dim=1).transpose(1, 2), None
+
+
 def test_verify_admits_these_models_and_refuses_one_whose_attention_does_not_go_through_it(
         gpt2: Any, qwen2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     assert generation_check.verify(gpt2) and generation_check.verify(qwen2)
-
-    def forgetful(module: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
-        kv_slots.attend(module, query, key, value, *args, **kwargs)
-        return value.repeat_interleave(query.shape[1] // value.shape[1], dim=1).transpose(1, 2), None  # itself alone
-
     try:
         monkeypatch.setitem(kv_slots.AttentionInterface._global_mapping, kv_slots.ATTENTION, forgetful)
         assert not generation_check.verify(gpt2) and not generation_check.supports(gpt2.model)
@@ -197,6 +198,32 @@ def test_packed_linear_layers_give_the_models_own_tokens(tmp_path: Any) -> None:
     for r, p in zip(rows, PROMPTS):
         assert r.sequence.ids == alone(plain, p, len(r.sequence.ids)), p
     assert generation_check.verify(packed)
+
+
+def test_packed_bfloat16_layers_give_the_bfloat16_models_logits(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from models_registry.inference import cpu_packing
+
+    path = model_factory.build_tiny_gpt2(tmp_path / "gpt2", positions=256)
+    packed = load_pipeline("text-generation", str(path), None, "cpu", torch.bfloat16)
+    plain = load_pipeline("text-generation", str(path), None, "cpu", torch.bfloat16)
+    if not cpu_packing.available(packed.model):
+        pytest.skip("no oneDNN bfloat16 on this CPU (AVX512-BF16 or AMX)")
+    assert cpu_packing.pack(packed.model) == 2 * 4 + 1
+    assert packed.model.transformer.h[0].mlp.c_fc.weight.numel() == 0
+    ids = packed.tokenizer(PROMPTS[1], return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        got, want = packed.model(ids).logits.float(), plain.model(ids).logits.float()
+    assert got.dtype == torch.float32 and (got - want).abs().max() <= 2e-2 * max(1.0, float(want.abs().max()))
+    batch = GenerationBatch(packed)  # the slot cache in bfloat16, as the model
+    rows = [row(batch, p, 6) for p in PROMPTS]
+    run(batch, rows)
+    assert all(len(r.sequence.ids) == 6 for r in rows) and batch.cache.dtype == torch.bfloat16
+    assert generation_check.verify(packed)  # within half precision's rounding of its own logits
+    try:
+        monkeypatch.setitem(kv_slots.AttentionInterface._global_mapping, kv_slots.ATTENTION, forgetful)
+        assert not generation_check.verify(packed)  # but not a bypassed cache
+    finally:
+        monkeypatch.undo()
 
 
 def test_a_long_prompt_alone_is_prefilled_over_steps_that_draw_no_token(gpt2: Any, monkeypatch: pytest.MonkeyPatch,
