@@ -6,10 +6,11 @@ them, in a fresh process per configuration (so each sets tracing up once, from t
 environment), and reads that process' CPU time, its BatchSpanProcessor's export thread included (flushed
 before the clock stops), to an OTLP/HTTP sink (bench.otlp_sink):
 
-- web: a request's SERVER span continuing a client's traceparent (observe.tracing.serve_traced), the
-  traceparent put in the wire message, the span's annotation and trace id for the log line;
-- worker: batches of --batch requests, each request's queue span, the batch span linked to all of them,
-  its forward and its reply.
+- web: a request's SERVER span continuing a client's traceparent (observe.tracing.serve_traced; with a
+  --sampler other than always_on, no client traceparent: the sampler decides at the root), the traceparent
+  put in the wire message, the span's annotation and trace id for the log line;
+- worker: batches of --batch requests carrying the traceparents the web wrote, each sampled request's queue
+  span, the batch span linked to them, its forward and its reply.
 
 Configurations: `off` (no endpoint: the hot path's one test), `sdk` (the SDK's BatchSpanProcessor queueing
 span objects, its exporter's encode_spans), `encoded` (observe.span_export, what the product uses: each span
@@ -41,8 +42,12 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _child(config: str, requests: int, batch: int) -> dict[str, float]:
-    """In a fresh process: CPU microseconds per request of the web and the worker paths under one configuration."""
+def _child(config: str, requests: int, batch: int, client_parent: bool) -> dict[str, float]:
+    """In a fresh process: CPU microseconds per request of the web and the worker paths under one configuration.
+
+    client_parent: each request comes with a sampled client traceparent (else the sampler decides at the root);
+    the worker's batches carry the traceparents the web put in its wire messages.
+    """
     import django
 
     django.setup()
@@ -53,16 +58,18 @@ def _child(config: str, requests: int, batch: int) -> dict[str, float]:
     tracing.setup("web")
     scope = {"type": "http", "method": "POST", "path": "/models/tiny", "headers": [
         (b"host", b"127.0.0.1:8000"), (b"authorization", b"Bearer x"), (b"content-type", b"application/json"),
-        (b"traceparent", TRACEPARENT.encode())]}
+        *([(b"traceparent", TRACEPARENT.encode())] if client_parent else [])]}
+    wires: list[str] = []
 
     async def send(message: dict[str, Any]) -> None:
         pass
 
     async def handle(scope: dict[str, Any], receive: Any, send: Any) -> None:
         wire = tracing.current_traceparent() if tracing.tracer is not None else ""
+        wires.append(wire)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         if tracing.tracer is not None:
-            wire += tracing.annotate("tiny", 3, 7, inputs=1)
+            tracing.annotate("tiny", 3, 7, inputs=1)
         await send({"type": "http.response.body", "body": b"{}"})
 
     async def web(count: int) -> None:
@@ -74,14 +81,17 @@ def _child(config: str, requests: int, batch: int) -> dict[str, float]:
 
     def worker(count: int) -> None:
         now = time.time()
-        for _ in range(count // batch):
+        for number in range(count // batch):
             if tracing.tracer is None:
                 continue
-            traced = tracing.record_batch([(TRACEPARENT, now - 0.010)] * batch, now - 0.005, now - 0.004, now, {
+            first = number * batch % max(1, len(wires) - batch)
+            carried = [(wire, now - 0.010) for wire in wires[first:first + batch]]
+            traced = tracing.record_batch(carried, now - 0.005, now - 0.004, now, {
                 "hosting.model": "tiny", "hosting.task": "feature-extraction", "hosting.batch.size": batch,
                 "hosting.batch.requests": batch, "hosting.batch.reason": "full", "hosting.batch.tokens": 20 * batch,
                 "hosting.batch.padded_tokens": 24 * batch, "hosting.device": "cpu", "hosting.backend": "torch"})
-            tracing.record_reply(traced, batch, now, now + 0.001)
+            if traced is not None:
+                tracing.record_reply(traced, batch, now, now + 0.001)
 
     def flush() -> None:
         if tracing.tracer is not None:
@@ -114,10 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sampler", default="always_on", metavar="SAMPLER[:ARG]",
+                        help="OTEL_TRACES_SAMPLER (e.g. parentbased_traceidratio:0.1: requests then come without a "
+                             "client traceparent, the sampler decides at the web)")
     parser.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(_child(args.child, args.requests, args.batch)))
+        print(json.dumps(_child(args.child, args.requests, args.batch, args.sampler == "always_on")))
         return 0
     port = _free_port()
     sink = subprocess.Popen([sys.executable, "-m", "bench.otlp_sink", str(port)], cwd=ROOT)
@@ -129,9 +142,12 @@ def main(argv: list[str] | None = None) -> int:
                 env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
                 env["DJANGO_SETTINGS_MODULE"] = "hosting.settings"
                 if config != "off":
-                    env.update(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}", OTEL_TRACES_SAMPLER="always_on")
-                done = subprocess.run([sys.executable, "-m", "bench.otel_cost", "--child", config, "--requests",
-                                       str(args.requests), "--batch", str(args.batch)], cwd=ROOT, env=env,
+                    name, _, argument = args.sampler.partition(":")
+                    env.update(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}", OTEL_TRACES_SAMPLER=name,
+                               **({"OTEL_TRACES_SAMPLER_ARG": argument} if argument else {}))
+                command = ["--child", config, "--requests", str(args.requests), "--batch", str(args.batch),
+                           "--sampler", args.sampler]
+                done = subprocess.run([sys.executable, "-m", "bench.otel_cost", *command], cwd=ROOT, env=env,
                                       capture_output=True, text=True, timeout=600, check=True)
                 found[config].append(json.loads(done.stdout.strip().splitlines()[-1]))
                 print(f"round {round_no + 1} {config}: {found[config][-1]}", flush=True)
@@ -139,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         sink.terminate()
         sink.wait()
     print(f"\nCPU us per request, medians of {args.rounds} rounds of {args.requests} requests (worker: batches of "
-          f"{args.batch}), every request sampled; load average {load_start[0]:.2f} at the start, "
+          f"{args.batch}), sampler {args.sampler}; load average {load_start[0]:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end, {os.cpu_count()} CPUs\n")
     print("| configuration | web us/request | worker us/request | both |\n|---|---:|---:|---:|")
     for config, rows in found.items():

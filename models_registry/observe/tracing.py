@@ -167,26 +167,75 @@ def _ns(epoch_s: float) -> int:
     return int(epoch_s * 1_000_000_000)
 
 
+def _remote(traceparent: str) -> Any:
+    """The SpanContext of a wire traceparent (current_traceparent's own format); None when malformed or empty.
+
+    Split by hand: the worker reads one per request, and the propagator's regex and Context cost it more
+    than the rest of the request's unsampled path (the wire carries no tracestate).
+    """
+    parts = traceparent.split("-")
+    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    return _api.SpanContext(trace_id, span_id, is_remote=True, trace_flags=_api.TraceFlags(flags))
+
+
+_dropping: tuple[Any, bool] = (None, False)  # (a sampler, whether it drops every child of an unsampled parent)
+
+
+def _drops_unsampled() -> bool:
+    """Whether the tracer's sampler records nothing under a remote parent that was not sampled.
+
+    True for the parent-based samplers (the default and every parentbased_*) and always_off: the worker then
+    skips such a request's spans and links outright instead of having the SDK make non-recording ones.
+    Asked of the sampler itself (two trace ids, once per sampler), so a sampler that decides otherwise
+    (always_on, traceidratio) still gets every request's spans to decide on.
+    """
+    global _dropping
+    sampler = tracer.sampler
+    if _dropping[0] is not sampler:
+        from opentelemetry.sdk.trace.sampling import Decision
+
+        def decision(trace_id: int) -> Any:
+            parent = _api.SpanContext(trace_id, 1, is_remote=True, trace_flags=_api.TraceFlags(0))
+            context = _api.set_span_in_context(_api.NonRecordingSpan(parent))
+            return sampler.should_sample(context, trace_id, "inference.queue").decision
+
+        _dropping = (sampler, all(decision(t) == Decision.DROP for t in (1, 2 ** 128 - 1)))
+    return _dropping[1]
+
+
 def record_batch(requests: list[tuple[str, float]], formed: float, started: float, ended: float,
                  attributes: dict[str, Any]) -> Any:
     """A computed batch's spans (times in epoch seconds), for its requests that came with a trace context.
 
     requests: (traceparent, arrival at this worker) of each request the batch carried. Each gets an
     inference.queue span in its own trace (arrival to the batch's start); one inference.batch span
-    (formed to ended), the first request's child, links every request's span, and holds the forward.
+    (formed to ended), the first traced request's child, links every traced request's span, and holds the
+    forward. A request whose trace was not sampled is left out when the sampler would record nothing under it.
     Returns the batch span's context, the parent of its reply (record_reply); None when no request was traced.
     """
-    traced = [(context_of(parent), arrival) for parent, arrival in requests if parent]
+    drops = _drops_unsampled()
+    traced = []
+    for parent, arrival in requests:
+        remote = _remote(parent) if parent else None
+        if remote is not None and (remote.trace_flags.sampled or not drops):
+            traced.append((remote, arrival))
     if not traced:
         return None
     start = _ns(started)
     queued = {"hosting.model": attributes.get("hosting.model", "")}
-    for context, arrival in traced:
+    contexts = [_api.set_span_in_context(_api.NonRecordingSpan(remote)) for remote, _ in traced]
+    for context, (_, arrival) in zip(contexts, traced):
         tracer.start_span("inference.queue", context=context, start_time=min(_ns(arrival), start),
                           attributes=queued).end(end_time=start)
-    links = [_api.Link(_api.get_current_span(context).get_span_context()) for context, _ in traced]
-    batch = tracer.start_span("inference.batch", context=traced[0][0], links=links, start_time=_ns(formed),
-                              attributes=attributes)
+    batch = tracer.start_span("inference.batch", context=contexts[0], links=[_api.Link(remote) for remote, _ in traced],
+                              start_time=_ns(formed), attributes=attributes)
     inside = _api.set_span_in_context(batch)
     tracer.start_span("inference.forward", context=inside, start_time=start).end(_ns(ended))
     batch.end(end_time=_ns(ended))

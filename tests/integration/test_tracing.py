@@ -1,13 +1,14 @@
 """OpenTelemetry traces end to end: a real OTLP/HTTP receiver in the test decodes what the web and the worker
 export (opentelemetry-proto); each client's traceparent is continued, the worker's spans join the trace, a batch
 span links the requests it carried (its forward and its replies' round trip inside it), and each request's log
-line names its trace id."""
+line names its trace id; under a parent-based sampler a client's unsampled trace costs no span, web or worker."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -174,3 +175,42 @@ def test_a_request_without_traceparent_starts_its_own_trace(traced: Stack, colle
     trace_id = line.rsplit("trace=", 1)[1].split()[0]
     spans = wait_until(lambda: [s for s in collector.of_trace(trace_id) if s.kind == 2], 10, "its server span")
     assert spans[0].parent_id == ""
+
+
+@pytest.fixture(scope="module")
+def parent_based(collector: Collector) -> Iterator[Stack]:
+    """A stack on the SDK's default sampler (parentbased_always_on): a client's sampling decision is followed."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
+           "OTEL_TRACES_SAMPLER": "parentbased_always_on", "OTEL_BSP_SCHEDULE_DELAY": "100",
+           "OTEL_SERVICE_NAME": "parent-based"}
+    with Stack.started(extra_env=env) as stack:
+        stack.manage("register_model", MODEL, "--source", str(model_factory.minilm_path()), "--task",
+                     "feature-extraction", "--pooling", "mean", "--max-batch-size", "32",
+                     "--max-batch-delay-ms", "50", "--timeout", "60")
+        stack.create_token("all")
+        stack.start_worker()
+        stack.start_web()
+        stack.wait_ready([MODEL])
+        yield stack
+
+
+def test_an_unsampled_trace_costs_no_span_anywhere_and_its_batch_links_only_the_sampled(
+        parent_based: Stack, collector: Collector) -> None:
+    sampled, unsampled = os.urandom(16).hex(), os.urandom(16).hex()
+    parents = [f"00-{unsampled}-{os.urandom(8).hex()}-00", f"00-{sampled}-{os.urandom(8).hex()}-01"] * 2
+    statuses = asyncio.run(_post_traced(f"{parent_based.url}/models/{MODEL}", parent_based.tokens["all"],
+                                        sentences(4, 9), parents))
+    assert statuses == [200] * 4
+
+    def complete() -> bool:
+        names = [s.name for s in collector.of_trace(sampled)]
+        return names.count("inference.queue") == 2 and "POST /models/{name}" in names and any(
+            sampled in {t for t, _ in s.links} for s in collector.all() if s.name == "inference.batch")
+
+    wait_until(complete, 20, "the sampled trace's web and worker spans, and a batch linking it")
+    time.sleep(0.5)  # five of the processes' export intervals: what the unsampled trace had would be here by now
+    assert collector.of_trace(unsampled) == []
+    linked = {t for s in collector.all() if s.name == "inference.batch" for t, _ in s.links}
+    assert unsampled not in linked
+    log = (parent_based.workdir / "web-0.log").read_text()
+    assert f"trace={unsampled}" in log and f"trace={sampled}" in log  # the log line names it all the same

@@ -1,5 +1,6 @@
-"""observe.span_export: spans encoded as they end make, once framed, the very request the SDK's encoder makes of the
-span objects (decoded and compared message for message); the batch processor's queue gets bytes, never spans."""
+"""observe.span_export and span_encoding: spans encoded as they end make, once framed, the very request the SDK's
+encoder makes of the span objects (decoded and compared message for message); the batch processor's queue gets
+bytes, never spans."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from models_registry.observe.span_export import (EncodedSpan, EncodedSpanExporter, EncodingSpanProcessor,
-                                                 encode_span, request_body)
+from models_registry.observe import span_encoding
+from models_registry.observe.span_encoding import encode_span
+from models_registry.observe.span_export import EncodedSpan, EncodedSpanExporter, EncodingSpanProcessor, request_body
 
 CLIENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -93,3 +95,45 @@ def test_the_batch_queue_holds_each_sampled_spans_bytes() -> None:
 
 def test_the_installed_exporter_has_what_the_encoded_export_uses() -> None:
     assert EncodedSpanExporter.fits()  # else setup falls back to the SDK's encoding: an upgrade must show here
+
+
+def test_every_value_kind_and_the_counts_of_what_was_dropped_decode_as_the_sdk_encodes_them() -> None:
+    """observe.span_wire writes each field by hand: the values at their edges, unicode, events, limits."""
+    finished = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=12, max_events=1, max_links=1,
+                                                     max_event_attributes=1, max_link_attributes=1))
+    provider.add_span_processor(SimpleSpanProcessor(finished))
+    context = trace.SpanContext(2**128 - 1, 2**64 - 1, True, trace.TraceFlags(3))
+    span = provider.get_tracer("t").start_span("ünïcode ✓", context=trace.set_span_in_context(
+        trace.NonRecordingSpan(context)), kind=trace.SpanKind.CONSUMER, links=[
+            trace.Link(context, {"a": 1, "b": 2}), trace.Link(trace.SpanContext(5, 6, False))],
+        attributes={"neg": -1, "min": -2**63, "max": 2**63 - 1, "zero": 0, "empty": "", "false": False,
+                    "bytes": b"\x00\xff", "nan": float("-inf"), "mixed": ["x", ""], "nones": [None, 1],
+                    "unicode": "日本", "flt": 0.0, "over": 1})
+    span.add_event("first", {"x": 1, "y": 2}, timestamp=3)
+    span.add_event("second")
+    span.set_status(trace.StatusCode.OK)
+    span.end(end_time=2**63)
+    odd = ReadableSpan("odd", context=trace.SpanContext(1, 2, False, trace.TraceFlags(1)), resource=Resource({}),
+                       attributes={"big": 2**64, "nested": {"k": "v", "n": [1, 2]}, "none": None}, start_time=1,
+                       end_time=2, status=trace.Status(trace.StatusCode.UNSET))
+    spans = [*finished.get_finished_spans(), odd]
+    assert _framed(spans) == encode_spans(spans)
+    encoded = _framed(spans).resource_spans[0].scope_spans[0].spans[0]
+    assert (encoded.dropped_attributes_count, encoded.dropped_events_count, encoded.dropped_links_count) == (1, 1, 1)
+
+
+def test_each_attribute_pair_is_encoded_once_and_a_refused_one_is_logged_each_time(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(span_encoding, "_pairs", {})
+    monkeypatch.setattr(span_encoding, "MAX_PAIRS", 3)
+    resource = Resource({})  # one process: its spans share their resource object
+    spans = [ReadableSpan("s", context=trace.SpanContext(1, 2, False, trace.TraceFlags(1)), resource=resource,
+                          attributes={"route": "/a", "v": (1, True, 1.0, 1)[n], "big": 2**64}, start_time=1,
+                          end_time=2) for n in range(4)]
+    assert _framed(spans) == encode_spans(spans)
+    assert len(span_encoding._pairs) <= 3  # bounded: cleared when full
+    assert sum("span attribute big not exported" in r.message for r in caplog.records) == 4
+    kinds = [_framed([span]).resource_spans[0].scope_spans[0].spans[0].attributes[1].value.WhichOneof("value")
+             for span in spans]
+    assert kinds == ["int_value", "bool_value", "double_value", "int_value"]  # 1, True and 1.0: equal, not one pair

@@ -1,0 +1,101 @@
+"""observe.tracing's worker side on the SDK's own tracer: a batch's spans join its sampled requests' traces and
+link them; a request whose trace was not sampled costs no span and no link where the sampler would record
+nothing under it, and still gets its spans where the sampler decides for itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import context, trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from models_registry.observe import tracing
+
+SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+RANDOM_SAMPLED = "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-03"  # W3C level 2: random trace id, sampled
+UNSAMPLED = "00-2af7651916cd43dd8448eb211c80319c-d7ad6b7169203331-00"
+ATTRIBUTES = {"hosting.model": "bert", "hosting.batch.size": 3, "hosting.device": "cpu", "hosting.backend": "torch"}
+
+
+@pytest.fixture
+def provider_of(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Sampler], InMemorySpanExporter]]:
+    """tracing's globals as setup() leaves them, on a provider with the sampler given; its finished spans."""
+    providers: list[TracerProvider] = []
+
+    def make(sampler: Sampler) -> InMemorySpanExporter:
+        spans = InMemorySpanExporter()
+        provider = TracerProvider(sampler=sampler)
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        providers.append(provider)
+        monkeypatch.setattr(tracing, "tracer", provider.get_tracer("models_registry"))
+        monkeypatch.setattr(tracing, "_propagator", TraceContextTextMapPropagator())
+        monkeypatch.setattr(tracing, "_api", trace)
+        monkeypatch.setattr(tracing, "_context", context)
+        return spans
+
+    yield make
+    for provider in providers:
+        provider.shutdown()
+
+
+def _record(parents: list[str]) -> Any:
+    batch = tracing.record_batch([(parent, 100.0) for parent in parents], 100.001, 100.002, 100.010, ATTRIBUTES)
+    if batch is not None:
+        tracing.record_reply(batch, len(parents), 100.010, 100.011)
+    return batch
+
+
+def _hex(span: Any) -> tuple[str, str]:
+    return f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}"
+
+
+def test_sampled_requests_get_queue_spans_in_their_traces_and_one_linked_batch(provider_of: Any) -> None:
+    finished = provider_of(ParentBased(ALWAYS_ON))
+    assert _record([SAMPLED, RANDOM_SAMPLED, ""]) is not None  # "": a request that came without a trace
+    spans = finished.get_finished_spans()
+    queues = [s for s in spans if s.name == "inference.queue"]
+    assert sorted(f"{s.parent.trace_id:032x}-{s.parent.span_id:016x}" for s in queues) == [
+        "-".join(SAMPLED.split("-")[1:3]), "-".join(RANDOM_SAMPLED.split("-")[1:3])]
+    assert all(s.parent.is_remote and s.attributes["hosting.model"] == "bert" for s in queues)
+    (batch,) = [s for s in spans if s.name == "inference.batch"]
+    assert [(f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") for link in batch.links] == [
+        tuple(SAMPLED.split("-")[1:3]), tuple(RANDOM_SAMPLED.split("-")[1:3])]
+    assert dict(batch.attributes) == ATTRIBUTES and _hex(batch)[0] == SAMPLED.split("-")[1]
+    for child in ("inference.forward", "inference.reply"):
+        (span,) = [s for s in spans if s.name == child]
+        assert span.parent.span_id == batch.context.span_id
+
+
+@pytest.mark.parametrize("sampler", [ParentBased(ALWAYS_ON), ParentBased(TraceIdRatioBased(1.0)), ALWAYS_OFF])
+def test_an_unsampled_trace_costs_the_worker_no_span_and_no_link(provider_of: Any, sampler: Sampler) -> None:
+    finished = provider_of(sampler)
+    assert _record([UNSAMPLED, UNSAMPLED]) is None
+    assert finished.get_finished_spans() == ()
+    if sampler is not ALWAYS_OFF:
+        _record([UNSAMPLED, SAMPLED])
+        (batch,) = [s for s in finished.get_finished_spans() if s.name == "inference.batch"]
+        assert [f"{link.context.trace_id:032x}" for link in batch.links] == [SAMPLED.split("-")[1]]
+        assert len([s for s in finished.get_finished_spans() if s.name == "inference.queue"]) == 1
+
+
+def test_a_sampler_that_decides_for_itself_still_gets_an_unsampled_parents_spans(provider_of: Any) -> None:
+    finished = provider_of(ALWAYS_ON)  # not parent-based: the SDK would record under any parent
+    assert _record([UNSAMPLED]) is not None
+    names = sorted(s.name for s in finished.get_finished_spans())
+    assert names == ["inference.batch", "inference.forward", "inference.queue", "inference.reply"]
+
+
+@pytest.mark.parametrize("parent", ["garbage", "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                                    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-zz",
+                                    "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+                                    "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+                                    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b71692033-01"])
+def test_a_malformed_traceparent_is_no_trace(provider_of: Any, parent: str) -> None:
+    finished = provider_of(ALWAYS_ON)
+    assert _record([parent]) is None and finished.get_finished_spans() == ()
