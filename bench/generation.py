@@ -5,7 +5,9 @@ a temp dir) is served three ways in the same run: this product with continuous b
 (the default), this product with HOSTING_CONTINUOUS_BATCHING=0 (static batches, as
 before), and `transformers serve --continuous-batching` (its own venv under
 bench-results/, packages pinned in requirements-bench-generation.txt; skipped with the
-reason when it cannot be installed). Each level keeps 1, 8 or 32 streams open (closed
+reason when it cannot be installed). Both compute in the same dtype (`--dtype`; by default
+bfloat16 where the CPU computes it in hardware, as an operator would register the model there,
+else float32). Each level keeps 1, 8 or 32 streams open (closed
 loop; each asks /v1/completions for 16-256 new tokens, the same seeded sequence for
 every server), bounded by a window in seconds and a request count. Reported: aggregate
 generated tokens/s (tokens received in the window / window), time to first token p50 and
@@ -54,8 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of every server (1: two threads on two shared cores spin-wait)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                        help="the weights both servers compute in (ours registered with it, serve's --dtype)")
+    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
+                        help="the weights both servers compute in (ours registered with it, serve's --dtype); "
+                             "default: bfloat16 where this CPU computes it in hardware (AMX, AVX512-BF16), else float32")
     parser.add_argument("--rounds", type=int, default=2,
                         help="rounds of the continuous server and serve (other order each round): medians shown")
     parser.add_argument("--only", default="", help="servers to run: continuous,static,transformers-serve")
@@ -67,7 +70,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--flood-tokens", type=int, default=64,
                         help="max_tokens of each of the flood's 128 sequences (the issue sent 512)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "generation-cpu-2core.md"))
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.dtype = args.dtype or default_dtype()
+    return args
+
+
+def default_dtype() -> str:
+    """What an operator would serve a decoder in on this CPU: bfloat16 where oneDNN computes it in hardware."""
+    import torch
+
+    return "bfloat16" if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported() \
+        else "float32"
 
 
 def build_model(dest: Path) -> Path:
