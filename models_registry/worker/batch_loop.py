@@ -79,6 +79,9 @@ class BatchLoop:
         loop = asyncio.get_running_loop()
         while True:
             now = time.time()
+            # Every turn, not only before a sleep: other models' batches may keep the loop from ever sleeping,
+            # and an idle decode batch must still give its cache back.
+            release_in = self.decoding.release_idle()
             expired = self.batcher.drop_expired(now)
             self.stats.expired += len(expired)  # their views answer 504 by themselves
             for request in expired:
@@ -104,7 +107,7 @@ class BatchLoop:
                     await self.decoding.iterate()  # one token step, then the queues again
                     self.busy = self.decoding.busy()
                     continue
-                await self._sleep_until_work(now, self.decoding.release_idle())
+                await self._sleep_until_work(now, release_in)
                 continue
             self.busy = True
             started = time.time()

@@ -249,3 +249,26 @@ async def test_a_request_redelivered_after_a_worker_death_is_computed_alone_and_
     # Named before its run (the key held its digest until the run ended), cleared after it.
     assert named == [None, digests["suspect"]]
     assert await layer.connection(0).get(layer.computing_key(engine.worker_id)) is None
+
+
+async def test_an_idle_decode_batch_is_asked_to_release_its_cache_at_every_turn_of_a_busy_loop(
+        engine: InferenceEngine, send: Send) -> None:
+    decoding = engine.batch_loop.decoding
+    asked: list[float | None] = []
+    real = decoding.release_idle
+
+    def counted() -> float | None:
+        asked.append(real())
+        return asked[-1]
+
+    decoding.release_idle = counted  # type: ignore[method-assign]
+    seen: list[int] = []  # how often it had been asked when each batch ran
+    run = engine.runner.run
+    engine.runner.run = lambda *a: (seen.append(len(asked)), run(*a))[1]  # type: ignore[method-assign]
+    futures = [await send(f"r{n}", [f"w{n}"] * 8) for n in range(4)]  # four full batches: the loop never sleeps
+    loop = asyncio.ensure_future(engine.run_batches())
+    try:
+        await asyncio.wait_for(asyncio.gather(*futures), 3)
+    finally:
+        loop.cancel()
+    assert len(seen) == 4 and all(b > a for a, b in zip(seen, seen[1:])), seen
