@@ -100,12 +100,17 @@ def collector() -> Iterator[Collector]:
 @pytest.fixture(scope="module")
 def traced(collector: Collector) -> Iterator[Stack]:
     """A stack whose web and worker export to the collector, every request sampled, batches exported at once."""
+    yield from _exporting_stack(collector, "always_on", "", batch_delay_ms=20)
+
+
+def _exporting_stack(collector: Collector, sampler: str, service: str, batch_delay_ms: int) -> Iterator[Stack]:
+    """A stack (web, worker, the MiniLM model) exporting its spans to the collector under sampler."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
-           "OTEL_TRACES_SAMPLER": "always_on", "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_SERVICE_NAME": ""}
+           "OTEL_TRACES_SAMPLER": sampler, "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_SERVICE_NAME": service}
     with Stack.started(extra_env=env) as stack:
         stack.manage("register_model", MODEL, "--source", str(model_factory.minilm_path()), "--task",
                      "feature-extraction", "--pooling", "mean", "--max-batch-size", "32",
-                     "--max-batch-delay-ms", "20", "--timeout", "60")
+                     "--max-batch-delay-ms", str(batch_delay_ms), "--timeout", "60")
         stack.create_token("all")
         stack.start_worker()
         stack.start_web()
@@ -180,18 +185,7 @@ def test_a_request_without_traceparent_starts_its_own_trace(traced: Stack, colle
 @pytest.fixture(scope="module")
 def parent_based(collector: Collector) -> Iterator[Stack]:
     """A stack on the SDK's default sampler (parentbased_always_on): a client's sampling decision is followed."""
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
-           "OTEL_TRACES_SAMPLER": "parentbased_always_on", "OTEL_BSP_SCHEDULE_DELAY": "100",
-           "OTEL_SERVICE_NAME": "parent-based"}
-    with Stack.started(extra_env=env) as stack:
-        stack.manage("register_model", MODEL, "--source", str(model_factory.minilm_path()), "--task",
-                     "feature-extraction", "--pooling", "mean", "--max-batch-size", "32",
-                     "--max-batch-delay-ms", "50", "--timeout", "60")
-        stack.create_token("all")
-        stack.start_worker()
-        stack.start_web()
-        stack.wait_ready([MODEL])
-        yield stack
+    yield from _exporting_stack(collector, "parentbased_always_on", "parent-based", batch_delay_ms=50)
 
 
 def test_an_unsampled_trace_costs_no_span_anywhere_and_its_batch_links_only_the_sampled(
