@@ -65,6 +65,9 @@ def source_args(path: Path) -> list[str]:
     return ["--source", str(path), "--task", "feature-extraction"]
 
 
+SETTLE_S = 1.0  # longer than any answer in flight at a switch (p95 under 20 ms here)
+
+
 def wait_all(load: Load, length: int, since: float, what: str, count: int = 40) -> float:
     """Until the last count answers all have vectors of length (the switch is done); when the switch was."""
     def check() -> bool:
@@ -72,6 +75,10 @@ def wait_all(load: Load, length: int, since: float, what: str, count: int = 40) 
         return len(recent) == count and all(s.length == length for s in recent)
 
     wait_until(check, 60, what, interval_s=0.1)
+    # Count runs of new answers do not mean every client has switched: a web process that reads the change a
+    # moment later, or a request already routed to the old version, still answers from it (by design, no
+    # request fails), possibly after count new answers from the others. Let those land before saying when.
+    time.sleep(SETTLE_S)
     answers = load.since(since)
     others = [i for i, s in enumerate(answers) if s.length != length]
     return answers[others[-1] + 1].at if others else answers[0].at  # from here on, only the new version answers
