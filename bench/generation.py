@@ -77,10 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def default_dtype() -> str:
     """What an operator would serve a decoder in on this CPU: bfloat16 where oneDNN computes it in hardware."""
-    import torch
+    from models_registry.inference.cpu_packing import bfloat16_in_hardware
 
-    return "bfloat16" if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported() \
-        else "float32"
+    return "bfloat16" if bfloat16_in_hardware() else "float32"
 
 
 def build_model(dest: Path) -> Path:

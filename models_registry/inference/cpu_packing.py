@@ -36,9 +36,14 @@ def available(model: Any) -> bool:
     mkldnn = getattr(torch.ops, "mkldnn", None)
     if model.device.type != "cpu" or model.dtype not in TOLERANCE or not torch.backends.mkldnn.is_available():
         return False
-    if model.dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if model.dtype == torch.bfloat16 and not bfloat16_in_hardware():
         return False  # oneDNN would emulate it: slower than the plain matmul
     return hasattr(mkldnn, "_reorder_linear_weight") and hasattr(mkldnn, "_linear_pointwise")
+
+
+def bfloat16_in_hardware() -> bool:
+    """Whether oneDNN computes bfloat16 on this CPU in hardware (AVX512-BF16 or AMX), not emulated."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def pack(model: Any) -> int:
