@@ -267,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             profiles = _profile(servers[PRODUCT], max(args.levels), args, workdir)
     measured = {name: _median_rows(r) for name, r in rounds.items()}
     report = {"config": {k: v for k, v in vars(args).items() if k not in ("out",)}, "model_cost": cost,
+              "paired": paired_ratios(rounds),
               "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start,
                           "loadavg_end": [round(v, 2) for v in os.getloadavg()]},
               "servers": measured, "skipped": skipped, "duration_s": round(time.time() - started, 1)}
@@ -316,6 +317,27 @@ def _profile(server: dict[str, Any], level: int, args: argparse.Namespace, workd
     return found
 
 
+def paired_ratios(rounds: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[str, dict[int, dict[str, Any]]]:
+    """Each variant of the product (a baseline, +otel) against the product, round by round: req/s ratios.
+
+    The rounds run the servers back to back, so a ratio within one round cancels most of the machine's drift
+    from round to round (on a shared machine, 10-20% here); their median is the figure to quote.
+    """
+    if PRODUCT not in rounds:
+        return {}
+    paired: dict[str, dict[int, dict[str, Any]]] = {}
+    for name, levels in rounds.items():
+        if name == PRODUCT or not name.startswith(PRODUCT):
+            continue
+        paired[name] = {}
+        for level, runs in levels.items():
+            ratios = [round(run["req_s"] / base["req_s"], 3) for run, base in zip(runs, rounds[PRODUCT][level])
+                      if base["req_s"] > 0]
+            if ratios:
+                paired[name][level] = {"ratios": ratios, "median": round(statistics.median(ratios), 3)}
+    return paired
+
+
 def render(report: dict[str, Any]) -> str:
     """The side-by-side table and the CPU split of the product."""
     servers, levels = report["servers"], report["config"]["levels"]
@@ -342,6 +364,11 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {serving:.2f} ({split}) | {cores:.2f} |")
     for name, why in report["skipped"].items():
         lines += ["", f"{name}: skipped ({why})."]
+    if report.get("paired"):
+        lines += ["", f"| variant / {PRODUCT}, req/s | level | median of the rounds' ratios | each round |",
+                  "|---|---:|---:|---|"]
+        lines += [f"| {name} | c={level} | {pair['median']:.3f} | {', '.join(f'{r:.3f}' for r in pair['ratios'])} |"
+                  for name, levels in report["paired"].items() for level, pair in levels.items()]
     if PRODUCT in servers:
         top_level = levels[-1]
         product = servers[PRODUCT][top_level]

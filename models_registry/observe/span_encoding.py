@@ -90,35 +90,41 @@ _START, _END = _tag("start_time_unix_nano", 1), _tag("end_time_unix_nano", 1)  #
 _fixed64 = struct.Struct("<Q").pack
 
 
-def _own_fields(span: ReadableSpan) -> bytes:
+def _own_fields(trace_id: int, span_id: int, parent_id: int, start: int, end: int) -> bytes:
     """What no two spans share: the ids and the times, fixed-size fields written as protobuf lays them out."""
-    context, parent = span.get_span_context(), span.parent
-    return b"".join((_TRACE_ID, context.trace_id.to_bytes(16, "big"), _SPAN_ID, context.span_id.to_bytes(8, "big"),
-                     _PARENT + parent.span_id.to_bytes(8, "big") if parent else b"",
-                     _START, _fixed64(span.start_time or 0), _END, _fixed64(span.end_time or 0)))
+    return b"".join((_TRACE_ID, trace_id.to_bytes(16, "big"), _SPAN_ID, span_id.to_bytes(8, "big"),
+                     _PARENT + parent_id.to_bytes(8, "big") if parent_id else b"",
+                     _START, _fixed64(start), _END, _fixed64(end)))
 
 
 _shared: dict[tuple[Any, ...], bytes] = {}  # (name, kind, parent remote, status code, message) -> those fields
 
 
-def _shared_fields(span: ReadableSpan) -> bytes:
-    """The fields many spans share (name, kind, flags, status), serialized once per process."""
-    status, parent = span.status, span.parent
-    remote = parent is not None and parent.is_remote
-    key = (span.name, span.kind, remote, status.status_code if status else None, status.description if status else None)
+def _shared_fields(name: str, kind: SpanKind, remote: bool, code: Any, message: str | None) -> bytes:
+    """The fields many spans share (name, kind, flags, status; code None: no status), serialized once per process."""
+    key = (name, kind, remote, code, message)
     found = _shared.get(key)
     if found is None:
-        target = Span(name=span.name, kind=_KINDS[span.kind], flags=_flags(parent))
-        if status is not None:
+        target = Span(name=name, kind=_KINDS[kind], flags=_HAS_IS_REMOTE | _IS_REMOTE if remote else _HAS_IS_REMOTE)
+        if code is not None:
             target.status.SetInParent()
-            target.status.code = status.status_code.value
-            if status.description:
-                target.status.message = status.description
+            target.status.code = code.value
+            if message:
+                target.status.message = message
         found = target.SerializePartialToString()
         if len(_shared) >= MAX_PAIRS:  # names are routes' and the worker's few; messages an exception's: bounded
             _shared.clear()
         _shared[key] = found
     return found
+
+
+def _set_events(target: Any, events: Sequence[Any]) -> None:
+    for event in events:
+        encoded = target.events.add()
+        encoded.name = event.name
+        encoded.time_unix_nano = event.timestamp
+        set_attributes(encoded.attributes, event.attributes)
+        encoded.dropped_attributes_count = event.dropped_attributes
 
 
 def _rare_fields(span: ReadableSpan) -> bytes:
@@ -131,12 +137,7 @@ def _rare_fields(span: ReadableSpan) -> bytes:
     if context.trace_state:
         target.trace_state = ",".join(f"{key}={value}" for key, value in context.trace_state.items())
     target.dropped_attributes_count = span.dropped_attributes
-    for event in span.events:
-        encoded = target.events.add()
-        encoded.name = event.name
-        encoded.time_unix_nano = event.timestamp
-        set_attributes(encoded.attributes, event.attributes)
-        encoded.dropped_attributes_count = event.dropped_attributes
+    _set_events(target, span.events)
     target.dropped_events_count = span.dropped_events
     for link in span.links:
         encoded = target.links.add()
@@ -178,5 +179,47 @@ def _attribute_fields(attributes: Mapping[str, Any]) -> bytes:
 def encode_span(span: ReadableSpan) -> bytes:
     """One finished span as a serialized OTLP Span message, the concatenation of its fields' parts (protobuf
     takes a message's fields in any order, and a repeated field's elements in the order they come)."""
-    return b"".join((_own_fields(span), _shared_fields(span), _rare_fields(span),
-                     _attribute_fields(span.attributes) if span.attributes else b""))
+    context, parent, status = span.get_span_context(), span.parent, span.status
+    return b"".join((
+        _own_fields(context.trace_id, context.span_id, parent.span_id if parent else 0, span.start_time or 0,
+                    span.end_time or 0),
+        _shared_fields(span.name, span.kind, parent is not None and parent.is_remote,
+                       status.status_code if status else None, status.description if status else None),
+        _rare_fields(span), _attribute_fields(span.attributes) if span.attributes else b""))
+
+
+_LINK = _tag("links", 2)
+_LINK_TRACE_ID = bytes((Span.Link.DESCRIPTOR.fields_by_name["trace_id"].number << 3 | 2, 16))
+_LINK_SPAN_ID = bytes((Span.Link.DESCRIPTOR.fields_by_name["span_id"].number << 3 | 2, 8))
+_LINK_FLAGS = bytes((Span.Link.DESCRIPTOR.fields_by_name["flags"].number << 3 | 5,))  # fixed32
+_fixed32 = struct.Struct("<I").pack
+
+
+def _link_fields(links: Sequence[Any]) -> bytes:
+    """A record's links (observe.sampling.Parent: no attributes), each a Span.Link written by hand: 33 bytes."""
+    out = []
+    for link in links:
+        flags = _HAS_IS_REMOTE | _IS_REMOTE if link.remote else _HAS_IS_REMOTE
+        out.append(b"".join((_LINK, b"\x21", _LINK_TRACE_ID, link.trace_id.to_bytes(16, "big"), _LINK_SPAN_ID,
+                             link.span_id.to_bytes(8, "big"), _LINK_FLAGS, _fixed32(flags))))
+    return b"".join(out)
+
+
+def encode_record(record: Any) -> bytes:
+    """A SpanRecord (observe.span_record) as the serialized OTLP Span the SDK's encoder makes of its readable()."""
+    parent = record.parent
+    rare = _link_fields(record.links) if record.links else b""
+    dropped = getattr(record.attributes, "dropped", 0)  # BoundedAttributes, when span limits are set
+    if record.state or record.events or record.dropped_links or dropped:
+        target = Span()
+        if record.state:
+            target.trace_state = ",".join(f"{key}={value}" for key, value in record.state.items())
+        _set_events(target, record.events)
+        target.dropped_links_count = record.dropped_links
+        target.dropped_attributes_count = dropped
+        rare += target.SerializePartialToString()
+    return b"".join((_own_fields(record.trace_id, record.span_id, parent.span_id if parent else 0, record.start,
+                                 record.end),
+                     _shared_fields(record.name, record.kind, parent is not None and parent.remote, record.status,
+                                    record.message),
+                     rare, _attribute_fields(record.attributes) if record.attributes else b""))

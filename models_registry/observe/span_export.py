@@ -119,6 +119,10 @@ class EncodingSpanProcessor(SpanProcessor):
         queued = EncodedSpan(data, span.resource, span.instrumentation_scope or None)
         self._batch.on_end(queued)  # type: ignore[arg-type]
 
+    def queue(self, span: EncodedSpan) -> None:
+        """Queue a span already encoded (observe.span_recorder's records) for the batch processor's export."""
+        self._batch.on_end(span)  # type: ignore[arg-type]
+
     def shutdown(self) -> None:
         """Export what is queued, then stop (the batch processor's shutdown)."""
         self._batch.shutdown()

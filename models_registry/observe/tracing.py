@@ -7,6 +7,11 @@ BatchSpanProcessor exports off the request path, each span queued as its OTLP by
 (observe.span_export). Until then `tracer` is None and the hot paths test only that attribute
 (no call, no import of opentelemetry): tracing off costs nothing.
 
+Our own spans are SpanRecords (observe.span_record: what a span says, without the SDK's span object), started
+with the SDK tracer's sampler and ids (observe.span_recorder) and queued as the OTLP bytes the SDK's encoder
+would make of them. The request's span is this module's current span (a ContextVar), not the OpenTelemetry
+API's: nothing on the API path runs code that reads the API's.
+
 Spans: the web's SERVER span per API request (continuing a W3C traceparent, api.front_door);
 the request's trace context travels in the wire message (broker.messages.WorkRequest.trace),
 and the worker records, per request, its time in the queue and its reply, and per batch one
@@ -18,8 +23,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 from models_registry.core import paths
@@ -28,34 +35,30 @@ from models_registry.core.paths import model_path
 
 logger = logging.getLogger(__name__)
 
-tracer: Any = None  # the process' tracer once setup() ran with tracing on
-_propagator: Any = None
-_api: Any = None  # the opentelemetry.trace module once tracing is on: no import statement on the hot paths
-_context: Any = None  # the opentelemetry.context module, likewise
+tracer: Any = None  # the process' SDK tracer once setup() ran with tracing on
+_recorder: Any = None  # its observe.span_recorder.SpanRecorder, likewise: no import statement on the hot paths
+# The request's span in this task: (trace id, span id, W3C flags, its SpanRecord or None when not sampled).
+_current: ContextVar[tuple[int, int, int, Any] | None] = ContextVar("hosting_span", default=None)
 DEFAULT_SERVICE = "model-hosting"
 
 
 def setup(role: str) -> None:
     """Start exporting this process' spans (role: web, worker, job driver) when HOSTING_TRACING is on."""
-    global tracer, _propagator, _api, _context
     if tracer is not None or not conf.TRACING:
         return
-    from opentelemetry import context, trace
+    from opentelemetry import trace
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     resource = Resource.create({"service.instance.id": f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}",
                                 "process.pid": os.getpid(), "hosting.role": role})
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):  # no OTEL_SERVICE_NAME
         resource = resource.merge(Resource({SERVICE_NAME: f"{DEFAULT_SERVICE}-{role.replace(' ', '-')}"}))
     provider = TracerProvider(resource=resource)  # its sampler from OTEL_TRACES_SAMPLER (default parentbased_always_on)
-    provider.add_span_processor(_processor())
+    processor = _processor()
+    provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
-    tracer = trace.get_tracer("models_registry")
-    _propagator = TraceContextTextMapPropagator()
-    _api = trace
-    _context = context
+    use(trace.get_tracer("models_registry"), processor)
     logger.info("tracing on: %s spans of %s exported over OTLP/HTTP", role, resource.attributes.get(SERVICE_NAME))
 
 
@@ -74,140 +77,146 @@ def _processor() -> Any:
     return BatchSpanProcessor(OTLPSpanExporter())
 
 
-def context_of(traceparent: str, tracestate: str = "") -> Any:
-    """The OpenTelemetry context a W3C traceparent (and tracestate) names; an empty one when malformed."""
-    carrier = {"traceparent": traceparent, **({"tracestate": tracestate} if tracestate else {})}
-    return _propagator.extract(carrier)
+
+
+def use(sdk_tracer: Any, processor: Any) -> None:
+    """Record spans with an SDK tracer's sampler, ids and resource, finished ones to a span processor
+    (setup's; a test's); None, None: tracing off."""
+    global tracer, _recorder, _parse_traceparent, _SERVER, _INTERNAL
+    from opentelemetry.trace import SpanKind
+
+    from models_registry.observe.span_record import parse_traceparent
+    from models_registry.observe.span_recorder import SpanRecorder
+
+    tracer, _recorder = sdk_tracer, SpanRecorder(sdk_tracer, processor) if sdk_tracer is not None else None
+    _parse_traceparent, _SERVER, _INTERNAL = parse_traceparent, SpanKind.SERVER, SpanKind.INTERNAL
+
+
+_parse_traceparent: Any = None  # observe.span_record's, and the span kinds: set by use()
+_SERVER: Any = None
+_INTERNAL: Any = None
+
+
+def _client_parent(headers: Any) -> Any:
+    """The remote parent a request's traceparent (and tracestate) header names; None: none, or malformed."""
+    traceparent = state = None
+    for name, value in headers:
+        if name == b"traceparent":
+            traceparent = value.decode("latin-1")
+        elif name == b"tracestate":
+            state = value.decode("latin-1")
+    if traceparent is None:
+        return None
+    parent = _parse_traceparent(traceparent)
+    if parent is not None and state is not None:  # rare: the SDK's propagator reads the tracestate
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        extracted = trace.get_current_span(TraceContextTextMapPropagator().extract(
+            {"traceparent": traceparent, "tracestate": state})).get_span_context()
+        parent = parent._replace(state=extracted.trace_state)
+    return parent
 
 
 def current_traceparent() -> str:
     """The W3C traceparent of the current span (the web's request span), for the wire message; "" when none."""
-    context = _api.get_current_span().get_span_context()  # written as the propagator's inject() writes it
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}" if context.is_valid else ""
+    active = _current.get()
+    return f"00-{active[0]:032x}-{active[1]:016x}-{active[2]:02x}" if active is not None else ""
 
 
-_routes: dict[str, str] = {}  # path -> its route template: the registered models' few paths, bounded below
+_routes: dict[tuple[str, str], tuple[str, str]] = {}  # (method, path) -> (route template, span name): bounded below
 MAX_ROUTES = 4096
+
+
+def _route_and_name(method: str, path: str) -> tuple[str, str]:
+    found = _routes.get((method, path))
+    if found is None:
+        model = model_path(path)
+        route = path if model is None else paths.openapi_path("model-task" if model[1] else "model")
+        if len(_routes) >= MAX_ROUTES:  # paths of unknown models are the client's to make up: never unbounded
+            _routes.clear()
+        found = _routes[(method, path)] = (route, f"{method} {route}")
+    return found
 
 
 def http_route(path: str) -> str:
     """The route template of an API path (low cardinality: the span's name and http.route)."""
-    route = _routes.get(path)
-    if route is None:
-        found = model_path(path)
-        route = path if found is None else paths.openapi_path("model-task" if found[1] else "model")
-        if len(_routes) >= MAX_ROUTES:  # paths of unknown models are the client's to make up: never unbounded
-            _routes.clear()
-        _routes[path] = route
-    return route
+    return _route_and_name("GET", path)[0]
 
 
 async def serve_traced(scope: dict[str, Any], receive: Any, send: Any,
                        handle: Callable[[dict[str, Any], Any, Any], Awaitable[None]]) -> None:
     """handle(scope, receive, send) inside the request's SERVER span (a stream's: until its last event).
 
-    What the SDK's start_as_current_span does (the span current while handle runs, an exception recorded
-    and the status set to ERROR, the span ended), without its two generator context managers per request.
+    As the SDK's start_as_current_span: the span current while handle runs, an exception recorded and the
+    status set to ERROR, the span ended; a 5xx answer's status ERROR.
     """
-    headers = {name: value.decode("latin-1") for name, value in scope.get("headers", ())
-               if name in (b"traceparent", b"tracestate")}
-    parent = context_of(headers[b"traceparent"], headers.get(b"tracestate", "")) if b"traceparent" in headers else None
-    route, method = http_route(scope["path"]), scope["method"]
-    span = tracer.start_span(f"{method} {route}", context=parent, kind=_api.SpanKind.SERVER, attributes={
-        "http.request.method": method, "http.route": route, "url.path": scope["path"]})
-    token = _context.attach(_api.set_span_in_context(span))
+    recorder, path, method = _recorder, scope["path"], scope["method"]
+    route, name = _route_and_name(method, path)
+    parent = _client_parent(scope.get("headers", ()))
+    trace_id, span_id, flags, record = recorder.start(
+        name, _SERVER, parent, time.time_ns(),
+        {"http.request.method": method, "http.route": route, "url.path": path})
+    token = _current.set((trace_id, span_id, flags, record))
     try:
-        if not span.is_recording():  # sampled out: the context travels on, nothing is recorded
+        if record is None:  # sampled out: the context travels on, nothing is recorded
             await handle(scope, receive, send)
             return
 
-        async def traced_send(message: dict[str, Any]) -> None:
+        def traced_send(message: dict[str, Any]) -> Awaitable[None]:  # send's own awaitable: no frame more
             if message["type"] == "http.response.start":
-                span.set_attribute("http.response.status_code", message["status"])
+                record.attributes["http.response.status_code"] = message["status"]
                 if message["status"] >= 500:
-                    span.set_status(_api.StatusCode.ERROR)
-            await send(message)
+                    record.fail()
+            return send(message)
 
         await handle(scope, receive, traced_send)
     except Exception as error:  # as the SDK's use_span: recorded, the status ERROR, raised on
-        if span.is_recording():
-            span.record_exception(error)
-            span.set_status(_api.Status(_api.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        if record is not None:
+            record.add_exception(error, time.time_ns())
+            record.fail(f"{type(error).__name__}: {error}")
         raise
     finally:
-        _context.detach(token)
-        span.end()
+        _current.reset(token)
+        if record is not None:
+            record.end = time.time_ns()
+            recorder.emit(record)
 
 
 def annotate(model: str, version: int, token_id: int | None, error_type: str = "", **more: Any) -> str:
-    """Name what the request's span served, never the token; its trace id for the log line ("": no span records).
+    """Name what the request's span served, never the token; its trace id for the log line ("": no span).
 
     request_record calls it once, with the log line. The route, method and status are the span's own
     (http.route, http.request.method, http.response.status_code: serve_traced); each attribute more is
     encoded and exported with every sampled request, so none repeats another.
     """
-    span = _api.get_current_span()
-    context = span.get_span_context()
-    if not context.is_valid:
+    active = _current.get()
+    if active is None:
         return ""
-    if not span.is_recording():  # sampled out: a trace id to log, nothing to record
-        return f"{context.trace_id:032x}"
-    attributes: dict[str, Any] = {"hosting.model": model, "hosting.model_version": version}
-    if token_id is not None:
-        attributes["hosting.token_id"] = token_id
-    if error_type:
-        attributes["error.type"] = error_type
-    for name, value in more.items():
-        attributes[f"hosting.{name}"] = value
-    span.set_attributes(attributes)
-    return f"{context.trace_id:032x}"
+    record = active[3]
+    if record is not None:  # sampled out: a trace id to log, nothing to record
+        attributes = record.attributes
+        attributes["hosting.model"], attributes["hosting.model_version"] = model, version
+        if token_id is not None:
+            attributes["hosting.token_id"] = token_id
+        if error_type:
+            attributes["error.type"] = error_type
+        for name, value in more.items():
+            attributes[f"hosting.{name}"] = value
+    return f"{active[0]:032x}"
 
 
 def _ns(epoch_s: float) -> int:
     return int(epoch_s * 1_000_000_000)
 
 
-def _remote(traceparent: str) -> Any:
-    """The SpanContext of a wire traceparent (current_traceparent's own format); None when malformed or empty.
+class BatchTrace:
+    """A batch's trace context, set when its spans are recorded (after its replies went out): the reply's parent."""
 
-    Split by hand: the worker reads one per request, and the propagator's regex and Context cost it more
-    than the rest of the request's unsampled path (the wire carries no tracestate).
-    """
-    parts = traceparent.split("-")
-    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
-        return None
-    try:
-        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
-    except ValueError:
-        return None
-    if not trace_id or not span_id:
-        return None
-    return _api.SpanContext(trace_id, span_id, is_remote=True, trace_flags=_api.TraceFlags(flags))
+    __slots__ = ("context",)
 
-
-_dropping: tuple[Any, bool] = (None, False)  # (a sampler, whether it drops every child of an unsampled parent)
-
-
-def _drops_unsampled() -> bool:
-    """Whether the tracer's sampler records nothing under a remote parent that was not sampled.
-
-    True for the parent-based samplers (the default and every parentbased_*) and always_off: the worker then
-    skips such a request's spans and links outright instead of having the SDK make non-recording ones.
-    Asked of the sampler itself (two trace ids, once per sampler), so a sampler that decides otherwise
-    (always_on, traceidratio) still gets every request's spans to decide on.
-    """
-    global _dropping
-    sampler = tracer.sampler
-    if _dropping[0] is not sampler:
-        from opentelemetry.sdk.trace.sampling import Decision
-
-        def decision(trace_id: int) -> Any:
-            parent = _api.SpanContext(trace_id, 1, is_remote=True, trace_flags=_api.TraceFlags(0))
-            context = _api.set_span_in_context(_api.NonRecordingSpan(parent))
-            return sampler.should_sample(context, trace_id, "inference.queue").decision
-
-        _dropping = (sampler, all(decision(t) == Decision.DROP for t in (1, 2 ** 128 - 1)))
-    return _dropping[1]
+    def __init__(self) -> None:
+        self.context: Any = None  # record_batch's answer
 
 
 def record_batch(requests: list[tuple[str, float]], formed: float, started: float, ended: float,
@@ -220,29 +229,38 @@ def record_batch(requests: list[tuple[str, float]], formed: float, started: floa
     forward. A request whose trace was not sampled is left out when the sampler would record nothing under it.
     Returns the batch span's context, the parent of its reply (record_reply); None when no request was traced.
     """
-    drops = _drops_unsampled()
+    recorder, parse = _recorder, _parse_traceparent
+    drops = recorder.drops_unsampled
     traced = []
-    for parent, arrival in requests:
-        remote = _remote(parent) if parent else None
-        if remote is not None and (remote.trace_flags.sampled or not drops):
-            traced.append((remote, arrival))
+    for wire, arrival in requests:
+        parent = parse(wire) if wire else None
+        if parent is not None and (parent.flags & 1 or not drops):
+            traced.append((parent, arrival))
     if not traced:
         return None
-    start = _ns(started)
+    start, end = _ns(started), _ns(ended)
     queued = {"hosting.model": attributes.get("hosting.model", "")}
-    contexts = [_api.set_span_in_context(_api.NonRecordingSpan(remote)) for remote, _ in traced]
-    for context, (_, arrival) in zip(contexts, traced):
-        tracer.start_span("inference.queue", context=context, start_time=min(_ns(arrival), start),
-                          attributes=queued).end(end_time=start)
-    batch = tracer.start_span("inference.batch", context=contexts[0], links=[_api.Link(remote) for remote, _ in traced],
-                              start_time=_ns(formed), attributes=attributes)
-    inside = _api.set_span_in_context(batch)
-    tracer.start_span("inference.forward", context=inside, start_time=start).end(_ns(ended))
-    batch.end(end_time=_ns(ended))
+    for parent, arrival in traced:
+        record = recorder.start("inference.queue", _INTERNAL, parent, min(_ns(arrival), start), queued)[3]
+        if record is not None:
+            record.end = start
+            recorder.emit(record)
+    trace_id, span_id, flags, batch = recorder.start("inference.batch", _INTERNAL, traced[0][0], _ns(formed),
+                                                     attributes, [parent for parent, _ in traced])
+    inside = traced[0][0]._replace(span_id=span_id, flags=flags, remote=False, state=batch.state if batch else None)
+    forward = recorder.start("inference.forward", _INTERNAL, inside, start, {})[3]
+    if forward is not None:
+        forward.end = end
+        recorder.emit(forward)
+    if batch is not None:
+        batch.end = end
+        recorder.emit(batch)
     return inside
 
 
 def record_reply(batch: Any, replies: int, started: float, ended: float) -> None:
     """The inference.reply span of a batch (batch: record_batch's context): its replies' one round trip."""
-    tracer.start_span("inference.reply", context=batch, start_time=_ns(started),
-                      attributes={"hosting.replies": replies}).end(_ns(ended))
+    record = _recorder.start("inference.reply", _INTERNAL, batch, _ns(started), {"hosting.replies": replies})[3]
+    if record is not None:
+        record.end = _ns(ended)
+        _recorder.emit(record)

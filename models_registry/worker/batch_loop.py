@@ -126,10 +126,12 @@ class BatchLoop:
             compute_s = time.time() - started
             self.stats.record_batch(batch.key, len(batch), sum(item.cost for item in batch.items), compute_s)
             logger.debug("batch %s size=%d reason=%s compute=%.1fms", batch.key, len(batch), batch.reason, compute_s * 1e3)
-            traced = self._trace(batch, formed, started, started + compute_s) if tracing.tracer is not None else None
+            traced = tracing.BatchTrace() if tracing.tracer is not None else None
             finished = self.batcher.complete(batch, outputs)
             if finished:
                 self.replies.batch(finished, started, compute_s, sent, traced)
+            if traced is not None:  # the replies' task runs first: they are on their way before the spans are made
+                loop.call_soon(self._trace, traced, batch, formed, started, started + compute_s)
 
     async def _computed(self, loop: asyncio.AbstractEventLoop, batch: Batch[Delivery], sinks: list[Any],
                         slot: ModelSlot | None) -> list[Any]:
@@ -154,14 +156,15 @@ class BatchLoop:
             if member is not None:  # a stale name is harmless: that message is answered and released
                 logger.warning("could not name the redelivered request computing now: %s", error)
 
-    def _trace(self, batch: Batch[Delivery], formed: float, started: float, ended: float) -> Any:
+    def _trace(self, traced: tracing.BatchTrace, batch: Batch[Delivery], formed: float, started: float,
+               ended: float) -> None:
         """The batch's spans (observe.tracing): each request's queue time, the batch linked to them, the forward;
-        the batch span's context (None: no request of it was traced)."""
+        traced.context the batch span's (None: no request of it was traced)."""
         slot = self.slots.get(batch.key[0])
         loaded = slot.loaded if slot is not None else None
         costs = [item.cost for item in batch.items]
         requests = {item.request.id: (item.request.delivery.trace, item.request.arrival) for item in batch.items}
-        return tracing.record_batch(list(requests.values()), formed, started, ended, {
+        traced.context = tracing.record_batch(list(requests.values()), formed, started, ended, {
             "hosting.model": batch.key[0], "hosting.task": batch.key[1], "hosting.batch.size": len(batch),
             "hosting.batch.requests": len(requests), "hosting.batch.reason": str(batch.reason),
             "hosting.batch.tokens": sum(costs), "hosting.batch.padded_tokens": batch.padded_tokens,

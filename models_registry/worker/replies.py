@@ -38,7 +38,7 @@ class Replies:
     def batch(self, requests: list[PendingRequest[Delivery]], started: float, compute_s: float,
               token_messages: dict[str, int] | None = None, traced: Any = None) -> None:
         """Answer every request a batch finished (token_messages: what each streamed one was sent before;
-        traced: the batch span's context, the parent of the reply's)."""
+        traced: observe.tracing.BatchTrace, the batch span's context once recorded: the parent of the reply's)."""
         self._spawn(self._reply_all(requests, started, compute_s, token_messages or {}, traced))
 
     def error(self, request_id: str, reply: str, error: HostingError, lease: Lease | None = None,
@@ -79,8 +79,8 @@ class Replies:
         async def send_all() -> None:
             sending = time.time()
             sent = await self.layer.send_replies(replies, self.worker_id, leases, places)
-            if traced is not None:
-                tracing.record_reply(traced, len(replies), sending, time.time())
+            if traced is not None and traced.context is not None:  # its batch's spans: recorded while this sent
+                tracing.record_reply(traced.context, len(replies), sending, time.time())
             if sent < len(replies):
                 logger.warning("%d of %d replies did not fit their channels", len(replies) - sent, len(replies))
 

@@ -7,14 +7,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry import context, trace
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from models_registry.observe import tracing
+from tests.unit.tracing_setup import traced_by
 
 TRACE_ID, CLIENT_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 
@@ -24,11 +24,7 @@ def finished(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     """tracing's globals as setup() leaves them, on a provider whose finished spans the test reads."""
     spans = InMemorySpanExporter()
     provider = TracerProvider(sampler=ParentBased(ALWAYS_ON))
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    monkeypatch.setattr(tracing, "tracer", provider.get_tracer("models_registry"))
-    monkeypatch.setattr(tracing, "_propagator", TraceContextTextMapPropagator())
-    monkeypatch.setattr(tracing, "_api", trace)
-    monkeypatch.setattr(tracing, "_context", context)
+    traced_by(monkeypatch, provider, SimpleSpanProcessor(spans))
     yield spans
     provider.shutdown()
 

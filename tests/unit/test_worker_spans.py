@@ -8,14 +8,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from opentelemetry import context, trace
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from models_registry.observe import tracing
+from tests.unit.tracing_setup import traced_by
 
 SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 RANDOM_SAMPLED = "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-03"  # W3C level 2: random trace id, sampled
@@ -31,12 +31,8 @@ def provider_of(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Sampler],
     def make(sampler: Sampler) -> InMemorySpanExporter:
         spans = InMemorySpanExporter()
         provider = TracerProvider(sampler=sampler)
-        provider.add_span_processor(SimpleSpanProcessor(spans))
         providers.append(provider)
-        monkeypatch.setattr(tracing, "tracer", provider.get_tracer("models_registry"))
-        monkeypatch.setattr(tracing, "_propagator", TraceContextTextMapPropagator())
-        monkeypatch.setattr(tracing, "_api", trace)
-        monkeypatch.setattr(tracing, "_context", context)
+        traced_by(monkeypatch, provider, SimpleSpanProcessor(spans))
         return spans
 
     yield make
@@ -91,7 +87,9 @@ def test_a_sampler_that_decides_for_itself_still_gets_an_unsampled_parents_spans
     assert names == ["inference.batch", "inference.forward", "inference.queue", "inference.reply"]
 
 
-@pytest.mark.parametrize("parent", ["garbage", "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+@pytest.mark.parametrize("parent", ["garbage", "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                                    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-more",
+                                    "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
                                     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-zz",
                                     "00-00000000000000000000000000000000-b7ad6b7169203331-01",
                                     "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",

@@ -1,0 +1,95 @@
+"""What a process records its spans with: the SDK tracer's sampler, id generator, span limits, resource and
+scope, and the span processor each finished SpanRecord goes to (observe.span_record says why records)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanKind
+
+from models_registry.observe.sampling import Decide, Parent, decider
+from models_registry.observe.span_encoding import encode_record
+from models_registry.observe.span_export import EncodedSpan, EncodingSpanProcessor
+from models_registry.observe.span_record import RANDOM_TRACE_ID, SAMPLED, SpanRecord
+
+logger = logging.getLogger(__name__)
+
+SCOPE = "models_registry"  # the instrumentation scope of every span observe.tracing records
+_OUR_MOST_ATTRIBUTES = 16  # no span of ours has more: limits at or above it bound nothing
+
+
+class SpanRecorder:
+    """Starts SpanRecords as the SDK's tracer starts spans (its sampler, ids, flags) and hands finished ones on."""
+
+    def __init__(self, tracer: Any, processor: SpanProcessor, limits: SpanLimits | None = None) -> None:
+        self.decide: Decide = decider(tracer.sampler)
+        self.new_span_id: Callable[[], int] = tracer.id_generator.generate_span_id
+        self.new_trace_id: Callable[[], int] = tracer.id_generator.generate_trace_id
+        self._root_flags = RANDOM_TRACE_ID if tracer.id_generator.is_trace_id_random() else 0
+        self.resource, self.scope = tracer.resource, InstrumentationScope(SCOPE)
+        limits = limits or SpanLimits()  # the OTEL_*_LIMIT environment, as the SDK's provider reads it
+        self.max_links: int = limits.max_links if limits.max_links is not None else 2**31
+        self._bounds = None
+        if (limits.max_span_attributes is not None and limits.max_span_attributes < _OUR_MOST_ATTRIBUTES) \
+                or limits.max_span_attribute_length is not None:
+            self._bounds = (limits.max_span_attributes, limits.max_span_attribute_length)
+        self.emit: Callable[[SpanRecord], None] = self._encoded(processor) \
+            if isinstance(processor, EncodingSpanProcessor) else self._readable(processor)
+        unsampled = [Parent(trace_id, 1, 0, True) for trace_id in (1, 2**128 - 1)]
+        # Parent-based samplers (the default) and always_off record nothing under an unsampled remote parent.
+        self.drops_unsampled = not any(self.decide(p, p.trace_id, "inference.queue", SpanKind.INTERNAL, None, ()).sampled
+                                       for p in unsampled)
+
+    def flags(self, sampled: bool, parent: Parent | None) -> int:
+        """A new span's W3C trace flags: sampled, and the random-trace-id bit of its trace (W3C level 2)."""
+        random = parent.flags & RANDOM_TRACE_ID if parent is not None else self._root_flags
+        return (SAMPLED if sampled else 0) | random
+
+    def start(self, name: str, kind: SpanKind, parent: Parent | None, start: int,
+              attributes: dict[str, Any], links: Sequence[Parent] = ()) -> tuple[int, int, int, SpanRecord | None]:
+        """A new span: (trace id, span id, flags, its record: None when the sampler did not sample it)."""
+        trace_id = parent.trace_id if parent is not None else self.new_trace_id()
+        sampled, added, state = self.decide(parent, trace_id, name, kind, attributes, links)
+        span_id, flags = self.new_span_id(), self.flags(sampled, parent)
+        if not sampled:
+            return trace_id, span_id, flags, None
+        dropped = 0
+        if len(links) > self.max_links:  # as the SDK's BoundedList: the newest kept
+            dropped, links = len(links) - self.max_links, links[len(links) - self.max_links:]
+        record = SpanRecord(name, kind, trace_id, span_id, flags, parent, start,
+                            attributes if added is None else dict(added), state, links, dropped)
+        return trace_id, span_id, flags, record
+
+    def _bounded(self, attributes: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The attributes within OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT."""
+        most, length = self._bounds  # type: ignore[misc]
+        return BoundedAttributes(most, attributes, immutable=True, max_value_len=length)
+
+    def _encoded(self, processor: EncodingSpanProcessor) -> Callable[[SpanRecord], None]:
+        resource, scope, queue = self.resource, self.scope, processor.queue
+
+        def emit(record: SpanRecord) -> None:
+            if self._bounds is not None:
+                record.attributes = self._bounded(record.attributes)  # type: ignore[assignment]
+            try:
+                data = encode_record(record)
+            except Exception as error:  # noqa: BLE001 - never raised into the request that ended the span
+                logger.error("span %s not exported: %s", record.name, error)
+                return
+            queue(EncodedSpan(data, resource, scope))
+
+        return emit
+
+    def _readable(self, processor: SpanProcessor) -> Callable[[SpanRecord], None]:
+        """Each record as the SDK's ReadableSpan (for a processor that takes span objects: the SDK's own)."""
+        def emit(record: SpanRecord) -> None:
+            if self._bounds is not None:
+                record.attributes = self._bounded(record.attributes)  # type: ignore[assignment]
+            processor.on_end(record.readable(self.resource, self.scope))
+
+        return emit

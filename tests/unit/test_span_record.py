@@ -1,0 +1,150 @@
+"""observe.span_record, span_recorder and sampling: a SpanRecord is exported as the very OTLP message the SDK's
+encoder makes of the same span, is started with the decision, ids and flags the SDK's tracer would give it,
+and a traceparent is read as the SDK's propagator reads it."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import (ALWAYS_OFF, ALWAYS_ON, Decision, ParentBased, Sampler,
+                                              SamplingResult, TraceIdRatioBased)
+from opentelemetry.trace import SpanKind, TraceState
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from models_registry.observe.sampling import Parent, context_of, decider
+from models_registry.observe.span_encoding import encode_record
+from models_registry.observe.span_export import EncodedSpan, request_body
+from models_registry.observe.span_record import SpanRecord, parse_traceparent
+from models_registry.observe.span_recorder import SpanRecorder
+
+RESOURCE = Resource.create({"service.name": "web", "process.pid": 7})
+CLIENT = Parent(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, 1, True, TraceState([("vendor", "a")]))
+
+
+def _as_the_sdk_encodes(records: list[SpanRecord], recorder: SpanRecorder) -> tuple[Any, Any]:
+    """(our framed bytes decoded, the SDK encoder's request of the records' ReadableSpans)."""
+    ours = ExportTraceServiceRequest.FromString(request_body(
+        [EncodedSpan(encode_record(record), recorder.resource, recorder.scope) for record in records]))
+    return ours, encode_spans([record.readable(recorder.resource, recorder.scope) for record in records])
+
+
+def _recorder(sampler: Sampler = ALWAYS_ON, limits: SpanLimits | None = None) -> tuple[SpanRecorder, Any]:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler, resource=RESOURCE, span_limits=limits)
+    processor = SimpleSpanProcessor(spans)
+    provider.add_span_processor(processor)
+    return SpanRecorder(provider.get_tracer("models_registry"), processor, limits), spans
+
+
+def test_records_encode_as_the_sdk_encodes_their_readable_spans() -> None:
+    recorder, _ = _recorder(limits=SpanLimits(max_links=2))
+    _, _, _, web = recorder.start("POST /models/{name}", SpanKind.SERVER, CLIENT, 1_000, {
+        "http.request.method": "POST", "http.route": "/models/{name}", "url.path": "/models/bert"})
+    web.attributes.update({"http.response.status_code": 500, "hosting.model_version": 3, "hosting.ratio": 0.5})
+    try:
+        raise RuntimeError("boom ✓")
+    except RuntimeError as error:
+        web.add_exception(error, 1_500)
+        web.fail(f"RuntimeError: {error}")
+    web.end = 2_000
+    links = [Parent(n + 1, n + 2, 1, True) for n in range(3)]
+    _, _, _, batch = recorder.start("inference.batch", SpanKind.INTERNAL, links[0], 3_000, {"hosting.batch.size": 3},
+                                    links)
+    batch.end = 4_000
+    _, _, _, root = recorder.start("GET /v1/models", SpanKind.SERVER, None, 5_000, {})
+    root.end = 6_000
+    ours, sdks = _as_the_sdk_encodes([web, batch, root], recorder)
+    assert ours == sdks
+    spans = ours.resource_spans[0].scope_spans[0].spans
+    assert spans[0].trace_state == "vendor=a" and spans[0].events[0].name == "exception"
+    assert len(spans[1].links) == 2 and spans[1].dropped_links_count == 1  # the newest kept, as the SDK's
+    assert ours.resource_spans[0].scope_spans[0].scope.name == "models_registry"
+
+
+def test_span_limits_bound_a_records_attributes_as_the_sdks() -> None:
+    recorder, spans = _recorder(limits=SpanLimits(max_span_attributes=2, max_span_attribute_length=4))
+    record = recorder.start("s", SpanKind.SERVER, None, 1, {"a": 1, "b": "long value", "c": 3})[3]
+    record.end = 2
+    recorder.emit(record)  # to the SDK's processor as a ReadableSpan: the limits applied first
+    (exported,) = spans.get_finished_spans()
+    assert dict(exported.attributes) == {"b": "long", "c": 3} and exported.dropped_attributes == 1  # the oldest out
+    ours, sdks = _as_the_sdk_encodes([record], recorder)
+    assert ours == sdks and ours.resource_spans[0].scope_spans[0].spans[0].dropped_attributes_count == 1
+
+
+class _Vendor(Sampler):
+    """A sampler the SDK does not ship: it decides by the span's name and adds an attribute and a tracestate."""
+
+    def should_sample(self, parent_context: Any, trace_id: int, name: str, kind: Any = None, attributes: Any = None,
+                      links: Any = None, trace_state: Any = None) -> SamplingResult:
+        if name.startswith("skip"):
+            return SamplingResult(Decision.DROP)
+        return SamplingResult(Decision.RECORD_AND_SAMPLE, {**(attributes or {}), "sampled.by": "vendor"},
+                              TraceState([("v", str(len(links or ())))]))
+
+    def get_description(self) -> str:
+        return "vendor"
+
+
+SAMPLERS = [ALWAYS_ON, ALWAYS_OFF, TraceIdRatioBased(0.5), ParentBased(ALWAYS_ON), ParentBased(ALWAYS_OFF),
+            ParentBased(TraceIdRatioBased(0.25)), ParentBased(ALWAYS_ON, remote_parent_not_sampled=ALWAYS_ON,
+                                                              local_parent_sampled=ALWAYS_OFF), _Vendor()]
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS, ids=lambda s: s.get_description())
+def test_the_decision_is_the_samplers_own(sampler: Sampler) -> None:
+    decide, draw = decider(sampler), random.Random(7)
+    for _ in range(400):
+        trace_id = draw.getrandbits(128) or 1
+        parent = draw.choice([None, Parent(trace_id, draw.getrandbits(64) or 1, draw.choice([0, 1, 2, 3]),
+                                           draw.random() < 0.5, draw.choice([None, TraceState([("k", "v")])]))])
+        name = draw.choice(["inference.queue", "skip me"])
+        links = [Parent(5, 6, 1, True)] * draw.randint(0, 2)
+        expected = sampler.should_sample(context_of(parent), trace_id, name, SpanKind.INTERNAL, {"a": 1},
+                                         [trace.Link(trace.SpanContext(5, 6, True, trace.TraceFlags(1)))] * len(links))
+        got = decide(parent, trace_id, name, SpanKind.INTERNAL, {"a": 1}, links)
+        assert got.sampled == expected.decision.is_sampled()
+        if got.sampled:
+            assert dict(got.attributes or {"a": 1}) == dict(expected.attributes)
+            assert (got.state or TraceState()) == (expected.trace_state or TraceState())
+
+
+@pytest.mark.parametrize("parent", [None, CLIENT, CLIENT._replace(flags=0), CLIENT._replace(flags=3, state=None),
+                                    Parent(9, 8, 1, False)])
+def test_a_recorded_span_gets_the_ids_flags_and_state_the_sdks_tracer_gives(parent: Parent | None) -> None:
+    recorder, spans = _recorder(ParentBased(ALWAYS_ON, remote_parent_not_sampled=ALWAYS_ON))
+    sdk_tracer = TracerProvider(sampler=ParentBased(ALWAYS_ON, remote_parent_not_sampled=ALWAYS_ON)).get_tracer("t")
+    random.seed(11)
+    made = sdk_tracer.start_span("s", context=context_of(parent), kind=SpanKind.SERVER)
+    random.seed(11)
+    trace_id, span_id, flags, record = recorder.start("s", SpanKind.SERVER, parent, 1, {})
+    context = made.get_span_context()
+    assert (trace_id, span_id, flags) == (context.trace_id, context.span_id, int(context.trace_flags))
+    assert record is not None and (record.state or TraceState()) == context.trace_state
+
+
+@pytest.mark.parametrize("header", [
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+    " 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03\t", "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-what-comes-later", "garbage", "",
+    "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x",
+    "00-00000000000000000000000000000000-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+    "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319_-b7ad6b7169203331-01",
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" + "-x" * 300])
+def test_a_traceparent_is_read_as_the_sdks_propagator_reads_it(header: str) -> None:
+    extracted = trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": header}))
+    expected = extracted.get_span_context()
+    parsed = parse_traceparent(header)
+    if not expected.is_valid:
+        assert parsed is None
+    else:
+        assert parsed == Parent(expected.trace_id, expected.span_id, int(expected.trace_flags), True)
