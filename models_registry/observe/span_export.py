@@ -14,7 +14,7 @@ settings, and the exporter's endpoint, headers, TLS, compression, timeout and re
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -61,8 +61,20 @@ _SCOPE_SPANS = ResourceSpans.DESCRIPTOR.fields_by_name["scope_spans"].number
 _SPANS = ScopeSpans.DESCRIPTOR.fields_by_name["spans"].number
 
 
-def request_body(spans: Sequence[EncodedSpan]) -> bytes:
-    """The serialized ExportTraceServiceRequest of encoded spans, grouped by resource, then instrumentation scope.
+def _parts_of(span: Any, bare: tuple[Any, Any] | None) -> tuple[bytes, Any, Any]:
+    """(bytes, resource, scope) of a queued span: an EncodedSpan, or a record's bare bytes (sent under bare)."""
+    if type(span) is bytes:
+        if bare is None:
+            raise ValueError("bare span bytes queued with no resource to send them under")
+        return span, bare[0], bare[1]
+    return span.data, span.resource, span.scope
+
+
+def request_body(spans: Sequence[Any], bare: tuple[Any, Any] | None = None) -> bytes:
+    """The serialized ExportTraceServiceRequest of queued spans, grouped by resource, then instrumentation scope.
+
+    spans: EncodedSpans, or bare bytes (this process' records, observe.span_recorder) sent under bare:
+    (resource, scope).
 
     Each group's envelope is built with the message classes; the spans' bytes are appended to it as the
     elements of its repeated field (protobuf merges a message's fields in whatever order they come).
@@ -70,8 +82,9 @@ def request_body(spans: Sequence[EncodedSpan]) -> bytes:
     # Keyed by identity: a Resource hashes by dumping its attributes as JSON (as the SDK's encoder does, per span).
     groups: dict[int, tuple[Any, dict[int, tuple[Any, list[bytes]]]]] = {}
     for span in spans:
-        scopes = groups.setdefault(id(span.resource), (span.resource, {}))[1]
-        scopes.setdefault(id(span.scope), (span.scope, []))[1].append(span.data)
+        data, resource, scope = _parts_of(span, bare)
+        scopes = groups.setdefault(id(resource), (resource, {}))[1]
+        scopes.setdefault(id(scope), (scope, []))[1].append(data)
     body = []
     for resource, scopes in groups.values():
         envelope = ResourceSpans()
@@ -119,9 +132,20 @@ class EncodingSpanProcessor(SpanProcessor):
         queued = EncodedSpan(data, span.resource, span.instrumentation_scope or None)
         self._batch.on_end(queued)  # type: ignore[arg-type]
 
-    def queue(self, span: EncodedSpan) -> None:
-        """Queue a span already encoded (observe.span_recorder's records) for the batch processor's export."""
-        self._batch.on_end(span)  # type: ignore[arg-type]
+    def bytes_queue(self, resource: Any, scope: Any) -> Callable[[bytes], None]:
+        """A function that queues a span's OTLP bytes, exported under resource and scope (observe.span_recorder's
+        records: all of one process' share them).
+
+        Bare bytes where the batch processor's queue takes them (the SDK's BatchProcessor.emit): the garbage
+        collector does not track bytes, and what the queue holds lives long enough to reach its oldest
+        generation, whose full collections walk the whole heap. Else an EncodedSpan each.
+        """
+        exporter = self._batch.span_exporter
+        emit = getattr(getattr(self._batch, "_batch_processor", None), "emit", None)
+        if isinstance(exporter, EncodedSpanExporter) and callable(emit):
+            exporter.bare = (resource, scope)
+            return emit  # type: ignore[no-any-return]
+        return lambda data: self._batch.on_end(EncodedSpan(data, resource, scope))  # type: ignore[arg-type]
 
     def shutdown(self) -> None:
         """Export what is queued, then stop (the batch processor's shutdown)."""
@@ -135,6 +159,8 @@ class EncodingSpanProcessor(SpanProcessor):
 class EncodedSpanExporter(OTLPSpanExporter):
     """The SDK's OTLPSpanExporter for EncodingSpanProcessor's spans: its export() as the SDK's (1.45), the
     request's body framed from the spans' bytes instead of encode_spans() of span objects."""
+
+    bare: tuple[Any, Any] | None = None  # what bare bytes in the queue are sent under (bytes_queue)
 
     @classmethod
     def fits(cls) -> bool:
@@ -152,7 +178,7 @@ class EncodedSpanExporter(OTLPSpanExporter):
         if self._shutdown:
             return super().export([])  # the SDK's warning and failure
         with self._metrics.export_operation(len(spans)) as result:
-            body = request_body(spans)
+            body = request_body(spans, self.bare)
             if 0 < self._max_request_size < len(body):
                 logger.warning("Dropping span batch: serialized size %d bytes exceeds max_request_size %d bytes.",
                                len(body), self._max_request_size)

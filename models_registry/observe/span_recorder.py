@@ -3,9 +3,10 @@ scope, and the span processor each finished SpanRecord goes to (observe.span_rec
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import logging
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor
@@ -14,7 +15,7 @@ from opentelemetry.trace import SpanKind
 
 from models_registry.observe.sampling import Decide, Parent, decider
 from models_registry.observe.span_encoding import encode_record
-from models_registry.observe.span_export import EncodedSpan, EncodingSpanProcessor
+from models_registry.observe.span_export import EncodingSpanProcessor
 from models_registry.observe.span_record import RANDOM_TRACE_ID, SAMPLED, SpanRecord
 
 logger = logging.getLogger(__name__)
@@ -71,9 +72,9 @@ class SpanRecorder:
         return BoundedAttributes(most, attributes, immutable=True, max_value_len=length)
 
     def _encoded(self, processor: EncodingSpanProcessor) -> Callable[[SpanRecord], None]:
-        resource, scope, queue = self.resource, self.scope, processor.queue
+        queue = processor.bytes_queue(self.resource, self.scope)
 
-        def emit(record: SpanRecord) -> None:
+        def emit(record: SpanRecord) -> None:  # its OTLP bytes queued: nothing the garbage collector tracks
             if self._bounds is not None:
                 record.attributes = self._bounded(record.attributes)  # type: ignore[assignment]
             try:
@@ -81,7 +82,7 @@ class SpanRecorder:
             except Exception as error:  # noqa: BLE001 - never raised into the request that ended the span
                 logger.error("span %s not exported: %s", record.name, error)
                 return
-            queue(EncodedSpan(data, resource, scope))
+            queue(data)
 
         return emit
 

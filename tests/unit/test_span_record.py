@@ -22,7 +22,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from models_registry.observe.sampling import Parent, context_of, decider
 from models_registry.observe.span_encoding import encode_record
-from models_registry.observe.span_export import EncodedSpan, request_body
+from models_registry.observe.span_export import request_body
 from models_registry.observe.span_record import SpanRecord, parse_traceparent
 from models_registry.observe.span_recorder import SpanRecorder
 
@@ -31,9 +31,10 @@ CLIENT = Parent(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, 1, True,
 
 
 def _as_the_sdk_encodes(records: list[SpanRecord], recorder: SpanRecorder) -> tuple[Any, Any]:
-    """(our framed bytes decoded, the SDK encoder's request of the records' ReadableSpans)."""
-    ours = ExportTraceServiceRequest.FromString(request_body(
-        [EncodedSpan(encode_record(record), recorder.resource, recorder.scope) for record in records]))
+    """(our framed bytes of the records as the batch queue holds them, decoded; the SDK encoder's request of
+    their ReadableSpans)."""
+    ours = ExportTraceServiceRequest.FromString(request_body([encode_record(record) for record in records],
+                                                             (recorder.resource, recorder.scope)))
     return ours, encode_spans([record.readable(recorder.resource, recorder.scope) for record in records])
 
 

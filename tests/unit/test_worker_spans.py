@@ -97,3 +97,15 @@ def test_a_sampler_that_decides_for_itself_still_gets_an_unsampled_parents_spans
 def test_a_malformed_traceparent_is_no_trace(provider_of: Any, parent: str) -> None:
     finished = provider_of(ALWAYS_ON)
     assert _record([parent]) is None and finished.get_finished_spans() == ()
+
+
+@pytest.mark.parametrize(("sampler", "wires", "traced"), [
+    (ParentBased(ALWAYS_ON), [UNSAMPLED, "", UNSAMPLED], False), (ParentBased(ALWAYS_ON), [UNSAMPLED, SAMPLED], True),
+    (ParentBased(ALWAYS_ON), [RANDOM_SAMPLED], True), (ALWAYS_OFF, [SAMPLED], True), (ALWAYS_ON, [UNSAMPLED], True),
+    (ALWAYS_ON, ["", ""], False)])
+def test_a_batch_is_traced_only_when_a_request_could_get_a_span(provider_of: Any, sampler: Sampler, wires: list[str],
+                                                                traced: bool) -> None:
+    provider_of(sampler)
+    assert tracing.batch_traced(wires) is traced
+    if not traced:  # what the worker then skips would have recorded nothing
+        assert _record(wires) is None
