@@ -137,3 +137,51 @@ def test_each_attribute_pair_is_encoded_once_and_a_refused_one_is_logged_each_ti
     kinds = [_framed([span]).resource_spans[0].scope_spans[0].spans[0].attributes[1].value.WhichOneof("value")
              for span in spans]
     assert kinds == ["int_value", "bool_value", "double_value", "int_value"]  # 1, True and 1.0: equal, not one pair
+
+
+class _Sent:
+    """What the exporter's HTTP client answers: sent."""
+
+    success, error, status_code = True, None, 200
+
+
+class _Bodies:
+    """The exporter's HTTP client, keeping each request body instead of sending it (the integration tier sends)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    def export(self, body: bytes, *args: Any, **kwargs: Any) -> _Sent:
+        self.bodies.append(body)
+        return _Sent()
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_bare_bytes_are_queued_and_sent_under_the_recorders_resource_and_scope() -> None:
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    exporter = EncodedSpanExporter(endpoint="http://127.0.0.1:9/v1/traces")
+    exporter._client = _Bodies()  # type: ignore[assignment]
+    batch = BatchSpanProcessor(exporter, schedule_delay_millis=60_000)
+    resource, scope = Resource({"service.name": "worker"}), InstrumentationScope("models_registry")
+    queue = EncodingSpanProcessor(batch).bytes_queue(resource, scope)
+    span = ReadableSpan("inference.queue", context=trace.SpanContext(1, 2, False, trace.TraceFlags(1)),
+                        resource=resource, attributes={"hosting.model": "m"}, start_time=1, end_time=2,
+                        instrumentation_scope=scope)
+    queue(encode_span(span))
+    assert list(batch._batch_processor._queue) == [encode_span(span)]  # bytes: nothing the collector tracks
+    batch.force_flush()
+    (body,) = exporter._client.bodies  # type: ignore[attr-defined]
+    assert ExportTraceServiceRequest.FromString(body) == encode_spans([span])
+    batch.shutdown()
+
+
+def test_an_exporter_that_takes_no_bare_bytes_gets_encoded_spans() -> None:
+    kept = _Kept()
+    batch = BatchSpanProcessor(kept, schedule_delay_millis=60_000)
+    EncodingSpanProcessor(batch).bytes_queue(Resource({}), None)(b"\x0a\x00")
+    batch.force_flush()
+    assert [type(span) for span in kept.batches[0]] == [EncodedSpan]
+    batch.shutdown()
