@@ -75,8 +75,9 @@ def set_attributes(target: Any, attributes: Mapping[str, Any] | None) -> None:
             logger.error("span attribute %s not exported: %s", key, error)
 
 
-def _flags(context: Any) -> int:
-    return _HAS_IS_REMOTE | _IS_REMOTE if context is not None and context.is_remote else _HAS_IS_REMOTE
+def _flags(remote: bool) -> int:
+    """A span's or a link's OTLP flags: whether its (parent's) context came from another process."""
+    return _HAS_IS_REMOTE | _IS_REMOTE if remote else _HAS_IS_REMOTE
 
 
 def _tag(name: str, wire_type: int) -> bytes:
@@ -105,7 +106,7 @@ def _shared_fields(name: str, kind: SpanKind, remote: bool, code: Any, message: 
     key = (name, kind, remote, code, message)
     found = _shared.get(key)
     if found is None:
-        target = Span(name=name, kind=_KINDS[kind], flags=_HAS_IS_REMOTE | _IS_REMOTE if remote else _HAS_IS_REMOTE)
+        target = Span(name=name, kind=_KINDS[kind], flags=_flags(remote))
         if code is not None:
             target.status.SetInParent()
             target.status.code = code.value
@@ -145,7 +146,7 @@ def _rare_fields(span: ReadableSpan) -> bytes:
         encoded.span_id = link.context.span_id.to_bytes(8, "big")
         set_attributes(encoded.attributes, link.attributes)
         encoded.dropped_attributes_count = link.dropped_attributes
-        encoded.flags = _flags(link.context)
+        encoded.flags = _flags(link.context is not None and link.context.is_remote)
     target.dropped_links_count = span.dropped_links
     return target.SerializePartialToString()
 
@@ -197,12 +198,9 @@ _fixed32 = struct.Struct("<I").pack
 
 def _link_fields(links: Sequence[Any]) -> bytes:
     """A record's links (observe.sampling.Parent: no attributes), each a Span.Link written by hand: 33 bytes."""
-    out = []
-    for link in links:
-        flags = _HAS_IS_REMOTE | _IS_REMOTE if link.remote else _HAS_IS_REMOTE
-        out.append(b"".join((_LINK, b"\x21", _LINK_TRACE_ID, link.trace_id.to_bytes(16, "big"), _LINK_SPAN_ID,
-                             link.span_id.to_bytes(8, "big"), _LINK_FLAGS, _fixed32(flags))))
-    return b"".join(out)
+    return b"".join([b"".join((_LINK, b"\x21", _LINK_TRACE_ID, link.trace_id.to_bytes(16, "big"), _LINK_SPAN_ID,
+                               link.span_id.to_bytes(8, "big"), _LINK_FLAGS, _fixed32(_flags(link.remote))))
+                     for link in links])
 
 
 def encode_record(record: Any) -> bytes:

@@ -1,9 +1,9 @@
-"""A sampled span as observe.tracing records it, and the W3C traceparent it is continued from and written as.
+"""A sampled span as observe.tracing records it, and the W3C traceparent it is continued from.
 
 A request's spans are few and their shape is ours (observe.tracing): ids, two times, a handful of attributes,
-a status, the batch span's links. The SDK's span object for each (its lock, its BoundedAttributes, a Context
-made current through two context managers, the tracer's metrics) cost the web about 35 us a request at full
-sampling, on a path of some 300 us. A SpanRecord holds what the exported span says and nothing else;
+a status, the batch span's links. With the SDK's span object for each (its lock, its BoundedAttributes, a
+Context made current through two context managers, the tracer's metrics) the web's traced code cost 38 us a
+request at full sampling, on a path of some 250-300 us; with records, 10 us (bench.otel_cost). A SpanRecord holds what the exported span says and nothing else;
 span_encoding writes it as the OTLP bytes the SDK's encoder would (tests/unit/test_span_record.py compares
 them), and readable() is the SDK's ReadableSpan of it, for any span processor that wants span objects.
 The tracer's sampler, id generator, span limits, resource and scope, the batch processor and the exporter
@@ -45,11 +45,6 @@ def parse_traceparent(value: str) -> Parent | None:
     return Parent(trace_id, span_id, int(flags, 16), True)
 
 
-def traceparent(trace_id: int, span_id: int, flags: int) -> str:
-    """A span's W3C traceparent, as the propagator's inject() writes it."""
-    return f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
-
-
 class SpanRecord:
     """One sampled span: its ids, parent, times (ns since the epoch), attributes, status, links and events."""
 
@@ -84,12 +79,11 @@ class SpanRecord:
         """The SDK's ReadableSpan of this record, as its tracer would have ended it."""
         own = trace.SpanContext(self.trace_id, self.span_id, is_remote=False, trace_flags=trace.TraceFlags(self.flags),
                                 trace_state=self.state)
-        span = ReadableSpan(self.name, context=own, parent=span_context(self.parent) if self.parent else None,
+        return ReadableSpan(self.name, context=own, parent=span_context(self.parent) if self.parent else None,
                             resource=resource, attributes=_frozen(self.attributes), events=tuple(self.events),
                             links=_links(self.links, self.dropped_links), kind=self.kind,
                             status=Status(self.status, self.message), start_time=self.start, end_time=self.end,
                             instrumentation_scope=scope)
-        return span
 
 
 def _links(links: Sequence[Parent], dropped: int) -> BoundedList:

@@ -3,10 +3,9 @@ scope, and the span processor each finished SpanRecord goes to (observe.span_rec
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
 import logging
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor
@@ -35,11 +34,11 @@ class SpanRecorder:
         self.resource, self.scope = tracer.resource, InstrumentationScope(SCOPE)
         limits = limits or SpanLimits()  # the OTEL_*_LIMIT environment, as the SDK's provider reads it
         self.max_links: int = limits.max_links if limits.max_links is not None else 2**31
-        self._bounds = None
+        self._bounds: tuple[int | None, int | None] | None = None
         if (limits.max_span_attributes is not None and limits.max_span_attributes < _OUR_MOST_ATTRIBUTES) \
                 or limits.max_span_attribute_length is not None:
             self._bounds = (limits.max_span_attributes, limits.max_span_attribute_length)
-        self.emit: Callable[[SpanRecord], None] = self._encoded(processor) \
+        self._send: Callable[[SpanRecord], None] = self._encoded(processor) \
             if isinstance(processor, EncodingSpanProcessor) else self._readable(processor)
         unsampled = [Parent(trace_id, 1, 0, True) for trace_id in (1, 2**128 - 1)]
         # Parent-based samplers (the default) and always_off record nothing under an unsampled remote parent.
@@ -66,17 +65,19 @@ class SpanRecorder:
                             attributes if added is None else dict(added), state, links, dropped)
         return trace_id, span_id, flags, record
 
-    def _bounded(self, attributes: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The attributes within OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT."""
-        most, length = self._bounds  # type: ignore[misc]
-        return BoundedAttributes(most, attributes, immutable=True, max_value_len=length)
+    def emit(self, record: SpanRecord) -> None:
+        """Hand a finished record on, its attributes within OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and
+        OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT (bounded at the end: the request adds to them while it runs)."""
+        if self._bounds is not None:
+            most, length = self._bounds
+            record.attributes = BoundedAttributes(most, record.attributes, immutable=True,  # type: ignore[assignment]
+                                                  max_value_len=length)
+        self._send(record)
 
     def _encoded(self, processor: EncodingSpanProcessor) -> Callable[[SpanRecord], None]:
         queue = processor.bytes_queue(self.resource, self.scope)
 
-        def emit(record: SpanRecord) -> None:  # its OTLP bytes queued: nothing the garbage collector tracks
-            if self._bounds is not None:
-                record.attributes = self._bounded(record.attributes)  # type: ignore[assignment]
+        def send(record: SpanRecord) -> None:  # its OTLP bytes queued: nothing the garbage collector tracks
             try:
                 data = encode_record(record)
             except Exception as error:  # noqa: BLE001 - never raised into the request that ended the span
@@ -84,13 +85,8 @@ class SpanRecorder:
                 return
             queue(data)
 
-        return emit
+        return send
 
     def _readable(self, processor: SpanProcessor) -> Callable[[SpanRecord], None]:
         """Each record as the SDK's ReadableSpan (for a processor that takes span objects: the SDK's own)."""
-        def emit(record: SpanRecord) -> None:
-            if self._bounds is not None:
-                record.attributes = self._bounded(record.attributes)  # type: ignore[assignment]
-            processor.on_end(record.readable(self.resource, self.scope))
-
-        return emit
+        return lambda record: processor.on_end(record.readable(self.resource, self.scope))

@@ -25,7 +25,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from typing import Any
 
@@ -77,6 +77,9 @@ def _processor() -> Any:
     return BatchSpanProcessor(OTLPSpanExporter())
 
 
+_parse_traceparent: Any = None  # observe.span_record's, and the span kinds: set by use()
+_SERVER: Any = None
+_INTERNAL: Any = None
 
 
 def use(sdk_tracer: Any, processor: Any) -> None:
@@ -90,11 +93,6 @@ def use(sdk_tracer: Any, processor: Any) -> None:
 
     tracer, _recorder = sdk_tracer, SpanRecorder(sdk_tracer, processor) if sdk_tracer is not None else None
     _parse_traceparent, _SERVER, _INTERNAL = parse_traceparent, SpanKind.SERVER, SpanKind.INTERNAL
-
-
-_parse_traceparent: Any = None  # observe.span_record's, and the span kinds: set by use()
-_SERVER: Any = None
-_INTERNAL: Any = None
 
 
 def _client_parent(headers: Any) -> Any:
@@ -213,7 +211,7 @@ def _ns(epoch_s: float) -> int:
 _SAMPLED_LAST_DIGIT = frozenset("13579bdf")  # a traceparent's flags byte ends in one of these when it is sampled
 
 
-def batch_traced(wires: Any) -> bool:
+def batch_traced(wires: Iterable[str]) -> bool:
     """Whether a batch whose requests carry these wire traceparents has spans to record: a sampled one, or any
     at all under a sampler that decides for itself. A glance at each flags byte, for the batches (most, at
     one in ten sampled) with none."""
