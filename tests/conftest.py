@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 import os
 from pathlib import Path
+import time
 
 import pytest
 
@@ -19,6 +20,7 @@ PHASE_ENV = "HOSTING_TEST_PHASE"
 PHASES = ("", "sqlite", "postgres")  # "" and "sqlite": the whole suite
 BACKEND_FREE_TIERS = ("unit", "model")  # tests/<tier>: no database, no broker, by the tier's definition
 TESTS = Path(__file__).resolve().parent
+MINUTE_MARGIN_S = 10.0  # longer than any test that counts on one rate-limit minute takes
 
 
 def _one_phase(item: pytest.Item) -> bool:
@@ -48,3 +50,16 @@ def _no_queue_left_marked_full() -> Iterator[None]:
 
     yield
     queue_state.reset()
+
+
+@pytest.fixture
+def within_one_minute() -> None:
+    """Start the test with at least MINUTE_MARGIN_S left in the UTC minute.
+
+    A token's requests_per_minute and tokens_per_minute count in fixed UTC minutes: a test
+    that spends a limit and expects the next request refused fails if the minute turns in
+    between (the count starts again). Waiting (at most MINUTE_MARGIN_S) keeps it in one.
+    """
+    left = 60.0 - time.time() % 60.0
+    if left < MINUTE_MARGIN_S:
+        time.sleep(left + 0.05)

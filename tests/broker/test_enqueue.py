@@ -12,6 +12,7 @@ from models_registry.core.errors import RateLimited
 from models_registry.policy import charges, rate_limits
 
 WORK = "inference.m"
+pytestmark = pytest.mark.usefixtures("within_one_minute")  # the limits count in one UTC minute
 
 
 def places(layer: HostingChannelLayer, key: str, count: int, limit: int) -> enqueue.Admission:

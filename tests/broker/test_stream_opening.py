@@ -20,6 +20,7 @@ from tests import admitting
 
 CHANNEL = messages.model_channel("m")
 LIMITS = rate_limits.Limits(requests_per_minute=1)
+pytestmark = pytest.mark.usefixtures("within_one_minute")  # the limits count in one UTC minute
 
 
 @pytest.fixture

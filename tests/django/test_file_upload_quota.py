@@ -18,7 +18,7 @@ from models_registry.models import ApiToken, BatchFile, RegisteredModel
 from tests.django.test_api_handler_limits import CHUNK, serve
 from tests.django.test_batch_routes import _jsonl, _upload, file_storage  # noqa: F401
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "within_one_minute")]
 
 
 BIG = 150 * 1024 * 1024  # announced, never sent: past what the handler drains

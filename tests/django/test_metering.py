@@ -15,7 +15,7 @@ from models_registry.models import RegisteredModel
 from tests import model_factory
 from tests.asgi_client import AsyncClient
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker", "within_one_minute")]
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from models_registry.policy import auth, charges, dispatch, gate, rate_limits, s
 from models_registry.catalog import lookups
 from tests.asgi_client import AsyncClient
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker", "within_one_minute")]
 
 @pytest.fixture
 def cls(make_model: Callable[..., RegisteredModel]) -> RegisteredModel:

@@ -22,7 +22,7 @@ from models_registry.policy import auth, gate, serving
 from tests import admitting
 from tests.asgi_client import AsyncClient
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker", "within_one_minute")]
 
 CHANNEL = messages.model_channel("gpt")
 
