@@ -19,7 +19,7 @@ from typing import Any
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 logger = logging.getLogger(__name__)
 
@@ -201,6 +201,15 @@ def _link_fields(links: Sequence[Any]) -> bytes:
     return b"".join([b"".join((_LINK, b"\x21", _LINK_TRACE_ID, link.trace_id.to_bytes(16, "big"), _LINK_SPAN_ID,
                                link.span_id.to_bytes(8, "big"), _LINK_FLAGS, _fixed32(_flags(link.remote))))
                      for link in links])
+
+
+def encode_finished(name: str, kind: SpanKind, trace_id: int, span_id: int, parent: Any, start: int, end: int,
+                    attributes: Mapping[str, Any]) -> bytes:
+    """A span with nothing but ids, times and attributes (status unset; parent: a sampling.Parent without a
+    tracestate) as encode_record writes the SpanRecord of it, without the record."""
+    return b"".join((_own_fields(trace_id, span_id, parent.span_id, start, end),
+                     _shared_fields(name, kind, parent.remote, StatusCode.UNSET, None),
+                     _attribute_fields(attributes) if attributes else b""))
 
 
 def encode_record(record: Any) -> bytes:

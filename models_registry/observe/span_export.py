@@ -70,6 +70,41 @@ def _parts_of(span: Any, bare: tuple[Any, Any] | None) -> tuple[bytes, Any, Any]
     return span.data, span.resource, span.scope
 
 
+_span_heads: dict[int, bytes] = {}  # a span's length -> its `spans` field's key and length, as they precede it
+_MAX_HEADS = 4096
+
+
+def _framed_spans(datas: Sequence[bytes]) -> bytes:
+    """Spans' bytes as the elements of ScopeSpans.spans, each after its field key and length.
+
+    Spans of a process come in a few hundred lengths: a dict lookup per span instead of two varints (the export
+    thread framed a batch of 512 in 0.5-0.7 ms that way; it shares the GIL with the requests).
+    """
+    heads, parts = _span_heads, []
+    for data in datas:
+        head = heads.get(len(data))
+        if head is None:
+            if len(heads) >= _MAX_HEADS:
+                heads.clear()
+            head = heads[len(data)] = _varint(_SPANS << 3 | 2) + _varint(len(data))
+        parts.append(head)
+        parts.append(data)
+    return b"".join(parts)
+
+
+def _groups(spans: Sequence[Any], bare: tuple[Any, Any] | None) -> list[tuple[Any, list[tuple[Any, list[bytes]]]]]:
+    """The queued spans' bytes by resource, then scope: [(resource, [(scope, [bytes, ...]), ...]), ...]."""
+    if bare is not None and all(type(span) is bytes for span in spans):  # the usual batch: one process' records
+        return [(bare[0], [(bare[1], list(spans))])]
+    # Keyed by identity: a Resource hashes by dumping its attributes as JSON (as the SDK's encoder does, per span).
+    groups: dict[int, tuple[Any, dict[int, tuple[Any, list[bytes]]]]] = {}
+    for span in spans:
+        data, resource, scope = _parts_of(span, bare)
+        scopes = groups.setdefault(id(resource), (resource, {}))[1]
+        scopes.setdefault(id(scope), (scope, []))[1].append(data)
+    return [(resource, list(scopes.values())) for resource, scopes in groups.values()]
+
+
 def request_body(spans: Sequence[Any], bare: tuple[Any, Any] | None = None) -> bytes:
     """The serialized ExportTraceServiceRequest of queued spans, grouped by resource, then instrumentation scope.
 
@@ -79,21 +114,15 @@ def request_body(spans: Sequence[Any], bare: tuple[Any, Any] | None = None) -> b
     Each group's envelope is built with the message classes; the spans' bytes are appended to it as the
     elements of its repeated field (protobuf merges a message's fields in whatever order they come).
     """
-    # Keyed by identity: a Resource hashes by dumping its attributes as JSON (as the SDK's encoder does, per span).
-    groups: dict[int, tuple[Any, dict[int, tuple[Any, list[bytes]]]]] = {}
-    for span in spans:
-        data, resource, scope = _parts_of(span, bare)
-        scopes = groups.setdefault(id(resource), (resource, {}))[1]
-        scopes.setdefault(id(scope), (scope, []))[1].append(data)
     body = []
-    for resource, scopes in groups.values():
+    for resource, scopes in _groups(spans, bare):
         envelope = ResourceSpans()
         envelope.resource.SetInParent()
         set_attributes(envelope.resource.attributes, resource.attributes)
         if resource.schema_url:
             envelope.schema_url = resource.schema_url
         parts = [envelope.SerializePartialToString()]
-        for scope, datas in scopes.values():
+        for scope, datas in scopes:
             group = ScopeSpans()
             group.scope.SetInParent()
             if scope is not None:
@@ -103,8 +132,7 @@ def request_body(spans: Sequence[Any], bare: tuple[Any, Any] | None = None) -> b
                 set_attributes(group.scope.attributes, scope.attributes)
                 if scope.schema_url:
                     group.schema_url = scope.schema_url
-            parts.append(_field(_SCOPE_SPANS, group.SerializePartialToString()
-                                + b"".join([_field(_SPANS, data) for data in datas])))
+            parts.append(_field(_SCOPE_SPANS, group.SerializePartialToString() + _framed_spans(datas)))
         body.append(_field(_RESOURCE_SPANS, b"".join(parts)))
     return b"".join(body)
 

@@ -13,7 +13,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
 
 from models_registry.observe.sampling import Decide, Parent, decider
-from models_registry.observe.span_encoding import encode_record
+from models_registry.observe.span_encoding import encode_finished, encode_record
 from models_registry.observe.span_export import EncodingSpanProcessor
 from models_registry.observe.span_record import RANDOM_TRACE_ID, SAMPLED, SpanRecord
 
@@ -38,6 +38,7 @@ class SpanRecorder:
         if (limits.max_span_attributes is not None and limits.max_span_attributes < _OUR_MOST_ATTRIBUTES) \
                 or limits.max_span_attribute_length is not None:
             self._bounds = (limits.max_span_attributes, limits.max_span_attribute_length)
+        self._queue: Callable[[bytes], None] | None = None  # the encoded spans' queue (_encoded), else None
         self._send: Callable[[SpanRecord], None] = self._encoded(processor) \
             if isinstance(processor, EncodingSpanProcessor) else self._readable(processor)
         unsampled = [Parent(trace_id, 1, 0, True) for trace_id in (1, 2**128 - 1)]
@@ -65,6 +66,32 @@ class SpanRecorder:
                             attributes if added is None else dict(added), state, links, dropped)
         return trace_id, span_id, flags, record
 
+    def record_finished(self, name: str, kind: SpanKind, parent: Parent, start: int, end: int,
+                        attributes: dict[str, Any]) -> int | None:
+        """A child span whose end is known as it starts (the worker's queue, forward and reply spans), recorded
+        at once; its span id, or None when it was not sampled.
+
+        Encoded straight to its bytes where nothing asks for the record (no tracestate, no attribute the sampler
+        adds, no span limit that binds): the worker records one per request it computes.
+        """
+        sampled, added, state = self.decide(parent, parent.trace_id, name, kind, attributes, ())
+        if not sampled:
+            return None
+        span_id = self.new_span_id()
+        if self._queue is not None and added is None and state is None and self._bounds is None:
+            try:
+                data = encode_finished(name, kind, parent.trace_id, span_id, parent, start, end, attributes)
+            except Exception as error:  # noqa: BLE001 - never raised into the batch that recorded it
+                logger.error("span %s not exported: %s", name, error)
+                return span_id
+            self._queue(data)
+            return span_id
+        record = SpanRecord(name, kind, parent.trace_id, span_id, self.flags(True, parent), parent, start,
+                            attributes if added is None else dict(added), state)
+        record.end = end
+        self.emit(record)
+        return span_id
+
     def emit(self, record: SpanRecord) -> None:
         """Hand a finished record on, its attributes within OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and
         OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT (bounded at the end: the request adds to them while it runs)."""
@@ -75,7 +102,7 @@ class SpanRecorder:
         self._send(record)
 
     def _encoded(self, processor: EncodingSpanProcessor) -> Callable[[SpanRecord], None]:
-        queue = processor.bytes_queue(self.resource, self.scope)
+        queue = self._queue = processor.bytes_queue(self.resource, self.scope)
 
         def send(record: SpanRecord) -> None:  # its OTLP bytes queued: nothing the garbage collector tracks
             try:

@@ -250,18 +250,13 @@ def record_batch(requests: list[tuple[str, float]], formed: float, started: floa
         return None
     start, end = _ns(started), _ns(ended)
     queued = {"hosting.model": attributes.get("hosting.model", "")}
+    record_finished = recorder.record_finished
     for parent, arrival in traced:
-        record = recorder.start("inference.queue", _INTERNAL, parent, min(_ns(arrival), start), queued)[3]
-        if record is not None:
-            record.end = start
-            recorder.emit(record)
+        record_finished("inference.queue", _INTERNAL, parent, min(_ns(arrival), start), start, queued)
     trace_id, span_id, flags, batch = recorder.start("inference.batch", _INTERNAL, traced[0][0], _ns(formed),
                                                      attributes, [parent for parent, _ in traced])
     inside = traced[0][0]._replace(span_id=span_id, flags=flags, remote=False, state=batch.state if batch else None)
-    forward = recorder.start("inference.forward", _INTERNAL, inside, start, {})[3]
-    if forward is not None:
-        forward.end = end
-        recorder.emit(forward)
+    recorder.record_finished("inference.forward", _INTERNAL, inside, start, end, {})
     if batch is not None:
         batch.end = end
         recorder.emit(batch)
@@ -270,7 +265,4 @@ def record_batch(requests: list[tuple[str, float]], formed: float, started: floa
 
 def record_reply(batch: Any, replies: int, started: float, ended: float) -> None:
     """The inference.reply span of a batch (batch: record_batch's context): its replies' one round trip."""
-    record = _recorder.start("inference.reply", _INTERNAL, batch, _ns(started), {"hosting.replies": replies})[3]
-    if record is not None:
-        record.end = _ns(ended)
-        _recorder.emit(record)
+    _recorder.record_finished("inference.reply", _INTERNAL, batch, _ns(started), _ns(ended), {"hosting.replies": replies})

@@ -13,7 +13,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import (ALWAYS_OFF, ALWAYS_ON, Decision, ParentBased, Sampler,
                                               SamplingResult, TraceIdRatioBased)
@@ -22,7 +22,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from models_registry.observe.sampling import Parent, context_of, decider
 from models_registry.observe.span_encoding import encode_record
-from models_registry.observe.span_export import request_body
+from models_registry.observe.span_export import EncodingSpanProcessor, request_body
 from models_registry.observe.span_record import SpanRecord, parse_traceparent
 from models_registry.observe.span_recorder import SpanRecorder
 
@@ -69,6 +69,24 @@ def test_records_encode_as_the_sdk_encodes_their_readable_spans() -> None:
     assert spans[0].trace_state == "vendor=a" and spans[0].events[0].name == "exception"
     assert len(spans[1].links) == 2 and spans[1].dropped_links_count == 1  # the newest kept, as the SDK's
     assert ours.resource_spans[0].scope_spans[0].scope.name == "models_registry"
+
+
+@pytest.mark.parametrize("parent", [CLIENT._replace(state=None), CLIENT], ids=["bytes at once", "with a tracestate"])
+def test_a_finished_child_span_is_queued_as_the_bytes_of_its_record(parent: Parent) -> None:
+    exported = InMemorySpanExporter()  # takes what the batch queue held: EncodedSpans here
+    batch = BatchSpanProcessor(exported)
+    recorder = SpanRecorder(TracerProvider(resource=RESOURCE).get_tracer("models_registry"), EncodingSpanProcessor(batch))
+    attributes = {"hosting.model": "m", "hosting.replies": 3}
+    span_id = recorder.record_finished("inference.queue", SpanKind.INTERNAL, parent, 1_000, 2_000, attributes)
+    batch.force_flush()
+    (queued,) = exported.get_finished_spans()
+    record = SpanRecord("inference.queue", SpanKind.INTERNAL, parent.trace_id, span_id, recorder.flags(True, parent),
+                        parent, 1_000, attributes, parent.state)
+    record.end = 2_000
+    assert span_id is not None and queued.data == encode_record(record)  # type: ignore[attr-defined]
+    unsampled = parent._replace(flags=0)  # the default sampler, parent-based: nothing under an unsampled parent
+    assert recorder.record_finished("inference.queue", SpanKind.INTERNAL, unsampled, 1, 2, attributes) is None
+    batch.shutdown()
 
 
 def test_span_limits_bound_a_records_attributes_as_the_sdks() -> None:
