@@ -335,6 +335,20 @@ def paired_ratios(rounds: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[st
                       if base["req_s"] > 0]
             if ratios:
                 paired[name][level] = {"ratios": ratios, "median": round(statistics.median(ratios), 3)}
+    copies, traced = [name for name in rounds if name.startswith(f"{PRODUCT}@")], f"{PRODUCT}+otel"
+    if copies and traced in rounds:
+        # The untraced copies' own spread (the A/A control) moved a run's otel ratio by 5-8% either way on the
+        # 2-core machine: each round's traced rate against the mean of every untraced copy's in that round.
+        name = f"{traced} / mean of {', '.join((PRODUCT, *copies))}"
+        paired[name] = {}
+        for level, runs in rounds[traced].items():
+            ratios = []
+            for index, run in enumerate(runs):
+                untraced = [rounds[copy][level][index]["req_s"] for copy in (PRODUCT, *copies)]
+                if all(untraced):
+                    ratios.append(round(run["req_s"] / statistics.mean(untraced), 3))
+            if ratios:
+                paired[name][level] = {"ratios": ratios, "median": round(statistics.median(ratios), 3)}
     return paired
 
 
