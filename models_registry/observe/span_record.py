@@ -59,7 +59,7 @@ class SpanRecord:
         self.status: StatusCode = StatusCode.UNSET
         self.message: str | None = None
         self.links, self.dropped_links = links, dropped_links
-        self.events: list[Event] = []
+        self.events: tuple[Event, ...] = ()  # an exception's, rarely: no list a span until then
 
     def fail(self, message: str | None = None) -> None:
         """Set the status to ERROR (with a description, as the SDK keeps one only for ERROR)."""
@@ -70,17 +70,17 @@ class SpanRecord:
         import traceback
 
         module, name = type(error).__module__, type(error).__qualname__
-        self.events.append(Event("exception", {
+        self.events += (Event("exception", {
             "exception.type": f"{module}.{name}" if module and module != "builtins" else name,
             "exception.message": str(error), "exception.stacktrace": "".join(traceback.format_exception(error)),
-            "exception.escaped": "False"}, timestamp=timestamp))
+            "exception.escaped": "False"}, timestamp=timestamp),)
 
     def readable(self, resource: Any, scope: Any) -> ReadableSpan:
         """The SDK's ReadableSpan of this record, as its tracer would have ended it."""
         own = trace.SpanContext(self.trace_id, self.span_id, is_remote=False, trace_flags=trace.TraceFlags(self.flags),
                                 trace_state=self.state)
         return ReadableSpan(self.name, context=own, parent=span_context(self.parent) if self.parent else None,
-                            resource=resource, attributes=_frozen(self.attributes), events=tuple(self.events),
+                            resource=resource, attributes=_frozen(self.attributes), events=self.events,
                             links=_links(self.links, self.dropped_links), kind=self.kind,
                             status=Status(self.status, self.message), start_time=self.start, end_time=self.end,
                             instrumentation_scope=scope)

@@ -122,18 +122,19 @@ def current_traceparent() -> str:
     return f"00-{active[0]:032x}-{active[1]:016x}-{active[2]:02x}" if active is not None else ""
 
 
-_routes: dict[tuple[str, str], tuple[str, str]] = {}  # (method, path) -> (route template, span name): bounded below
+_routes: dict[str, tuple[str, str]] = {}  # "method path" -> (route template, span name): bounded below
 MAX_ROUTES = 4096
 
 
 def _route_and_name(method: str, path: str) -> tuple[str, str]:
-    found = _routes.get((method, path))
+    key = f"{method} {path}"  # a str: no object a request for the garbage collector to track, as a tuple is
+    found = _routes.get(key)
     if found is None:
         model = model_path(path)
         route = path if model is None else paths.openapi_path("model-task" if model[1] else "model")
         if len(_routes) >= MAX_ROUTES:  # paths of unknown models are the client's to make up: never unbounded
             _routes.clear()
-        found = _routes[(method, path)] = (route, f"{method} {route}")
+        found = _routes[key] = (route, f"{method} {route}")
     return found
 
 
@@ -152,10 +153,9 @@ async def serve_traced(scope: dict[str, Any], receive: Any, send: Any,
     recorder, path, method = _recorder, scope["path"], scope["method"]
     route, name = _route_and_name(method, path)
     parent = _client_parent(scope.get("headers", ()))
-    trace_id, span_id, flags, record = recorder.start(
-        name, _SERVER, parent, time.time_ns(),
-        {"http.request.method": method, "http.route": route, "url.path": path})
-    token = _current.set((trace_id, span_id, flags, record))
+    started = recorder.start(name, _SERVER, parent, time.time_ns(),
+                             {"http.request.method": method, "http.route": route, "url.path": path})
+    token, record = _current.set(started), started[3]  # start's answer is the current span as it is
     try:
         if record is None:  # sampled out: the context travels on, nothing is recorded
             await handle(scope, receive, send)
