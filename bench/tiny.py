@@ -321,32 +321,27 @@ def paired_ratios(rounds: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[st
     """Each variant of the product (a baseline, +otel) against the product, round by round: req/s ratios.
 
     The rounds run the servers back to back, so a ratio within one round cancels most of the machine's drift
-    from round to round (on a shared machine, 10-20% here); their median is the figure to quote.
+    from round to round (on a shared machine, 10-20% here); their median is the figure to quote. With an
+    untraced copy in the run (--baseline), the traced product is also paired with the mean of every untraced
+    copy of each round: the copies' own ratio (the A/A control) moved 5-8% either way on the 2-core machine.
     """
     if PRODUCT not in rounds:
         return {}
-    paired: dict[str, dict[int, dict[str, Any]]] = {}
-    for name, levels in rounds.items():
-        if name == PRODUCT or not name.startswith(PRODUCT):
-            continue
-        paired[name] = {}
-        for level, runs in levels.items():
-            ratios = [round(run["req_s"] / base["req_s"], 3) for run, base in zip(runs, rounds[PRODUCT][level])
-                      if base["req_s"] > 0]
-            if ratios:
-                paired[name][level] = {"ratios": ratios, "median": round(statistics.median(ratios), 3)}
     copies, traced = [name for name in rounds if name.startswith(f"{PRODUCT}@")], f"{PRODUCT}+otel"
+    # label -> (the variant, the untraced servers its rate is divided by, their mean when more than one)
+    against: dict[str, tuple[str, tuple[str, ...]]] = {name: (name, (PRODUCT,)) for name in rounds
+                                                        if name != PRODUCT and name.startswith(PRODUCT)}
     if copies and traced in rounds:
-        # The untraced copies' own spread (the A/A control) moved a run's otel ratio by 5-8% either way on the
-        # 2-core machine: each round's traced rate against the mean of every untraced copy's in that round.
-        name = f"{traced} / mean of {', '.join((PRODUCT, *copies))}"
+        against[f"{traced} / mean of {', '.join((PRODUCT, *copies))}"] = (traced, (PRODUCT, *copies))
+    paired: dict[str, dict[int, dict[str, Any]]] = {}
+    for name, (variant, bases) in against.items():
         paired[name] = {}
-        for level, runs in rounds[traced].items():
+        for level, runs in rounds[variant].items():
             ratios = []
             for index, run in enumerate(runs):
-                untraced = [rounds[copy][level][index]["req_s"] for copy in (PRODUCT, *copies)]
-                if all(untraced):
-                    ratios.append(round(run["req_s"] / statistics.mean(untraced), 3))
+                base = statistics.mean(rounds[copy][level][index]["req_s"] for copy in bases)
+                if base > 0:
+                    ratios.append(round(run["req_s"] / base, 3))
             if ratios:
                 paired[name][level] = {"ratios": ratios, "median": round(statistics.median(ratios), 3)}
     return paired

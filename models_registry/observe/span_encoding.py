@@ -203,18 +203,23 @@ def _link_fields(links: Sequence[Any]) -> bytes:
                      for link in links])
 
 
+def _span_fields(name: str, kind: SpanKind, trace_id: int, span_id: int, parent: Any, start: int, end: int,
+                 code: Any, message: str | None, attributes: Mapping[str, Any], rare: bytes = b"") -> bytes:
+    """A span's bytes from its parts (parent: a sampling.Parent or None; rare: _link_fields and the like)."""
+    return b"".join((_own_fields(trace_id, span_id, parent.span_id if parent else 0, start, end),
+                     _shared_fields(name, kind, parent is not None and parent.remote, code, message),
+                     rare, _attribute_fields(attributes) if attributes else b""))
+
+
 def encode_finished(name: str, kind: SpanKind, trace_id: int, span_id: int, parent: Any, start: int, end: int,
                     attributes: Mapping[str, Any]) -> bytes:
-    """A span with nothing but ids, times and attributes (status unset; parent: a sampling.Parent without a
-    tracestate) as encode_record writes the SpanRecord of it, without the record."""
-    return b"".join((_own_fields(trace_id, span_id, parent.span_id, start, end),
-                     _shared_fields(name, kind, parent.remote, StatusCode.UNSET, None),
-                     _attribute_fields(attributes) if attributes else b""))
+    """A span with nothing but ids, times and attributes (status unset; parent without a tracestate) as
+    encode_record writes the SpanRecord of it, without the record."""
+    return _span_fields(name, kind, trace_id, span_id, parent, start, end, StatusCode.UNSET, None, attributes)
 
 
 def encode_record(record: Any) -> bytes:
     """A SpanRecord (observe.span_record) as the serialized OTLP Span the SDK's encoder makes of its readable()."""
-    parent = record.parent
     rare = _link_fields(record.links) if record.links else b""
     dropped = getattr(record.attributes, "dropped", 0)  # BoundedAttributes, when span limits are set
     if record.state or record.events or record.dropped_links or dropped:
@@ -225,8 +230,5 @@ def encode_record(record: Any) -> bytes:
         target.dropped_links_count = record.dropped_links
         target.dropped_attributes_count = dropped
         rare += target.SerializePartialToString()
-    return b"".join((_own_fields(record.trace_id, record.span_id, parent.span_id if parent else 0, record.start,
-                                 record.end),
-                     _shared_fields(record.name, record.kind, parent is not None and parent.remote, record.status,
-                                    record.message),
-                     rare, _attribute_fields(record.attributes) if record.attributes else b""))
+    return _span_fields(record.name, record.kind, record.trace_id, record.span_id, record.parent, record.start,
+                        record.end, record.status, record.message, record.attributes, rare)

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import SpanLimits, SpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
 
-from models_registry.observe.sampling import Decide, Parent, decider
+from models_registry.observe.sampling import Decide, Decision, Parent, decider
 from models_registry.observe.span_encoding import encode_finished, encode_record
 from models_registry.observe.span_export import EncodingSpanProcessor
 from models_registry.observe.span_record import RANDOM_TRACE_ID, SAMPLED, SpanRecord
@@ -55,7 +55,13 @@ class SpanRecorder:
               attributes: dict[str, Any], links: Sequence[Parent] = ()) -> tuple[int, int, int, SpanRecord | None]:
         """A new span: (trace id, span id, flags, its record: None when the sampler did not sample it)."""
         trace_id = parent.trace_id if parent is not None else self.new_trace_id()
-        sampled, added, state = self.decide(parent, trace_id, name, kind, attributes, links)
+        decision = self.decide(parent, trace_id, name, kind, attributes, links)
+        return self._started(name, kind, parent, trace_id, start, attributes, decision, links)
+
+    def _started(self, name: str, kind: SpanKind, parent: Parent | None, trace_id: int, start: int,
+                 attributes: dict[str, Any], decision: Decision, links: Sequence[Parent] = ()
+                 ) -> tuple[int, int, int, SpanRecord | None]:
+        sampled, added, state = decision
         span_id, flags = self.new_span_id(), self.flags(sampled, parent)
         if not sampled:
             return trace_id, span_id, flags, None
@@ -74,22 +80,16 @@ class SpanRecorder:
         Encoded straight to its bytes where nothing asks for the record (no tracestate, no attribute the sampler
         adds, no span limit that binds): the worker records one per request it computes.
         """
-        sampled, added, state = self.decide(parent, parent.trace_id, name, kind, attributes, ())
-        if not sampled:
+        decision = self.decide(parent, parent.trace_id, name, kind, attributes, ())
+        if not decision.sampled:
             return None
-        span_id = self.new_span_id()
-        if self._queue is not None and added is None and state is None and self._bounds is None:
-            try:
-                data = encode_finished(name, kind, parent.trace_id, span_id, parent, start, end, attributes)
-            except Exception as error:  # noqa: BLE001 - never raised into the batch that recorded it
-                logger.error("span %s not exported: %s", name, error)
-                return span_id
-            self._queue(data)
+        if self._queue is not None and decision.attributes is None and decision.state is None and self._bounds is None:
+            span_id = self.new_span_id()
+            self._enqueue(name, encode_finished, name, kind, parent.trace_id, span_id, parent, start, end, attributes)
             return span_id
-        record = SpanRecord(name, kind, parent.trace_id, span_id, self.flags(True, parent), parent, start,
-                            attributes if added is None else dict(added), state)
-        record.end = end
-        self.emit(record)
+        _, span_id, _, record = self._started(name, kind, parent, parent.trace_id, start, attributes, decision)
+        record.end = end  # type: ignore[union-attr]  # sampled: a record
+        self.emit(record)  # type: ignore[arg-type]
         return span_id
 
     def emit(self, record: SpanRecord) -> None:
@@ -102,17 +102,18 @@ class SpanRecorder:
         self._send(record)
 
     def _encoded(self, processor: EncodingSpanProcessor) -> Callable[[SpanRecord], None]:
-        queue = self._queue = processor.bytes_queue(self.resource, self.scope)
+        self._queue = processor.bytes_queue(self.resource, self.scope)
+        # its OTLP bytes queued: nothing the garbage collector tracks
+        return lambda record: self._enqueue(record.name, encode_record, record)
 
-        def send(record: SpanRecord) -> None:  # its OTLP bytes queued: nothing the garbage collector tracks
-            try:
-                data = encode_record(record)
-            except Exception as error:  # noqa: BLE001 - never raised into the request that ended the span
-                logger.error("span %s not exported: %s", record.name, error)
-                return
-            queue(data)
-
-        return send
+    def _enqueue(self, name: str, encode: Callable[..., bytes], *parts: Any) -> None:
+        """encode(*parts), a span's OTLP bytes, queued; a span that cannot be encoded is logged and dropped."""
+        try:
+            data = encode(*parts)
+        except Exception as error:  # noqa: BLE001 - never raised into the request or batch that ended the span
+            logger.error("span %s not exported: %s", name, error)
+            return
+        self._queue(data)  # type: ignore[misc]  # set by _encoded, the only caller's way in
 
     def _readable(self, processor: SpanProcessor) -> Callable[[SpanRecord], None]:
         """Each record as the SDK's ReadableSpan (for a processor that takes span objects: the SDK's own)."""

@@ -122,19 +122,18 @@ def current_traceparent() -> str:
     return f"00-{active[0]:032x}-{active[1]:016x}-{active[2]:02x}" if active is not None else ""
 
 
-_routes: dict[str, tuple[str, str]] = {}  # "method path" -> (route template, span name): bounded below
+_routes: dict[tuple[str, str], tuple[str, str]] = {}  # (method, path) -> (route template, span name): bounded below
 MAX_ROUTES = 4096
 
 
 def _route_and_name(method: str, path: str) -> tuple[str, str]:
-    key = f"{method} {path}"  # a str: no object a request for the garbage collector to track, as a tuple is
-    found = _routes.get(key)
+    found = _routes.get((method, path))
     if found is None:
         model = model_path(path)
         route = path if model is None else paths.openapi_path("model-task" if model[1] else "model")
         if len(_routes) >= MAX_ROUTES:  # paths of unknown models are the client's to make up: never unbounded
             _routes.clear()
-        found = _routes[key] = (route, f"{method} {route}")
+        found = _routes[(method, path)] = (route, f"{method} {route}")
     return found
 
 
