@@ -71,6 +71,29 @@ def _fast(sampler: Sampler) -> _Fast | None:
     return None
 
 
+def static_decisions(sampler: Sampler) -> dict[Any, bool]:
+    """The sampler's decisions that need no trace id: {None: a root span's, (remote, sampled): under such a
+    parent's}, each where the sampler for it is a StaticSampler (always_on, always_off; the default
+    parentbased_always_on has them all); the others are left out.
+
+    A span with one of these decisions (and no tracestate to keep) is started without asking decide().
+    """
+    def static(part: Any) -> bool | None:
+        if type(part).should_sample is StaticSampler.should_sample:
+            return bool(part.should_sample(None, 1, "probe").decision.is_sampled())
+        return None
+
+    if type(sampler).should_sample is ParentBased.should_sample and all(hasattr(sampler, p) for p in _PARENT_BASED_PARTS):
+        parts = {None: sampler._root, (True, True): sampler._remote_parent_sampled,  # type: ignore[attr-defined]
+                 (True, False): sampler._remote_parent_not_sampled,  # type: ignore[attr-defined]
+                 (False, True): sampler._local_parent_sampled,  # type: ignore[attr-defined]
+                 (False, False): sampler._local_parent_not_sampled}  # type: ignore[attr-defined]
+    else:
+        parts = {key: sampler for key in (None, (True, True), (True, False), (False, True), (False, False))}
+    decided = {key: static(part) for key, part in parts.items()}
+    return {key: sampled for key, sampled in decided.items() if sampled is not None}
+
+
 def span_context(parent: Parent) -> trace.SpanContext:
     """The OpenTelemetry SpanContext of a parent (or of a link's span)."""
     return trace.SpanContext(parent.trace_id, parent.span_id, is_remote=parent.remote,

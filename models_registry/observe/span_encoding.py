@@ -6,7 +6,9 @@ a span's bytes are the concatenation of its fields' parts (protobuf reads a mess
 and a repeated field's elements in the order they come): the ids and times written as their fixed-size
 fields, the name, kind, flags and status serialized once per process for all spans that share them, each
 scalar attribute pair likewise, and through the message class only what few spans have (a tracestate,
-events, links, what the limits dropped): 6 us for that web span. tests/unit/test_span_export.py decodes
+events, links, what the limits dropped): 6 us for that web span. All but the ids, times and rare fields
+are then kept per combination (a route's requests for one model, token and status share them): the
+request's span is two struct packs and a dict lookup. tests/unit/test_span_export.py decodes
 these and the SDK's encoding of the same spans and compares them message for message.
 """
 
@@ -87,15 +89,12 @@ def _tag(name: str, wire_type: int) -> bytes:
 
 _TRACE_ID, _SPAN_ID = _tag("trace_id", 2) + b"\x10", _tag("span_id", 2) + b"\x08"  # bytes, their lengths 16 and 8
 _PARENT = _tag("parent_span_id", 2) + b"\x08"
-_START, _END = _tag("start_time_unix_nano", 1), _tag("end_time_unix_nano", 1)  # fixed64
-_fixed64 = struct.Struct("<Q").pack
-
-
-def _own_fields(trace_id: int, span_id: int, parent_id: int, start: int, end: int) -> bytes:
-    """What no two spans share: the ids and the times, fixed-size fields written as protobuf lays them out."""
-    return b"".join((_TRACE_ID, trace_id.to_bytes(16, "big"), _SPAN_ID, span_id.to_bytes(8, "big"),
-                     _PARENT + parent_id.to_bytes(8, "big") if parent_id else b"",
-                     _START, _fixed64(start), _END, _fixed64(end)))
+_START, _END = _tag("start_time_unix_nano", 1)[0], _tag("end_time_unix_nano", 1)[0]  # fixed64
+# The ids are big-endian bytes (the trace id as its two halves), the times little-endian fixed64: one pack each.
+_ids = struct.Struct(">2sQQ2sQ").pack
+_ids_and_parent = struct.Struct(">2sQQ2sQ2sQ").pack
+_times = struct.Struct("<BQBQ").pack
+_LOW_64 = (1 << 64) - 1
 
 
 _shared: dict[tuple[Any, ...], bytes] = {}  # (name, kind, parent remote, status code, message) -> those fields
@@ -156,13 +155,14 @@ _pairs: dict[tuple[str, type, Any], bytes] = {}  # (key, type, value) -> the spa
 MAX_PAIRS = 4096
 
 
-def _attribute_fields(attributes: Mapping[str, Any]) -> bytes:
-    """A span's attributes as its serialized `attributes` fields, each scalar pair encoded once per process.
+def _attribute_fields(attributes: Mapping[str, Any]) -> tuple[bytes, bool]:
+    """A span's attributes as its serialized `attributes` fields, each scalar pair encoded once per process;
+    and whether every one was (False: one was left out, and is logged again with the next span that has it).
 
     Most pairs repeat from span to span (the method, the route, the model, its version, the status), and
     setting a KeyValue through the protobuf runtime costs about 1 us; a dict lookup a tenth of that.
     """
-    out = []
+    out, whole = [], True
     for key, value in attributes.items():
         cached = _pairs.get((key, type(value), value)) if type(value) in _SCALARS else None
         if cached is None:
@@ -173,20 +173,19 @@ def _attribute_fields(attributes: Mapping[str, Any]) -> bytes:
                 if len(_pairs) >= MAX_PAIRS:  # paths and values a client makes up: never unbounded
                     _pairs.clear()
                 _pairs[(key, type(value), value)] = cached
+            whole = whole and bool(cached)
         out.append(cached)
-    return b"".join(out)
+    return b"".join(out), whole
 
 
 def encode_span(span: ReadableSpan) -> bytes:
     """One finished span as a serialized OTLP Span message, the concatenation of its fields' parts (protobuf
     takes a message's fields in any order, and a repeated field's elements in the order they come)."""
     context, parent, status = span.get_span_context(), span.parent, span.status
-    return b"".join((
-        _own_fields(context.trace_id, context.span_id, parent.span_id if parent else 0, span.start_time or 0,
-                    span.end_time or 0),
-        _shared_fields(span.name, span.kind, parent is not None and parent.is_remote,
-                       status.status_code if status else None, status.description if status else None),
-        _rare_fields(span), _attribute_fields(span.attributes) if span.attributes else b""))
+    return _span_fields(span.name, span.kind, context.trace_id, context.span_id, parent.span_id if parent else 0,
+                        parent is not None and parent.is_remote, span.start_time or 0, span.end_time or 0,
+                        status.status_code if status else StatusCode.UNSET, status.description if status else None,
+                        span.attributes or {}, _rare_fields(span))
 
 
 _LINK = _tag("links", 2)
@@ -203,19 +202,46 @@ def _link_fields(links: Sequence[Any]) -> bytes:
                      for link in links])
 
 
-def _span_fields(name: str, kind: SpanKind, trace_id: int, span_id: int, parent: Any, start: int, end: int,
-                 code: Any, message: str | None, attributes: Mapping[str, Any], rare: bytes = b"") -> bytes:
-    """A span's bytes from its parts (parent: a sampling.Parent or None; rare: _link_fields and the like)."""
-    return b"".join((_own_fields(trace_id, span_id, parent.span_id if parent else 0, start, end),
-                     _shared_fields(name, kind, parent is not None and parent.remote, code, message),
-                     rare, _attribute_fields(attributes) if attributes else b""))
+_tails: dict[tuple[Any, ...], bytes] = {}  # (name, kind, remote, status, message, attributes, their types) -> fields
+
+
+def _span_fields(name: str, kind: SpanKind, trace_id: int, span_id: int, parent_id: int, remote: bool, start: int,
+                 end: int, code: Any, message: str | None, attributes: Mapping[str, Any], rare: bytes = b"") -> bytes:
+    """A span's bytes from its parts (parent_id 0: a root span; remote: its parent came from another process;
+    rare: _link_fields and the like).
+
+    The ids and times are fixed-size fields, written as protobuf lays them out (two packs).
+
+    All but the ids, times and rare fields are serialized once per process for every span that shares them
+    (a route's requests with the same model, token and status; the worker's spans of a model): one lookup
+    instead of one per attribute. The values' types are in the key: True == 1, and they encode differently.
+    """
+    try:
+        key: tuple[Any, ...] | None = (name, kind._value_, remote, code._value_, message, *attributes.items(),
+                                       *map(type, attributes.values()))
+        tail = _tails.get(key)  # type: ignore[arg-type]
+    except TypeError:  # an unhashable value (a list): encoded each time
+        key = tail = None
+    if tail is None:
+        pairs, whole = _attribute_fields(attributes) if attributes else (b"", True)
+        tail = _shared_fields(name, kind, remote, code, message) + pairs
+        if key is not None and whole:
+            if len(_tails) >= MAX_PAIRS:  # paths, tokens and counts a client makes up: never unbounded
+                _tails.clear()
+            _tails[key] = tail
+    if parent_id:
+        ids = _ids_and_parent(_TRACE_ID, trace_id >> 64, trace_id & _LOW_64, _SPAN_ID, span_id, _PARENT, parent_id)
+    else:
+        ids = _ids(_TRACE_ID, trace_id >> 64, trace_id & _LOW_64, _SPAN_ID, span_id)
+    return ids + _times(_START, start, _END, end) + tail + rare
 
 
 def encode_finished(name: str, kind: SpanKind, trace_id: int, span_id: int, parent: Any, start: int, end: int,
                     attributes: Mapping[str, Any]) -> bytes:
     """A span with nothing but ids, times and attributes (status unset; parent without a tracestate) as
     encode_record writes the SpanRecord of it, without the record."""
-    return _span_fields(name, kind, trace_id, span_id, parent, start, end, StatusCode.UNSET, None, attributes)
+    return _span_fields(name, kind, trace_id, span_id, parent.span_id if parent is not None else 0,
+                        parent is not None and parent.remote, start, end, StatusCode.UNSET, None, attributes)
 
 
 def encode_record(record: Any) -> bytes:
@@ -230,5 +256,7 @@ def encode_record(record: Any) -> bytes:
         target.dropped_links_count = record.dropped_links
         target.dropped_attributes_count = dropped
         rare += target.SerializePartialToString()
-    return _span_fields(record.name, record.kind, record.trace_id, record.span_id, record.parent, record.start,
-                        record.end, record.status, record.message, record.attributes, rare)
+    parent = record.parent
+    return _span_fields(record.name, record.kind, record.trace_id, record.span_id,
+                        parent.span_id if parent is not None else 0, parent is not None and parent.remote,
+                        record.start, record.end, record.status, record.message, record.attributes, rare)

@@ -3,16 +3,19 @@ scope, and the span processor each finished SpanRecord goes to (observe.span_rec
 
 from __future__ import annotations
 
+import functools
 import logging
+import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
 
-from models_registry.observe.sampling import Decide, Decision, Parent, decider
+from models_registry.observe.sampling import Decide, Decision, Parent, decider, static_decisions
 from models_registry.observe.span_encoding import encode_finished, encode_record
 from models_registry.observe.span_export import EncodingSpanProcessor
 from models_registry.observe.span_record import RANDOM_TRACE_ID, SAMPLED, SpanRecord
@@ -28,8 +31,15 @@ class SpanRecorder:
 
     def __init__(self, tracer: Any, processor: SpanProcessor, limits: SpanLimits | None = None) -> None:
         self.decide: Decide = decider(tracer.sampler)
+        self._static = static_decisions(tracer.sampler)  # what start() needs not ask decide()
+        self._root_sampled = self._static.get(None)
         self.new_span_id: Callable[[], int] = tracer.id_generator.generate_span_id
         self.new_trace_id: Callable[[], int] = tracer.id_generator.generate_trace_id
+        # The SDK's RandomIdGenerator draws random.getrandbits (again, in the rare draw of 0: `or` below):
+        # drawn here without its Python frame.
+        random_ids = type(tracer.id_generator) is RandomIdGenerator
+        self._span_bits = functools.partial(random.getrandbits, 64) if random_ids else self.new_span_id
+        self._trace_bits = functools.partial(random.getrandbits, 128) if random_ids else self.new_trace_id
         self._root_flags = RANDOM_TRACE_ID if tracer.id_generator.is_trace_id_random() else 0
         self.resource, self.scope = tracer.resource, InstrumentationScope(SCOPE)
         limits = limits or SpanLimits()  # the OTEL_*_LIMIT environment, as the SDK's provider reads it
@@ -53,8 +63,23 @@ class SpanRecorder:
 
     def start(self, name: str, kind: SpanKind, parent: Parent | None, start: int,
               attributes: dict[str, Any], links: Sequence[Parent] = ()) -> tuple[int, int, int, SpanRecord | None]:
-        """A new span: (trace id, span id, flags, its record: None when the sampler did not sample it)."""
-        trace_id = parent.trace_id if parent is not None else self.new_trace_id()
+        """A new span: (trace id, span id, flags, its record: None when the sampler did not sample it).
+
+        The request's span (every API request's, at full sampling) takes the first branch: a decision the sampler
+        makes the same for every span of its kind of parent (static_decisions), no links.
+        """
+        if parent is None:
+            trace_id, sampled, random_flag = self._trace_bits() or self.new_trace_id(), self._root_sampled, \
+                self._root_flags
+        else:
+            trace_id, random_flag = parent.trace_id, parent.flags & RANDOM_TRACE_ID
+            sampled = self._static.get((parent.remote, parent.flags & SAMPLED)) if parent.state is None else None
+        if sampled is not None and not links:
+            span_id = self._span_bits() or self.new_span_id()
+            if not sampled:
+                return trace_id, span_id, random_flag, None
+            return trace_id, span_id, SAMPLED | random_flag, SpanRecord(name, kind, trace_id, span_id,
+                                                                        SAMPLED | random_flag, parent, start, attributes)
         decision = self.decide(parent, trace_id, name, kind, attributes, links)
         return self._started(name, kind, parent, trace_id, start, attributes, decision, links)
 
@@ -80,14 +105,20 @@ class SpanRecorder:
         Encoded straight to its bytes where nothing asks for the record (no tracestate, no attribute the sampler
         adds, no span limit that binds): the worker records one per request it computes.
         """
-        decision = self.decide(parent, parent.trace_id, name, kind, attributes, ())
-        if not decision.sampled:
+        sampled = self._static.get((parent.remote, parent.flags & SAMPLED)) if parent.state is None else None
+        if sampled is None:
+            decision = self.decide(parent, parent.trace_id, name, kind, attributes, ())
+            sampled, bare = decision.sampled, decision.attributes is None and decision.state is None
+        else:  # a static sampler's: no attributes added, the parent's (empty) tracestate
+            decision, bare = None, True
+        if not sampled:
             return None
-        if self._queue is not None and decision.attributes is None and decision.state is None and self._bounds is None:
-            span_id = self.new_span_id()
+        if bare and self._queue is not None and self._bounds is None:
+            span_id = self._span_bits() or self.new_span_id()
             self._enqueue(name, encode_finished, name, kind, parent.trace_id, span_id, parent, start, end, attributes)
             return span_id
-        _, span_id, _, record = self._started(name, kind, parent, parent.trace_id, start, attributes, decision)
+        _, span_id, _, record = self._started(name, kind, parent, parent.trace_id, start, attributes,
+                                              decision or Decision(True, None, None))
         record.end = end  # type: ignore[union-attr]  # sampled: a record
         self.emit(record)  # type: ignore[arg-type]
         return span_id
@@ -99,6 +130,9 @@ class SpanRecorder:
             most, length = self._bounds
             record.attributes = BoundedAttributes(most, record.attributes, immutable=True,  # type: ignore[assignment]
                                                   max_value_len=length)
+        elif self._queue is not None:  # the usual way, spelled out: one call less a span than _send's
+            self._enqueue(record.name, encode_record, record)
+            return
         self._send(record)
 
     def _encoded(self, processor: EncodingSpanProcessor) -> Callable[[SpanRecord], None]:

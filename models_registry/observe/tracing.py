@@ -150,7 +150,7 @@ async def serve_traced(scope: dict[str, Any], receive: Any, send: Any,
     status set to ERROR, the span ended; a 5xx answer's status ERROR.
     """
     recorder, path, method = _recorder, scope["path"], scope["method"]
-    route, name = _route_and_name(method, path)
+    route, name = _routes.get((method, path)) or _route_and_name(method, path)
     parent = _client_parent(scope.get("headers", ()))
     started = recorder.start(name, _SERVER, parent, time.time_ns(),
                              {"http.request.method": method, "http.route": route, "url.path": path})

@@ -126,17 +126,28 @@ def test_every_value_kind_and_the_counts_of_what_was_dropped_decode_as_the_sdk_e
 def test_each_attribute_pair_is_encoded_once_and_a_refused_one_is_logged_each_time(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(span_encoding, "_pairs", {})
+    monkeypatch.setattr(span_encoding, "_tails", {})
     monkeypatch.setattr(span_encoding, "MAX_PAIRS", 3)
     resource = Resource({})  # one process: its spans share their resource object
     spans = [ReadableSpan("s", context=trace.SpanContext(1, 2, False, trace.TraceFlags(1)), resource=resource,
                           attributes={"route": "/a", "v": (1, True, 1.0, 1)[n], "big": 2**64}, start_time=1,
                           end_time=2) for n in range(4)]
     assert _framed(spans) == encode_spans(spans)
-    assert len(span_encoding._pairs) <= 3  # bounded: cleared when full
+    assert len(span_encoding._pairs) <= 3 and not span_encoding._tails  # a span with a refused pair: never cached
     assert sum("span attribute big not exported" in r.message for r in caplog.records) == 4
     kinds = [_framed([span]).resource_spans[0].scope_spans[0].spans[0].attributes[1].value.WhichOneof("value")
              for span in spans]
     assert kinds == ["int_value", "bool_value", "double_value", "int_value"]  # 1, True and 1.0: equal, not one pair
+
+
+def test_the_fields_spans_share_are_cached_within_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(span_encoding, "_tails", {})
+    monkeypatch.setattr(span_encoding, "MAX_PAIRS", 3)
+    resource = Resource({})
+    spans = [ReadableSpan("s", context=trace.SpanContext(1, 2 + n, False, trace.TraceFlags(1)), resource=resource,
+                          attributes={"route": "/a", "n": n % 5}, start_time=n, end_time=n + 1) for n in range(10)]
+    assert _framed(spans) == encode_spans(spans)  # the second five from the cache, where it still held them
+    assert 0 < len(span_encoding._tails) <= 3
 
 
 class _Sent:

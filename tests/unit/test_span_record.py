@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.sampling import (ALWAYS_OFF, ALWAYS_ON, Decision, P
 from opentelemetry.trace import SpanKind, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from models_registry.observe.sampling import Parent, context_of, decider
+from models_registry.observe.sampling import Parent, context_of, decider, static_decisions
 from models_registry.observe.span_encoding import encode_record
 from models_registry.observe.span_export import EncodingSpanProcessor, request_body
 from models_registry.observe.span_record import SpanRecord, parse_traceparent
@@ -137,18 +137,49 @@ def test_the_decision_is_the_samplers_own(sampler: Sampler) -> None:
             assert (got.state or TraceState()) == (expected.trace_state or TraceState())
 
 
+@pytest.mark.parametrize(("sampler", "statics"), zip(SAMPLERS, [5, 5, 0, 5, 5, 4, 5, 0]),
+                         ids=[s.get_description() for s in SAMPLERS])
+def test_a_static_decision_is_the_one_decide_makes(sampler: Sampler, statics: int) -> None:
+    """The root and the four kinds of parent: a ratio (at the root) and _Vendor decide per span."""
+    static, decide, draw = static_decisions(sampler), decider(sampler), random.Random(3)
+    for _ in range(200):
+        trace_id = draw.getrandbits(128) or 1
+        for key, sampled in static.items():
+            parent = None if key is None else Parent(trace_id, 5, int(key[1]) | draw.choice([0, 2]), key[0])
+            assert decide(parent, trace_id, "s", SpanKind.SERVER, {}, ()).sampled is sampled
+    assert len(static) == statics
+
+
+@pytest.mark.parametrize("sampler", [ParentBased(ALWAYS_ON, remote_parent_not_sampled=ALWAYS_ON), ALWAYS_OFF,
+                                     ParentBased(TraceIdRatioBased(0.5)), _Vendor()], ids=lambda s: s.get_description())
 @pytest.mark.parametrize("parent", [None, CLIENT, CLIENT._replace(flags=0), CLIENT._replace(flags=3, state=None),
                                     Parent(9, 8, 1, False)])
-def test_a_recorded_span_gets_the_ids_flags_and_state_the_sdks_tracer_gives(parent: Parent | None) -> None:
-    recorder, spans = _recorder(ParentBased(ALWAYS_ON, remote_parent_not_sampled=ALWAYS_ON))
-    sdk_tracer = TracerProvider(sampler=ParentBased(ALWAYS_ON, remote_parent_not_sampled=ALWAYS_ON)).get_tracer("t")
+def test_a_recorded_span_gets_the_ids_flags_and_state_the_sdks_tracer_gives(sampler: Sampler,
+                                                                            parent: Parent | None) -> None:
+    recorder, spans = _recorder(sampler)
+    sdk_tracer = TracerProvider(sampler=sampler).get_tracer("t")
     random.seed(11)
     made = sdk_tracer.start_span("s", context=context_of(parent), kind=SpanKind.SERVER)
     random.seed(11)
     trace_id, span_id, flags, record = recorder.start("s", SpanKind.SERVER, parent, 1, {})
     context = made.get_span_context()
     assert (trace_id, span_id, flags) == (context.trace_id, context.span_id, int(context.trace_flags))
-    assert record is not None and (record.state or TraceState()) == context.trace_state
+    assert (record is not None) == made.is_recording()
+    if record is not None:
+        assert (record.state or TraceState()) == context.trace_state
+
+
+def test_a_true_and_a_one_are_told_apart_by_the_encoding() -> None:
+    recorder, _ = _recorder()
+    records = []
+    for value in (True, 1, 1.0, "1"):  # equal or alike as keys of the cache of encoded fields; not as values
+        record = recorder.start("s", SpanKind.SERVER, None, 1, {"a": value})[3]
+        record.end = 2
+        records.append(record)
+    ours, sdks = _as_the_sdk_encodes(records, recorder)
+    assert ours == sdks
+    values = [span.attributes[0].value.WhichOneof("value") for span in ours.resource_spans[0].scope_spans[0].spans]
+    assert values == ["bool_value", "int_value", "double_value", "string_value"]
 
 
 @pytest.mark.parametrize("header", [
