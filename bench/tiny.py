@@ -6,7 +6,7 @@ latency at each concurrency, the CPU per request of every process (web, worker, 
 client), and a sampling profile of the web process under load (docs/bench). Infinity
 (torch engine) and LitServe serve the same model in the same run; all servers stay up
 and every level is run on each in turn (order rotated each round), so the figures are
-side by side. `make bench` runs this after the demo model's run.
+side by side; or, with --together, on all of them at once. `make bench` runs this after the demo model's run.
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
     parser.add_argument("--profile-dir", default=str(ROOT / "docs" / "bench"),
                         help="where tiny-web-profile.md and tiny-worker-profile.md go")
+    parser.add_argument("--together", action="store_true",
+                        help="load every server at once, each with the level's clients (a round's servers then share "
+                             "the machine's every moment: on a noisy machine, their ratio is the steadier figure)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     for name, full, short in (("seconds", 6.0, 3.0), ("warmup", 1.0, 0.5), ("rounds", 3, 1)):
@@ -175,6 +178,31 @@ def run_level(urls: list[str], requests: dict[str, list[bytes]], level: int, arg
     """One closed-loop level on one server: rate, latency, CPU ms per request of each group."""
     result, answers = asyncio.run(loadgen.run_level(urls, requests, level, args.warmup, args.seconds,
                                                     args.max_requests, offset=offset, on_window=meter.mark))
+    return _row(result, answers, meter, reference, extract)
+
+
+def run_together(servers: dict[str, dict[str, Any]], level: int, args: argparse.Namespace, offset: int,
+                 reference: np.ndarray) -> dict[str, dict[str, Any]]:
+    """One closed-loop level on every server at once (each with `level` clients): {server: its row}.
+
+    The servers share the machine's CPUs at every moment instead of taking turns, so what slows the machine
+    slows them all alike. Saturated, each server's processes get about an equal share of the CPUs, and the
+    ratio of two servers' rates is the inverse ratio of their CPU a request. The client's CPU in each row is
+    the one client process serving all of them.
+    """
+    meters = {name: CpuMeter(dict(server["groups"]), without_children=("client",)) for name, server in servers.items()}
+
+    async def all_at_once() -> list[Any]:
+        return await asyncio.gather(*(loadgen.run_level(server["urls"], server["requests"], level, args.warmup,
+                                                        args.seconds, args.max_requests, offset=offset,
+                                                        on_window=meters[name].mark)
+                                      for name, server in servers.items()))
+
+    return {name: _row(result, answers, meters[name], reference, servers[name]["extract"])
+            for name, (result, answers) in zip(servers, asyncio.run(all_at_once()))}
+
+
+def _row(result: Any, answers: list[Any], meter: CpuMeter, reference: np.ndarray, extract: Any) -> dict[str, Any]:
     loadgen.check_answers(result, answers, reference, extract=extract)
     cpu = meter.between("start", "end")
     done = max(result.completed, 1)
@@ -251,16 +279,23 @@ def main(argv: list[str] | None = None) -> int:
         for round_no in range(args.rounds):
             levels = args.levels if round_no % 2 == 0 else list(reversed(args.levels))
             for level in levels:
-                order = names[round_no % len(names):] + names[:round_no % len(names)]
-                for name in order:
-                    server = servers[name]
-                    meter = CpuMeter(dict(server["groups"]), without_children=("client",))
-                    row = run_level(server["urls"], server["requests"], level, args, round_no * 7919 + level * 31,
-                                    meter, reference, server["extract"])
+                offset = round_no * 7919 + level * 31
+                if args.together:
+                    rows = run_together(servers, level, args, offset, reference)
+                else:
+                    rows = {}
+                    for name in names[round_no % len(names):] + names[:round_no % len(names)]:
+                        server = servers[name]
+                        meter = CpuMeter(dict(server["groups"]), without_children=("client",))
+                        rows[name] = run_level(server["urls"], server["requests"], level, args, offset, meter,
+                                               reference, server["extract"])
+                        time.sleep(0.3)
+                for name, row in rows.items():
                     rounds[name][level].append(row)
                     print(f"round {round_no + 1} c={level} {name}: {row['req_s']} req/s p50 {row['p50_ms']} ms "
                           f"p99 {row['p99_ms']} errors {row['errors']} wrong {row['wrong']} "
                           f"cpu ms/req {row['cpu_ms_per_request']}", flush=True)
+                if args.together:
                     time.sleep(0.3)
         profiles: dict[str, str] = {}
         if PRODUCT in servers and args.profile_seconds > 0:
@@ -353,7 +388,8 @@ def render(report: dict[str, Any]) -> str:
     cost = report["model_cost"]
     lines = [f"Tiny model (BERT, 2 layers, hidden 32, random weights; feature-extraction, mean pooling), "
              f"{report['config']['corpus_size']} sentences of 4-80 words, one per request, closed loop; medians of "
-             f"{report['config']['rounds']} rounds of {report['config']['seconds']:g} s, servers interleaved. "
+             f"{report['config']['rounds']} rounds of {report['config']['seconds']:g} s, servers "
+             f"{'loaded all at once (--together)' if report['config'].get('together') else 'interleaved'}. "
              f"The model itself costs {cost['cpu_ms_per_sentence_batch32']:.2f} ms CPU per sentence in batches of "
              f"32 ({cost['cpu_ms_per_sentence_batch1']:.2f} ms alone), in process.", "",
              "| server | " + " | ".join(f"c={lv} req/s (p50 ms)" for lv in levels)

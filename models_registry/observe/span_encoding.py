@@ -193,13 +193,15 @@ _LINK_TRACE_ID = bytes((Span.Link.DESCRIPTOR.fields_by_name["trace_id"].number <
 _LINK_SPAN_ID = bytes((Span.Link.DESCRIPTOR.fields_by_name["span_id"].number << 3 | 2, 8))
 _LINK_FLAGS = bytes((Span.Link.DESCRIPTOR.fields_by_name["flags"].number << 3 | 5,))  # fixed32
 _fixed32 = struct.Struct("<I").pack
+_link_ids = struct.Struct(">4sQQ2sQ").pack  # the link's key and length (33), its trace id's key, the ids
+_LINK_HEAD = _LINK + b"\x21" + _LINK_TRACE_ID
+_LINK_REMOTE, _LINK_LOCAL = _LINK_FLAGS + _fixed32(_flags(True)), _LINK_FLAGS + _fixed32(_flags(False))
 
 
 def _link_fields(links: Sequence[Any]) -> bytes:
     """A record's links (observe.sampling.Parent: no attributes), each a Span.Link written by hand: 33 bytes."""
-    return b"".join([b"".join((_LINK, b"\x21", _LINK_TRACE_ID, link.trace_id.to_bytes(16, "big"), _LINK_SPAN_ID,
-                               link.span_id.to_bytes(8, "big"), _LINK_FLAGS, _fixed32(_flags(link.remote))))
-                     for link in links])
+    return b"".join([_link_ids(_LINK_HEAD, link.trace_id >> 64, link.trace_id & _LOW_64, _LINK_SPAN_ID, link.span_id)
+                     + (_LINK_REMOTE if link.remote else _LINK_LOCAL) for link in links])
 
 
 _tails: dict[tuple[Any, ...], bytes] = {}  # (name, kind, remote, status, message, attributes, their types) -> fields

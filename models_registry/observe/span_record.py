@@ -12,6 +12,7 @@ stay the SDK's own.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -43,6 +44,25 @@ def parse_traceparent(value: str) -> Parent | None:
     if not trace_id or not span_id:
         return None
     return Parent(trace_id, span_id, int(flags, 16), True)
+
+
+_new_parent = functools.partial(tuple.__new__, Parent)  # a Parent without its Python-level __new__
+_HEX = frozenset("0123456789abcdef")
+
+
+def parse_wire(value: str) -> Parent | None:
+    """parse_traceparent of a wire message's traceparent (broker.messages: the web writes it as
+    "00-{trace:032x}-{span:016x}-{flags:02x}"), read by position when it has that shape; as any other else.
+
+    The worker reads one per request it computes.
+    """
+    if len(value) == 55 and value[:3] == "00-" and value[35] == "-" and value[52] == "-" \
+            and _HEX.issuperset(value[3:35]) and _HEX.issuperset(value[36:52]) and _HEX.issuperset(value[53:]):
+        trace_id, span_id = int(value[3:35], 16), int(value[36:52], 16)
+        if trace_id and span_id:
+            return _new_parent((trace_id, span_id, int(value[53:], 16), True, None))  # type: ignore[no-any-return]
+        return None
+    return parse_traceparent(value)
 
 
 class SpanRecord:

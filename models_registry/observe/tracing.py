@@ -77,7 +77,8 @@ def _processor() -> Any:
     return BatchSpanProcessor(OTLPSpanExporter())
 
 
-_parse_traceparent: Any = None  # observe.span_record's, and the span kinds: set by use()
+_parse_traceparent: Any = None  # observe.span_record's parsers, and the span kinds: set by use()
+_parse_wire: Any = None
 _SERVER: Any = None
 _INTERNAL: Any = None
 
@@ -85,14 +86,14 @@ _INTERNAL: Any = None
 def use(sdk_tracer: Any, processor: Any) -> None:
     """Record spans with an SDK tracer's sampler, ids and resource, finished ones to a span processor
     (setup's; a test's); None, None: tracing off."""
-    global tracer, _recorder, _parse_traceparent, _SERVER, _INTERNAL
+    global tracer, _recorder, _parse_traceparent, _parse_wire, _SERVER, _INTERNAL
     from opentelemetry.trace import SpanKind
 
-    from models_registry.observe.span_record import parse_traceparent
+    from models_registry.observe.span_record import parse_traceparent, parse_wire
     from models_registry.observe.span_recorder import SpanRecorder
 
     tracer, _recorder = sdk_tracer, SpanRecorder(sdk_tracer, processor) if sdk_tracer is not None else None
-    _parse_traceparent, _SERVER, _INTERNAL = parse_traceparent, SpanKind.SERVER, SpanKind.INTERNAL
+    _parse_traceparent, _parse_wire, _SERVER, _INTERNAL = parse_traceparent, parse_wire, SpanKind.SERVER, SpanKind.INTERNAL
 
 
 def _client_parent(headers: Any) -> Any:
@@ -238,7 +239,7 @@ def record_batch(requests: list[tuple[str, float]], formed: float, started: floa
     forward. A request whose trace was not sampled is left out when the sampler would record nothing under it.
     Returns the batch span's context, the parent of its reply (record_reply); None when no request was traced.
     """
-    recorder, parse = _recorder, _parse_traceparent
+    recorder, parse = _recorder, _parse_wire
     drops = recorder.drops_unsampled
     traced = []
     for wire, arrival in requests:
@@ -250,8 +251,9 @@ def record_batch(requests: list[tuple[str, float]], formed: float, started: floa
     start, end = _ns(started), _ns(ended)
     queued = {"hosting.model": attributes.get("hosting.model", "")}
     record_finished = recorder.record_finished
-    for parent, arrival in traced:
-        record_finished("inference.queue", _INTERNAL, parent, min(_ns(arrival), start), start, queued)
+    for parent, arrival in traced:  # one a request: _ns inline
+        arrived = int(arrival * 1_000_000_000)
+        record_finished("inference.queue", _INTERNAL, parent, arrived if arrived < start else start, start, queued)
     trace_id, span_id, flags, batch = recorder.start("inference.batch", _INTERNAL, traced[0][0], _ns(formed),
                                                      attributes, [parent for parent, _ in traced])
     inside = traced[0][0]._replace(span_id=span_id, flags=flags, remote=False, state=batch.state if batch else None)

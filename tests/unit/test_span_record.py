@@ -23,7 +23,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from models_registry.observe.sampling import Parent, context_of, decider, static_decisions
 from models_registry.observe.span_encoding import encode_record
 from models_registry.observe.span_export import EncodingSpanProcessor, request_body
-from models_registry.observe.span_record import SpanRecord, parse_traceparent
+from models_registry.observe.span_record import SpanRecord, parse_traceparent, parse_wire
 from models_registry.observe.span_recorder import SpanRecorder
 
 RESOURCE = Resource.create({"service.name": "web", "process.pid": 7})
@@ -57,7 +57,7 @@ def test_records_encode_as_the_sdk_encodes_their_readable_spans() -> None:
         web.add_exception(error, 1_500)
         web.fail(f"RuntimeError: {error}")
     web.end = 2_000
-    links = [Parent(n + 1, n + 2, 1, True) for n in range(3)]
+    links = [Parent(n + 1, n + 2, 1, n != 1) for n in range(3)]  # a local link among them
     _, _, _, batch = recorder.start("inference.batch", SpanKind.INTERNAL, links[0], 3_000, {"hosting.batch.size": 3},
                                     links)
     batch.end = 4_000
@@ -189,11 +189,14 @@ def test_a_true_and_a_one_are_told_apart_by_the_encoding() -> None:
     "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x",
     "00-00000000000000000000000000000000-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
     "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319_-b7ad6b7169203331-01",
-    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" + "-x" * 300])
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" + "-x" * 300,
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0g", "00-0af7651916cd43dd8448eb211c80319c+b7ad6b7169203331-01",
+    "00-0af7651916cd43dd8448eb211c8031+c-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b71692033 1-01"])
 def test_a_traceparent_is_read_as_the_sdks_propagator_reads_it(header: str) -> None:
     extracted = trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": header}))
     expected = extracted.get_span_context()
     parsed = parse_traceparent(header)
+    assert parse_wire(header) == parsed  # read by position when it has the wire's shape, alike
     if not expected.is_valid:
         assert parsed is None
     else:
