@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -379,7 +380,20 @@ def paired_ratios(rounds: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[st
                     ratios.append(round(run["req_s"] / base, 3))
             if ratios:
                 paired[name][level] = {"ratios": ratios, "median": round(statistics.median(ratios), 3)}
+                interval = median_interval(ratios)
+                if interval is not None:
+                    paired[name][level]["interval"] = interval
     return paired
+
+
+def median_interval(values: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """A 95% bootstrap interval of the median of values (the rounds drawn again with replacement, seeded: the
+    same rounds give the same interval); None for fewer than five."""
+    if len(values) < 5:
+        return None
+    draw = random.Random(seed)
+    medians = sorted(statistics.median(draw.choices(values, k=len(values))) for _ in range(draws))
+    return round(medians[int(0.025 * draws)], 3), round(medians[int(0.975 * draws) - 1], 3)
 
 
 def render(report: dict[str, Any]) -> str:
@@ -410,9 +424,11 @@ def render(report: dict[str, Any]) -> str:
     for name, why in report["skipped"].items():
         lines += ["", f"{name}: skipped ({why})."]
     if report.get("paired"):
-        lines += ["", f"| variant / {PRODUCT}, req/s | level | median of the rounds' ratios | each round |",
-                  "|---|---:|---:|---|"]
-        lines += [f"| {name} | c={level} | {pair['median']:.3f} | {', '.join(f'{r:.3f}' for r in pair['ratios'])} |"
+        lines += ["", f"| variant / {PRODUCT}, req/s | level | median of the rounds' ratios | its 95% interval "
+                      "(bootstrap) | each round |", "|---|---:|---:|---:|---|"]
+        lines += [f"| {name} | c={level} | {pair['median']:.3f} | "
+                  f"{'-'.join(f'{v:.3f}' for v in pair['interval']) if pair.get('interval') else '-'} | "
+                  f"{', '.join(f'{r:.3f}' for r in pair['ratios'])} |"
                   for name, levels in report["paired"].items() for level, pair in levels.items()]
     if PRODUCT in servers:
         top_level = levels[-1]
