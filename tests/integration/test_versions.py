@@ -158,7 +158,10 @@ def test_versions_switch_canary_promote_rollback_and_shadow_without_a_failed_req
         # 5. A 100% shadow (v4, narrow): answers stay v2's, the distance is recorded.
         shadowed = register(stack, *source_args(encoders[NARROW]), "--shadow", "100", "--allow-shape-change")
         wait_until(lambda: shadow_count(stack.url) >= 20, 60, "shadow comparisons recorded")
-        assert all(s.length == WIDE for s in load.since(shadowed))
+        not_live = [s for s in load.since(shadowed) if s.length != WIDE]  # named in full: CI failed here once
+        assert not not_live, (f"{len(not_live)} answers after the shadow's registration were not live v2's "
+                              f"(status, version, length, s after it): "
+                              f"{[(s.status, s.version, s.length, round(s.at - shadowed, 3)) for s in not_live[:8]]}")
 
         # 6. Two more rollbacks: the shadow is dropped, then back to v1 (live before v2), never forward to v3.
         register(stack, "--rollback")
