@@ -47,7 +47,7 @@ def _fast(sampler: Sampler) -> _Fast | None:
     """The decision of a sampler the SDK ships, from the parent's flags and the trace id; None for any other."""
     kind = type(sampler).should_sample
     if kind is StaticSampler.should_sample:
-        sampled = sampler.should_sample(None, 1, "probe").decision.is_sampled()
+        sampled = _static_sampled(sampler)
         return lambda parent, trace_id: sampled
     if kind is TraceIdRatioBased.should_sample:
         bound, limit = sampler.bound, TraceIdRatioBased.TRACE_ID_LIMIT  # type: ignore[attr-defined]
@@ -71,27 +71,28 @@ def _fast(sampler: Sampler) -> _Fast | None:
     return None
 
 
-def static_decisions(sampler: Sampler) -> dict[Any, bool]:
+def _static_sampled(sampler: Sampler) -> bool | None:
+    """What a StaticSampler (always_on, always_off) decides for every span; None for any other sampler."""
+    if type(sampler).should_sample is StaticSampler.should_sample:
+        return bool(sampler.should_sample(None, 1, "probe").decision.is_sampled())
+    return None
+
+
+# static_decisions' keys, in the order of _PARENT_BASED_PARTS: the root, then (remote, sampled) of the parent.
+_PARENT_KINDS = (None, (True, True), (True, False), (False, True), (False, False))
+
+
+def static_decisions(sampler: Sampler) -> dict[Any, Decision]:
     """The sampler's decisions that need no trace id: {None: a root span's, (remote, sampled): under such a
-    parent's}, each where the sampler for it is a StaticSampler (always_on, always_off; the default
-    parentbased_always_on has them all); the others are left out.
-
-    A span with one of these decisions (and no tracestate to keep) is started without asking decide().
+    parent's}, each where the sampler for it is a StaticSampler (the default parentbased_always_on has them
+    all); the others are left out. Under a parent with a tracestate the decision keeps it: not one of these.
     """
-    def static(part: Any) -> bool | None:
-        if type(part).should_sample is StaticSampler.should_sample:
-            return bool(part.should_sample(None, 1, "probe").decision.is_sampled())
-        return None
-
     if type(sampler).should_sample is ParentBased.should_sample and all(hasattr(sampler, p) for p in _PARENT_BASED_PARTS):
-        parts = {None: sampler._root, (True, True): sampler._remote_parent_sampled,  # type: ignore[attr-defined]
-                 (True, False): sampler._remote_parent_not_sampled,  # type: ignore[attr-defined]
-                 (False, True): sampler._local_parent_sampled,  # type: ignore[attr-defined]
-                 (False, False): sampler._local_parent_not_sampled}  # type: ignore[attr-defined]
+        parts = [getattr(sampler, part) for part in _PARENT_BASED_PARTS]
     else:
-        parts = {key: sampler for key in (None, (True, True), (True, False), (False, True), (False, False))}
-    decided = {key: static(part) for key, part in parts.items()}
-    return {key: sampled for key, sampled in decided.items() if sampled is not None}
+        parts = [sampler] * len(_PARENT_KINDS)
+    decided = {key: _static_sampled(part) for key, part in zip(_PARENT_KINDS, parts)}
+    return {key: Decision(sampled, None, None) for key, sampled in decided.items() if sampled is not None}
 
 
 def span_context(parent: Parent) -> trace.SpanContext:

@@ -30,39 +30,32 @@ MAX_TRACEPARENT = 512  # the propagator's limit
 SAMPLED, RANDOM_TRACE_ID = 0x01, 0x02  # W3C trace flags
 
 
+_new_parent = functools.partial(tuple.__new__, Parent)  # a Parent without its Python-level __new__
+_HEX = frozenset("0123456789abcdef")
+
+
 def parse_traceparent(value: str) -> Parent | None:
-    """The remote parent a W3C traceparent names (no tracestate); None when it is malformed, as the SDK reads it."""
-    if len(value) > MAX_TRACEPARENT:
+    """The remote parent a W3C traceparent names (no tracestate); None when it is malformed, as the SDK reads it.
+
+    The shape every traceparent of version 00 has, and the only one the web writes into a wire message (the
+    worker reads one per request it computes), is read by position; any other through the regex.
+    """
+    if len(value) == 55 and value[:3] == "00-" and value[35] == "-" and value[52] == "-" \
+            and _HEX.issuperset(value[3:35]) and _HEX.issuperset(value[36:52]) and _HEX.issuperset(value[53:]):
+        version, trace_hex, span_hex, flags, rest = "00", value[3:35], value[36:52], value[53:], None
+    elif len(value) > MAX_TRACEPARENT:
         return None
-    match = _TRACEPARENT.match(value)
-    if match is None:
-        return None
-    version, trace_hex, span_hex, flags, rest = match.groups()
+    else:
+        match = _TRACEPARENT.match(value)
+        if match is None:
+            return None
+        version, trace_hex, span_hex, flags, rest = match.groups()
     if version == "ff" or (version == "00" and rest):
         return None
     trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
     if not trace_id or not span_id:
         return None
-    return Parent(trace_id, span_id, int(flags, 16), True)
-
-
-_new_parent = functools.partial(tuple.__new__, Parent)  # a Parent without its Python-level __new__
-_HEX = frozenset("0123456789abcdef")
-
-
-def parse_wire(value: str) -> Parent | None:
-    """parse_traceparent of a wire message's traceparent (broker.messages: the web writes it as
-    "00-{trace:032x}-{span:016x}-{flags:02x}"), read by position when it has that shape; as any other else.
-
-    The worker reads one per request it computes.
-    """
-    if len(value) == 55 and value[:3] == "00-" and value[35] == "-" and value[52] == "-" \
-            and _HEX.issuperset(value[3:35]) and _HEX.issuperset(value[36:52]) and _HEX.issuperset(value[53:]):
-        trace_id, span_id = int(value[3:35], 16), int(value[36:52], 16)
-        if trace_id and span_id:
-            return _new_parent((trace_id, span_id, int(value[53:], 16), True, None))  # type: ignore[no-any-return]
-        return None
-    return parse_traceparent(value)
+    return _new_parent((trace_id, span_id, int(flags, 16), True, None))  # type: ignore[no-any-return]
 
 
 class SpanRecord:

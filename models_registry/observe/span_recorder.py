@@ -31,8 +31,8 @@ class SpanRecorder:
 
     def __init__(self, tracer: Any, processor: SpanProcessor, limits: SpanLimits | None = None) -> None:
         self.decide: Decide = decider(tracer.sampler)
-        self._static = static_decisions(tracer.sampler)  # what start() needs not ask decide()
-        self._root_sampled = self._static.get(None)
+        self._static = static_decisions(tracer.sampler)  # what need not be asked of decide()
+        self._root_decision = self._static.get(None)
         self.new_span_id: Callable[[], int] = tracer.id_generator.generate_span_id
         self.new_trace_id: Callable[[], int] = tracer.id_generator.generate_trace_id
         # The SDK's RandomIdGenerator draws random.getrandbits (again, in the rare draw of 0: `or` below):
@@ -48,54 +48,41 @@ class SpanRecorder:
         if (limits.max_span_attributes is not None and limits.max_span_attributes < _OUR_MOST_ATTRIBUTES) \
                 or limits.max_span_attribute_length is not None:
             self._bounds = (limits.max_span_attributes, limits.max_span_attribute_length)
-        self._queue: Callable[[bytes], None] | None = None  # the encoded spans' queue (_encoded), else None
-        self._send: Callable[[SpanRecord], None] = self._encoded(processor) \
-            if isinstance(processor, EncodingSpanProcessor) else self._readable(processor)
+        self._processor = processor
+        # Each record's OTLP bytes queued (nothing the garbage collector tracks), where the processor takes them;
+        # else None: each goes to the processor as the SDK's ReadableSpan (one that takes span objects).
+        self._queue: Callable[[bytes], None] | None = processor.bytes_queue(self.resource, self.scope) \
+            if isinstance(processor, EncodingSpanProcessor) else None
         unsampled = [Parent(trace_id, 1, 0, True) for trace_id in (1, 2**128 - 1)]
         # Parent-based samplers (the default) and always_off record nothing under an unsampled remote parent.
         self.drops_unsampled = not any(self.decide(p, p.trace_id, "inference.queue", SpanKind.INTERNAL, None, ()).sampled
                                        for p in unsampled)
 
-    def flags(self, sampled: bool, parent: Parent | None) -> int:
-        """A new span's W3C trace flags: sampled, and the random-trace-id bit of its trace (W3C level 2)."""
-        random = parent.flags & RANDOM_TRACE_ID if parent is not None else self._root_flags
-        return (SAMPLED if sampled else 0) | random
-
-    def start(self, name: str, kind: SpanKind, parent: Parent | None, start: int,
-              attributes: dict[str, Any], links: Sequence[Parent] = ()) -> tuple[int, int, int, SpanRecord | None]:
+    def start(self, name: str, kind: SpanKind, parent: Parent | None, start: int, attributes: dict[str, Any],
+              links: Sequence[Parent] = (), decision: Decision | None = None
+              ) -> tuple[int, int, int, SpanRecord | None]:
         """A new span: (trace id, span id, flags, its record: None when the sampler did not sample it).
 
-        The request's span (every API request's, at full sampling) takes the first branch: a decision the sampler
-        makes the same for every span of its kind of parent (static_decisions), no links.
+        decision: the sampler's, when the caller has it; else a static one (static_decisions: every API
+        request's span at full sampling) or decide()'s.
         """
         if parent is None:
-            trace_id, sampled, random_flag = self._trace_bits() or self.new_trace_id(), self._root_sampled, \
-                self._root_flags
+            trace_id, random_flag = self._trace_bits() or self.new_trace_id(), self._root_flags
+            decision = decision or self._root_decision
         else:
             trace_id, random_flag = parent.trace_id, parent.flags & RANDOM_TRACE_ID
-            sampled = self._static.get((parent.remote, parent.flags & SAMPLED)) if parent.state is None else None
-        if sampled is not None and not links:
-            span_id = self._span_bits() or self.new_span_id()
-            if not sampled:
-                return trace_id, span_id, random_flag, None
-            return trace_id, span_id, SAMPLED | random_flag, SpanRecord(name, kind, trace_id, span_id,
-                                                                        SAMPLED | random_flag, parent, start, attributes)
-        decision = self.decide(parent, trace_id, name, kind, attributes, links)
-        return self._started(name, kind, parent, trace_id, start, attributes, decision, links)
-
-    def _started(self, name: str, kind: SpanKind, parent: Parent | None, trace_id: int, start: int,
-                 attributes: dict[str, Any], decision: Decision, links: Sequence[Parent] = ()
-                 ) -> tuple[int, int, int, SpanRecord | None]:
-        sampled, added, state = decision
-        span_id, flags = self.new_span_id(), self.flags(sampled, parent)
+            if decision is None and parent.state is None:
+                decision = self._static.get((parent.remote, parent.flags & SAMPLED))
+        sampled, added, state = decision or self.decide(parent, trace_id, name, kind, attributes, links)
+        span_id = self._span_bits() or self.new_span_id()
         if not sampled:
-            return trace_id, span_id, flags, None
+            return trace_id, span_id, random_flag, None
         dropped = 0
         if len(links) > self.max_links:  # as the SDK's BoundedList: the newest kept
             dropped, links = len(links) - self.max_links, links[len(links) - self.max_links:]
-        record = SpanRecord(name, kind, trace_id, span_id, flags, parent, start,
+        record = SpanRecord(name, kind, trace_id, span_id, SAMPLED | random_flag, parent, start,
                             attributes if added is None else dict(added), state, links, dropped)
-        return trace_id, span_id, flags, record
+        return trace_id, span_id, SAMPLED | random_flag, record
 
     def record_finished(self, name: str, kind: SpanKind, parent: Parent, start: int, end: int,
                         attributes: dict[str, Any]) -> int | None:
@@ -105,20 +92,16 @@ class SpanRecorder:
         Encoded straight to its bytes where nothing asks for the record (no tracestate, no attribute the sampler
         adds, no span limit that binds): the worker records one per request it computes.
         """
-        sampled = self._static.get((parent.remote, parent.flags & SAMPLED)) if parent.state is None else None
-        if sampled is None:
+        decision = self._static.get((parent.remote, parent.flags & SAMPLED)) if parent.state is None else None
+        if decision is None:
             decision = self.decide(parent, parent.trace_id, name, kind, attributes, ())
-            sampled, bare = decision.sampled, decision.attributes is None and decision.state is None
-        else:  # a static sampler's: no attributes added, the parent's (empty) tracestate
-            decision, bare = None, True
-        if not sampled:
+        if not decision.sampled:
             return None
-        if bare and self._queue is not None and self._bounds is None:
+        if decision.attributes is None and decision.state is None and self._queue is not None and self._bounds is None:
             span_id = self._span_bits() or self.new_span_id()
             self._enqueue(name, encode_finished, name, kind, parent.trace_id, span_id, parent, start, end, attributes)
             return span_id
-        _, span_id, _, record = self._started(name, kind, parent, parent.trace_id, start, attributes,
-                                              decision or Decision(True, None, None))
+        _, span_id, _, record = self.start(name, kind, parent, start, attributes, decision=decision)
         record.end = end  # type: ignore[union-attr]  # sampled: a record
         self.emit(record)  # type: ignore[arg-type]
         return span_id
@@ -130,15 +113,10 @@ class SpanRecorder:
             most, length = self._bounds
             record.attributes = BoundedAttributes(most, record.attributes, immutable=True,  # type: ignore[assignment]
                                                   max_value_len=length)
-        elif self._queue is not None:  # the usual way, spelled out: one call less a span than _send's
+        if self._queue is not None:
             self._enqueue(record.name, encode_record, record)
-            return
-        self._send(record)
-
-    def _encoded(self, processor: EncodingSpanProcessor) -> Callable[[SpanRecord], None]:
-        self._queue = processor.bytes_queue(self.resource, self.scope)
-        # its OTLP bytes queued: nothing the garbage collector tracks
-        return lambda record: self._enqueue(record.name, encode_record, record)
+        else:
+            self._processor.on_end(record.readable(self.resource, self.scope))
 
     def _enqueue(self, name: str, encode: Callable[..., bytes], *parts: Any) -> None:
         """encode(*parts), a span's OTLP bytes, queued; a span that cannot be encoded is logged and dropped."""
@@ -147,8 +125,4 @@ class SpanRecorder:
         except Exception as error:  # noqa: BLE001 - never raised into the request or batch that ended the span
             logger.error("span %s not exported: %s", name, error)
             return
-        self._queue(data)  # type: ignore[misc]  # set by _encoded, the only caller's way in
-
-    def _readable(self, processor: SpanProcessor) -> Callable[[SpanRecord], None]:
-        """Each record as the SDK's ReadableSpan (for a processor that takes span objects: the SDK's own)."""
-        return lambda record: processor.on_end(record.readable(self.resource, self.scope))
+        self._queue(data)  # type: ignore[misc]  # its callers' way in: with a queue

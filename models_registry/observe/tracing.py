@@ -77,8 +77,7 @@ def _processor() -> Any:
     return BatchSpanProcessor(OTLPSpanExporter())
 
 
-_parse_traceparent: Any = None  # observe.span_record's parsers, and the span kinds: set by use()
-_parse_wire: Any = None
+_parse_traceparent: Any = None  # observe.span_record's, and the span kinds: set by use()
 _SERVER: Any = None
 _INTERNAL: Any = None
 
@@ -86,14 +85,14 @@ _INTERNAL: Any = None
 def use(sdk_tracer: Any, processor: Any) -> None:
     """Record spans with an SDK tracer's sampler, ids and resource, finished ones to a span processor
     (setup's; a test's); None, None: tracing off."""
-    global tracer, _recorder, _parse_traceparent, _parse_wire, _SERVER, _INTERNAL
+    global tracer, _recorder, _parse_traceparent, _SERVER, _INTERNAL
     from opentelemetry.trace import SpanKind
 
-    from models_registry.observe.span_record import parse_traceparent, parse_wire
+    from models_registry.observe.span_record import parse_traceparent
     from models_registry.observe.span_recorder import SpanRecorder
 
     tracer, _recorder = sdk_tracer, SpanRecorder(sdk_tracer, processor) if sdk_tracer is not None else None
-    _parse_traceparent, _parse_wire, _SERVER, _INTERNAL = parse_traceparent, parse_wire, SpanKind.SERVER, SpanKind.INTERNAL
+    _parse_traceparent, _SERVER, _INTERNAL = parse_traceparent, SpanKind.SERVER, SpanKind.INTERNAL
 
 
 def _client_parent(headers: Any) -> Any:
@@ -239,7 +238,7 @@ def record_batch(requests: list[tuple[str, float]], formed: float, started: floa
     forward. A request whose trace was not sampled is left out when the sampler would record nothing under it.
     Returns the batch span's context, the parent of its reply (record_reply); None when no request was traced.
     """
-    recorder, parse = _recorder, _parse_wire
+    recorder, parse = _recorder, _parse_traceparent
     drops = recorder.drops_unsampled
     traced = []
     for wire, arrival in requests:

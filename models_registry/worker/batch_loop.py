@@ -168,7 +168,7 @@ class BatchLoop:
         traced.context = tracing.record_batch(list(requests.values()), formed, started, ended, {
             "hosting.model": batch.key[0], "hosting.task": batch.key[1], "hosting.batch.size": len(batch),
             "hosting.batch.requests": len(requests), "hosting.batch.reason": str(batch.reason),
-            "hosting.batch.tokens": sum(costs), "hosting.batch.padded_tokens": max(costs, default=0) * len(costs),  # batch.padded_tokens
+            "hosting.batch.tokens": sum(costs), "hosting.batch.padded_tokens": batch.padded_tokens,
             "hosting.device": loaded.device if loaded is not None else "",
             "hosting.backend": str((loaded.backend or {}).get("backend", "")) if loaded is not None else ""})
 
