@@ -99,4 +99,4 @@ class Batch(Generic[D]):
     @property
     def padded_tokens(self) -> int:
         """Tokens the forward pass computes once inputs are padded to the longest."""
-        return max((i.cost for i in self.items), default=0) * len(self.items)
+        return max([i.cost for i in self.items], default=0) * len(self.items)  # a list: no generator frame an item

@@ -238,12 +238,29 @@ def _span_fields(name: str, kind: SpanKind, trace_id: int, span_id: int, parent_
     return ids + _times(_START, start, _END, end) + tail + rare
 
 
-def encode_finished(name: str, kind: SpanKind, trace_id: int, span_id: int, parent: Any, start: int, end: int,
-                    attributes: Mapping[str, Any]) -> bytes:
-    """A span with nothing but ids, times and attributes (status unset; parent without a tracestate) as
-    encode_record writes the SpanRecord of it, without the record."""
-    return _span_fields(name, kind, trace_id, span_id, parent.span_id if parent is not None else 0,
-                        parent is not None and parent.remote, start, end, StatusCode.UNSET, None, attributes)
+_IDS_AND_TIMES = struct.calcsize(">2sQQ2sQ2sQ") + struct.calcsize("<BQBQ")  # a child span's bytes before its tail
+
+
+def encode_finished(name: str, kind: SpanKind, attributes: Mapping[str, Any],
+                    spans: Sequence[tuple[int, int, Any, int, int]]) -> list[bytes]:
+    """Child spans that share a name, kind and attributes, each (trace id, span id, parent, start, end), with
+    nothing but those (status unset; parent without a tracestate), as encode_record writes the SpanRecord of each.
+
+    The worker's per-request spans of a batch: the first span of each parent remoteness is written in full, the
+    others as their ids and times (fixed-size, two packs) before the first one's tail, with no call a span.
+    """
+    out, tails = [], {}
+    for trace_id, span_id, parent, start, end in spans:
+        tail = tails.get(parent.remote)
+        if tail is None:
+            data = _span_fields(name, kind, trace_id, span_id, parent.span_id, parent.remote, start, end,
+                                StatusCode.UNSET, None, attributes)
+            tails[parent.remote] = data[_IDS_AND_TIMES:]
+        else:
+            data = _ids_and_parent(_TRACE_ID, trace_id >> 64, trace_id & _LOW_64, _SPAN_ID, span_id, _PARENT,
+                                   parent.span_id) + _times(_START, start, _END, end) + tail
+        out.append(data)
+    return out
 
 
 def encode_record(record: Any) -> bytes:

@@ -13,6 +13,7 @@ settings, and the exporter's endpoint, headers, TLS, compression, timeout and re
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -137,6 +138,33 @@ def request_body(spans: Sequence[Any], bare: tuple[Any, Any] | None = None) -> b
     return b"".join(body)
 
 
+class SpanQueue:
+    """Where a process' span bytes go: the SDK batch processor's own queue while it is below a batch (room), else
+    its emit().
+
+    The SDK's emit() is a Python frame and a getpid() per span; below a batch it does nothing but append
+    to its queue (the export is due at a full batch or on the schedule; a fork reinitialises the processor,
+    this deque included, through os.register_at_fork). So the recorder appends itself while there is room
+    (`put`, inlined where it records: two frames a span were a few percent of the worker's calls a request),
+    and hands a span at a batch's size (the export's wake-up), past it, or after shutdown to emit(), which
+    does all the SDK does.
+    """
+
+    __slots__ = ("emit", "deque", "room")
+
+    def __init__(self, emit: Callable[[bytes], None], deque: Any = None, room: int = 0) -> None:
+        self.emit = emit
+        self.deque = deque if isinstance(deque, collections.deque) else ()
+        self.room = room if isinstance(self.deque, collections.deque) else 0  # 0: emit() every span
+
+    def put(self, data: bytes) -> None:
+        """Queue one span's bytes (what the recorder inlines)."""
+        if len(self.deque) < self.room:
+            self.deque.appendleft(data)
+        else:
+            self.emit(data)
+
+
 class EncodingSpanProcessor(SpanProcessor):
     """Each sampled span encoded as it ends, handed to the SDK's BatchSpanProcessor as its bytes.
 
@@ -147,6 +175,7 @@ class EncodingSpanProcessor(SpanProcessor):
 
     def __init__(self, batch: BatchSpanProcessor) -> None:
         self._batch = batch
+        self._queues: list[SpanQueue] = []  # bytes_queue's: shut with the processor
 
     def on_end(self, span: ReadableSpan) -> None:
         """Encode a sampled span and queue it; a span that cannot be encoded is logged and dropped."""
@@ -160,8 +189,8 @@ class EncodingSpanProcessor(SpanProcessor):
         queued = EncodedSpan(data, span.resource, span.instrumentation_scope or None)
         self._batch.on_end(queued)  # type: ignore[arg-type]
 
-    def bytes_queue(self, resource: Any, scope: Any) -> Callable[[bytes], None]:
-        """A function that queues a span's OTLP bytes, exported under resource and scope (observe.span_recorder's
+    def bytes_queue(self, resource: Any, scope: Any) -> SpanQueue:
+        """Where a span's OTLP bytes are queued, exported under resource and scope (observe.span_recorder's
         records: all of one process' share them).
 
         Bare bytes where the batch processor's queue takes them (the SDK's BatchProcessor.emit): the garbage
@@ -169,14 +198,19 @@ class EncodingSpanProcessor(SpanProcessor):
         generation, whose full collections walk the whole heap. Else an EncodedSpan each.
         """
         exporter = self._batch.span_exporter
-        emit = getattr(getattr(self._batch, "_batch_processor", None), "emit", None)
+        batch = getattr(self._batch, "_batch_processor", None)
+        emit = getattr(batch, "emit", None)
         if isinstance(exporter, EncodedSpanExporter) and callable(emit):
             exporter.bare = (resource, scope)
-            return emit  # type: ignore[no-any-return]
-        return lambda data: self._batch.on_end(EncodedSpan(data, resource, scope))  # type: ignore[arg-type]
+            deque, most = getattr(batch, "_queue", None), getattr(batch, "_max_export_batch_size", None)
+            self._queues.append(queue := SpanQueue(emit, deque, most - 1 if isinstance(most, int) else 0))
+            return queue
+        return SpanQueue(lambda data: self._batch.on_end(EncodedSpan(data, resource, scope)))  # type: ignore[arg-type]
 
     def shutdown(self) -> None:
         """Export what is queued, then stop (the batch processor's shutdown)."""
+        for queue in self._queues:
+            queue.room = 0  # from now on through the SDK's emit, which refuses and counts what comes after
         self._batch.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind
 
 from models_registry.observe.sampling import Decide, Decision, Parent, decider, static_decisions
 from models_registry.observe.span_encoding import encode_finished, encode_record
-from models_registry.observe.span_export import EncodingSpanProcessor
+from models_registry.observe.span_export import EncodingSpanProcessor, SpanQueue
 from models_registry.observe.span_record import RANDOM_TRACE_ID, SAMPLED, SpanRecord
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class SpanRecorder:
         self._processor = processor
         # Each record's OTLP bytes queued (nothing the garbage collector tracks), where the processor takes them;
         # else None: each goes to the processor as the SDK's ReadableSpan (one that takes span objects).
-        self._queue: Callable[[bytes], None] | None = processor.bytes_queue(self.resource, self.scope) \
+        self._queue: SpanQueue | None = processor.bytes_queue(self.resource, self.scope) \
             if isinstance(processor, EncodingSpanProcessor) else None
         unsampled = [Parent(trace_id, 1, 0, True) for trace_id in (1, 2**128 - 1)]
         # Parent-based samplers (the default) and always_off record nothing under an unsampled remote parent.
@@ -86,25 +86,50 @@ class SpanRecorder:
 
     def record_finished(self, name: str, kind: SpanKind, parent: Parent, start: int, end: int,
                         attributes: dict[str, Any]) -> int | None:
-        """A child span whose end is known as it starts (the worker's queue, forward and reply spans), recorded
-        at once; its span id, or None when it was not sampled.
+        """A child span whose end is known as it starts (the worker's forward and reply spans), recorded at once;
+        its span id, or None when it was not sampled."""
+        return self.record_all(name, kind, [(parent, start, end)], attributes)[0]
 
-        Encoded straight to its bytes where nothing asks for the record (no tracestate, no attribute the sampler
-        adds, no span limit that binds): the worker records one per request it computes.
+    def record_all(self, name: str, kind: SpanKind, spans: Sequence[tuple[Parent, int, int]],
+                   attributes: dict[str, Any]) -> list[int | None]:
+        """Child spans of one name, kind and attributes whose ends are known as they start, each (parent, start,
+        end), recorded at once (the worker's queue span of every request in a batch); their span ids (None:
+        not sampled).
+
+        Encoded straight to their bytes where nothing asks for records (no tracestate, no attribute the sampler
+        adds, no span limit that binds), all in one call and queued with none a span.
         """
-        decision = self._static.get((parent.remote, parent.flags & SAMPLED)) if parent.state is None else None
-        if decision is None:
-            decision = self.decide(parent, parent.trace_id, name, kind, attributes, ())
-        if not decision.sampled:
-            return None
-        if decision.attributes is None and decision.state is None and self._queue is not None and self._bounds is None:
-            span_id = self._span_bits() or self.new_span_id()
-            self._enqueue(name, encode_finished, name, kind, parent.trace_id, span_id, parent, start, end, attributes)
-            return span_id
-        _, span_id, _, record = self.start(name, kind, parent, start, attributes, decision=decision)
-        record.end = end  # type: ignore[union-attr]  # sampled: a record
-        self.emit(record)  # type: ignore[arg-type]
-        return span_id
+        static, plain = self._static, self._queue is not None and self._bounds is None
+        ids: list[int | None] = []
+        finished = []
+        for parent, start, end in spans:
+            decision = static.get((parent.remote, parent.flags & SAMPLED)) if parent.state is None else None
+            if decision is None:
+                decision = self.decide(parent, parent.trace_id, name, kind, attributes, ())
+            if not decision.sampled:
+                ids.append(None)
+                continue
+            if plain and decision.attributes is None and decision.state is None:
+                span_id = self._span_bits() or self.new_span_id()
+                finished.append((parent.trace_id, span_id, parent, start, end))
+            else:
+                _, span_id, _, record = self.start(name, kind, parent, start, attributes, decision=decision)
+                record.end = end  # type: ignore[union-attr]  # sampled: a record
+                self.emit(record)  # type: ignore[arg-type]
+            ids.append(span_id)
+        if finished:
+            try:
+                datas = encode_finished(name, kind, attributes, finished)
+            except Exception as error:  # noqa: BLE001 - never raised into the batch that ended the spans
+                logger.error("%d %s spans not exported: %s", len(finished), name, error)
+                return ids
+            queue = self._queue
+            for data in datas:  # SpanQueue.put, inline
+                if len(queue.deque) < queue.room:  # type: ignore[union-attr]
+                    queue.deque.appendleft(data)  # type: ignore[union-attr]
+                else:
+                    queue.emit(data)  # type: ignore[union-attr]
+        return ids
 
     def emit(self, record: SpanRecord) -> None:
         """Hand a finished record on, its attributes within OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and
@@ -113,16 +138,16 @@ class SpanRecorder:
             most, length = self._bounds
             record.attributes = BoundedAttributes(most, record.attributes, immutable=True,  # type: ignore[assignment]
                                                   max_value_len=length)
-        if self._queue is not None:
-            self._enqueue(record.name, encode_record, record)
-        else:
+        queue = self._queue
+        if queue is None:
             self._processor.on_end(record.readable(self.resource, self.scope))
-
-    def _enqueue(self, name: str, encode: Callable[..., bytes], *parts: Any) -> None:
-        """encode(*parts), a span's OTLP bytes, queued; a span that cannot be encoded is logged and dropped."""
-        try:
-            data = encode(*parts)
-        except Exception as error:  # noqa: BLE001 - never raised into the request or batch that ended the span
-            logger.error("span %s not exported: %s", name, error)
             return
-        self._queue(data)  # type: ignore[misc]  # its callers' way in: with a queue
+        try:
+            data = encode_record(record)
+        except Exception as error:  # noqa: BLE001 - never raised into the request or batch that ended the span
+            logger.error("span %s not exported: %s", record.name, error)
+            return
+        if len(queue.deque) < queue.room:  # SpanQueue.put, inline: every request's span comes here
+            queue.deque.appendleft(data)
+        else:
+            queue.emit(data)
