@@ -92,8 +92,8 @@ _PARENT = _tag("parent_span_id", 2) + b"\x08"
 _START, _END = _tag("start_time_unix_nano", 1)[0], _tag("end_time_unix_nano", 1)[0]  # fixed64
 # The ids are big-endian bytes (the trace id as its two halves), the times little-endian fixed64: one pack each.
 _ids = struct.Struct(">2sQQ2sQ").pack
-_ids_and_parent = struct.Struct(">2sQQ2sQ2sQ").pack
-_times = struct.Struct("<BQBQ").pack
+_IDS_AND_PARENT, _TIMES = struct.Struct(">2sQQ2sQ2sQ"), struct.Struct("<BQBQ")
+_ids_and_parent, _times = _IDS_AND_PARENT.pack, _TIMES.pack
 _LOW_64 = (1 << 64) - 1
 
 
@@ -238,7 +238,7 @@ def _span_fields(name: str, kind: SpanKind, trace_id: int, span_id: int, parent_
     return ids + _times(_START, start, _END, end) + tail + rare
 
 
-_IDS_AND_TIMES = struct.calcsize(">2sQQ2sQ2sQ") + struct.calcsize("<BQBQ")  # a child span's bytes before its tail
+_IDS_AND_TIMES = _IDS_AND_PARENT.size + _TIMES.size  # a child span's bytes before its tail
 
 
 def encode_finished(name: str, kind: SpanKind, attributes: Mapping[str, Any],
@@ -248,6 +248,8 @@ def encode_finished(name: str, kind: SpanKind, attributes: Mapping[str, Any],
 
     The worker's per-request spans of a batch: the first span of each parent remoteness is written in full, the
     others as their ids and times (fixed-size, two packs) before the first one's tail, with no call a span.
+    Every parent has a span id (W3C forbids 0; parse_traceparent refuses it), so every span has the same
+    fixed-size head (_IDS_AND_TIMES) before its tail.
     """
     out, tails = [], {}
     for trace_id, span_id, parent, start, end in spans:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -144,25 +144,26 @@ class SpanQueue:
 
     The SDK's emit() is a Python frame and a getpid() per span; below a batch it does nothing but append
     to its queue (the export is due at a full batch or on the schedule; a fork reinitialises the processor,
-    this deque included, through os.register_at_fork). So the recorder appends itself while there is room
-    (`put`, inlined where it records: two frames a span were a few percent of the worker's calls a request),
-    and hands a span at a batch's size (the export's wake-up), past it, or after shutdown to emit(), which
-    does all the SDK does.
+    this deque included, through os.register_at_fork). So put_all appends itself while there is room, and
+    hands a span at a batch's size (the export's wake-up), past it, or after shutdown to emit(), which does
+    all the SDK does.
     """
 
     __slots__ = ("emit", "deque", "room")
 
     def __init__(self, emit: Callable[[bytes], None], deque: Any = None, room: int = 0) -> None:
-        self.emit = emit
-        self.deque = deque if isinstance(deque, collections.deque) else ()
-        self.room = room if isinstance(self.deque, collections.deque) else 0  # 0: emit() every span
+        if not isinstance(deque, collections.deque):  # not the SDK's queue as we know it: emit() every span
+            deque, room = (), 0
+        self.emit, self.deque, self.room = emit, deque, room
 
-    def put(self, data: bytes) -> None:
-        """Queue one span's bytes (what the recorder inlines)."""
-        if len(self.deque) < self.room:
-            self.deque.appendleft(data)
-        else:
-            self.emit(data)
+    def put_all(self, datas: Iterable[bytes]) -> None:
+        """Queue spans' bytes (a batch's queue spans at once: one call for all of them)."""
+        deque, emit = self.deque, self.emit
+        for data in datas:
+            if len(deque) < self.room:
+                deque.appendleft(data)  # type: ignore[union-attr]
+            else:
+                emit(data)
 
 
 class EncodingSpanProcessor(SpanProcessor):

@@ -40,9 +40,10 @@ def parse_traceparent(value: str) -> Parent | None:
     The shape every traceparent of version 00 has, and the only one the web writes into a wire message (the
     worker reads one per request it computes), is read by position; any other through the regex.
     """
-    if len(value) == 55 and value[:3] == "00-" and value[35] == "-" and value[52] == "-" \
-            and _HEX.issuperset(value[3:35]) and _HEX.issuperset(value[36:52]) and _HEX.issuperset(value[53:]):
+    if len(value) == 55 and value[:3] == "00-" and value[35] == "-" and value[52] == "-":
         version, trace_hex, span_hex, flags, rest = "00", value[3:35], value[36:52], value[53:], None
+        if not (_HEX.issuperset(trace_hex) and _HEX.issuperset(span_hex) and _HEX.issuperset(flags)):
+            return None  # that layout with a character outside [0-9a-f]: the regex would not match it either
     elif len(value) > MAX_TRACEPARENT:
         return None
     else:

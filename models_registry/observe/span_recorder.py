@@ -123,12 +123,7 @@ class SpanRecorder:
             except Exception as error:  # noqa: BLE001 - never raised into the batch that ended the spans
                 logger.error("%d %s spans not exported: %s", len(finished), name, error)
                 return ids
-            queue = self._queue
-            for data in datas:  # SpanQueue.put, inline
-                if len(queue.deque) < queue.room:  # type: ignore[union-attr]
-                    queue.deque.appendleft(data)  # type: ignore[union-attr]
-                else:
-                    queue.emit(data)  # type: ignore[union-attr]
+            self._queue.put_all(datas)  # type: ignore[union-attr]  # plain: a queue
         return ids
 
     def emit(self, record: SpanRecord) -> None:
@@ -147,7 +142,4 @@ class SpanRecorder:
         except Exception as error:  # noqa: BLE001 - never raised into the request or batch that ended the span
             logger.error("span %s not exported: %s", record.name, error)
             return
-        if len(queue.deque) < queue.room:  # SpanQueue.put, inline: every request's span comes here
-            queue.deque.appendleft(data)
-        else:
-            queue.emit(data)
+        queue.put_all((data,))

@@ -182,7 +182,7 @@ def test_bare_bytes_are_queued_and_sent_under_the_recorders_resource_and_scope()
     span = ReadableSpan("inference.queue", context=trace.SpanContext(1, 2, False, trace.TraceFlags(1)),
                         resource=resource, attributes={"hosting.model": "m"}, start_time=1, end_time=2,
                         instrumentation_scope=scope)
-    queue.put(encode_span(span))
+    queue.put_all([encode_span(span)])
     assert list(batch._batch_processor._queue) == [encode_span(span)]  # bytes: nothing the collector tracks
     batch.force_flush()
     (body,) = exporter._client.bodies  # type: ignore[attr-defined]
@@ -193,7 +193,7 @@ def test_bare_bytes_are_queued_and_sent_under_the_recorders_resource_and_scope()
 def test_an_exporter_that_takes_no_bare_bytes_gets_encoded_spans() -> None:
     kept = _Kept()
     batch = BatchSpanProcessor(kept, schedule_delay_millis=60_000)
-    EncodingSpanProcessor(batch).bytes_queue(Resource({}), None).put(b"\x0a\x00")
+    EncodingSpanProcessor(batch).bytes_queue(Resource({}), None).put_all([b"\x0a\x00"])
     batch.force_flush()
     assert [type(span) for span in kept.batches[0]] == [EncodedSpan]
     batch.shutdown()
@@ -206,9 +206,9 @@ def test_spans_go_straight_to_the_sdks_queue_below_a_batch_and_through_its_emit_
     processor = EncodingSpanProcessor(batch)
     queue, sdk = processor.bytes_queue(Resource({}), None), batch._batch_processor
     for n in range(3):
-        queue.put(bytes((0x0A, 1, n)))
+        queue.put_all([bytes((0x0A, 1, n))])
     assert len(sdk._queue) == 3 and not sdk._worker_awaken.is_set()  # appended, no export due (nor emit called)
-    queue.put(b"\x0a\x01\x03")  # the batch's fourth: emit() appends it and wakes the export
+    queue.put_all([b"\x0a\x01\x03"])  # the batch's fourth: emit() appends it and wakes the export
     for _ in range(200):
         if exporter._client.bodies:  # type: ignore[attr-defined]
             break
@@ -216,5 +216,5 @@ def test_spans_go_straight_to_the_sdks_queue_below_a_batch_and_through_its_emit_
     (body,) = exporter._client.bodies  # type: ignore[attr-defined]
     assert len(ExportTraceServiceRequest.FromString(body).resource_spans[0].scope_spans[0].spans) == 4
     processor.shutdown()
-    queue.put(b"\x0a\x01\x04")  # after shutdown: the SDK's emit refuses it, as it refuses any span then
+    queue.put_all([b"\x0a\x01\x04"])  # after shutdown: the SDK's emit refuses it, as it refuses any span then
     assert len(sdk._queue) == 0 and queue.room == 0

@@ -91,33 +91,35 @@ def test_a_finished_child_span_is_queued_as_the_bytes_of_its_record(parent: Pare
 
 
 def test_a_batchs_child_spans_are_queued_at_once_as_the_bytes_of_their_records() -> None:
-    exported = InMemorySpanExporter()
-    batch = BatchSpanProcessor(exported)
-    recorder = SpanRecorder(TracerProvider(resource=RESOURCE).get_tracer("models_registry"), EncodingSpanProcessor(batch))
     attributes = {"hosting.model": "m"}
     parents = [CLIENT._replace(state=None), CLIENT._replace(span_id=5, flags=3, state=None), CLIENT,
                CLIENT._replace(flags=0, state=None), Parent(7, 8, 1, False)]  # remote, one with a tracestate,
     spans = [(parent, 1_000 + n, 2_000 + n) for n, parent in enumerate(parents)]  # an unsampled one, a local one
+    exported = InMemorySpanExporter()
+    batch = BatchSpanProcessor(exported)
+    recorder = SpanRecorder(TracerProvider(resource=RESOURCE).get_tracer("models_registry"), EncodingSpanProcessor(batch))
+    random.seed(36)  # the span ids drawn: the same in the second recorder below
     ids = recorder.record_all("inference.queue", SpanKind.INTERNAL, spans, attributes)
     batch.force_flush()
     queued = {span.data for span in exported.get_finished_spans()}  # type: ignore[attr-defined]
     assert ids[3] is None and None not in ids[:3] + ids[4:] and len(set(ids)) == 5
-    records = []
+    records = set()
     for span_id, (parent, start, end) in zip(ids, spans):
         if span_id is not None:
             record = SpanRecord("inference.queue", SpanKind.INTERNAL, parent.trace_id, span_id,
                                 SAMPLED | parent.flags & RANDOM_TRACE_ID, parent, start, attributes, parent.state)
             record.end = end
-            records.append(encode_record(record))
-    assert queued == set(records) and len(queued) == 4
+            records.add(encode_record(record))
+    assert queued == records and len(queued) == 4
     batch.shutdown()
-    # With the exporter that takes bare bytes: straight into the SDK batch processor's own queue.
+    # With the exporter that takes bare bytes: the same bytes, straight into the SDK batch processor's own queue.
     batch = BatchSpanProcessor(EncodedSpanExporter(endpoint="http://127.0.0.1:9/v1/traces"), schedule_delay_millis=60_000)
     recorder = SpanRecorder(TracerProvider(resource=RESOURCE).get_tracer("models_registry"), EncodingSpanProcessor(batch))
-    ids = recorder.record_all("inference.queue", SpanKind.INTERNAL, spans, attributes)
-    assert sorted(map(len, batch._batch_processor._queue)) == sorted(map(len, records))  # type: ignore[attr-defined]
-    assert all(type(data) is bytes for data in batch._batch_processor._queue)  # type: ignore[attr-defined]
-    batch._batch_processor._queue.clear()  # type: ignore[attr-defined]  # nothing to send to port 9
+    random.seed(36)
+    assert recorder.record_all("inference.queue", SpanKind.INTERNAL, spans, attributes) == ids
+    sdk_queue = batch._batch_processor._queue  # type: ignore[attr-defined]
+    assert all(type(data) is bytes for data in sdk_queue) and set(sdk_queue) == records and len(sdk_queue) == 4
+    sdk_queue.clear()  # nothing to send to port 9
     batch.shutdown()
 
 
