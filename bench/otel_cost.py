@@ -7,9 +7,9 @@ environment), and reads that process' CPU time, its BatchSpanProcessor's export 
 before the clock stops), to an OTLP/HTTP sink (bench.otlp_sink):
 
 - web: a request's SERVER span continuing a client's traceparent (observe.tracing.serve_traced; with a
-  --sampler other than always_on, no client traceparent: the sampler decides at the root), the traceparent
+  --sampler other than always_on, no client traceparent: the sampler decides at the root), the trace context
   put in the wire message, the span's annotation and trace id for the log line;
-- worker: batches of --batch requests carrying the traceparents the web wrote, each sampled request's queue
+- worker: batches of --batch requests carrying the trace contexts the web wrote, each sampled request's queue
   span, the batch span linked to them, its forward and its reply.
 
 Configurations: `off` (no endpoint: the hot path's one test), `sdk` (the SDK's BatchSpanProcessor queueing
@@ -46,7 +46,7 @@ def _child(config: str, requests: int, batch: int, client_parent: bool) -> dict[
     """In a fresh process: CPU microseconds per request of the web and the worker paths under one configuration.
 
     client_parent: each request comes with a sampled client traceparent (else the sampler decides at the root);
-    the worker's batches carry the traceparents the web put in its wire messages.
+    the worker's batches carry the trace contexts the web put in its wire messages.
     """
     import django
 
@@ -59,13 +59,13 @@ def _child(config: str, requests: int, batch: int, client_parent: bool) -> dict[
     scope = {"type": "http", "method": "POST", "path": "/models/tiny", "headers": [
         (b"host", b"127.0.0.1:8000"), (b"authorization", b"Bearer x"), (b"content-type", b"application/json"),
         *([(b"traceparent", TRACEPARENT.encode())] if client_parent else [])]}
-    wires: list[str] = []
+    wires: list[bytes] = []
 
     async def send(message: dict[str, Any]) -> None:
         pass
 
     async def handle(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        wire = tracing.current_traceparent() if tracing.tracer is not None else ""
+        wire = tracing.current_context() if tracing.tracer is not None else b""
         wires.append(wire)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         if tracing.tracer is not None:

@@ -129,7 +129,7 @@ async def infer(
     message = messages.WorkRequest(
         id=key, reply=reply_channel, model=model, task=task,
         inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
-        trace=tracing.current_traceparent() if tracing.tracer is not None else "",
+        trace=tracing.current_context() if tracing.tracer is not None else b"",
     ).to_wire()
     channel = messages.model_channel(model)
     places = admission.places(layer, model, task, key, count, deadline, max_queue_size)

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from models_registry.observe.trace_context import wire_context
+
 INFERENCE_CHANNEL = "inference"
 REQUEST_TYPE = "inference.request"
 RESULT_TYPE = "inference.result"
@@ -43,7 +45,7 @@ class WorkRequest:
     priority: str = INTERACTIVE  # or BATCH: served behind interactive items, shed first
     client: str = ""  # the API token that sent it (decode batches share rows fairly among clients)
     redelivered: bool = False  # in flight at a worker death: to be computed alone (worker.suspects)
-    trace: str = ""  # the web's request span as a W3C traceparent, when tracing (observe.tracing)
+    trace: bytes = b""  # the web's request span's context (observe.trace_context), when tracing
 
     def to_wire(self) -> dict[str, Any]:
         """The message as the channel layer carries it."""
@@ -72,7 +74,7 @@ class WorkRequest:
                 task=str(message["task"]), inputs=list(message["inputs"]),
                 parameters=dict(message.get("parameters") or {}), deadline=float(message["deadline"]),
                 priority=str(message.get("priority") or INTERACTIVE), client=str(message.get("client") or ""),
-                redelivered=redelivered or bool(message.get(_REDELIVERED)), trace=str(message.get("trace") or ""),
+                redelivered=redelivered or bool(message.get(_REDELIVERED)), trace=wire_context(message.get("trace")),
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -147,7 +147,7 @@ async def _start(layer: WorkLayer, opening: Opening, charge: enqueue.ChargePlan 
     message = messages.WorkRequest(
         id=key, reply=reply, model=model, task=task, inputs=[opening.text],
         parameters={**opening.parameters, "stream": True}, deadline=deadline, priority=priority, client=client,
-        trace=tracing.current_traceparent() if tracing.tracer is not None else "",
+        trace=tracing.current_context() if tracing.tracer is not None else b"",
     ).to_wire()
     channel = messages.model_channel(model)
     places = admission.places(layer, model, task, key, 1, deadline, max_queue_size)

@@ -17,15 +17,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, StaticSampler, TraceIdRatioBased
 from opentelemetry.trace import SpanKind
 
-
-class Parent(NamedTuple):
-    """A span's parent: its ids, W3C trace flags, whether it came from another process, and its tracestate."""
-
-    trace_id: int
-    span_id: int
-    flags: int
-    remote: bool
-    state: Any = None  # an opentelemetry TraceState, or None for an empty one
+from models_registry.observe.trace_context import Parent, parent_of
 
 
 class Decision(NamedTuple):
@@ -107,7 +99,8 @@ def context_of(parent: Parent | None) -> Any:
 
 
 def decider(sampler: Sampler) -> Decide:
-    """decide(parent, trace_id, name, kind, attributes, links: the linked spans' Parents): the sampler's decision."""
+    """decide(parent, trace_id, name, kind, attributes, links: the linked spans' wire contexts): the sampler's
+    decision."""
     fast = _fast(sampler)
     if fast is not None:
         stateless = {True: Decision(True, None, None), False: Decision(False, None, None)}
@@ -124,7 +117,7 @@ def decider(sampler: Sampler) -> Decide:
     def decide_by_asking(parent: Parent | None, trace_id: int, name: str, kind: SpanKind,
                          attributes: Mapping[str, Any] | None, links: Sequence[Any]) -> Decision:
         result = sampler.should_sample(context_of(parent), trace_id, name, kind, attributes,
-                                       [trace.Link(span_context(link)) for link in links])
+                                       [trace.Link(span_context(parent_of(link))) for link in links])
         return Decision(result.decision.is_sampled(), result.attributes or None, result.trace_state)
 
     return decide_by_asking

@@ -192,16 +192,14 @@ _LINK = _tag("links", 2)
 _LINK_TRACE_ID = bytes((Span.Link.DESCRIPTOR.fields_by_name["trace_id"].number << 3 | 2, 16))
 _LINK_SPAN_ID = bytes((Span.Link.DESCRIPTOR.fields_by_name["span_id"].number << 3 | 2, 8))
 _LINK_FLAGS = bytes((Span.Link.DESCRIPTOR.fields_by_name["flags"].number << 3 | 5,))  # fixed32
-_fixed32 = struct.Struct("<I").pack
-_link_ids = struct.Struct(">4sQQ2sQ").pack  # the link's key and length (33), its trace id's key, the ids
-_LINK_HEAD = _LINK + b"\x21" + _LINK_TRACE_ID
-_LINK_REMOTE, _LINK_LOCAL = _LINK_FLAGS + _fixed32(_flags(True)), _LINK_FLAGS + _fixed32(_flags(False))
+_LINK_HEAD = _LINK + b"\x21" + _LINK_TRACE_ID  # the link's key and length (33), its trace id's key and length
+_LINK_REMOTE = _LINK_FLAGS + struct.pack("<I", _flags(True))
 
 
-def _link_fields(links: Sequence[Any]) -> bytes:
-    """A record's links (observe.sampling.Parent: no attributes), each a Span.Link written by hand: 33 bytes."""
-    return b"".join([_link_ids(_LINK_HEAD, link.trace_id >> 64, link.trace_id & _LOW_64, _LINK_SPAN_ID, link.span_id)
-                     + (_LINK_REMOTE if link.remote else _LINK_LOCAL) for link in links])
+def _link_fields(links: Sequence[bytes]) -> bytes:
+    """A record's links (wire contexts, observe.trace_context: remote, no attributes), each a Span.Link written by
+    hand from the context's own id bytes: 33 bytes after its key and length."""
+    return b"".join([_LINK_HEAD + link[:16] + _LINK_SPAN_ID + link[16:24] + _LINK_REMOTE for link in links])
 
 
 _tails: dict[tuple[Any, ...], bytes] = {}  # (name, kind, remote, status, message, attributes, their types) -> fields
@@ -238,30 +236,38 @@ def _span_fields(name: str, kind: SpanKind, trace_id: int, span_id: int, parent_
     return ids + _times(_START, start, _END, end) + tail + rare
 
 
-_IDS_AND_TIMES = _IDS_AND_PARENT.size + _TIMES.size  # a child span's bytes before its tail
+# A child span's bytes before its tail: every parent has a span id (W3C forbids 0; parse_traceparent and
+# wire_context refuse it), so every child's head has this size.
+_IDS_AND_TIMES = _IDS_AND_PARENT.size + _TIMES.size
 
 
 def encode_finished(name: str, kind: SpanKind, attributes: Mapping[str, Any],
                     spans: Sequence[tuple[int, int, Any, int, int]]) -> list[bytes]:
     """Child spans that share a name, kind and attributes, each (trace id, span id, parent, start, end), with
-    nothing but those (status unset; parent without a tracestate), as encode_record writes the SpanRecord of each.
+    nothing but those (status unset; parent without a tracestate), as encode_record writes the SpanRecord of each."""
+    return [_span_fields(name, kind, trace_id, span_id, parent.span_id, parent.remote, start, end, StatusCode.UNSET,
+                         None, attributes) for trace_id, span_id, parent, start, end in spans]
 
-    The worker's per-request spans of a batch: the first span of each parent remoteness is written in full, the
-    others as their ids and times (fixed-size, two packs) before the first one's tail, with no call a span.
-    Every parent has a span id (W3C forbids 0; parse_traceparent refuses it), so every span has the same
-    fixed-size head (_IDS_AND_TIMES) before its tail.
+
+# A queue span's head: its ids as the wire context's bytes and a fresh span id's, the times little-endian.
+_queued_head = struct.Struct("<2s16s2s8s2s8sBQBQ").pack
+
+
+def encode_queued(name: str, kind: SpanKind, attributes: Mapping[str, Any], spans: Sequence[tuple[bytes, int]],
+                  end: int, span_ids: bytes) -> list[bytes]:
+    """Spans that share a name, kind, attributes and end, each the child of a remote parent named by its wire
+    context (observe.trace_context), from its start (ns; end if later), with nothing but those (status unset, no
+    tracestate), as encode_record writes the SpanRecord of each. span_ids: 8 bytes for each span, in order.
+
+    The worker's queue span of every traced request in a batch: one struct pack a span, its ids sliced from the
+    context as they came, before the tail all of them share (written once).
     """
-    out, tails = [], {}
-    for trace_id, span_id, parent, start, end in spans:
-        tail = tails.get(parent.remote)
-        if tail is None:
-            data = _span_fields(name, kind, trace_id, span_id, parent.span_id, parent.remote, start, end,
-                                StatusCode.UNSET, None, attributes)
-            tails[parent.remote] = data[_IDS_AND_TIMES:]
-        else:
-            data = _ids_and_parent(_TRACE_ID, trace_id >> 64, trace_id & _LOW_64, _SPAN_ID, span_id, _PARENT,
-                                   parent.span_id) + _times(_START, start, _END, end) + tail
-        out.append(data)
+    tail = _span_fields(name, kind, 1, 1, 1, True, 0, 0, StatusCode.UNSET, None, attributes)[_IDS_AND_TIMES:]
+    out, at = [], 0
+    for context, start in spans:
+        out.append(_queued_head(_TRACE_ID, context[:16], _SPAN_ID, span_ids[at:at + 8], _PARENT, context[16:24],
+                                _START, start if start < end else end, _END, end) + tail)
+        at += 8
     return out
 
 

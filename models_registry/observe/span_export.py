@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -156,9 +156,12 @@ class SpanQueue:
             deque, room = (), 0
         self.emit, self.deque, self.room = emit, deque, room
 
-    def put_all(self, datas: Iterable[bytes]) -> None:
-        """Queue spans' bytes (a batch's queue spans at once: one call for all of them)."""
+    def put_all(self, datas: Sequence[bytes]) -> None:
+        """Queue spans' bytes (a batch's queue spans at once: one append for all of them while there is room)."""
         deque, emit = self.deque, self.emit
+        if len(deque) + len(datas) <= self.room:
+            deque.extendleft(datas)  # type: ignore[union-attr]  # as appendleft of each in turn
+            return
         for data in datas:
             if len(deque) < self.room:
                 deque.appendleft(data)  # type: ignore[union-attr]

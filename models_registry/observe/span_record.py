@@ -1,4 +1,4 @@
-"""A sampled span as observe.tracing records it, and the W3C traceparent it is continued from.
+"""A sampled span as observe.tracing records it.
 
 A request's spans are few and their shape is ours (observe.tracing): ids, two times, a handful of attributes,
 a status, the batch span's links. With the SDK's span object for each (its lock, its BoundedAttributes, a
@@ -12,8 +12,6 @@ stay the SDK's own.
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,40 +21,9 @@ from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from models_registry.observe.sampling import Parent, span_context
+from models_registry.observe.trace_context import parent_of
 
-# The W3C trace-context format as the SDK's TraceContextTextMapPropagator matches it.
-_TRACEPARENT = re.compile("^[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:(-.*)|[ \t]*)$")
-MAX_TRACEPARENT = 512  # the propagator's limit
 SAMPLED, RANDOM_TRACE_ID = 0x01, 0x02  # W3C trace flags
-
-
-_new_parent = functools.partial(tuple.__new__, Parent)  # a Parent without its Python-level __new__
-_HEX = frozenset("0123456789abcdef")
-
-
-def parse_traceparent(value: str) -> Parent | None:
-    """The remote parent a W3C traceparent names (no tracestate); None when it is malformed, as the SDK reads it.
-
-    The shape every traceparent of version 00 has, and the only one the web writes into a wire message (the
-    worker reads one per request it computes), is read by position; any other through the regex.
-    """
-    if len(value) == 55 and value[:3] == "00-" and value[35] == "-" and value[52] == "-":
-        version, trace_hex, span_hex, flags, rest = "00", value[3:35], value[36:52], value[53:], None
-        if not (_HEX.issuperset(trace_hex) and _HEX.issuperset(span_hex) and _HEX.issuperset(flags)):
-            return None  # that layout with a character outside [0-9a-f]: the regex would not match it either
-    elif len(value) > MAX_TRACEPARENT:
-        return None
-    else:
-        match = _TRACEPARENT.match(value)
-        if match is None:
-            return None
-        version, trace_hex, span_hex, flags, rest = match.groups()
-    if version == "ff" or (version == "00" and rest):
-        return None
-    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
-    if not trace_id or not span_id:
-        return None
-    return _new_parent((trace_id, span_id, int(flags, 16), True, None))  # type: ignore[no-any-return]
 
 
 class SpanRecord:
@@ -66,7 +33,7 @@ class SpanRecord:
                  "status", "message", "links", "dropped_links", "events", "state")
 
     def __init__(self, name: str, kind: SpanKind, trace_id: int, span_id: int, flags: int, parent: Parent | None,
-                 start: int, attributes: dict[str, Any], state: Any = None, links: Sequence[Parent] = (),
+                 start: int, attributes: dict[str, Any], state: Any = None, links: Sequence[bytes] = (),
                  dropped_links: int = 0) -> None:
         self.name, self.kind, self.trace_id, self.span_id, self.flags = name, kind, trace_id, span_id, flags
         self.parent, self.start, self.end, self.attributes, self.state = parent, start, 0, attributes, state
@@ -100,10 +67,11 @@ class SpanRecord:
                             instrumentation_scope=scope)
 
 
-def _links(links: Sequence[Parent], dropped: int) -> BoundedList:
-    """The links as the SDK's span holds them (a BoundedList: ReadableSpan.dropped_links reads its count)."""
+def _links(links: Sequence[bytes], dropped: int) -> BoundedList:
+    """The links (wire contexts) as the SDK's span holds them (a BoundedList: ReadableSpan.dropped_links reads its
+    count)."""
     bounded = BoundedList(None)
-    bounded.extend([trace.Link(span_context(link)) for link in links])
+    bounded.extend([trace.Link(span_context(parent_of(link))) for link in links])
     bounded.dropped = dropped
     return bounded
 

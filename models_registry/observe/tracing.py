@@ -25,13 +25,14 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 
 from models_registry.core import paths
 from models_registry.core.conf import conf
 from models_registry.core.paths import model_path
+from models_registry.observe.trace_context import FLAGS_AT, LOW_64, pack_halves, parent_of
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def _processor() -> Any:
     return BatchSpanProcessor(OTLPSpanExporter())
 
 
-_parse_traceparent: Any = None  # observe.span_record's, and the span kinds: set by use()
+_parse_traceparent: Any = None  # observe.trace_context's, and the span kinds: set by use()
 _SERVER: Any = None
 _INTERNAL: Any = None
 
@@ -88,8 +89,8 @@ def use(sdk_tracer: Any, processor: Any) -> None:
     global tracer, _recorder, _parse_traceparent, _SERVER, _INTERNAL
     from opentelemetry.trace import SpanKind
 
-    from models_registry.observe.span_record import parse_traceparent
     from models_registry.observe.span_recorder import SpanRecorder
+    from models_registry.observe.trace_context import parse_traceparent
 
     tracer, _recorder = sdk_tracer, SpanRecorder(sdk_tracer, processor) if sdk_tracer is not None else None
     _parse_traceparent, _SERVER, _INTERNAL = parse_traceparent, SpanKind.SERVER, SpanKind.INTERNAL
@@ -105,10 +106,10 @@ def _with_state(parent: Any, traceparent: str, state: str) -> Any:
     return parent._replace(state=extracted.trace_state)
 
 
-def current_traceparent() -> str:
-    """The W3C traceparent of the current span (the web's request span), for the wire message; "" when none."""
+def current_context() -> bytes:
+    """The current span's context (the web's request span) for the wire message (observe.trace_context); b"": none."""
     active = _current.get()
-    return f"00-{active[0]:032x}-{active[1]:016x}-{active[2]:02x}" if active is not None else ""
+    return pack_halves(active[0] >> 64, active[0] & LOW_64, active[1], active[2]) if active is not None else b""
 
 
 _routes: dict[tuple[str, str], tuple[str, str]] = {}  # (method, path) -> (route template, span name): bounded below
@@ -205,16 +206,16 @@ def _ns(epoch_s: float) -> int:
     return int(epoch_s * 1_000_000_000)
 
 
-_SAMPLED_LAST_DIGIT = frozenset("13579bdf")  # a traceparent's flags byte ends in one of these when it is sampled
-
-
-def batch_traced(wires: Iterable[str]) -> bool:
-    """Whether a batch whose requests carry these wire traceparents has spans to record: a sampled one, or any
-    at all under a sampler that decides for itself. A glance at each flags byte, for the batches (most, at
-    one in ten sampled) with none."""
+def batch_traced(contexts: list[bytes]) -> bool:
+    """Whether a batch whose requests carry these wire contexts has spans to record: a sampled one, or any at
+    all under a sampler that decides for itself. A glance at each flags byte, for the batches (most, at one in
+    ten sampled) with none; a loop, not any() of a generator: no frame resumed a request."""
     if not _recorder.drops_unsampled:
-        return any(wires)
-    return any(wire[-1:] in _SAMPLED_LAST_DIGIT for wire in wires if wire)
+        return any(contexts)
+    for context in contexts:
+        if context and context[FLAGS_AT] & 1:
+            return True
+    return False
 
 
 class BatchTrace:
@@ -226,32 +227,29 @@ class BatchTrace:
         self.context: Any = None  # record_batch's answer
 
 
-def record_batch(requests: list[tuple[str, float]], formed: float, started: float, ended: float,
+def record_batch(requests: list[tuple[bytes, float]], formed: float, started: float, ended: float,
                  attributes: dict[str, Any]) -> Any:
     """A computed batch's spans (times in epoch seconds), for its requests that came with a trace context.
 
-    requests: (traceparent, arrival at this worker) of each request the batch carried. Each gets an
-    inference.queue span in its own trace (arrival to the batch's start); one inference.batch span
+    requests: (wire context (observe.trace_context), arrival at this worker) of each request the batch carried.
+    Each gets an inference.queue span in its own trace (arrival to the batch's start); one inference.batch span
     (formed to ended), the first traced request's child, links every traced request's span, and holds the
     forward. A request whose trace was not sampled is left out when the sampler would record nothing under it.
     Returns the batch span's context, the parent of its reply (record_reply); None when no request was traced.
     """
-    recorder, parse = _recorder, _parse_traceparent
+    recorder = _recorder
     drops = recorder.drops_unsampled
     start, end = _ns(started), _ns(ended)
-    traced, queued = [], []  # the requests' parents; their queue spans (parent, arrival or the start, start)
-    for wire, arrival in requests:
-        parent = parse(wire) if wire else None
-        if parent is not None and (parent.flags & 1 or not drops):
-            traced.append(parent)
-            arrived = int(arrival * 1_000_000_000)  # _ns inline: one call a request fewer
-            queued.append((parent, arrived if arrived < start else start, start))
+    # (context, arrival in ns) of each traced request: the comprehension's one frame, none a request
+    traced = [(context, int(arrival * 1_000_000_000)) for context, arrival in requests
+              if context and (context[FLAGS_AT] & 1 or not drops)]
     if not traced:
         return None
-    recorder.record_all("inference.queue", _INTERNAL, queued, {"hosting.model": attributes.get("hosting.model", "")})
-    trace_id, span_id, flags, batch = recorder.start("inference.batch", _INTERNAL, traced[0], _ns(formed),
-                                                     attributes, traced)
-    inside = traced[0]._replace(span_id=span_id, flags=flags, remote=False, state=batch.state if batch else None)
+    recorder.record_queued("inference.queue", _INTERNAL, traced, start, {"hosting.model": attributes.get("hosting.model", "")})
+    first = parent_of(traced[0][0])
+    trace_id, span_id, flags, batch = recorder.start("inference.batch", _INTERNAL, first, _ns(formed),
+                                                     attributes, [context for context, _ in traced])
+    inside = first._replace(span_id=span_id, flags=flags, remote=False, state=batch.state if batch else None)
     recorder.record_finished("inference.forward", _INTERNAL, inside, start, end, {})
     if batch is not None:
         batch.end = end

@@ -127,7 +127,7 @@ class BatchLoop:
             self.stats.record_batch(batch.key, len(batch), sum(item.cost for item in batch.items), compute_s)
             logger.debug("batch %s size=%d reason=%s compute=%.1fms", batch.key, len(batch), batch.reason, compute_s * 1e3)
             traced = tracing.BatchTrace() if tracing.tracer is not None and tracing.batch_traced(
-                item.request.delivery.trace for item in batch.items) else None
+                [item.request.delivery.trace for item in batch.items]) else None
             finished = self.batcher.complete(batch, outputs)
             if finished:
                 self.replies.batch(finished, started, compute_s, sent, traced)

@@ -18,7 +18,7 @@ class Delivery:
     tokens: int = 0  # what the request is charged: the tokens the model computes for it
     suspect: bool = False  # redelivered after a worker died: computed alone (worker.suspects)
     client: str = ""  # the API token that sent it (worker.generation_schedule)
-    trace: str = ""  # the web's request span (traceparent), when tracing: the worker's spans join its trace
+    trace: bytes = b""  # the web's request span's context (observe.trace_context), when tracing: the worker's spans join its trace
 
     @property
     def streams(self) -> bool:

@@ -1,5 +1,5 @@
 """observe.tracing's web side on the SDK's own tracer: the SERVER span continues a client's traceparent, records
-the status and what annotate() names, writes the wire traceparent; a client's unsampled trace records nothing."""
+the status and what annotate() names, writes its context into the wire message; a client's unsampled trace records nothing."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ async def _serve(headers: list[tuple[bytes, bytes]], status: int = 200) -> tuple
         sent.append(message)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        seen["wire"] = tracing.current_traceparent()
+        context = tracing.current_context()  # the wire's bytes, read here as the traceparent they pack
+        seen["wire"] = f"00-{context[:16].hex()}-{context[16:24].hex()}-{context[24:].hex()}"
         seen["trace_id"] = tracing.annotate("bert", 2, 7, "" if status < 400 else "overloaded", inputs=1)
         await send({"type": "http.response.start", "status": status, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})

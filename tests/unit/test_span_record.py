@@ -23,7 +23,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from models_registry.observe.sampling import Parent, context_of, decider, static_decisions
 from models_registry.observe.span_encoding import encode_record
 from models_registry.observe.span_export import EncodedSpanExporter, EncodingSpanProcessor, request_body
-from models_registry.observe.span_record import RANDOM_TRACE_ID, SAMPLED, SpanRecord, parse_traceparent
+from models_registry.observe.span_record import RANDOM_TRACE_ID, SAMPLED, SpanRecord
+from models_registry.observe.trace_context import pack_context, parent_of, parse_traceparent
 from models_registry.observe.span_recorder import SpanRecorder
 
 RESOURCE = Resource.create({"service.name": "web", "process.pid": 7})
@@ -57,9 +58,9 @@ def test_records_encode_as_the_sdk_encodes_their_readable_spans() -> None:
         web.add_exception(error, 1_500)
         web.fail(f"RuntimeError: {error}")
     web.end = 2_000
-    links = [Parent(n + 1, n + 2, 1, n != 1) for n in range(3)]  # a local link among them
-    _, _, _, batch = recorder.start("inference.batch", SpanKind.INTERNAL, links[0], 3_000, {"hosting.batch.size": 3},
-                                    links)
+    links = [pack_context(n + 1, n + 2, 1) for n in range(3)]  # wire contexts, as the worker links its requests
+    _, _, _, batch = recorder.start("inference.batch", SpanKind.INTERNAL, parent_of(links[0]), 3_000,
+                                    {"hosting.batch.size": 3}, links)
     batch.end = 4_000
     _, _, _, root = recorder.start("GET /v1/models", SpanKind.SERVER, None, 5_000, {})
     root.end = 6_000
@@ -123,6 +124,46 @@ def test_a_batchs_child_spans_are_queued_at_once_as_the_bytes_of_their_records()
     batch.shutdown()
 
 
+def _queued_record(context: bytes, start: int, end: int, span_id: int, attributes: dict[str, Any]) -> bytes:
+    """encode_record of the queue span record_queued should make under a wire context, from its start."""
+    parent = parent_of(context)
+    record = SpanRecord("inference.queue", SpanKind.INTERNAL, parent.trace_id, span_id,
+                        SAMPLED | parent.flags & RANDOM_TRACE_ID, parent, min(start, end), attributes)
+    record.end = end
+    return encode_record(record)
+
+
+def test_a_batchs_queue_spans_under_wire_contexts_are_the_bytes_of_their_records() -> None:
+    attributes = {"hosting.model": "m"}
+    contexts = [pack_context(CLIENT.trace_id, 5 + n, flags) for n, flags in enumerate((1, 3, 0, 1))]  # one unsampled
+    spans = [(context, 1_000 + n) for n, context in enumerate(contexts)]
+    spans[3] = (contexts[3], 9_000)  # arrived after the batch's start (another host's clock): the start, then
+    batch = BatchSpanProcessor(EncodedSpanExporter(endpoint="http://127.0.0.1:9/v1/traces"), schedule_delay_millis=60_000)
+    recorder = SpanRecorder(TracerProvider(resource=RESOURCE).get_tracer("models_registry"), EncodingSpanProcessor(batch))
+    random.seed(36)
+    recorder.record_queued("inference.queue", SpanKind.INTERNAL, spans, 5_000, attributes)
+    random.seed(36)  # the ids record_queued drew: one draw for the three sampled, in their order
+    drawn = random.randbytes(24)
+    ids = [int.from_bytes(drawn[at:at + 8], "big") for at in (0, 8, 16)]
+    sdk_queue = batch._batch_processor._queue  # type: ignore[attr-defined]
+    assert list(sdk_queue)[::-1] == [  # appended in order (the SDK's queue takes them at its left)
+        _queued_record(*spans[n], 5_000, span_id, attributes) for n, span_id in zip((0, 1, 3), ids)]
+    sdk_queue.clear()  # nothing to send to port 9
+    batch.shutdown()
+
+
+def test_queue_spans_under_a_sampler_that_asks_are_recorded_as_it_decides() -> None:
+    recorder, spans = _recorder(_Vendor())  # decides by name, adds an attribute and a tracestate: no bytes at once
+    contexts = [pack_context(CLIENT.trace_id, 5, 1), pack_context(CLIENT.trace_id, 6, 0)]
+    recorder.record_queued("inference.queue", SpanKind.INTERNAL, [(contexts[0], 1_000), (contexts[1], 7_000)], 5_000,
+                           {"hosting.model": "m"})
+    finished = spans.get_finished_spans()
+    assert [(s.parent.span_id, s.start_time, s.end_time) for s in finished] == [(5, 1_000, 5_000), (6, 5_000, 5_000)]
+    assert all(s.attributes["sampled.by"] == "vendor" and s.context.trace_state.get("v") == "0" for s in finished)
+    recorder.record_queued("skip.queue", SpanKind.INTERNAL, [(contexts[0], 1_000)], 5_000, {})
+    assert len(spans.get_finished_spans()) == 2
+
+
 def test_span_limits_bound_a_records_attributes_as_the_sdks() -> None:
     recorder, spans = _recorder(limits=SpanLimits(max_span_attributes=2, max_span_attribute_length=4))
     record = recorder.start("s", SpanKind.SERVER, None, 1, {"a": 1, "b": "long value", "c": 3})[3]
@@ -161,7 +202,7 @@ def test_the_decision_is_the_samplers_own(sampler: Sampler) -> None:
         parent = draw.choice([None, Parent(trace_id, draw.getrandbits(64) or 1, draw.choice([0, 1, 2, 3]),
                                            draw.random() < 0.5, draw.choice([None, TraceState([("k", "v")])]))])
         name = draw.choice(["inference.queue", "skip me"])
-        links = [Parent(5, 6, 1, True)] * draw.randint(0, 2)
+        links = [pack_context(5, 6, 1)] * draw.randint(0, 2)
         expected = sampler.should_sample(context_of(parent), trace_id, name, SpanKind.INTERNAL, {"a": 1},
                                          [trace.Link(trace.SpanContext(5, 6, True, trace.TraceFlags(1)))] * len(links))
         got = decide(parent, trace_id, name, SpanKind.INTERNAL, {"a": 1}, links)

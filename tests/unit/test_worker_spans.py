@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 
 from models_registry.observe import tracing
+from models_registry.observe.trace_context import pack_context, parent_of, parse_traceparent, wire_context
 from tests.unit.tracing_setup import traced_by
 
 SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -40,8 +41,11 @@ def provider_of(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Sampler],
         provider.shutdown()
 
 
-def _record(parents: list[str]) -> Any:
-    batch = tracing.record_batch([(parent, 100.0) for parent in parents], 100.001, 100.002, 100.010, ATTRIBUTES)
+def _record(parents: list[Any]) -> Any:
+    """A batch of requests whose wire messages carried these traces (a web's traceparent, as an older web wrote
+    it, or the bytes observe.trace_context packs), read as broker.messages reads them."""
+    contexts = [wire_context(parent) for parent in parents]
+    batch = tracing.record_batch([(context, 100.0) for context in contexts], 100.001, 100.002, 100.010, ATTRIBUTES)
     if batch is not None:
         tracing.record_reply(batch, len(parents), 100.010, 100.011)
     return batch
@@ -95,8 +99,29 @@ def test_a_sampler_that_decides_for_itself_still_gets_an_unsampled_parents_spans
                                     "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
                                     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b71692033-01"])
 def test_a_malformed_traceparent_is_no_trace(provider_of: Any, parent: str) -> None:
+    assert wire_context(parent) == b""
     finished = provider_of(ALWAYS_ON)
     assert _record([parent]) is None and finished.get_finished_spans() == ()
+
+
+def _bytes(traceparent: str) -> bytes:
+    parent = parse_traceparent(traceparent)
+    return pack_context(parent.trace_id, parent.span_id, parent.flags)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("context", [_bytes(SAMPLED)[:24], _bytes(SAMPLED) + b"\x00", bytes(16) + _bytes(SAMPLED)[16:],
+                                     _bytes(SAMPLED)[:16] + bytes(8) + b"\x01", 7, None, ["x"]],
+                         ids=["short", "long", "no trace id", "no span id", "an int", "none", "a list"])
+def test_a_malformed_wire_context_is_no_trace(provider_of: Any, context: Any) -> None:
+    finished = provider_of(ALWAYS_ON)
+    assert wire_context(context) == b""
+    assert _record([context]) is None and finished.get_finished_spans() == ()
+
+
+def test_a_wire_context_names_the_same_parent_as_its_traceparent() -> None:
+    for traceparent in (SAMPLED, RANDOM_SAMPLED, UNSAMPLED):
+        assert wire_context(_bytes(traceparent)) == wire_context(traceparent) == _bytes(traceparent)
+        assert parent_of(_bytes(traceparent)) == parse_traceparent(traceparent)
 
 
 @pytest.mark.parametrize(("sampler", "wires", "traced"), [
@@ -106,6 +131,6 @@ def test_a_malformed_traceparent_is_no_trace(provider_of: Any, parent: str) -> N
 def test_a_batch_is_traced_only_when_a_request_could_get_a_span(provider_of: Any, sampler: Sampler, wires: list[str],
                                                                 traced: bool) -> None:
     provider_of(sampler)
-    assert tracing.batch_traced(wires) is traced
+    assert tracing.batch_traced([wire_context(wire) for wire in wires]) is traced
     if not traced:  # what the worker then skips would have recorded nothing
         assert _record(wires) is None
