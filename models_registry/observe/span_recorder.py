@@ -68,7 +68,7 @@ class SpanRecorder:
             self._wire_sampled = (remote[0].sampled, remote[1].sampled)  # type: ignore[union-attr]
 
     def start(self, name: str, kind: SpanKind, parent: Parent | None, start: int, attributes: dict[str, Any],
-              links: Sequence[Parent] = (), decision: Decision | None = None
+              links: Sequence[bytes] = (), decision: Decision | None = None
               ) -> tuple[int, int, int, SpanRecord | None]:
         """A new span: (trace id, span id, flags, its record: None when the sampler did not sample it).
 
