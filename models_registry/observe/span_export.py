@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanContext, TraceFlags
 
+from models_registry.observe.otlp_transport import lean_transport
 from models_registry.observe.span_encoding import encode_span, set_attributes
 
 logger = logging.getLogger(__name__)
@@ -227,6 +228,12 @@ class EncodedSpanExporter(OTLPSpanExporter):
     request's body framed from the spans' bytes instead of encode_spans() of span objects."""
 
     bare: tuple[Any, Any] | None = None  # what bare bytes in the queue are sent under (bytes_queue)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        client = getattr(self, "_client", None)
+        if "_transport" not in kwargs and hasattr(client, "_transport") and hasattr(client, "_endpoint"):
+            client._transport = lean_transport(client._transport, client._endpoint)  # type: ignore[union-attr]
 
     @classmethod
     def fits(cls) -> bool:
