@@ -74,7 +74,8 @@ class WorkRequest:
                 task=str(message["task"]), inputs=list(message["inputs"]),
                 parameters=dict(message.get("parameters") or {}), deadline=float(message["deadline"]),
                 priority=str(message.get("priority") or INTERACTIVE), client=str(message.get("client") or ""),
-                redelivered=redelivered or bool(message.get(_REDELIVERED)), trace=wire_context(message.get("trace")),
+                redelivered=redelivered or bool(message.get(_REDELIVERED)),
+                trace=wire_context(trace) if (trace := message.get("trace")) else b"",  # no call for the untraced
             )
         except (KeyError, TypeError, ValueError):
             return None
