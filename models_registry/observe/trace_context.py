@@ -1,11 +1,11 @@
 """A request's trace context: the W3C traceparent a client sends, and the 25 bytes the wire message carries from
 the web to the worker.
 
-The W3C traceparent's fields as bytes, in its order: the trace id (16, big-endian), the web's span id (8), the
-trace flags (1). The OTLP encoding of the worker's spans writes ids as these same big-endian bytes, so the
-worker slices them into its spans and links as they came, with no parse and no int a request (a traceparent
-string cost the worker a parse of five calls a request). Carried only inside our own wire message; a client's
-traceparent header is text, and an older web's wire message carries one (wire_context reads both).
+The wire's bytes are the traceparent's fields in its order: the trace id (16, big-endian), the web's span id
+(8), the trace flags (1). OTLP writes ids as these same big-endian bytes, so the worker slices them into its
+queue spans and the batch span's links as they came, with no parse and no int a request (parse_traceparent
+was the largest item of the traced worker's own code). Only our own wire message carries the bytes; a client's
+traceparent header is text, as is the one an older web put in a wire message (wire_context reads both).
 """
 
 from __future__ import annotations
