@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from models_registry.observe.sampling import Parent, span_context
-from models_registry.observe.trace_context import parent_of
+from models_registry.observe.sampling import span_context
+from models_registry.observe.trace_context import Parent, parent_of
 
 SAMPLED, RANDOM_TRACE_ID = 0x01, 0x02  # W3C trace flags
 

@@ -15,11 +15,11 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
 
-from models_registry.observe.sampling import Decide, Decision, Parent, decider, static_decisions
+from models_registry.observe.sampling import Decide, Decision, decider, static_decisions
 from models_registry.observe.span_encoding import encode_finished, encode_queued, encode_record
 from models_registry.observe.span_export import EncodingSpanProcessor, SpanQueue
 from models_registry.observe.span_record import RANDOM_TRACE_ID, SAMPLED, SpanRecord
-from models_registry.observe.trace_context import FLAGS_AT, NO_SPAN, parent_of
+from models_registry.observe.trace_context import FLAGS_AT, NO_SPAN, Parent, parent_of
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from typing import Any
 from models_registry.core import paths
 from models_registry.core.conf import conf
 from models_registry.core.paths import model_path
-from models_registry.observe.trace_context import FLAGS_AT, LOW_64, pack_halves, parent_of
+from models_registry.observe.trace_context import FLAGS_AT, LOW_64, pack_halves, parent_of, parse_traceparent
 
 logger = logging.getLogger(__name__)
 
@@ -78,22 +78,20 @@ def _processor() -> Any:
     return BatchSpanProcessor(OTLPSpanExporter())
 
 
-_parse_traceparent: Any = None  # observe.trace_context's, and the span kinds: set by use()
-_SERVER: Any = None
+_SERVER: Any = None  # the span kinds: set by use() (no opentelemetry import until tracing is on)
 _INTERNAL: Any = None
 
 
 def use(sdk_tracer: Any, processor: Any) -> None:
     """Record spans with an SDK tracer's sampler, ids and resource, finished ones to a span processor
     (setup's; a test's); None, None: tracing off."""
-    global tracer, _recorder, _parse_traceparent, _SERVER, _INTERNAL
+    global tracer, _recorder, _SERVER, _INTERNAL
     from opentelemetry.trace import SpanKind
 
     from models_registry.observe.span_recorder import SpanRecorder
-    from models_registry.observe.trace_context import parse_traceparent
 
     tracer, _recorder = sdk_tracer, SpanRecorder(sdk_tracer, processor) if sdk_tracer is not None else None
-    _parse_traceparent, _SERVER, _INTERNAL = parse_traceparent, SpanKind.SERVER, SpanKind.INTERNAL
+    _SERVER, _INTERNAL = SpanKind.SERVER, SpanKind.INTERNAL
 
 
 def _with_state(parent: Any, traceparent: str, state: str) -> Any:
@@ -148,7 +146,7 @@ async def serve_traced(scope: dict[str, Any], receive: Any, send: Any,
         elif header == b"tracestate":
             state = value.decode("latin-1")
     if traceparent is not None:
-        parent = _parse_traceparent(traceparent)
+        parent = parse_traceparent(traceparent)
         if parent is not None and state is not None:
             parent = _with_state(parent, traceparent, state)
     started = recorder.start(name, _SERVER, parent, time.time_ns(),

@@ -20,11 +20,11 @@ from opentelemetry.sdk.trace.sampling import (ALWAYS_OFF, ALWAYS_ON, Decision, P
 from opentelemetry.trace import SpanKind, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from models_registry.observe.sampling import Parent, context_of, decider, static_decisions
+from models_registry.observe.sampling import context_of, decider, static_decisions
 from models_registry.observe.span_encoding import encode_record
 from models_registry.observe.span_export import EncodedSpanExporter, EncodingSpanProcessor, request_body
 from models_registry.observe.span_record import RANDOM_TRACE_ID, SAMPLED, SpanRecord
-from models_registry.observe.trace_context import pack_context, parent_of, parse_traceparent
+from models_registry.observe.trace_context import Parent, pack_context, parent_of, parse_traceparent
 from models_registry.observe.span_recorder import SpanRecorder
 
 RESOURCE = Resource.create({"service.name": "web", "process.pid": 7})
@@ -148,6 +148,23 @@ def test_a_batchs_queue_spans_under_wire_contexts_are_the_bytes_of_their_records
     sdk_queue = batch._batch_processor._queue  # type: ignore[attr-defined]
     assert list(sdk_queue)[::-1] == [  # appended in order (the SDK's queue takes them at its left)
         _queued_record(*spans[n], 5_000, span_id, attributes) for n, span_id in zip((0, 1, 3), ids)]
+    sdk_queue.clear()  # nothing to send to port 9
+    batch.shutdown()
+
+
+def test_a_zero_among_the_drawn_span_ids_has_every_queue_span_drawn_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    attributes = {"hosting.model": "m"}
+    spans = [(pack_context(CLIENT.trace_id, 5 + n, 1), 1_000) for n in range(2)]
+    batch = BatchSpanProcessor(EncodedSpanExporter(endpoint="http://127.0.0.1:9/v1/traces"), schedule_delay_millis=60_000)
+    recorder = SpanRecorder(TracerProvider(resource=RESOURCE).get_tracer("models_registry"), EncodingSpanProcessor(batch))
+    monkeypatch.setattr(random, "randbytes", lambda size: bytes(size))  # the draw W3C forbids, made certain
+    random.seed(7)
+    recorder.record_queued("inference.queue", SpanKind.INTERNAL, spans, 5_000, attributes)
+    random.seed(7)  # drawn one by one as the SDK's RandomIdGenerator draws them
+    ids = [random.getrandbits(64), random.getrandbits(64)]
+    sdk_queue = batch._batch_processor._queue  # type: ignore[attr-defined]
+    assert 0 not in ids and list(sdk_queue)[::-1] == [
+        _queued_record(*span, 5_000, span_id, attributes) for span, span_id in zip(spans, ids)]
     sdk_queue.clear()  # nothing to send to port 9
     batch.shutdown()
 

@@ -7,7 +7,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 from models_registry.observe import tracing
 
-_STATE = ("tracer", "_recorder", "_parse_traceparent", "_SERVER", "_INTERNAL")
+_STATE = ("tracer", "_recorder", "_SERVER", "_INTERNAL")
 
 
 def traced_by(monkeypatch: pytest.MonkeyPatch, provider: TracerProvider, processor: SpanProcessor) -> None:
