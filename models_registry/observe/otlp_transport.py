@@ -15,12 +15,14 @@ from __future__ import annotations
 import logging
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
 logger = logging.getLogger(__name__)
 
 
 def lean_transport(transport: Any, endpoint: str) -> Any:
-    """urllib3's transport configured as this requests transport would send to endpoint; else the same transport."""
+    """The transport to send to endpoint with where it sends as this requests transport would: for http://,
+    observe.otlp_plain_http's; for https://, urllib3's with requests' CA bundle; else the same transport."""
     import requests
     from requests.utils import (DEFAULT_CA_BUNDLE_PATH, default_headers, get_environ_proxies, get_netrc_auth,
                                 select_proxy)
@@ -31,6 +33,11 @@ def lean_transport(transport: Any, endpoint: str) -> Any:
         return transport
     if select_proxy(endpoint, get_environ_proxies(endpoint)) or get_netrc_auth(endpoint):  # as requests picks them
         return transport
+    if urlsplit(endpoint).scheme == "http":  # no TLS: nothing of the CA bundle or client certificate applies
+        from models_registry.observe.otlp_plain_http import PlainHTTPTransport
+
+        logger.debug("tracing: OTLP exports to %s sent over one kept-alive connection", endpoint)
+        return PlainHTTPTransport()
     settings = session.merge_environment_settings(endpoint, {}, None, session.verify, session.cert)
     verify = DEFAULT_CA_BUNDLE_PATH if settings["verify"] is True else settings["verify"]
     if isinstance(verify, str) and os.path.isdir(verify):  # a CA directory: requests reads it, this pool would not

@@ -1,5 +1,6 @@
-"""observe.otlp_transport: the exporter sends through the SDK's urllib3 transport wherever requests would have sent
-the same way, and keeps requests where the environment or the session asks for what only requests does."""
+"""observe.otlp_transport: the exporter sends through observe.otlp_plain_http (http://) or the SDK's urllib3 transport
+(https://) wherever requests would have sent the same way, and keeps requests where the environment or the session
+asks for what only requests does."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
 
+from models_registry.observe.otlp_plain_http import PlainHTTPTransport
 from models_registry.observe.otlp_transport import lean_transport
 from models_registry.observe.span_encoding import encode_queued
 from models_registry.observe.span_export import EncodedSpanExporter
@@ -63,10 +65,11 @@ def _transport(exporter: EncodedSpanExporter) -> object:
     return exporter._client._transport  # type: ignore[attr-defined]
 
 
-def test_spans_go_out_through_urllib3_and_arrive_whole(receiver: tuple[str, list[bytes]]) -> None:
+def test_spans_go_out_over_the_plain_transport_and_arrive_whole(receiver: tuple[str, list[bytes]]) -> None:
     url, bodies = receiver
     exporter = EncodedSpanExporter(endpoint=url)
-    assert type(_transport(exporter)) is Urllib3HTTPTransport
+    assert type(_transport(exporter)) is PlainHTTPTransport
+    assert type(_transport(EncodedSpanExporter(endpoint=url.replace("http:", "https:")))) is Urllib3HTTPTransport
     exporter.bare = (Resource.create({"service.name": "web"}), InstrumentationScope("models_registry"))
     contexts = [pack_context(0xABC, 7 + n, 1) for n in range(3)]
     spans = encode_queued("inference.queue", SpanKind.INTERNAL, {"hosting.model": "m"},
@@ -90,7 +93,7 @@ def test_a_proxy_for_the_endpoint_keeps_requests(monkeypatch: pytest.MonkeyPatch
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
     sent_by = type(_transport(EncodedSpanExporter(endpoint=ENDPOINT)))
-    assert sent_by is (Urllib3HTTPTransport if lean else RequestsHTTPTransport)
+    assert sent_by is (PlainHTTPTransport if lean else RequestsHTTPTransport)
 
 
 def test_a_netrc_entry_for_the_collector_keeps_requests(tmp_path: Path) -> None:
@@ -109,7 +112,8 @@ def test_the_ca_bundle_requests_would_use_is_the_pools(monkeypatch: pytest.Monke
     pool = _transport(EncodedSpanExporter(endpoint=ENDPOINT.replace("http:", "https:")))._pool  # type: ignore[attr-defined]
     assert pool.connection_pool_kw["ca_certs"] == str(bundle)
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path))  # a directory of CAs: only requests reads one
-    assert type(_transport(EncodedSpanExporter(endpoint=ENDPOINT))) is RequestsHTTPTransport
+    assert type(_transport(EncodedSpanExporter(endpoint=ENDPOINT.replace("http:", "https:")))) is RequestsHTTPTransport
+    assert type(_transport(EncodedSpanExporter(endpoint=ENDPOINT))) is PlainHTTPTransport  # no TLS: no CA read
 
 
 def test_a_session_set_up_by_a_credential_provider_is_kept() -> None:

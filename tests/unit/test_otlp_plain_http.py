@@ -1,0 +1,231 @@
+"""observe.otlp_plain_http: the exporter's HTTP/1.1 transport to a plain-http collector, against real loopback
+servers (kept-alive, closing, silent, absent) and answers written byte by byte."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.exporter.otlp.common.http import _extract_retry_after
+
+from models_registry.observe.otlp_plain_http import (
+    PlainHTTPTransport,
+    ProtocolError,
+    _Reader,
+    read_answer,
+    request_head,
+    send_all,
+)
+
+
+def _answer_of(raw: bytes, method: str = "POST") -> tuple[int, bytes, bool, dict[str, str]]:
+    """read_answer of raw bytes as a collector would send them (then closes)."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(raw)
+        theirs.shutdown(socket.SHUT_WR)
+        answer = read_answer(_Reader(ours), method)
+        return answer.status, answer.body, answer.keep_alive, dict(answer.headers)
+
+
+def test_the_request_is_one_head_and_its_body() -> None:
+    head = request_head("POST", "http://collector:4318/v1/traces?x=1", {
+        "Content-Type": "application/x-protobuf", "Host": "spoofed", "Content-Length": "9"}, 120)
+    assert head == (b"POST /v1/traces?x=1 HTTP/1.1\r\nHost: collector:4318\r\n"
+                    b"Content-Type: application/x-protobuf\r\nContent-Length: 120\r\n\r\n")
+
+
+@pytest.mark.parametrize("header", [{"X-Key": "a\r\nX-Injected: 1"}, {"X\nKey": "a"}, {"X-Key": "a\0"}])
+def test_a_header_with_a_line_break_is_refused(header: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="line break"):
+        request_head("POST", "http://c/v1/traces", header, 0)
+
+
+def test_parts_sent_through_a_small_buffer_arrive_whole_and_in_order() -> None:
+    """send_all keeps sending what a partial sendmsg left, from the middle of a part on."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    parts = (b"head\r\n\r\n", b"", bytes(range(256)) * 2000, b"tail")
+    received = bytearray()
+
+    def read() -> None:
+        while chunk := theirs.recv(1000):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    with ours:
+        send_all(ours, parts)
+        ours.shutdown(socket.SHUT_WR)
+        reader.join(10)
+    theirs.close()
+    assert bytes(received) == b"".join(parts)
+
+
+def test_an_answer_by_content_length_keeps_the_connection() -> None:
+    status, body, keep_alive, headers = _answer_of(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 3\r\n\r\nabcEXTRA")
+    assert (status, body, keep_alive, headers["content-type"]) == (200, b"abc", True, "application/x-protobuf")
+
+
+def test_a_chunked_answer_with_trailers_is_joined() -> None:
+    raw = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"4;ext=1\r\nwiki\r\n5\r\npedia\r\n0\r\nX-Trailer: t\r\n\r\n")
+    assert _answer_of(raw)[:3] == (200, b"wikipedia", True)
+
+
+def test_interim_answers_are_skipped_and_no_body_statuses_read_none() -> None:
+    assert _answer_of(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")[:3] == (204, b"", True)
+
+
+@pytest.mark.parametrize(("raw", "keep_alive"), [
+    (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", False),
+    (b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", False),
+    (b"HTTP/1.1 503 Busy\r\n\r\nuntil the close", False),  # no length: the close delimits it
+], ids=["connection close", "http/1.0", "no length"])
+def test_an_answer_that_ends_the_connection_says_so(raw: bytes, keep_alive: bool) -> None:
+    assert _answer_of(raw)[2] is keep_alive
+
+
+@pytest.mark.parametrize("raw", [
+    b"SSH-2.0-OpenSSH\r\n\r\n", b"HTTP/1.1 2000 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", b"HTTP/1.1 200 OK\r\nContent-Le",
+    b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+], ids=["not http", "bad status", "bad header", "cut body", "cut head", "bad length"])
+def test_a_malformed_or_cut_answer_is_a_protocol_error(raw: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        _answer_of(raw)
+
+
+def test_retry_after_is_read_as_the_sdk_reads_it() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b"HTTP/1.1 429 Too Many\r\nRetry-After: 7\r\nContent-Length: 0\r\n\r\n")
+        answer = read_answer(_Reader(ours), "POST")
+    from models_registry.observe.otlp_plain_http import PlainHTTPResult
+
+    result = PlainHTTPResult(status_code=429, reason="Too Many", answer_headers=answer.headers)
+    assert _extract_retry_after(result) == 7.0
+    assert result.headers()["RETRY-AFTER"] == "7" and "Retry-After" in result.headers()
+
+
+class _Collector:
+    """A real HTTP server on a free loopback port: the bodies it got and the client ports they came from."""
+
+    def __init__(self, http_version: str = "HTTP/1.1", status: int = 200) -> None:
+        self.bodies: list[bytes] = []
+        self.ports: list[int] = []
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = http_version
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                collector.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+                collector.ports.append(self.client_address[1])
+                self.send_response(status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def collector_of() -> Iterator[Callable[..., _Collector]]:
+    started: list[_Collector] = []
+
+    def start(**kwargs: object) -> _Collector:
+        started.append(_Collector(**kwargs))  # type: ignore[arg-type]
+        return started[-1]
+
+    yield start
+    for collector in started:
+        collector.stop()
+
+
+def test_exports_share_one_kept_alive_connection(collector_of: Callable[..., _Collector]) -> None:
+    collector, transport = collector_of(), PlainHTTPTransport()
+    bodies = [bytes([n]) * (300_000 + n) for n in range(3)]  # each more than a default send buffer
+    for body in bodies:
+        result = transport.request("POST", collector.url, headers={"Content-Type": "application/x-protobuf"},
+                                   data=body, timeout=5)
+        assert (result.status_code, result.content(), result.error) == (200, b"{}", None)
+    assert collector.bodies == bodies
+    assert len(set(collector.ports)) == 1
+    transport.close()
+
+
+def test_a_collector_that_closes_each_connection_gets_a_new_one(collector_of: Callable[..., _Collector]) -> None:
+    collector, transport = collector_of(http_version="HTTP/1.0"), PlainHTTPTransport()
+    for _ in range(3):
+        assert transport.request("POST", collector.url, data=b"span", timeout=5).status_code == 200
+    assert len(collector.bodies) == 3 and len(set(collector.ports)) == 3
+
+
+def test_an_error_status_is_the_result_not_an_error(collector_of: Callable[..., _Collector]) -> None:
+    result = PlainHTTPTransport().request("POST", collector_of(status=503).url, data=b"x", timeout=5)
+    assert (result.status_code, result.error) == (503, None)
+
+
+def test_a_stale_kept_alive_connection_is_a_connection_error_retried_on_a_new_one() -> None:
+    """A collector that closed the idle connection: the request on it fails as one the SDK retries at once."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces"
+
+    def serve_once_then_close() -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                time.sleep(0.1)  # then closes while the client keeps the connection
+
+    server = threading.Thread(target=serve_once_then_close, daemon=True)
+    server.start()
+    transport = PlainHTTPTransport()
+    assert transport.request("POST", url, data=b"first", timeout=5).status_code == 200
+    time.sleep(0.3)
+    stale = transport.request("POST", url, data=b"second", timeout=5)
+    assert stale.error is not None and transport.is_connection_error(stale.error)
+    assert transport.request("POST", url, data=b"second", timeout=5).status_code == 200
+    server.join(5)
+    listener.close()
+
+
+def test_a_silent_collector_times_out_and_is_not_retried() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))  # accepts (the backlog), never answers
+    transport = PlainHTTPTransport()
+    started = time.monotonic()
+    result = transport.request("POST", f"http://127.0.0.1:{listener.getsockname()[1]}/", data=b"x", timeout=0.3)
+    assert 0.25 < time.monotonic() - started < 3
+    assert isinstance(result.error, TimeoutError) and not transport.is_connection_error(result.error)
+    listener.close()
+
+
+def test_an_absent_collector_is_a_connection_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    transport = PlainHTTPTransport()
+    result = transport.request("POST", f"http://127.0.0.1:{port}/v1/traces", data=b"x", timeout=2)
+    assert isinstance(result.error, ConnectionRefusedError) and transport.is_connection_error(result.error)
+
+
+def test_an_https_url_is_refused_not_sent_in_clear() -> None:
+    result = PlainHTTPTransport().request("POST", "https://127.0.0.1:4318/v1/traces", data=b"x", timeout=1)
+    assert isinstance(result.error, ValueError)
