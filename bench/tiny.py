@@ -65,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "sink: bench.otlp_sink), side by side with it off")
     parser.add_argument("--otel-sampler", default="always_on", metavar="SAMPLER[:ARG]",
                         help="OTEL_TRACES_SAMPLER of the traced product (e.g. parentbased_traceidratio:0.1)")
+    parser.add_argument("--otel-first", action="store_true",
+                        help="start the traced product before the untraced one (the stack started later ran up to "
+                             "a few %% apart on the 2-core machine: a pair of runs, one each way, cancels that)")
     parser.add_argument("--baseline-webs", type=int, default=1,
                         help="web processes of the --baseline products (1: make run's layout before issue 20)")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
@@ -253,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
             products = [(PRODUCT, None, {})] + [(f"{PRODUCT}@{ref}", baseline_tree(ref, workdir), {})
                                                 for ref in args.baseline]
             if args.otel:
-                products.append((f"{PRODUCT}+otel", None, _otlp_sink(running, args.otel_sampler)))
+                traced = (f"{PRODUCT}+otel", None, _otlp_sink(running, args.otel_sampler))
+                if args.otel_first:
+                    products.insert(0, traced)
+                else:
+                    products.append(traced)
             for name, root, env in products:
                 stack, urls, token = start_product(args, model_dir, root, env=env,
                                                    webs=args.baseline_webs if root else args.webs)
