@@ -66,6 +66,30 @@ def test_parts_sent_through_a_small_buffer_arrive_whole_and_in_order() -> None:
     assert bytes(received) == b"".join(parts)
 
 
+def test_what_a_partial_send_left_is_sent_next_from_where_it_stopped() -> None:
+    """A send cut short (a signal, the send timeout) at any point: the rest follows, nothing twice."""
+
+    class Trickle:
+        def __init__(self, most: int) -> None:
+            self.most, self.got = most, bytearray()
+
+        def sendmsg(self, views: list[memoryview]) -> int:
+            room = self.most
+            for view in views:
+                taken = bytes(view[:room])
+                self.got += taken
+                room -= len(taken)
+                if not room:
+                    break
+            return self.most - room
+
+    parts = (b"POST / HTTP/1.1\r\n\r\n", b"", bytes(range(256)) * 40, b"end")
+    for most in (1, 7, 19, 256, 10_000, 100_000):
+        trickle = Trickle(most)
+        send_all(trickle, parts)  # type: ignore[arg-type]
+        assert bytes(trickle.got) == b"".join(parts), most
+
+
 def test_an_answer_by_content_length_keeps_the_connection() -> None:
     status, body, keep_alive, headers = _answer_of(
         b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 3\r\n\r\nabcEXTRA")
