@@ -2,7 +2,7 @@
 
 An export runs in the BatchSpanProcessor's thread, which shares the GIL with the requests being served.
 Through urllib3 an export of 512 spans cost that thread 0.49 ms of CPU (median; 0.27 ms here, measured side
-by side) and some seven system calls, each a release and a retaking of the GIL (strace): the pool's
+by side) and eight system calls, each a release and a retaking of the GIL (strace): the pool's
 liveness poll, a poll before each send and receive, the head and the body sent apart, the answer read
 through a buffered file. Here the head and the body go out with one sendmsg() (no joined copy; the send
 buffer holds a batch), the answer comes in with one recv() (it fits one segment) and is parsed in a few
