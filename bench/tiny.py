@@ -66,8 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--otel-sampler", default="always_on", metavar="SAMPLER[:ARG]",
                         help="OTEL_TRACES_SAMPLER of the traced product (e.g. parentbased_traceidratio:0.1)")
     parser.add_argument("--otel-first", action="store_true",
-                        help="start the traced product before the untraced one (the stack started later ran up to "
-                             "a few %% apart on the 2-core machine: a pair of runs, one each way, cancels that)")
+                        help="start the traced product before the untraced one (on the 2-core machine the start "
+                             "order moved the ratio by 4.5-7.5 points: a pair of runs, one each way, cancels that)")
     parser.add_argument("--baseline-webs", type=int, default=1,
                         help="web processes of the --baseline products (1: make run's layout before issue 20)")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))

@@ -1,39 +1,52 @@
 """observe.otlp_plain_http: the exporter's HTTP/1.1 transport to a plain-http collector, against real loopback
-servers (kept-alive, closing, silent, absent) and answers written byte by byte."""
+servers (kept-alive, closing, silent, absent, answering with bytes written by hand)."""
 
 from __future__ import annotations
 
+import http.client
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
+from opentelemetry.exporter.http.transport._base import BaseHTTPResult
 from opentelemetry.exporter.otlp.common.http import _extract_retry_after
 
-from models_registry.observe.otlp_plain_http import (
-    PlainHTTPTransport,
-    ProtocolError,
-    _Reader,
-    read_answer,
-    request_head,
-    send_all,
-)
+from models_registry.observe.otlp_plain_http import PlainHTTPTransport, request_head, send_all
 
 
-def _answer_of(raw: bytes, method: str = "POST") -> tuple[int, bytes, bool, dict[str, str]]:
-    """read_answer of raw bytes as a collector would send them (then closes)."""
-    ours, theirs = socket.socketpair()
-    with ours, theirs:
-        theirs.sendall(raw)
-        theirs.shutdown(socket.SHUT_WR)
-        answer = read_answer(_Reader(ours), method)
-        return answer.status, answer.body, answer.keep_alive, dict(answer.headers)
+def _answer_of(raw: bytes) -> tuple[BaseHTTPResult, bool]:
+    """A request's result when the collector answers with raw bytes (then closes after a while), and whether the
+    transport kept the connection for the next request."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_once() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            got = b""
+            while b"\r\n\r\n" not in got or not got.endswith(b"span"):
+                got += conn.recv(65536)
+            conn.sendall(raw)
+            conn.shutdown(socket.SHUT_WR)
+            time.sleep(0.2)
+
+    server = threading.Thread(target=answer_once, daemon=True)
+    server.start()
+    transport = PlainHTTPTransport()
+    result = transport.request("POST", f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces", data=b"span",
+                               timeout=5)
+    kept = transport._sock is not None
+    transport.close()
+    server.join(5)
+    listener.close()
+    return result, kept
 
 
 def test_the_request_is_one_head_and_its_body() -> None:
-    head = request_head("POST", "http://collector:4318/v1/traces?x=1", {
+    head = request_head("POST", urlsplit("http://collector:4318/v1/traces?x=1"), {
         "Content-Type": "application/x-protobuf", "Host": "spoofed", "Content-Length": "9"}, 120)
     assert head == (b"POST /v1/traces?x=1 HTTP/1.1\r\nHost: collector:4318\r\n"
                     b"Content-Type: application/x-protobuf\r\nContent-Length: 120\r\n\r\n")
@@ -42,7 +55,7 @@ def test_the_request_is_one_head_and_its_body() -> None:
 @pytest.mark.parametrize("header", [{"X-Key": "a\r\nX-Injected: 1"}, {"X\nKey": "a"}, {"X-Key": "a\0"}])
 def test_a_header_with_a_line_break_is_refused(header: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="line break"):
-        request_head("POST", "http://c/v1/traces", header, 0)
+        request_head("POST", urlsplit("http://c/v1/traces"), header, 0)
 
 
 def test_parts_sent_through_a_small_buffer_arrive_whole_and_in_order() -> None:
@@ -91,19 +104,21 @@ def test_what_a_partial_send_left_is_sent_next_from_where_it_stopped() -> None:
 
 
 def test_an_answer_by_content_length_keeps_the_connection() -> None:
-    status, body, keep_alive, headers = _answer_of(
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 3\r\n\r\nabcEXTRA")
-    assert (status, body, keep_alive, headers["content-type"]) == (200, b"abc", True, "application/x-protobuf")
+    result, kept = _answer_of(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 3\r\n\r\nabc")
+    assert (result.status_code, result.content(), kept) == (200, b"abc", True)
+    assert result.headers()["content-type"] == "application/x-protobuf"
 
 
 def test_a_chunked_answer_with_trailers_is_joined() -> None:
     raw = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
            b"4;ext=1\r\nwiki\r\n5\r\npedia\r\n0\r\nX-Trailer: t\r\n\r\n")
-    assert _answer_of(raw)[:3] == (200, b"wikipedia", True)
+    result, kept = _answer_of(raw)
+    assert (result.status_code, result.content(), kept) == (200, b"wikipedia", True)
 
 
 def test_interim_answers_are_skipped_and_no_body_statuses_read_none() -> None:
-    assert _answer_of(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")[:3] == (204, b"", True)
+    result, kept = _answer_of(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")
+    assert (result.status_code, result.content(), kept) == (204, b"", True)
 
 
 @pytest.mark.parametrize(("raw", "keep_alive"), [
@@ -112,7 +127,7 @@ def test_interim_answers_are_skipped_and_no_body_statuses_read_none() -> None:
     (b"HTTP/1.1 503 Busy\r\n\r\nuntil the close", False),  # no length: the close delimits it
 ], ids=["connection close", "http/1.0", "no length"])
 def test_an_answer_that_ends_the_connection_says_so(raw: bytes, keep_alive: bool) -> None:
-    assert _answer_of(raw)[2] is keep_alive
+    assert _answer_of(raw)[1] is keep_alive
 
 
 @pytest.mark.parametrize("raw", [
@@ -121,18 +136,14 @@ def test_an_answer_that_ends_the_connection_says_so(raw: bytes, keep_alive: bool
     b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
 ], ids=["not http", "bad status", "bad header", "cut body", "cut head", "bad length"])
 def test_a_malformed_or_cut_answer_is_a_protocol_error(raw: bytes) -> None:
-    with pytest.raises(ProtocolError):
-        _answer_of(raw)
+    """Refused, and retried on a new connection as urllib3's ProtocolError is."""
+    result, kept = _answer_of(raw)
+    assert isinstance(result.error, http.client.HTTPException), result
+    assert PlainHTTPTransport().is_connection_error(result.error) and not kept
 
 
 def test_retry_after_is_read_as_the_sdk_reads_it() -> None:
-    ours, theirs = socket.socketpair()
-    with ours, theirs:
-        theirs.sendall(b"HTTP/1.1 429 Too Many\r\nRetry-After: 7\r\nContent-Length: 0\r\n\r\n")
-        answer = read_answer(_Reader(ours), "POST")
-    from models_registry.observe.otlp_plain_http import PlainHTTPResult
-
-    result = PlainHTTPResult(status_code=429, reason="Too Many", answer_headers=answer.headers)
+    result, _ = _answer_of(b"HTTP/1.1 429 Too Many\r\nRetry-After: 7\r\nContent-Length: 0\r\n\r\n")
     assert _extract_retry_after(result) == 7.0
     assert result.headers()["RETRY-AFTER"] == "7" and "Retry-After" in result.headers()
 
