@@ -96,7 +96,10 @@ def ready_everywhere(reports: Iterable[dict[str, Any]]) -> dict[str, set[int]]:
     """{model: versions READY on every worker that serves the model}, from each live worker's models_state.
 
     A worker serves a model when it holds or loads any of its versions; a worker that could
-    load it on demand but holds none does not count (it would load whichever is asked).
+    load it on demand but holds none does not count (it would load whichever is asked). A
+    version retiring on a worker (its registry view dropped it) is not ready there: that view
+    may be older than a rollback to it, and the worker unloads it a few refreshes later, so
+    switching to it, or routing to it as the target, would flip back to the version before.
     """
     serving_workers: dict[str, int] = {}
     ready_counts: dict[tuple[str, int], int] = {}
@@ -107,7 +110,7 @@ def ready_everywhere(reports: Iterable[dict[str, Any]]) -> dict[str, set[int]]:
             if state.get("state") not in (ModelState.READY, ModelState.LOADING):
                 continue
             held.add(model)
-            if state.get("state") == ModelState.READY:
+            if state.get("state") == ModelState.READY and not state.get("retiring"):
                 ready_counts[(model, version)] = ready_counts.get((model, version), 0) + 1
         for model in held:
             serving_workers[model] = serving_workers.get(model, 0) + 1

@@ -84,6 +84,8 @@ def models_report(slots: ModelSlots, stats: EngineStats, rates: dict[str, float]
     return {
         name: {
             "state": slot.state.value,
+            # Dropped by the registry and answering only what still reaches it: not ready for a switch (rollout)
+            "retiring": slot.retired_at is not None,
             "error": slot.error,
             "device": getattr(slot.loaded, "device", ""),
             **(slot.loaded.backend if slot.loaded is not None else {}),

@@ -69,18 +69,28 @@ SETTLE_S = 1.0  # longer than any answer in flight at a switch (p95 under 20 ms 
 
 
 def wait_all(load: Load, length: int, since: float, what: str, count: int = 40) -> float:
-    """Until the last count answers all have vectors of length (the switch is done); when the switch was."""
-    def check() -> bool:
-        recent = load.since(since)[-count:]
-        return len(recent) == count and all(s.length == length for s in recent)
-
-    wait_until(check, 60, what, interval_s=0.1)
+    """Until the last count answers all have vectors of length and no other answer landed for SETTLE_S; when the
+    switch was (the first answer after the last other one)."""
     # Count runs of new answers do not mean every client has switched: a web process that reads the change a
-    # moment later, or a request already routed to the old version, still answers from it (by design, no
-    # request fails), possibly after count new answers from the others. Let those land before saying when.
-    time.sleep(SETTLE_S)
+    # moment later, or a request already routed to the old version, still answers from it (by design, no request
+    # fails), possibly after count new answers from the others, and on a loaded machine later than any fixed
+    # pause (CI once saw one land last). So wait until the tail is new and the last straggler is SETTLE_S old.
+    def settled() -> bool:
+        answers = load.since(since)
+        recent = answers[-count:]
+        if len(recent) < count or any(s.length != length for s in recent):
+            return False
+        stragglers = [s.at for s in answers if s.length != length]
+        return not stragglers or time.time() - stragglers[-1] >= SETTLE_S
+
+    wait_until(settled, 60, what, interval_s=0.1)
     answers = load.since(since)
     others = [i for i, s in enumerate(answers) if s.length != length]
+    late = [answers[i] for i in others if i > others[0] and any(s.length == length for s in answers[:i])]
+    if late:  # old answers after the first new one: how late the slowest landed, and how long it had waited
+        print(f"\n{what}: {len(late)} old answers after the first new one; the last "
+              f"{late[-1].at - since:.2f} s after the commit, (status, version, s waited) "
+              f"{[(s.status, s.version, round(s.latency_s, 3)) for s in late[-3:]]}")
     return answers[others[-1] + 1].at if others else answers[0].at  # from here on, only the new version answers
 
 

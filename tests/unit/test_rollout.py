@@ -77,6 +77,18 @@ def test_ready_everywhere_needs_every_worker_serving_the_model() -> None:
     assert ready_everywhere([one, two, idle])["m"] == {1, 2}
 
 
+def test_a_version_retiring_on_one_worker_is_neither_switched_to_nor_routed_to_as_the_target() -> None:
+    # CI once saw a rollback flip back: a worker whose registry view predated the rollback still held
+    # the old live version as retiring, reported it ready, the switch happened, and then it unloaded it.
+    fresh = {"m.v2": {"state": "ready"}, "m.v3": {"state": "ready"}}
+    stale = {"m.v2": {"state": "ready", "retiring": True}, "m.v3": {"state": "ready"}}
+    ready = ready_everywhere([fresh, stale])
+    assert ready == {"m": {3}}
+    assert serving(Rollout(live=3, target=2, previous=2), ready["m"]) == 3  # v3 answers until v2 stays
+    stale["m.v2"]["retiring"] = False  # the worker read the rollback
+    assert serving(Rollout(live=3, target=2, previous=2), ready_everywhere([fresh, stale])["m"]) == 2
+
+
 def test_distances() -> None:
     assert distance([[1.0, 0.0]], [[1.0, 0.0]]) == pytest.approx(0.0)
     assert distance([[1.0, 0.0]], [[0.0, 1.0]]) == pytest.approx(1.0)
