@@ -137,12 +137,14 @@ class Client:
         self.conn = None
 
 
-def build_request(method: str, base_url: str, path: str, body: bytes = b"", token: str | None = None) -> bytes:
-    """The raw bytes of one HTTP/1.1 keep-alive request."""
+def build_request(method: str, base_url: str, path: str, body: bytes = b"", token: str | None = None,
+                  headers: dict[str, str] | None = None) -> bytes:
+    """The raw bytes of one HTTP/1.1 keep-alive request (headers: more of them, e.g. a traceparent)."""
     parts = urlsplit(base_url)
     head = [f"{method} {path} HTTP/1.1", f"Host: {parts.netloc}", "Connection: keep-alive"]
     if token:
         head.append(f"Authorization: Bearer {token}")
+    head += [f"{name}: {value}" for name, value in (headers or {}).items()]
     if body or method in ("POST", "PUT"):
         head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body

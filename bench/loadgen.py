@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,9 +15,15 @@ import numpy as np
 from bench.http_client import Client, ConnectionBroken, build_request
 
 
-def inference_requests(base_url: str, model: str, token: str, sentences: list[str]) -> list[bytes]:
-    """One pre-built `{"inputs": s}` POST per sentence."""
-    return [build_request("POST", base_url, f"/models/{model}", json.dumps({"inputs": s}).encode(), token)
+def inference_requests(base_url: str, model: str, token: str, sentences: list[str],
+                       traceparent_flags: str | None = None) -> list[bytes]:
+    """One pre-built `{"inputs": s}` POST per sentence; with traceparent_flags ("01" sampled, "00" not), each
+    carries a W3C traceparent of its own (ids seeded: the same for every run) with those flags."""
+    ids = random.Random(20261129)
+    return [build_request("POST", base_url, f"/models/{model}", json.dumps({"inputs": s}).encode(), token,
+                          None if traceparent_flags is None else
+                          {"traceparent": f"00-{ids.getrandbits(128) or 1:032x}-{ids.getrandbits(64) or 1:016x}-"
+                                          f"{traceparent_flags}"})
             for s in sentences]
 
 

@@ -37,6 +37,8 @@ from bench.stack_setup import stopped_on_failure
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "tiny-bert"
 PRODUCT = "product"
+TRACED = f"{PRODUCT}+otel"
+UNSAMPLED_ARM = f"{TRACED} unsampled"  # --otel-arms: the traced product's processes, no request sampled
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -68,6 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--otel-first", action="store_true",
                         help="start the traced product before the untraced one (on the 2-core machine the start "
                              "order moved the ratio by 4.5-7.5 points: a pair of runs, one each way, cancels that)")
+    parser.add_argument("--otel-arms", action="store_true",
+                        help="with --otel: load the traced product twice a round, by the same processes, its "
+                             "requests carrying a sampled W3C traceparent (flags 01) and an unsampled one (00), under "
+                             "the SDK's default parentbased_always_on: their ratio is the sampled spans' cost, free of "
+                             "the stacks' start order and placement")
     parser.add_argument("--baseline-webs", type=int, default=1,
                         help="web processes of the --baseline products (1: make run's layout before issue 20)")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
@@ -81,6 +88,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name, full, short in (("seconds", 6.0, 3.0), ("warmup", 1.0, 0.5), ("rounds", 3, 1)):
         if getattr(args, name) is None:
             setattr(args, name, short if args.quick else full)
+    if args.otel_arms:
+        if not args.otel:
+            parser.error("--otel-arms needs --otel")
+        if args.otel_sampler == "always_on":  # the flag's default: the parent-based one honours the client's flags
+            args.otel_sampler = "parentbased_always_on"
+        if not args.otel_sampler.startswith("parentbased_"):
+            parser.error("--otel-arms needs a parent-based sampler (the arms differ by the traceparent's flags)")
     args.levels = [int(v) for v in args.levels.split(",") if v.strip()]
     args.only = [v.strip() for v in args.only.split(",") if v.strip()]
     return args
@@ -256,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             products = [(PRODUCT, None, {})] + [(f"{PRODUCT}@{ref}", baseline_tree(ref, workdir), {})
                                                 for ref in args.baseline]
             if args.otel:
-                traced = (f"{PRODUCT}+otel", None, _otlp_sink(running, args.otel_sampler))
+                traced = (TRACED, None, _otlp_sink(running, args.otel_sampler))
                 if args.otel_first:
                     products.insert(0, traced)
                 else:
@@ -265,9 +279,13 @@ def main(argv: list[str] | None = None) -> int:
                 stack, urls, token = start_product(args, model_dir, root, env=env,
                                                    webs=args.baseline_webs if root else args.webs)
                 running.callback(stack.stop)
-                servers[name] = {"urls": urls, "requests": {u: loadgen.inference_requests(u, MODEL, token, sentences)
-                                                            for u in urls},
-                                 "groups": _groups_of_product(stack), "extract": json.loads}
+                arms = [(name, None)]
+                if name == TRACED and args.otel_arms:
+                    arms = [(name, "01"), (UNSAMPLED_ARM, "00")]
+                for arm, flags in arms:
+                    servers[arm] = {"urls": urls, "groups": _groups_of_product(stack), "extract": json.loads,
+                                    "requests": {u: loadgen.inference_requests(u, MODEL, token, sentences, flags)
+                                                 for u in urls}}
         if not args.no_peers:
             found, skipped = tiny_peers.available(model_dir, _free_port)
             for peer in found:
@@ -370,12 +388,14 @@ def paired_ratios(rounds: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[st
     """
     if PRODUCT not in rounds:
         return {}
-    copies, traced = [name for name in rounds if name.startswith(f"{PRODUCT}@")], f"{PRODUCT}+otel"
+    copies, traced = [name for name in rounds if name.startswith(f"{PRODUCT}@")], TRACED
     # label -> (the variant, the untraced servers its rate is divided by, their mean when more than one)
     against: dict[str, tuple[str, tuple[str, ...]]] = {name: (name, (PRODUCT,)) for name in rounds
                                                         if name != PRODUCT and name.startswith(PRODUCT)}
     if copies and traced in rounds:
         against[f"{traced} / mean of {', '.join((PRODUCT, *copies))}"] = (traced, (PRODUCT, *copies))
+    if UNSAMPLED_ARM in rounds and traced in rounds:  # --otel-arms: one stack, sampled over unsampled
+        against[f"{traced} / {UNSAMPLED_ARM} (the same processes)"] = (traced, (UNSAMPLED_ARM,))
     paired: dict[str, dict[int, dict[str, Any]]] = {}
     for name, (variant, bases) in against.items():
         paired[name] = {}

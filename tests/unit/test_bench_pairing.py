@@ -34,3 +34,26 @@ def test_enough_rounds_give_the_medians_interval_and_the_same_rounds_the_same_on
     assert low <= paired[64]["median"] <= high and (low, high) == median_interval([r / 100 for r in rates])
     assert low < high  # the rounds differ: so do their resampled medians
     assert median_interval([0.97] * 6) == (0.97, 0.97) and median_interval([1.0] * 4) is None
+
+
+def test_the_sampled_arm_is_paired_with_the_unsampled_arm_of_the_same_processes() -> None:
+    paired = paired_ratios({"product": _rates(100, 100), "product+otel": _rates(94, 96),
+                            "product+otel unsampled": _rates(100, 98)})
+    assert paired["product+otel / product+otel unsampled (the same processes)"][64]["ratios"] == [0.94, 0.98]
+    assert paired["product+otel unsampled"][64]["ratios"] == [1.0, 0.98]  # the arm against the untraced product
+
+
+def test_each_request_of_an_arm_carries_its_own_traceparent_with_the_arms_flags() -> None:
+    from bench.loadgen import inference_requests
+    from models_registry.observe.trace_context import parse_traceparent
+
+    def traceparents(flags: str | None) -> list[str]:
+        raws = inference_requests("http://127.0.0.1:9", "m", "t", ["a", "b", "c"], flags)
+        return [line.split(": ", 1)[1] for raw in raws for line in raw.split(b"\r\n\r\n")[0].decode().split("\r\n")
+                if line.lower().startswith("traceparent:")]
+
+    assert traceparents(None) == []
+    sampled, unsampled = traceparents("01"), traceparents("00")
+    assert len(set(sampled)) == 3 and sampled == traceparents("01")  # one per request, the same every run
+    assert [parse_traceparent(v).flags for v in sampled] == [1, 1, 1]
+    assert [parse_traceparent(v).flags for v in unsampled] == [0, 0, 0]
