@@ -86,7 +86,8 @@ def wait_all(load: Load, length: int, since: float, what: str, count: int = 40) 
     wait_until(settled, 60, what, interval_s=0.1)
     answers = load.since(since)
     others = [i for i, s in enumerate(answers) if s.length != length]
-    late = [answers[i] for i in others if i > others[0] and any(s.length == length for s in answers[:i])]
+    first_new = next(i for i, s in enumerate(answers) if s.length == length)
+    late = [answers[i] for i in others if i > first_new]
     if late:  # old answers after the first new one: how late the slowest landed, and how long it had waited
         print(f"\n{what}: {len(late)} old answers after the first new one; the last "
               f"{late[-1].at - since:.2f} s after the commit, (status, version, s waited) "
