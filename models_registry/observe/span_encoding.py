@@ -23,6 +23,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
+from models_registry.observe.attribute_wire import scalar_pair
+
 logger = logging.getLogger(__name__)
 
 _HAS_IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
@@ -164,11 +166,14 @@ def _attribute_fields(attributes: Mapping[str, Any]) -> tuple[bytes, bool]:
     """
     out, whole = [], True
     for key, value in attributes.items():
-        cached = _pairs.get((key, type(value), value)) if type(value) in _SCALARS else None
+        scalar = type(value) in _SCALARS
+        cached = _pairs.get((key, type(value), value)) if scalar else None
         if cached is None:
-            holder = Span()
-            set_attributes(holder.attributes, {key: value})
-            cached = holder.SerializePartialToString()
+            cached = scalar_pair(key, value) if scalar else None
+            if cached is None:  # what protobuf writes its own way, or refuses (logged and left out)
+                holder = Span()
+                set_attributes(holder.attributes, {key: value})
+                cached = holder.SerializePartialToString()
             if cached and type(value) in _SCALARS:  # one left out is logged each time, as the SDK does
                 if len(_pairs) >= MAX_PAIRS:  # paths and values a client makes up: never unbounded
                     _pairs.clear()
