@@ -19,7 +19,7 @@ from models_registry.inference.backend import ModelRunner
 from models_registry.inference.compute_deadline import computing_until
 from models_registry.inference.containment import contained, describe
 from models_registry.observe import tracing
-from models_registry.worker import suspects
+from models_registry.worker import span_backlog, suspects
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.generation_loop import GenerationLoop
 from models_registry.worker.delivery import Delivery
@@ -160,12 +160,13 @@ class BatchLoop:
     def _trace(self, traced: tracing.BatchTrace, batch: Batch[Delivery], formed: float, started: float,
                ended: float) -> None:
         """The batch's spans (observe.tracing): each request's queue time, the batch linked to them, the forward;
-        traced.context the batch span's (None: no request of it was traced)."""
+        traced.context the batch span's (None: no request of it was traced): recorded with other batches' spans
+        (worker.span_backlog), from what is read of the batch now (it is not kept alive for them)."""
         slot = self.slots.get(batch.key[0])
         loaded = slot.loaded if slot is not None else None
         costs = [item.cost for item in batch.items]
         requests = {item.request.id: (item.request.delivery.trace, item.request.arrival) for item in batch.items}
-        traced.context = tracing.record_batch(list(requests.values()), formed, started, ended, {
+        span_backlog.backlog.add(span_backlog.record_batch, traced, list(requests.values()), formed, started, ended, {
             "hosting.model": batch.key[0], "hosting.task": batch.key[1], "hosting.batch.size": len(batch),
             "hosting.batch.requests": len(requests), "hosting.batch.reason": str(batch.reason),
             "hosting.batch.tokens": sum(costs), "hosting.batch.padded_tokens": batch.padded_tokens,

@@ -22,6 +22,7 @@ from models_registry.capacity.placement_plan import Limits
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
 from models_registry.catalog.specs import ModelSpec
+from models_registry.worker import span_backlog
 from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery
@@ -103,7 +104,8 @@ class InferenceEngine:
             await asyncio.sleep(0.05)
 
     def shutdown(self) -> None:
-        """Release the threads (models die with the process)."""
+        """Release the threads (models die with the process); the spans still waiting go to the exporter."""
+        span_backlog.backlog.flush()
         self.batch_loop.shutdown()
         self.models.shutdown()
         self.media.shutdown()

@@ -12,7 +12,7 @@ from models_registry.broker import admission, messages
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.batch_types import PendingRequest
 from models_registry.core.errors import HostingError, Internal, Unavailable, public_message
-from models_registry.observe import tracing
+from models_registry.worker import span_backlog
 from models_registry.worker.delivery import Delivery, Lease
 
 logger = logging.getLogger(__name__)
@@ -79,8 +79,8 @@ class Replies:
         async def send_all() -> None:
             sending = time.time()
             sent = await self.layer.send_replies(replies, self.worker_id, leases, places)
-            if traced is not None and traced.context is not None:  # its batch's spans: recorded while this sent
-                tracing.record_reply(traced.context, len(replies), sending, time.time())
+            if traced is not None:  # after its batch's spans, which were added before this sent (span_backlog)
+                span_backlog.backlog.add(span_backlog.record_reply, traced, len(replies), sending, time.time())
             if sent < len(replies):
                 logger.warning("%d of %d replies did not fit their channels", len(replies) - sent, len(replies))
 

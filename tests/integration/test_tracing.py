@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from models_registry.worker import span_backlog
 from tests import model_factory
 from tests.integration.common import sentences
 from tests.stack import Stack, wait_until
@@ -202,7 +203,8 @@ def test_an_unsampled_trace_costs_no_span_anywhere_and_its_batch_links_only_the_
             sampled in {t for t, _ in s.links} for s in collector.all() if s.name == "inference.batch")
 
     wait_until(complete, 20, "the sampled trace's web and worker spans, and a batch linking it")
-    time.sleep(0.5)  # five of the processes' export intervals: what the unsampled trace had would be here by now
+    # five of the processes' export intervals after the worker's span backlog's wait: what the unsampled trace had
+    time.sleep(0.5 + span_backlog.WAIT_S)  # would be here by now
     assert collector.of_trace(unsampled) == []
     linked = {t for s in collector.all() if s.name == "inference.batch" for t, _ in s.links}
     assert unsampled not in linked
