@@ -160,18 +160,13 @@ class BatchLoop:
     def _trace(self, traced: tracing.BatchTrace, batch: Batch[Delivery], formed: float, started: float,
                ended: float) -> None:
         """The batch's spans (observe.tracing): each request's queue time, the batch linked to them, the forward;
-        traced.context the batch span's (None: no request of it was traced): recorded with other batches' spans
-        (worker.span_backlog), from what is read of the batch now (it is not kept alive for them)."""
-        slot = self.slots.get(batch.key[0])
-        loaded = slot.loaded if slot is not None else None
-        costs = [item.cost for item in batch.items]
-        requests = {item.request.id: (item.request.delivery.trace, item.request.arrival) for item in batch.items}
-        span_backlog.backlog.add(span_backlog.record_batch, traced, list(requests.values()), formed, started, ended, {
-            "hosting.model": batch.key[0], "hosting.task": batch.key[1], "hosting.batch.size": len(batch),
-            "hosting.batch.requests": len(requests), "hosting.batch.reason": str(batch.reason),
-            "hosting.batch.tokens": sum(costs), "hosting.batch.padded_tokens": batch.padded_tokens,
-            "hosting.device": loaded.device if loaded is not None else "",
-            "hosting.backend": str((loaded.backend or {}).get("backend", "")) if loaded is not None else ""})
+        traced.context the batch span's (None: no request of it was traced). Recorded with other batches' spans
+        (worker.span_backlog); only what they need is read of the batch now (it is not kept alive for them)."""
+        loaded = getattr(self.slots.get(batch.key[0]), "loaded", None)
+        where = (loaded.device, (loaded.backend or {}).get("backend", "")) if loaded is not None else ("", "")
+        span_backlog.backlog.add(span_backlog.record_batch, traced, batch.key, batch.reason, batch.padded_tokens, where, [
+            (item.request.id, item.request.delivery.trace, item.request.arrival, item.cost) for item in batch.items],
+            formed, started, ended)
 
     async def _sleep_until_work(self, now: float, release_in: float | None) -> None:
         """Until a request comes, the batcher's next deadline, or an idle decode batch's release (release_in s)."""

@@ -55,10 +55,17 @@ class SpanBacklog:
 backlog = SpanBacklog()  # this worker process' own: the batch loop adds a batch's spans, the replies its reply's
 
 
-def record_batch(traced: tracing.BatchTrace, requests: list[tuple[bytes, float]], formed: float, started: float,
-                 ended: float, attributes: dict[str, Any]) -> None:
-    """A batch's spans (observe.tracing.record_batch); traced.context their batch span's, the reply's parent."""
-    traced.context = tracing.record_batch(requests, formed, started, ended, attributes)
+def record_batch(traced: tracing.BatchTrace, key: tuple[str, str], reason: str, padded: int, where: tuple[str, Any],
+                 items: list[tuple[str, bytes, float, int]], formed: float, started: float, ended: float) -> None:
+    """A batch's spans (observe.tracing.record_batch) from what was read of it: its key (model, task), why it was
+    formed, its padded tokens, (device, backend) of the model, each item's (request id, wire context, arrival,
+    tokens); traced.context their batch span's, the reply's parent."""
+    requests = {request_id: (context, arrival) for request_id, context, arrival, _ in items}  # a request's items: one
+    traced.context = tracing.record_batch(list(requests.values()), formed, started, ended, {
+        "hosting.model": key[0], "hosting.task": key[1], "hosting.batch.size": len(items),
+        "hosting.batch.requests": len(requests), "hosting.batch.reason": str(reason),
+        "hosting.batch.tokens": sum([item[3] for item in items]), "hosting.batch.padded_tokens": padded,
+        "hosting.device": where[0], "hosting.backend": str(where[1])})
 
 
 def record_reply(traced: tracing.BatchTrace, replies: int, started: float, ended: float) -> None:

@@ -66,18 +66,23 @@ def test_a_call_that_raises_is_logged_and_the_others_run(caplog: pytest.LogCaptu
 
 def test_a_reply_is_recorded_under_its_batch_span_once_the_batch_was(monkeypatch: pytest.MonkeyPatch) -> None:
     recorded: list[Any] = []
-    monkeypatch.setattr(tracing, "record_batch", lambda *args: ("batch span", args[0]))
+    monkeypatch.setattr(tracing, "record_batch", lambda *args: ("batch span", *args))
     monkeypatch.setattr(tracing, "record_reply", lambda context, *args: recorded.append((context, *args)))
     traced, untraced = tracing.BatchTrace(), tracing.BatchTrace()
 
     async def scenario() -> None:
         backlog = SpanBacklog(most=10, wait_s=60)
-        backlog.add(span_backlog.record_batch, traced, [(b"ctx", 1.0)], 0.0, 1.0, 2.0, {})
+        backlog.add(span_backlog.record_batch, traced, ("tiny", "embed"), "size", 30, ("cpu", "torch"),
+                    [("r1", b"ctx1", 0.5, 10), ("r2", b"ctx2", 0.6, 15), ("r1", b"ctx1", 0.5, 5)], 0.7, 1.0, 2.0)
         backlog.add(span_backlog.record_reply, traced, 3, 2.0, 2.5)
         backlog.add(span_backlog.record_reply, untraced, 1, 2.0, 2.5)  # its batch had no traced request
         assert recorded == []
         backlog.flush()
 
     asyncio.run(scenario())
-    assert traced.context == ("batch span", [(b"ctx", 1.0)])
-    assert recorded == [(("batch span", [(b"ctx", 1.0)]), 3, 2.0, 2.5)]
+    batch_span = ("batch span", [(b"ctx1", 0.5), (b"ctx2", 0.6)], 0.7, 1.0, 2.0, {  # r1's two items: one request
+        "hosting.model": "tiny", "hosting.task": "embed", "hosting.batch.size": 3, "hosting.batch.requests": 2,
+        "hosting.batch.reason": "size", "hosting.batch.tokens": 30, "hosting.batch.padded_tokens": 30,
+        "hosting.device": "cpu", "hosting.backend": "torch"})
+    assert traced.context == batch_span
+    assert recorded == [(batch_span, 3, 2.0, 2.5)]
