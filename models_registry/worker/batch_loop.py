@@ -164,9 +164,10 @@ class BatchLoop:
         (worker.span_backlog); only what they need is read of the batch now (it is not kept alive for them)."""
         loaded = getattr(self.slots.get(batch.key[0]), "loaded", None)
         where = (loaded.device, (loaded.backend or {}).get("backend", "")) if loaded is not None else ("", "")
-        span_backlog.backlog.add(span_backlog.record_batch, traced, batch.key, batch.reason, batch.padded_tokens, where, [
-            (item.request.id, item.request.delivery.trace, item.request.arrival, item.cost) for item in batch.items],
-            formed, started, ended)
+        items = [(item.request.id, item.request.delivery.trace, item.request.arrival, item.cost)
+                 for item in batch.items]
+        span_backlog.backlog.add(span_backlog.record_batch, traced, batch.key, batch.reason, batch.padded_tokens, where,
+                                 items, formed, started, ended)
 
     async def _sleep_until_work(self, now: float, release_in: float | None) -> None:
         """Until a request comes, the batcher's next deadline, or an idle decode batch's release (release_in s)."""
