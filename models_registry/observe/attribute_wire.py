@@ -31,7 +31,7 @@ _double = struct.Struct("<d").pack
 _INT64_LOW, _INT64_END, _UINT64 = -(2**63), 2**63, 2**64 - 1
 
 
-def _varint(number: int) -> bytes:
+def varint(number: int) -> bytes:
     """A non-negative int as protobuf's base-128 varint."""
     if number < 0x80:
         return bytes((number,))
@@ -44,7 +44,7 @@ def _varint(number: int) -> bytes:
 
 
 def _delimited(tag: bytes, data: bytes) -> bytes:
-    return tag + _varint(len(data)) + data
+    return tag + varint(len(data)) + data
 
 
 def scalar_pair(key: str, value: Any) -> bytes | None:
@@ -59,7 +59,7 @@ def scalar_pair(key: str, value: Any) -> bytes | None:
         elif kind is int:
             if not _INT64_LOW <= value < _INT64_END:
                 return None
-            written = _INT + _varint(value & _UINT64)  # a negative one as its 64-bit two's complement, as protobuf
+            written = _INT + varint(value & _UINT64)  # a negative one as its 64-bit two's complement, as protobuf
         elif kind is float:
             written = _DOUBLE + _double(value)
         else:

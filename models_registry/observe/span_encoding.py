@@ -174,7 +174,7 @@ def _attribute_fields(attributes: Mapping[str, Any]) -> tuple[bytes, bool]:
                 holder = Span()
                 set_attributes(holder.attributes, {key: value})
                 cached = holder.SerializePartialToString()
-            if cached and type(value) in _SCALARS:  # one left out is logged each time, as the SDK does
+            if cached and scalar:  # one left out is logged each time, as the SDK does
                 if len(_pairs) >= MAX_PAIRS:  # paths and values a client makes up: never unbounded
                     _pairs.clear()
                 _pairs[(key, type(value), value)] = cached

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanContext, TraceFlags
 
+from models_registry.observe.attribute_wire import varint
 from models_registry.observe.otlp_transport import lean_transport
 from models_registry.observe.span_encoding import encode_span, set_attributes
 
@@ -44,18 +45,9 @@ class EncodedSpan:
         self.data, self.resource, self.scope = data, resource, scope
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited protobuf field: how a repeated message field's elements are written, one by one."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 _RESOURCE_SPANS = ExportTraceServiceRequest.DESCRIPTOR.fields_by_name["resource_spans"].number
@@ -88,7 +80,7 @@ def _framed_spans(datas: Sequence[bytes]) -> bytes:
         if head is None:
             if len(heads) >= _MAX_HEADS:
                 heads.clear()
-            head = heads[len(data)] = _varint(_SPANS << 3 | 2) + _varint(len(data))
+            head = heads[len(data)] = varint(_SPANS << 3 | 2) + varint(len(data))
         parts.append(head)
         parts.append(data)
     return b"".join(parts)
