@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from models_registry.core import model_layout
 from models_registry.core.batch_types import BatchPolicy
 from models_registry.catalog.rollout import Rollout, wire_name
 
@@ -24,6 +25,22 @@ class TaskSpec:
     max_batch_queue_size: int | None = None  # None = half of max_queue_size
     max_request_tokens: int = 0  # tokens one request may make the model compute; 0 = no limit
     cache_shared: bool = False  # cached results shared between API tokens (a probe risk): off = per token
+    # What the operator set ("" / None: what the model's files say; pooling and normalize above are the
+    # values in effect as the registration read the files) and what the files said (core.model_layout).
+    pooling_override: str = ""
+    normalize_override: bool | None = None
+    layout: model_layout.ModelLayout = field(default_factory=model_layout.ModelLayout)
+
+    def origins(self) -> dict[str, str]:
+        """Where each file-shaped setting comes from: "registration" (set by the operator), "files" or "default"."""
+        said = self.layout.said()
+        return {
+            "pooling": "registration" if self.pooling_override else ("files" if "pooling" in said else "default"),
+            "normalize": "registration" if self.normalize_override is not None else (
+                "files" if "normalize" in said else "default"),
+            "prompts": "files" if self.layout.prompts else (
+                "registration" if self.parameters.get("prompts") else "default"),
+        }
 
 
 @dataclass(frozen=True)
@@ -89,9 +106,13 @@ def read_specs() -> dict[str, ModelSpec]:
             t.name: TaskSpec(
                 name=t.name,
                 task=t.task,
-                parameters=dict(t.parameters or {}),
-                pooling=t.pooling,
-                normalize=t.normalize,
+                parameters=(model_layout.with_prompts(t.layout(), dict(t.parameters or {}))
+                            if t.task == "feature-extraction" else dict(t.parameters or {})),
+                pooling=model_layout.pooling_of(t.pooling, t.layout()),
+                normalize=model_layout.normalize_of(t.normalize, t.layout()),
+                pooling_override=t.pooling,
+                normalize_override=t.normalize,
+                layout=t.layout(),
                 policy=BatchPolicy(
                     max_batch_size=t.max_batch_size,
                     max_batch_tokens=t.max_batch_tokens,

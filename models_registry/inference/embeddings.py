@@ -7,12 +7,14 @@ pooled vectors as float32 bytes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from models_registry.core import model_layout
 from models_registry.core.errors import InvalidInput
-from models_registry.inference import compute_deadline, intake_tokens, packing
+from models_registry.inference import compute_deadline, intake_tokens, packing, sentence_head
 from models_registry.inference.backend import PackedEncoder
 from models_registry.inference.loading import LoadedModel
 from models_registry.inference.packed_forward import packed_inputs
@@ -24,8 +26,34 @@ from models_registry.catalog.specs import TaskSpec
 MICRO_BATCH = 16
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """How token embeddings become an input's vector: the pooling modes, the prompt left out, Dense, normalize."""
+
+    modes: tuple[str, ...]
+    normalize: bool
+    prompt_length: int | None = None  # include_prompt false: the prompt's tokens are not pooled
+    dense: sentence_head.DenseHead | None = None
+
+    @property
+    def tokens(self) -> bool:
+        """Token vectors, not pooled ones (pooling none)."""
+        return self.modes == ("none",)
+
+    @property
+    def plain(self) -> str | None:
+        """"mean" or "cls" where the packed forward pools in place (no prompt left out); else None."""
+        return self.modes[0] if self.modes in (("mean",), ("cls",)) and not self.prompt_length else None
+
+
 def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], params: dict[str, Any]) -> list[Any]:
-    """One vector (or token vectors) per input as [float32 bytes, shape]; prompts, truncation and normalize applied."""
+    """One vector (or token vectors) per input as [float32 bytes, shape]; prompts, truncation and normalize applied.
+
+    The pooling, the prompts, the projection and normalize are the operator's where set, else what the
+    model's files said at this load (loaded.layout), else the registration's.
+    """
+    layout = loaded.layout
+    params = model_layout.with_prompts(layout, params)
     prompts = params.get("prompts") or {}
     prefix = params.get("prompt") or ""
     if params.get("prompt_name") is not None:
@@ -42,10 +70,18 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
         too_long = [len(loaded.counter.encode(t).ids) > loaded.max_tokens for t in texts] if loaded.counter else []
         if any(too_long):
             raise InvalidInput(f"input is longer than the model's {loaded.max_tokens} tokens and truncate is false")
-    normalize = task.normalize if params.get("normalize") is None else params["normalize"]
+    normalize = model_layout.normalize_of(task.normalize_override, layout, task.normalize)
+    pooling = model_layout.pooling_of(task.pooling_override, layout, task.pooling)
+    recipe = Recipe(
+        modes=tuple(pooling.split("+")),
+        normalize=normalize if params.get("normalize") is None else bool(params["normalize"]),
+        prompt_length=sentence_head.prompt_length(pipe.tokenizer, prefix) if prefix and not layout.include_prompt
+        else None,
+        dense=loaded.dense,
+    )
     direction = (params.get("truncation_direction") or "right").lower()
     if loaded.packed_encoder is not None:  # set at load exactly where packing reproduces the model's outputs
-        return _embed_packed(loaded, loaded.packed_encoder, pipe, task, texts, direction, normalize)
+        return _embed_packed(loaded, loaded.packed_encoder, pipe, recipe, texts, direction)
     # Sorted by length and run in micro-batches: each forward pads only to its own
     # longest input, where one padded forward would pad every input to the batch's longest.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -53,14 +89,14 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
     for start in range(0, len(order), MICRO_BATCH):
         compute_deadline.check()  # every client of the batch gone: skip the chunks left
         chunk = order[start:start + MICRO_BATCH]
-        outputs = _embed_chunk(loaded, pipe, task, [texts[i] for i in chunk], direction, normalize)
+        outputs = _embed_chunk(loaded, pipe, recipe, [texts[i] for i in chunk], direction)
         for position, output in zip(chunk, outputs):
             results[position] = output
     return results
 
 
-def _embed_packed(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, task: TaskSpec, texts: list[str],
-                  direction: str, normalize: bool) -> list[Any]:
+def _embed_packed(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, recipe: Recipe, texts: list[str],
+                  direction: str) -> list[Any]:
     """Every input in packed rows: compute goes to real tokens only."""
     counted = intake_tokens.reusable(texts) if direction == "right" else None  # a prompt made new strs
     if counted is not None:  # tokenized once, at intake, exactly as below (checked at load)
@@ -70,53 +106,65 @@ def _embed_packed(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, task: 
         encoded = _tokenize(pipe.tokenizer, texts, direction, max_length=loaded.max_tokens)
         ids, types = encoded["input_ids"], encoded.get("token_type_ids")
     with cpu_threads_for(sum(len(x) for x in ids), pipe.model.device):
-        return _pack_and_pool(loaded, encoder, pipe, task, ids, types, normalize)
+        return _pack_and_pool(loaded, encoder, pipe, recipe, ids, types)
 
 
-def _pack_and_pool(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, task: TaskSpec, ids: list[list[int]],
-                   types: list[list[int]] | None, normalize: bool) -> list[Any]:
-    """Packed forwards over token ids, then pooling per input."""
+def _pack_and_pool(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, recipe: Recipe, ids: list[list[int]],
+                   types: list[list[int]] | None) -> list[Any]:
+    """Packed forwards over token ids, then pooling per input.
+
+    Mean and CLS pool in place as each forward ends; the other modes gather each input's tokens
+    and pool them padded (sentence_head.pool), as sentence-transformers does.
+    """
     model, tokenizer = pipe.model, pipe.tokenizer
-    pooled = None if task.pooling == "none" else torch.zeros(len(ids), model.config.hidden_size, device=model.device)
+    plain = recipe.plain
+    pooled = torch.zeros(len(ids), model.config.hidden_size, device=model.device) if plain else None
     tokens: list[Any] = [None] * len(ids)
     for forward in packing.plan_packing([len(x) for x in ids], row_tokens=encoder.row_tokens):
         compute_deadline.check()  # every client of the batch gone: skip the forwards left
         inputs, owner = packed_inputs(forward, ids, types, loaded.pack_position_offset or 0,
                                       tokenizer.pad_token_id or 0, model.device, model.dtype)
         hidden = encoder(inputs)
-        if task.pooling == "none":
-            for place in forward.placements():
-                tokens[place.index] = hidden[place.row, place.start:place.start + place.length]
-        elif task.pooling == "cls":
+        if plain == "cls":
             for place in forward.placements():
                 pooled[place.index] = hidden[place.row, place.start]
-        else:
+        elif plain == "mean":
             real = owner >= 0
             pooled.index_add_(0, owner[real], hidden.reshape(-1, hidden.shape[-1])[real].to(pooled.dtype))
-    if task.pooling == "none":
-        return [_token_vectors(t, normalize) for t in tokens]
-    if task.pooling != "cls":
+        else:
+            for place in forward.placements():
+                tokens[place.index] = hidden[place.row, place.start:place.start + place.length]
+    if recipe.tokens:
+        return [_token_vectors(t, recipe.normalize) for t in tokens]
+    if plain == "mean":
         counts = torch.tensor([len(x) for x in ids], dtype=pooled.dtype, device=pooled.device)
         pooled = pooled / counts.unsqueeze(1)
-    return _pooled_vectors(pooled, normalize)
+    elif plain is None:
+        padded = torch.nn.utils.rnn.pad_sequence(tokens, batch_first=True)
+        lengths = torch.tensor([len(t) for t in tokens], device=padded.device)
+        mask = (torch.arange(padded.shape[1], device=padded.device).unsqueeze(0) < lengths.unsqueeze(1)).long()
+        pooled = sentence_head.pool(padded, mask, recipe.modes, recipe.prompt_length)
+    return _finished(pooled, recipe)
 
 
-def _embed_chunk(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], direction: str,
-                 normalize: bool) -> list[Any]:
+def _embed_chunk(loaded: LoadedModel, pipe: Any, recipe: Recipe, texts: list[str], direction: str) -> list[Any]:
     encoded = _tokenize(pipe.tokenizer, texts, direction, max_length=loaded.max_tokens, padding=True,
                         return_tensors="pt")
     encoded = {k: v.to(pipe.model.device) for k, v in encoded.items()}
     with cpu_threads_for(int(encoded["attention_mask"].numel()), pipe.model.device):
         hidden = pipe.model(**encoded).last_hidden_state
     mask = encoded["attention_mask"]
-    if task.pooling == "none":
-        return [_token_vectors(row[:length], normalize) for row, length in zip(hidden, mask.sum(dim=1).tolist())]
-    if task.pooling == "cls":
-        pooled = hidden[:, 0]
-    else:
-        weights = mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-    return _pooled_vectors(pooled, normalize)
+    if recipe.tokens:
+        # the real tokens of each row, wherever the padding side put them
+        return [_token_vectors(row[m.bool()], recipe.normalize) for row, m in zip(hidden, mask)]
+    return _finished(sentence_head.pool(hidden, mask, recipe.modes, recipe.prompt_length), recipe)
+
+
+def _finished(pooled: Any, recipe: Recipe) -> list[Any]:
+    """Pooled vectors through the Dense modules, then normalized where the recipe says."""
+    if recipe.dense is not None:
+        pooled = recipe.dense(pooled)
+    return _pooled_vectors(pooled, recipe.normalize)
 
 
 def _tokenize(tokenizer: Any, texts: list[str], direction: str, **options: Any) -> Any:

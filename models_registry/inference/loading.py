@@ -19,6 +19,7 @@ from transformers import (
     pipeline,
 )
 
+from models_registry.core import model_files, model_layout
 from models_registry.inference import (
     cpu_packing,
     generation_check,
@@ -28,6 +29,7 @@ from models_registry.inference import (
     onnx_backend,
     onnx_logits,
     ranking,
+    sentence_head,
     trace,
 )
 from models_registry.inference.backend import PackedEncoder
@@ -71,6 +73,9 @@ class LoadedModel:
     # token types go to the model: intake encodes each text once with it (intake_tokens).
     intake: tuple[Tokenizer, bool] | None = None
     recent_prompts: intake_tokens.RecentTexts = field(default_factory=intake_tokens.RecentTexts)
+    # What the model directory's files say (read at this load) and the Dense modules they name.
+    layout: model_layout.ModelLayout = field(default_factory=model_layout.ModelLayout)
+    dense: sentence_head.DenseHead | None = None
 
     def cost_counter(self) -> TokenCounter:
         """This model's tokenizer and lengths, for what a request makes it compute (catalog.compute_cost)."""
@@ -160,6 +165,9 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
             task, spec.source, revision=spec.revision or None, device=device, dtype=DTYPES.get(spec.dtype, "auto"),
         )
     loaded.media_costs = media_models.costs(loaded.pipelines)
+    embedder = loaded.pipelines.get("feature-extraction")
+    if embedder is not None and not isinstance(embedder, media_models.DualEncoder):
+        _read_files(loaded, embedder)
     # Before the packing check and the trace: they must see the dtype the model serves in.
     chosen = half_precision.choose(loaded.pipelines, device, half_dtypes) if spec.dtype == "auto" else None
     if "text-generation" in loaded.pipelines:  # in the dtype it serves in: decoded in slots, or in static batches
@@ -181,7 +189,6 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     if isinstance(getattr(generation_config, "max_new_tokens", None), int):
         loaded.max_new_tokens = generation_config.max_new_tokens
     _logits_on_onnxruntime(loaded, ort)
-    embedder = loaded.pipelines.get("feature-extraction")
     if isinstance(embedder, media_models.DualEncoder):
         pass  # CLIP's text tower projects its pooled output: no packed token embeddings
     elif embedder is not None and packing:
@@ -192,6 +199,32 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     if chosen is not None:
         loaded.backend = {**loaded.backend, **chosen.as_state()}
     return loaded
+
+
+def _read_files(loaded: LoadedModel, embedder: Any) -> None:
+    """What the model's files say, applied to its tokenizer (length, lower case) and its Dense modules loaded.
+
+    Before the token counter and the intake copy are made from the tokenizer: they must tokenize alike.
+    """
+    spec = loaded.spec
+    layout = loaded.layout = model_layout.parse_layout(model_files.file_reader(spec.source, spec.revision or None))
+    tokenizer, config = embedder.tokenizer, embedder.model.config
+    if layout.max_seq_length is not None:
+        tokenizer.model_max_length = layout.max_seq_length
+    elif layout.kind and getattr(config, "max_position_embeddings", -1) not in (None, -1):
+        # sentence-transformers caps the tokenizer's length at the model's positions
+        tokenizer.model_max_length = min(tokenizer.model_max_length, config.max_position_embeddings)
+    if layout.do_lower_case and tokenizer.is_fast:
+        from tokenizers import normalizers
+
+        current = tokenizer.backend_tokenizer.normalizer  # lowercasing twice is lowercasing once
+        parts = [normalizers.Lowercase()] + ([current] if current is not None else [])
+        tokenizer.backend_tokenizer.normalizer = normalizers.Sequence(parts)
+    if layout.padding_side is not None:
+        tokenizer.padding_side = layout.padding_side
+    if layout.dense:
+        loaded.dense = sentence_head.load_dense(spec.source, spec.revision or None, layout.dense,
+                                                embedder.model.device, embedder.model.dtype)
 
 
 def _logits_on_onnxruntime(loaded: LoadedModel, ort: onnx_backend.OrtSettings | None) -> None:

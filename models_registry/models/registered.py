@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from models_registry.core import sources
+from models_registry.core import model_files, model_layout, sources
 from models_registry.core.errors import InvalidInput
 from models_registry.core.task_key import TaskKey
 from models_registry.tasks.task_inputs import SUPPORTED_TASKS, validate_parameters
@@ -112,6 +112,12 @@ class RegisteredModel(models.Model):
         return self.tasks.order_by("id").first()
 
 
+# What a task's pooling may be set to; empty is "what the files say".
+POOLING_CHOICES = (*model_layout.POOLING_MODES, "none")
+# The tasks whose answers the sentence-transformers files shape (pooling, projection, prompts, scoring).
+LAYOUT_TASKS = ("feature-extraction", "text-ranking")
+
+
 # 32 inputs at a 512-token model's limit: a few seconds of a CPU worker, not its whole timeout.
 DEFAULT_MAX_REQUEST_TOKENS = 16384
 
@@ -119,14 +125,25 @@ DEFAULT_MAX_REQUEST_TOKENS = 16384
 class ModelTask(models.Model):
     """One pipeline task of a model, with its own defaults and queue settings."""
 
-    POOLINGS = [("mean", "mean"), ("cls", "cls"), ("none", "none")]
+    POOLINGS = [("", "from the model's files (mean without them)"), *((m, m) for m in POOLING_CHOICES)]
 
     model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="tasks")
     name = models.SlugField(max_length=100, help_text="Used in URLs: /models/<model>/<name>.")
     task = models.CharField(max_length=50, choices=[(t, t) for t in SUPPORTED_TASKS])
     parameters = models.JSONField(default=dict, blank=True, help_text="Defaults merged under each request's.")
-    pooling = models.CharField(max_length=10, choices=POOLINGS, default="mean", help_text="feature-extraction only.")
-    normalize = models.BooleanField(default=False, help_text="feature-extraction only: L2-normalize vectors.")
+    pooling = models.CharField(
+        max_length=40, choices=POOLINGS, default="", blank=True,
+        help_text="feature-extraction only. Empty: what the model's files say (1_Pooling), mean without them.",
+    )
+    normalize = models.BooleanField(
+        null=True, blank=True, default=None,
+        help_text="feature-extraction only: L2-normalize vectors. Unknown: what the model's files say (a Normalize "
+                  "module), off without them.",
+    )
+    file_settings = models.JSONField(
+        default=dict, blank=True, editable=False,
+        help_text="What the model directory's own files said at registration (core.model_files).",
+    )
     max_batch_size = models.PositiveIntegerField(
         default=32, validators=[MinValueValidator(1), MaxValueValidator(4096)]
     )
@@ -175,8 +192,32 @@ class ModelTask(models.Model):
     def __str__(self) -> str:
         return str(TaskKey(self.model.name, self.name))
 
+    def read_files(self) -> None:
+        """file_settings from what the model directory's files say (a hub id: from this machine's cache only).
+
+        A layout this server cannot compute is a ValidationError that names the module; files not cached
+        leave file_settings empty, and the worker reads them at load.
+        """
+        self.file_settings = {}
+        if self.task not in LAYOUT_TASKS or not getattr(self.model, "source", ""):
+            return
+        try:
+            layout = model_layout.parse_layout(model_files.file_reader(
+                self.model.source, self.model.revision or None, cached_only=True))
+        except model_layout.UnsupportedLayout as error:
+            raise ValidationError({"task": f"{self.model.source}: {error}"}) from None
+        except OSError:  # not cached, or unreadable here: the worker's load reads (and refuses) it
+            return
+        self.file_settings = layout.to_json()
+
+    def layout(self) -> model_layout.ModelLayout:
+        """What the files said at registration (an empty layout when unread)."""
+        return model_layout.ModelLayout.from_json(self.file_settings)
+
     def clean(self) -> None:
         """Reject settings that can never work together, with what to change."""
+        if self.model_id is not None or getattr(self, "model", None) is not None:
+            self.read_files()
         errors: dict[str, str] = {}
         if not isinstance(self.parameters, dict):
             errors["parameters"] = "Default parameters must be a JSON object, e.g. {\"top_k\": 3}."

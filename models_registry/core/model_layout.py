@@ -1,0 +1,280 @@
+"""What a model directory's own files say: sentence-transformers' module list, pooling, prompts, padding side.
+
+Read (core.model_files) at registration (the defaults of the registration, shown in the admin and
+`GET /models/<name>`) and at every load (what the worker computes). The files are sentence-transformers' (`modules.json`, `1_Pooling/config.json` in its legacy boolean and
+current forms, `2_Dense/config.json`, `Normalize`, `config_sentence_transformers.json`,
+`sentence_bert_config.json`) and the tokenizer's `tokenizer_config.json`. A directory without them says
+nothing, and today's defaults apply. A module we do not compute is refused with a message that names it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Pooling modes as sentence-transformers names them, in its concatenation order.
+POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+LEGACY_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+SPARSE_ACTIVATIONS = ("relu", "log1p_relu")
+SPARSE_POOLINGS = ("max", "sum")
+# The modules.json types we compute, by class name (old `sentence_transformers.models.X` paths included).
+TRANSFORMERS = ("Transformer", "MLMTransformer")
+COMPUTED = (*TRANSFORMERS, "Pooling", "Dense", "Normalize", "SpladePooling", "LogitScore")
+TRANSFORMER_CONFIG_FILES = ("sentence_bert_config.json", "sentence_roberta_config.json",
+                            "sentence_distilbert_config.json", "sentence_camembert_config.json",
+                            "sentence_albert_config.json", "sentence_xlm-roberta_config.json",
+                            "sentence_xlnet_config.json")
+
+FileReader = Callable[[str], "str | None"]
+
+
+class UnsupportedLayout(ValueError):
+    """The directory asks for a computation this server does not do (a module, a mode): refused, not guessed."""
+
+
+@dataclass(frozen=True)
+class DenseLayer:
+    """One `Dense` module: a linear projection of the pooled vector, then its activation."""
+
+    path: str
+    in_features: int
+    out_features: int
+    bias: bool = True
+    activation: str = "torch.nn.modules.activation.Tanh"  # a torch.nn module class, as its config names it
+    residual: bool = False
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """What the files say; None (or empty) where they say nothing."""
+
+    kind: str = ""  # SentenceTransformer, SparseEncoder, CrossEncoder, MultiVectorEncoder; "" without modules.json
+    modules: tuple[str, ...] = ()  # the module list by class name, in order
+    transformer_path: str = ""  # the Transformer module's folder (its config and, usually, the weights' root)
+    transformer_task: str = ""  # sentence_bert_config's transformer_task (text-generation: a causal-LM reranker)
+    pooling: tuple[str, ...] = ()
+    include_prompt: bool = True
+    dense: tuple[DenseLayer, ...] = ()
+    normalize: bool | None = None  # a Normalize module; None where there is no module list
+    max_seq_length: int | None = None
+    do_lower_case: bool = False
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    padding_side: str | None = None
+    splade: dict[str, str] | None = None  # SpladePooling: pooling_strategy, activation_function
+    logit_tokens: tuple[int, int | None] | None = None  # LogitScore: the true and false token ids
+
+    @property
+    def pooling_name(self) -> str | None:
+        """The pooling as one registration value ("cls", "mean+max" for a concatenation), None if unsaid."""
+        return "+".join(self.pooling) if self.pooling else None
+
+    def said(self) -> dict[str, Any]:
+        """The settings the files gave, for the admin and `GET /models/<name>` (what the files leave unsaid is absent)."""
+        said: dict[str, Any] = {}
+        if self.kind:
+            said["kind"] = self.kind
+            said["modules"] = list(self.modules)
+        if self.pooling:
+            said["pooling"] = self.pooling_name
+            if not self.include_prompt:
+                said["include_prompt"] = False
+        if self.dense:
+            said["dense"] = [f"{d.in_features}->{d.out_features} {d.activation.rsplit('.', 1)[-1]}" for d in self.dense]
+        if self.normalize is not None:
+            said["normalize"] = self.normalize
+        if self.max_seq_length is not None:
+            said["max_seq_length"] = self.max_seq_length
+        if self.do_lower_case:
+            said["do_lower_case"] = True
+        if self.prompts:
+            said["prompts"] = dict(self.prompts)
+        if self.default_prompt_name is not None:
+            said["default_prompt_name"] = self.default_prompt_name
+        if self.padding_side is not None:
+            said["padding_side"] = self.padding_side
+        if self.splade is not None:
+            said["sparse"] = dict(self.splade)
+        if self.logit_tokens is not None:
+            said["logit_tokens"] = list(self.logit_tokens)
+        return said
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able copy (stored with the registration)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> ModelLayout:
+        """The layout to_json wrote; an empty layout for None or {} (a registration from before the files were read)."""
+        if not data:
+            return cls()
+        data = dict(data)
+        data["modules"] = tuple(data.get("modules") or ())
+        data["pooling"] = tuple(data.get("pooling") or ())
+        data["dense"] = tuple(DenseLayer(**d) for d in data.get("dense") or ())
+        if data.get("logit_tokens") is not None:
+            data["logit_tokens"] = tuple(data["logit_tokens"])
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def parse_layout(read: FileReader) -> ModelLayout:
+    """The layout from a reader of the directory's files (path -> text, None when absent); raises UnsupportedLayout."""
+    padding_side = _json(read, "tokenizer_config.json").get("padding_side")
+    padding_side = padding_side if padding_side in ("left", "right") else None
+    modules_text = read("modules.json")
+    if modules_text is None:
+        return ModelLayout(padding_side=padding_side)
+    modules = _loads(modules_text, "modules.json")
+    if not isinstance(modules, list):
+        raise UnsupportedLayout("modules.json is not a list of modules")
+    st_config = _json(read, "config_sentence_transformers.json")
+    values: dict[str, Any] = {"padding_side": padding_side, "kind": str(st_config.get("model_type") or "SentenceTransformer")}
+    names: list[str] = []
+    dense: list[DenseLayer] = []
+    for entry in sorted(modules, key=lambda m: int(m.get("idx", 0))):
+        kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
+        module_type = str(entry.get("type", ""))
+        path = str(entry.get("path", "")).strip("/")
+        if not module_type.startswith("sentence_transformers.") or kind not in COMPUTED:
+            raise UnsupportedLayout(
+                f"modules.json names {module_type or 'a module without a type'!r}, which this server does not "
+                f"compute; it computes {', '.join(COMPUTED)}")
+        names.append(kind)
+        config = _json(read, _join(path, "config.json"))
+        if kind in TRANSFORMERS:
+            values.update(_transformer(read, path))
+            if kind == "MLMTransformer":
+                values["transformer_task"] = "fill-mask"
+        elif kind == "Pooling":
+            values.update(_pooling(config))
+        elif kind == "Dense":
+            dense.append(_dense(config, path))
+        elif kind == "Normalize":
+            values["normalize"] = True
+        elif kind == "SpladePooling":
+            values["splade"] = _splade(config)
+        elif kind == "LogitScore":
+            values["logit_tokens"] = (int(config["true_token_id"]),
+                                      None if config.get("false_token_id") is None else int(config["false_token_id"]))
+    if not names or names[0] not in TRANSFORMERS:
+        raise UnsupportedLayout("modules.json must start with a Transformer module, which this server computes")
+    values.setdefault("normalize", False)
+    prompts = st_config.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise UnsupportedLayout("config_sentence_transformers.json: 'prompts' must map names to strings")
+    values["prompts"] = dict(prompts)
+    default_name = st_config.get("default_prompt_name")
+    if default_name is not None and default_name not in prompts:
+        raise UnsupportedLayout(f"config_sentence_transformers.json: default_prompt_name {default_name!r} "
+                                f"is not one of its prompts ({', '.join(sorted(prompts)) or 'none'})")
+    values["default_prompt_name"] = default_name
+    return ModelLayout(modules=tuple(names), dense=tuple(dense), **values)
+
+
+def _transformer(read: FileReader, path: str) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    for name in TRANSFORMER_CONFIG_FILES:
+        text = read(_join(path, name))
+        if text is not None:
+            config = _loads(text, _join(path, name))
+            break
+    values: dict[str, Any] = {"transformer_path": path, "do_lower_case": bool(config.get("do_lower_case", False))}
+    if config.get("max_seq_length") is not None:
+        values["max_seq_length"] = int(config["max_seq_length"])
+    if config.get("transformer_task"):
+        values["transformer_task"] = str(config["transformer_task"])
+    return values
+
+
+def _pooling(config: dict[str, Any]) -> dict[str, Any]:
+    mode = config.get("pooling_mode")
+    if mode is None:
+        modes = tuple(m for key, m in LEGACY_POOLING_KEYS.items() if config.get(key))
+        modes = modes or ("mean",)
+    else:
+        modes = (mode,) if isinstance(mode, str) else tuple(mode)
+    for name in modes:
+        if name not in POOLING_MODES:
+            raise UnsupportedLayout(f"1_Pooling: pooling mode {name!r} is not one of {', '.join(POOLING_MODES)}")
+    return {"pooling": modes, "include_prompt": bool(config.get("include_prompt", True))}
+
+
+def _dense(config: dict[str, Any], path: str) -> DenseLayer:
+    activation = str(config.get("activation_function") or "torch.nn.modules.activation.Tanh")
+    if not activation.startswith("torch."):
+        raise UnsupportedLayout(f"{path}: activation {activation!r} is not a torch.nn module; this server runs "
+                                "no code from a model directory")
+    if config.get("module_input_name", "sentence_embedding") != "sentence_embedding":
+        raise UnsupportedLayout(f"{path}: a Dense over {config['module_input_name']!r} is not computed here "
+                                "(only over the pooled vector)")
+    try:
+        return DenseLayer(path=path, in_features=int(config["in_features"]), out_features=int(config["out_features"]),
+                          bias=bool(config.get("bias", True)), activation=activation,
+                          residual=bool(config.get("use_residual", False)))
+    except KeyError as missing:
+        raise UnsupportedLayout(f"{path}/config.json has no {missing}") from None
+
+
+def _splade(config: dict[str, Any]) -> dict[str, str]:
+    strategy = str(config.get("pooling_strategy", "max"))
+    activation = str(config.get("activation_function", "relu"))
+    if strategy not in SPARSE_POOLINGS or activation not in SPARSE_ACTIVATIONS:
+        raise UnsupportedLayout(f"SpladePooling {strategy}/{activation} is not computed here "
+                                f"(pooling {', '.join(SPARSE_POOLINGS)}; activation {', '.join(SPARSE_ACTIVATIONS)})")
+    return {"pooling_strategy": strategy, "activation_function": activation}
+
+
+def _json(read: FileReader, path: str) -> dict[str, Any]:
+    text = read(path)
+    if text is None:
+        return {}
+    value = _loads(text, path)
+    return value if isinstance(value, dict) else {}
+
+
+def _loads(text: str, path: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UnsupportedLayout(f"{path} is not valid JSON: {error}") from None
+
+
+def _join(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+def pooling_of(override: str, layout: ModelLayout, fallback: str = "mean") -> str:
+    """The pooling a task computes: the operator's, else the files', else fallback."""
+    return override or layout.pooling_name or fallback
+
+
+def normalize_of(override: bool | None, layout: ModelLayout, fallback: bool = False) -> bool:
+    """Whether a task normalizes: the operator's choice, else a Normalize module in the files, else fallback."""
+    if override is not None:
+        return override
+    return layout.normalize if layout.normalize is not None else fallback
+
+
+def with_prompts(layout: ModelLayout, parameters: dict[str, Any]) -> dict[str, Any]:
+    """Task parameters with the files' prompts under the operator's, and the files' default prompt where none is set.
+
+    sentence-transformers gives every model empty `query` and `document` prompts; a model's own prompts
+    replace them. An operator's `prompt` or `prompt_name` default wins over `default_prompt_name`.
+    """
+    if not layout.kind:
+        return parameters
+    operator_prompts = parameters.get("prompts") if isinstance(parameters.get("prompts"), dict) else {}
+    merged = {**parameters, "prompts": {"query": "", "document": "", **layout.prompts, **operator_prompts}}
+    if layout.default_prompt_name and parameters.get("prompt") is None and parameters.get("prompt_name") is None:
+        merged["prompt_name"] = layout.default_prompt_name
+    return merged
