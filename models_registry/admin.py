@@ -6,6 +6,8 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.http import HttpRequest
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 
 from models_registry.api.sample_input_form import TestInputPage
 from models_registry.api.version_admin import ModelVersionInline, VersionActions, VersionedModelForm
@@ -15,7 +17,7 @@ from models_registry.observe import traffic_window
 from models_registry.observe.model_columns import PlacementColumns, live_states
 from models_registry.policy.rate_limits import Usage
 from models_registry.policy.usage import token_usage
-from models_registry.catalog import version_changes
+from models_registry.catalog import model_settings, version_changes
 from models_registry.catalog.heartbeats import live_workers
 
 
@@ -29,10 +31,17 @@ class ModelTaskInline(admin.StackedInline):
         ("name", "task"),
         "parameters",
         ("pooling", "normalize"),
+        "model_files",
         ("max_batch_size", "max_batch_tokens", "max_batch_delay_ms"),
         ("max_queue_size", "max_batch_queue_size", "timeout_s"),
         ("max_request_tokens", "cache_ttl_s", "cache_shared"),
     )
+    readonly_fields = ("model_files",)
+
+    @admin.display(description="What the model's files say")
+    def model_files(self, obj: ModelTask) -> str:
+        """The pooling, prompts, projection and normalization in effect, and where each came from."""
+        return format_html_join(mark_safe("<br>"), "{}: {} <i>({})</i>", model_settings.provenance(obj)) if obj.pk else ""
 
 
 def _live_states() -> dict[str, dict[str, Any]]:

@@ -26,6 +26,7 @@ from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
 from models_registry.catalog import lookups
 from models_registry.catalog import output_shape
+from models_registry.catalog import model_settings
 from models_registry.catalog.rollout import split_wire, wire_name
 from models_registry.catalog.specs import ModelSpec
 
@@ -178,6 +179,7 @@ async def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "parameters": t.parameters,
             "pooling": t.pooling if t.task == "feature-extraction" else None,
             "normalize": t.normalize if t.task == "feature-extraction" else None,
+            "settings": model_settings.settings_of(t),  # what is in effect and where it came from
             "max_batch_size": t.policy.max_batch_size,
             "max_batch_tokens": t.policy.max_batch_tokens,
             "max_batch_delay_ms": round(t.policy.max_batch_delay_s * 1000),

@@ -31,17 +31,6 @@ class TaskSpec:
     normalize_override: bool | None = None
     layout: model_layout.ModelLayout = field(default_factory=model_layout.ModelLayout)
 
-    def origins(self) -> dict[str, str]:
-        """Where each file-shaped setting comes from: "registration" (set by the operator), "files" or "default"."""
-        said = self.layout.said()
-        return {
-            "pooling": "registration" if self.pooling_override else ("files" if "pooling" in said else "default"),
-            "normalize": "registration" if self.normalize_override is not None else (
-                "files" if "normalize" in said else "default"),
-            "prompts": "files" if self.layout.prompts else (
-                "registration" if self.parameters.get("prompts") else "default"),
-        }
-
 
 @dataclass(frozen=True)
 class ModelSpec:

@@ -11,6 +11,7 @@ from django.db import transaction
 
 from models_registry.core.errors import InvalidInput
 from models_registry.models import ModelTask, RegisteredModel
+from models_registry.models.registered import POOLING_CHOICES
 from models_registry.catalog import version_changes
 from models_registry.catalog.rollout import CANARY, SHADOW
 from models_registry.tasks.task_inputs import SUPPORTED_TASKS
@@ -44,9 +45,11 @@ class Command(BaseCommand):
         parser.add_argument("--dtype", default=None, choices=[d for d, _ in RegisteredModel.DTYPES])
         parser.add_argument("--backend", default=None, choices=[b for b, _ in RegisteredModel.BACKENDS],
                             help="embedding forwards: auto (ONNX Runtime on CPU when it matches torch), torch, onnxruntime")
-        parser.add_argument("--pooling", choices=["mean", "cls", "none"])
+        parser.add_argument("--pooling", choices=POOLING_CHOICES,
+                            help="default: what the model's files say (1_Pooling), mean without them")
         parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
-                            help="L2-normalize feature-extraction vectors (--no-normalize turns it off)")
+                            help="L2-normalize feature-extraction vectors (--no-normalize turns it off; default: what the "
+                                 "model's files say, a Normalize module)")
         parser.add_argument("--parameters", default=None, help="default parameters as a JSON object")
         rollout = parser.add_mutually_exclusive_group()
         rollout.add_argument("--canary", type=int, metavar="PERCENT",

@@ -1,0 +1,57 @@
+"""Which settings of a task are in effect and where each came from: the operator, the model's files, or the default.
+
+Shown in the admin (a task's "What the model's files say") and in `GET /models/<name>` (`settings`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models_registry.core import model_layout
+from models_registry.core.model_layout import ModelLayout
+
+REGISTRATION = "registration"  # set by the operator (admin or register_model flags)
+FILES = "files"
+DEFAULT = "default"
+
+
+def provenance_rows(task: str, pooling_override: str, normalize_override: bool | None, parameters: dict[str, Any],
+                    layout: ModelLayout) -> list[tuple[str, str, str]]:
+    """(setting, value in effect, where it came from) for the settings the files can shape."""
+    rows: list[tuple[str, str, str]] = []
+    if layout.kind:
+        rows.append(("modules", " -> ".join(layout.modules), FILES))
+    if task == "feature-extraction":
+        pooling = model_layout.pooling_of(pooling_override, layout)
+        rows.append(("pooling", pooling, REGISTRATION if pooling_override else (FILES if layout.pooling else DEFAULT)))
+        if not layout.include_prompt:
+            rows.append(("include_prompt", "false (prompt tokens are not pooled)", FILES))
+        for dense in layout.said().get("dense", []):
+            rows.append(("projection", dense, FILES))
+        normalize = model_layout.normalize_of(normalize_override, layout)
+        rows.append(("normalize", str(normalize).lower(), REGISTRATION if normalize_override is not None else (
+            FILES if layout.normalize is not None else DEFAULT)))
+        operator_prompts = parameters.get("prompts") if isinstance(parameters.get("prompts"), dict) else {}
+        for name, text in {**layout.prompts, **operator_prompts}.items():
+            rows.append((f"prompt {name}", repr(text), REGISTRATION if name in operator_prompts else FILES))
+        if layout.default_prompt_name and parameters.get("prompt") is None and parameters.get("prompt_name") is None:
+            rows.append(("default prompt", layout.default_prompt_name, FILES))
+    for key in ("max_seq_length", "do_lower_case", "padding_side", "logit_tokens", "sparse"):
+        if key in (said := layout.said()):
+            rows.append((key, str(said[key]), FILES))
+    return rows
+
+
+def provenance(task: Any) -> list[tuple[str, str, str]]:
+    """provenance_rows of a ModelTask row (the admin's view of what it stored)."""
+    rows = provenance_rows(task.task, task.pooling or "", task.normalize, task.parameters or {}, task.layout())
+    if not task.file_settings and task.task in ("feature-extraction", "text-ranking"):
+        rows.append(("model files", "not read here (a hub id not in this machine's cache): the worker reads them at "
+                                    "load", DEFAULT))
+    return rows
+
+
+def settings_of(task: Any) -> dict[str, dict[str, str]]:
+    """{setting: {"value", "from"}} of a catalog TaskSpec, for `GET /models/<name>`."""
+    rows = provenance_rows(task.task, task.pooling_override, task.normalize_override, task.parameters, task.layout)
+    return {name: {"value": value, "from": origin} for name, value, origin in rows}
