@@ -28,7 +28,7 @@ from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, NotFound, TooLarge
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
-from models_registry.catalog import lookups
+from models_registry.catalog import lookups, output_shape
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.tasks.shape_errors import keys, phrase
 
@@ -46,6 +46,7 @@ class EmbeddingRequest:
     inputs: list[str]
     encoding_format: str
     dimensions: int | None
+    prompt_name: str | None = None  # one of the model's prompts (sentence-transformers', Infinity's and vLLM's name)
     modality: str = "text"  # Infinity's: "image" inputs are data URIs or base64 (api.media_embeddings)
 
 
@@ -97,7 +98,7 @@ def read_embedding_request(payload: Any, max_inputs: int) -> EmbeddingRequest:
     inputs = body["input"]
     return EmbeddingRequest(model=body["model"], inputs=[inputs] if isinstance(inputs, str) else inputs,
                             encoding_format=body.get("encoding_format") or "float", dimensions=body.get("dimensions"),
-                            modality=body.get("modality") or "text")
+                            prompt_name=body.get("prompt_name"), modality=body.get("modality") or "text")
 
 
 def embedding_ids(spec: ModelSpec) -> list[str]:
@@ -177,6 +178,8 @@ class EmbeddingsRoute:
         dims_key = (spec.name, task.name, spec.load_key())
         dimensions.check(wanted.dimensions, task, dimensions.known_native(dims_key))
         parameters = dimensions.without_keys({k: v for k, v in task.parameters.items() if v is not None})
+        if wanted.prompt_name is not None:
+            parameters["prompt_name"] = wanted.prompt_name
         normalize = dimensions.effective_normalize(task, task.parameters)
 
         def shape(result: InferenceResult) -> Any:
@@ -218,7 +221,8 @@ async def list_models(request: HttpRequest) -> HttpResponse:
     specs = await lookups.get_specs()
     created = await sync_to_async(lookups.fresh_connection(_created_at))()
     data = [
-        {"id": model_id, "object": "model", "created": created.get(name, 0), "owned_by": "hosting"}
+        {"id": model_id, "object": "model", "created": created.get(name, 0), "owned_by": "hosting",
+         **output_shape.facts(spec, model_task(model_id, "ids", specs)[1])}
         for name, spec in specs.items()
         if spec.enabled and (grant is None or grant.allows(name))
         for model_id in embedding_ids(spec) + generation_ids(spec)

@@ -118,6 +118,11 @@ def embedding_request(max_inputs: int) -> Shape:
             description="Matryoshka: the first d components (1 to the model's size)"),
             Says(f"be a positive integer (at most {MAX_DIMENSIONS})")]],
         "user": NotRequired[Annotated[str | None, Field(description="accepted and ignored")]],
+        "prompt_name": NotRequired[Annotated[str | None, Field(
+            max_length=200, description="one of the model's prompts (GET /v1/models lists them: sentence-transformers' "
+                                        "prompts, such as query and document), prefixed to every input; default: "
+                                        "the model's default prompt, if it has one (the openai SDK sends it through "
+                                        "extra_body)")]],
         "modality": NotRequired[Annotated[Literal["text", "image"] | None, Field(
             description="Infinity's: image inputs are data URIs (data:image/png;base64,...) or base64, embedded by "
                         "the model's image-feature-extraction task (a CLIP model: the same space as its text); "

@@ -31,10 +31,13 @@ def provenance_rows(task: str, pooling_override: str, normalize_override: bool |
         normalize = model_layout.normalize_of(normalize_override, layout)
         rows.append(("normalize", str(normalize).lower(), REGISTRATION if normalize_override is not None else (
             FILES if layout.normalize is not None else DEFAULT)))
-        operator_prompts = parameters.get("prompts") if isinstance(parameters.get("prompts"), dict) else {}
-        for name, text in {**layout.prompts, **operator_prompts}.items():
-            rows.append((f"prompt {name}", repr(text), REGISTRATION if name in operator_prompts else FILES))
-        if layout.default_prompt_name and parameters.get("prompt") is None and parameters.get("prompt_name") is None:
+        prompts = parameters.get("prompts") if isinstance(parameters.get("prompts"), dict) else {}
+        for name, text in {**layout.prompts, **prompts}.items():
+            origin = FILES if layout.prompts.get(name) == text else (
+                DEFAULT if text == "" and name in ("query", "document") else REGISTRATION)
+            rows.append((f"prompt {name}", repr(text), origin))
+        chosen = parameters.get("prompt_name")
+        if layout.default_prompt_name and parameters.get("prompt") is None and chosen in (None, layout.default_prompt_name):
             rows.append(("default prompt", layout.default_prompt_name, FILES))
     for key in ("max_seq_length", "do_lower_case", "padding_side", "logit_tokens", "sparse"):
         if key in (said := layout.said()):

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from models_registry.catalog.specs import ModelSpec
+from models_registry.catalog.specs import ModelSpec, TaskSpec
+from models_registry.core.model_layout import ModelLayout
 
 VECTOR_TASKS = ("feature-extraction", "image-feature-extraction")
 LABEL_TASKS = ("text-classification", "token-classification", "image-classification", "audio-classification")
@@ -59,6 +60,35 @@ def _hidden_size(config: dict[str, Any]) -> int | None:
         if isinstance(size, int) and size > 0:
             return size
     return None
+
+
+def vector_size(config: dict[str, Any] | None, layout: ModelLayout) -> int | None:
+    """The length of a feature-extraction vector: the last Dense module's, else the pooled hidden size."""
+    if layout.dense:
+        return layout.dense[-1].out_features
+    hidden = _hidden_size(config or {})
+    return hidden * len(layout.pooling) if hidden and layout.pooling else hidden
+
+
+def context_length(config: dict[str, Any] | None, layout: ModelLayout) -> int | None:
+    """The most tokens an input keeps: the files' max_seq_length, else the model's positions."""
+    if layout.max_seq_length:
+        return layout.max_seq_length
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        value = (config or {}).get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def facts(spec: ModelSpec, task: TaskSpec) -> dict[str, Any]:
+    """What a client needs to know of a /v1 model id (vLLM's max_model_len; for embeddings the vector and pooling)."""
+    config = read_config(spec.source, spec.revision)
+    shown: dict[str, Any] = {"task": task.task, "max_model_len": context_length(config, task.layout)}
+    if task.task == "feature-extraction":
+        shown |= {"dimensions": vector_size(config, task.layout), "pooling": task.pooling,
+                  "normalize": task.normalize, "prompts": sorted(task.parameters.get("prompts") or {})}
+    return shown
 
 
 def shape(config: dict[str, Any] | None, task_kinds: Iterable[str]) -> dict[str, str]:
