@@ -3,8 +3,8 @@
 A model's `tokenizer.json` is all `/tokenize` needs: the `tokenizers` library reads it in
 tens of milliseconds and encodes in microseconds, without torch or transformers, so the
 web process answers at once instead of queueing behind batches on a worker. Truncation
-follows the rule the worker applies (tokenizer_config's model_max_length when sane, else
-512, from its truncation side), and a text is cut to what that truncation can keep before
+follows the rule the worker applies (sentence_bert_config's max_seq_length, else tokenizer_config's
+model_max_length when sane, else 512, from its truncation side; lower case where the files say so), and a text is cut to what that truncation can keep before
 it is encoded, as the worker cuts an encoder's texts.
 """
 
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Encoding, Tokenizer
+from tokenizers import Encoding, Tokenizer, normalizers
 
 from models_registry.catalog import readable_text
-from models_registry.core import sources
+from models_registry.core import model_files, model_layout, sources
 from models_registry.core.errors import NotFound, Unavailable
 
 logger = logging.getLogger(__name__)
@@ -71,9 +71,23 @@ def load(source: str, revision: str) -> Tokenizer:
     limit = config.get("model_max_length")
     limit = limit if isinstance(limit, int) and 0 < limit < 100_000 else DEFAULT_MAX_TOKENS
     side = config.get("truncation_side") if config.get("truncation_side") in ("left", "right") else "right"
+    layout = _layout(source, revision)
+    if layout.max_seq_length:  # sentence_bert_config.json's length is what an embedding keeps (core.model_layout)
+        limit = layout.max_seq_length
+    if layout.do_lower_case:
+        tokenizer.normalizer = normalizers.Sequence(
+            [normalizers.Lowercase(), *([tokenizer.normalizer] if tokenizer.normalizer is not None else [])])
     tokenizer.no_padding()
     tokenizer.enable_truncation(limit, direction=side)
     return tokenizer
+
+
+def _layout(source: str, revision: str) -> model_layout.ModelLayout:
+    """What the model's sentence-transformers files say (nothing, where they are absent or not computed here)."""
+    try:
+        return model_layout.parse_layout(model_files.file_reader(source, revision or None))
+    except (model_layout.UnsupportedLayout, OSError):
+        return model_layout.ModelLayout()
 
 
 async def get(source: str, revision: str) -> Tokenizer:

@@ -52,7 +52,7 @@ async def test_a_list_without_special_tokens_in_order(token: str) -> None:
 
 async def test_the_models_truncation_applies(token: str) -> None:
     response = await tokenize({"model": "minilm", "inputs": "word " * 1000}, token)
-    assert len(response.json()[0]) == 512  # MiniLM's model_max_length, as the worker truncates
+    assert len(response.json()[0]) == 256  # MiniLM's max_seq_length (sentence_bert_config.json), as the worker truncates
 
 
 async def test_the_tokenizer_is_loaded_once(token: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,8 +146,8 @@ async def test_a_long_text_is_cut_before_it_is_tokenized(token: str, monkeypatch
     finally:
         tokenization._cache[key] = tokenizer
     assert response.status_code == 200, response.content
-    assert seen == [512 * 32]  # MiniLM's 512 tokens, at most 32 characters each
-    assert response.json() == short.json()  # the first 512 tokens either way
+    assert seen == [256 * 32]  # MiniLM's 256 tokens (its max_seq_length), at most 32 characters each
+    assert response.json() == short.json()  # the first 256 tokens either way
 
     tokenizer_left = tokenization.load(str(model_factory.minilm_path()), "")
     tokenizer_left.enable_truncation(8, direction="left")

@@ -58,7 +58,8 @@ async def post_many(url: str, token: str, texts: list[str], concurrency: int, ti
 
 
 class MiniLMReference:
-    """In-process MiniLM embeddings (mean pooling, normalized): what the server must return."""
+    """In-process MiniLM embeddings (mean pooling, normalized, 256 tokens: its sentence_bert_config.json's
+    max_seq_length, as sentence-transformers truncates): what the server must return."""
 
     def __init__(self) -> None:
         from transformers import AutoModel, AutoTokenizer
@@ -72,7 +73,8 @@ class MiniLMReference:
 
         out = []
         for start in range(0, len(texts), 64):
-            enc = self.tokenizer(texts[start:start + 64], padding=True, truncation=True, return_tensors="pt")
+            enc = self.tokenizer(texts[start:start + 64], padding=True, truncation=True, max_length=256,
+                                 return_tensors="pt")
             with torch.inference_mode():
                 hidden = self.model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).float()

@@ -234,12 +234,12 @@ def test_connections_over_the_cap_are_closed_at_once(restartable: Stack) -> None
 def test_a_request_over_the_task_token_budget_is_413_at_once(restartable: Stack) -> None:
     _wait_serving(restartable)
     started = time.monotonic()
-    # 64 inputs of 3,900 characters: each is cut to the model's 512 tokens, 32,768 in all.
+    # 64 inputs of 3,900 characters: each is cut to the model's 256 tokens (its max_seq_length), 16,384 in all.
     huge = {"inputs": [f"{i} " + "tokens " * 557 for i in range(64)]}
     status, _, body = http_json("POST", f"{restartable.url}/models/{EMB}/budget", huge,
                                 token=restartable.tokens["all"], timeout=40)
     assert status == 413 and body["error_type"] == "too_large", body
-    assert "32768 input tokens" in body["error"] and f"at most {BUDGET}" in body["error"], body
+    assert "16384 input tokens" in body["error"] and f"at most {BUDGET}" in body["error"], body
     assert "max_request_tokens" in body["error"]
     assert time.monotonic() - started < 10, "refused before compute, not after the worker's whole timeout"
     status, _, _ = http_json("POST", f"{restartable.url}/models/{EMB}/budget", {"inputs": ["short"] * 64},
