@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from models_registry.catalog.specs import ModelSpec, TaskSpec
+from models_registry.core import model_files, model_layout
 from models_registry.core.model_layout import ModelLayout
 
 VECTOR_TASKS = ("feature-extraction", "image-feature-extraction")
@@ -91,13 +92,26 @@ def facts(spec: ModelSpec, task: TaskSpec) -> dict[str, Any]:
     return shown
 
 
-def shape(config: dict[str, Any] | None, task_kinds: Iterable[str]) -> dict[str, str]:
-    """{task kind: what its answers look like} for the kinds with a shape ("32-float vectors", "labels A, B")."""
+def read_layout(source: str, revision: str) -> ModelLayout:
+    """What the sentence-transformers files of a local directory or a cached hub id say (never the network)."""
+    try:
+        return model_layout.parse_layout(model_files.file_reader(source, revision or None, cached_only=True))
+    except (model_layout.UnsupportedLayout, OSError):
+        return ModelLayout()
+
+
+def shape(config: dict[str, Any] | None, task_kinds: Iterable[str], layout: ModelLayout | None = None) -> dict[str, str]:
+    """{task kind: what its answers look like} for the kinds with a shape ("32-float vectors", "labels A, B").
+
+    A feature-extraction vector's length is what the files make it (a Dense projection, concatenated poolings).
+    """
     shown: dict[str, str] = {}
     if not config:
         return shown
     for kind in task_kinds:
-        if kind in VECTOR_TASKS and (size := _hidden_size(config)):
+        if kind == "feature-extraction" and (size := vector_size(config, layout or ModelLayout())):
+            shown[kind] = f"{size}-float vectors"
+        elif kind in VECTOR_TASKS and (size := _hidden_size(config)):
             shown[kind] = f"{size}-float vectors"
         elif kind in LABEL_TASKS and isinstance(config.get("id2label"), dict):
             labels = ", ".join(str(v) for _, v in sorted(config["id2label"].items(), key=lambda kv: int(kv[0])))
@@ -119,8 +133,9 @@ def change(live_key: tuple[str, ...], new_key: tuple[str, ...], task_kinds: Iter
            new_number: int) -> str | None:
     """difference() between two versions' compute keys (source, revision, ...), from their configs."""
     kinds = list(task_kinds)
-    return difference(shape(read_config(live_key[0], live_key[1]), kinds),
-                      shape(read_config(new_key[0], new_key[1]), kinds), live_number, new_number)
+    return difference(shape(read_config(live_key[0], live_key[1]), kinds, read_layout(live_key[0], live_key[1])),
+                      shape(read_config(new_key[0], new_key[1]), kinds, read_layout(new_key[0], new_key[1])),
+                      live_number, new_number)
 
 
 def public(error: str) -> bool:

@@ -72,3 +72,12 @@ def test_the_admin_shows_what_the_files_say_and_where_each_setting_came_from(adm
     assert "normalize: true <i>(files)</i>" in html
     assert "do_lower_case: True <i>(files)</i>" in html
     assert ModelTask.objects.get().file_settings["pooling"] == ["cls"]
+
+
+def test_a_version_whose_files_project_to_another_size_is_refused(tmp_path: Path) -> None:
+    """mpnet-style (32 floats) to a LaBSE-style Dense projection (16): the same hidden size, another vector."""
+    mpnet = hub_layouts.build(hub_layouts.FAMILIES["mpnet"], tmp_path / "mpnet")
+    labse = hub_layouts.build(hub_layouts.FAMILIES["labse"], tmp_path / "labse")
+    register("enc", "--source", str(mpnet), "--task", "feature-extraction")
+    with pytest.raises(CommandError, match="v2 answers 16-float vectors where live v1 answers 32-float vectors"):
+        register("enc", "--source", str(labse), "--task", "feature-extraction")
