@@ -8,6 +8,7 @@ open with megabytes stuck in the socket for as long as the client liked.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -23,10 +24,13 @@ WRITE_TIMEOUT_S = 2.0
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # MiniLM's tokenizer alone: without its sentence_bert_config.json (256 tokens) it reads 512, twice the answer
+    tokenizer = tmp_path_factory.mktemp("tokenizer")
+    for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
+        shutil.copy(model_factory.minilm_path() / name, tokenizer / name)
     with Stack.started(extra_env={"HOSTING_WRITE_TIMEOUT_S": str(WRITE_TIMEOUT_S)}) as running:
-        running.manage("register_model", "minilm", "--source", str(model_factory.minilm_path()),
-                       "--task", "feature-extraction")
+        running.manage("register_model", "minilm", "--source", str(tokenizer), "--task", "feature-extraction")
         running.create_token("all")
         running.start_web()
         yield running
