@@ -56,9 +56,9 @@ def logit_tokens(layout: ModelLayout, config: Any, tokenizer: Any) -> tuple[int,
     """The (true, false) tokens a decoder reranker is scored by; None for a one-logit cross-encoder."""
     if layout.logit_tokens is not None:
         if layout.transformer_task != "text-generation":
-            raise UnsupportedLayout(f"a LogitScore module reads a causal LM's logits, but the Transformer's "
-                                    f"transformer_task is {layout.transformer_task or 'unset'!r}: "
-                                    "set it to 'text-generation' in sentence_bert_config.json")
+            raise UnsupportedLayout(f"a LogitScore module over a Transformer of transformer_task "
+                                    f"{layout.transformer_task or 'unset'!r} is not served: text-ranking scores a "
+                                    "causal LM's tokens ('text-generation' in sentence_bert_config.json)")
         return layout.logit_tokens
     if layout.transformer_task == "text-generation":
         raise UnsupportedLayout("modules.json has a causal-LM Transformer but no LogitScore module, so nothing "

@@ -93,7 +93,7 @@ def test_a_logit_score_over_a_classifier_transformer_is_refused_at_load(qwen3: P
             (broken / source.relative_to(qwen3)).parent.mkdir(parents=True, exist_ok=True)
             (broken / source.relative_to(qwen3)).write_bytes(source.read_bytes())
     (broken / "sentence_bert_config.json").write_text('{"transformer_task": "sequence-classification"}')
-    with pytest.raises(ValueError, match="set it to 'text-generation'"):
+    with pytest.raises(ValueError, match="'sequence-classification' is not served"):
         load(broken)
     (broken / "sentence_bert_config.json").write_text('{"transformer_task": "text-generation", "modality_config": '
                                                        '{"message": {"method": "forward", "format": "flat"}}}')
