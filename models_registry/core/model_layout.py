@@ -72,6 +72,11 @@ class ModelLayout:
     padding_side: str | None = None
     splade: dict[str, str] | None = None  # SpladePooling: pooling_strategy, activation_function
     logit_tokens: tuple[int, int | None] | None = None  # LogitScore: the true and false token ids
+    # The Transformer's modality_config: "message" renders a pair through the chat template ("text"
+    # alone: tokenizer pairs, as a save from before modality_config). () without modules.json.
+    modalities: tuple[str, ...] = ()
+    message_format: str = ""  # "flat" or "structured" message content; "": inferred from the chat template
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # processing_kwargs' "chat_template"
 
     @property
     def pooling_name(self) -> str | None:
@@ -121,6 +126,7 @@ class ModelLayout:
         data["modules"] = tuple(data.get("modules") or ())
         data["pooling"] = tuple(data.get("pooling") or ())
         data["dense"] = tuple(DenseLayer(**d) for d in data.get("dense") or ())
+        data["modalities"] = tuple(data.get("modalities") or ())
         if data.get("logit_tokens") is not None:
             data["logit_tokens"] = tuple(data["logit_tokens"])
         known = set(cls.__dataclass_fields__)
@@ -193,6 +199,15 @@ def _transformer(read: FileReader, path: str) -> dict[str, Any]:
         values["max_seq_length"] = int(config["max_seq_length"])
     if config.get("transformer_task"):
         values["transformer_task"] = str(config["transformer_task"])
+    # sentence-transformers reads a config without modality_config as text only (saved before it had one)
+    modality = config.get("modality_config")
+    values["modalities"] = tuple(modality) if isinstance(modality, dict) else ("text",)
+    message = modality.get("message") if isinstance(modality, dict) else None
+    if isinstance(message, dict) and message.get("format") in ("flat", "structured"):
+        values["message_format"] = message["format"]
+    template_kwargs = (config.get("processing_kwargs") or {}).get("chat_template")
+    if isinstance(template_kwargs, dict):
+        values["chat_template_kwargs"] = dict(template_kwargs)
     return values
 
 

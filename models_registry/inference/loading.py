@@ -14,7 +14,6 @@ from tokenizers import Tokenizer
 from transformers import (
     AutoModelForQuestionAnswering,
     AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
     AutoTokenizer,
     pipeline,
 )
@@ -33,6 +32,7 @@ from models_registry.inference import (
     trace,
 )
 from models_registry.inference.backend import PackedEncoder
+from models_registry.inference.decoder_ranking import DecoderRanker
 from models_registry.inference.packed_forward import EagerEncoder, packed_position_offset
 from models_registry.inference.task_common import ModelBundle, max_positions
 from models_registry.media.item import is_media
@@ -44,10 +44,10 @@ logger = logging.getLogger(__name__)
 # int8 is an ONNX Runtime copy of the float32 model: torch loads float32 for it.
 DTYPES: dict[str, Any] = {"auto": "auto", "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
                           "int8": torch.float32}
-# Task kinds transformers 5 has no pipeline for: a model class and its tokenizer instead.
+# Task kinds transformers 5 has no pipeline for: a model class and its tokenizer instead (and text-ranking,
+# whose model class the directory's files say: ranking.load_ranker).
 BUNDLE_CLASSES: dict[str, Any] = {
     "question-answering": AutoModelForQuestionAnswering,
-    "text-ranking": AutoModelForSequenceClassification,  # a cross-encoder: one logit per (query, text) pair
     **dict.fromkeys(("summarization", "translation", "text2text-generation"), AutoModelForSeq2SeqLM),
 }
 
@@ -128,14 +128,14 @@ def resolve_device(requested: str) -> str:
 
 
 def load_pipeline(task: str, source: str, revision: str | None, device: str, dtype: Any) -> Any:
-    """A ready pipeline (or ModelBundle) for one task kind of a model (blocking, may raise)."""
+    """A ready pipeline (or ModelBundle, or DecoderRanker) for one task kind of a model (blocking, may raise)."""
+    if task == "text-ranking":
+        return ranking.load_ranker(source, revision, device, dtype)
     if task in BUNDLE_CLASSES:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
         if task == "question-answering" and not tokenizer.is_fast:
             raise ValueError("question-answering needs a fast tokenizer (tokenizer.json) for answer offsets")
         model = BUNDLE_CLASSES[task].from_pretrained(source, revision=revision, dtype=dtype).to(device).eval()
-        if task == "text-ranking":
-            ranking.check_cross_encoder(model)
         return ModelBundle(model=model, tokenizer=tokenizer)
     pipe = pipeline(task, model=source, revision=revision, device=device, dtype=dtype)
     pipe.model.eval()
@@ -229,8 +229,10 @@ def _read_files(loaded: LoadedModel, embedder: Any) -> None:
 
 def _logits_on_onnxruntime(loaded: LoadedModel, ort: onnx_backend.OrtSettings | None) -> None:
     """Classification, token classification, fill-mask and ranking forwards on ONNX Runtime where they match torch."""
+    # (A decoder reranker stays on torch: its exported forward would give every token's logits over the vocabulary.)
     chosen = {task: onnx_logits.use_onnxruntime(loaded.spec, task, loaded.device, runner.model, runner.tokenizer, ort)
-              for task, runner in loaded.pipelines.items() if task in onnx_logits.LOGITS_TASKS}
+              for task, runner in loaded.pipelines.items()
+              if task in onnx_logits.LOGITS_TASKS and not isinstance(runner, DecoderRanker)}
     if chosen:
         on_ort = all(backend == "onnxruntime" for backend in chosen.values())
         loaded.backend = {"backend": "onnxruntime" if on_ort else "torch", "task_backends": chosen}
