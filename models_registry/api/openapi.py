@@ -153,10 +153,10 @@ def operations(max_inputs: int) -> list[Operation]:
                   "Text Embeddings Inference's tokenize: ids, strings and character offsets (no worker involved).",
                   r.TokenizeResponse, errors, request_schemas.tokenize_request(max_inputs), ("tei",),
                   example={"model": DEMO_MODEL, "inputs": "Hello world"}),
-        Operation("tei-rerank", "post", "Text Embeddings Inference's rerank over a text-ranking task: (query, text) "
-                  "pairs scored in batches.", r.RerankResponse, errors, request_schemas.rerank_request(max_inputs),
-                  ("tei",), timings=True, example={"model": "my-reranker", "query": "What is Django?",
-                                                    "texts": ["A web framework.", "A guitarist."]}),
+        Operation("tei-rerank", "post", "Text Embeddings Inference's rerank: (query, text) pairs scored in batches by "
+                  "a text-ranking task, or by MaxSim of a multi-vector model's token vectors.", r.RerankResponse,
+                  errors, request_schemas.rerank_request(max_inputs), ("tei",), timings=True, example={
+                      "model": "my-reranker", "query": "What is Django?", "texts": ["A web framework.", "A guitarist."]}),
         Operation("health", "get", "Liveness of this web process (never waits on a worker).", r.Health, (405,),
                   tags=("operations",), public=True),
         Operation("ready", "get", "Readiness: database, broker, and a live worker serving an enabled model.",

@@ -159,12 +159,14 @@ def tokenize_request(max_inputs: int) -> Shape:
 def rerank_request(max_inputs: int) -> Shape:
     """Text Embeddings Inference's POST /rerank body."""
     shape = TypedDict("RerankRequest", {  # type: ignore[operator]
-        "model": Required[Annotated[str, Field(min_length=1, description="a model with a text-ranking task, or "
+        "model": Required[Annotated[str, Field(min_length=1, description="a model with a text-ranking task or a "
+                                                                         "multi-vector (ColBERT-style) one, or "
                                                                          "name/task")]],
         "query": Required[str],
         "texts": Required[Annotated[list[str], Field(min_length=1, max_length=max_inputs)]],
         "raw_scores": NotRequired[Annotated[bool | None, Field(description="the model's logit instead of its "
-                                                                           "sigmoid; default false")]],
+                                                                           "sigmoid; default false (a multi-vector "
+                                                                           "model's MaxSim is always raw)")]],
         "return_text": NotRequired[Annotated[bool | None, Field(description="echo each text in its rank; default "
                                                                             "false")]],
         "truncate": NotRequired[Annotated[bool | None, Field(description="cut pairs longer than the model takes "

@@ -38,6 +38,8 @@ logger = logging.getLogger("models_registry.requests")
 TOKENIZE_FIELDS = ("model", "inputs", "add_special_tokens")
 RERANK_FIELDS = ("model", "query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction")
 RANKING_TASK = "text-ranking"
+HOW_TO_RANK = ("register a cross-encoder with --task text-ranking, or a multi-vector (ColBERT-style) model with "
+               "--task feature-extraction")
 
 
 @dataclass(frozen=True)
@@ -179,24 +181,31 @@ def resolve(model_id: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, Task
     return spec, task
 
 
+def can_rank(task: TaskSpec) -> bool:
+    """Whether /rerank runs on task: a cross-encoder's text-ranking, or a ColBERT-style model's token vectors (MaxSim)."""
+    return task.task == RANKING_TASK or (task.task == "feature-extraction" and task.layout.multi_vector is not None)
+
+
 def ranking_task(spec: ModelSpec, named: TaskSpec | None) -> TaskSpec:
-    """The text-ranking task /rerank runs: the one named, else the default, else the model's first one."""
+    """The task /rerank runs (can_rank): the one named, else the default, else the model's first one."""
     if named is not None:
-        if named.task != RANKING_TASK:
-            raise NotFound(f"{spec.name}/{named.name} is a {named.task} task and cannot serve /rerank; "
-                           "register a cross-encoder with --task text-ranking")
+        if not can_rank(named):
+            raise NotFound(f"{spec.name}/{named.name} is a {named.task} task and cannot serve /rerank; {HOW_TO_RANK}")
         return named
     candidates = [spec.tasks[spec.default_task]] if spec.default_task in spec.tasks else []
     candidates += list(spec.tasks.values())
     for task in candidates:
-        if task.task == RANKING_TASK:
+        if can_rank(task):
             return task
-    raise NotFound(f"model {spec.name!r} has no text-ranking task, so it cannot serve /rerank; "
-                   "register a cross-encoder with --task text-ranking")
+    raise NotFound(f"model {spec.name!r} has no text-ranking task, so it cannot serve /rerank; {HOW_TO_RANK}")
 
 
 class RerankRoute:
-    """TEI's POST /rerank: each (query, text) pair is one batch item of the model's text-ranking task."""
+    """TEI's POST /rerank: each (query, text) pair is one batch item of the model's text-ranking task.
+
+    Over a multi-vector model's feature-extraction task the worker scores a pair by MaxSim (inference.multi_vector);
+    its score is the MaxSim itself, so raw_scores changes nothing there.
+    """
 
     label = "rerank"
 
@@ -206,7 +215,7 @@ class RerankRoute:
         return TaskKey.parse(wanted.model).model, wanted
 
     def resolve(self, wanted: RerankRequest, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
-        """The text-ranking task of the model named."""
+        """The task of the model named that ranks (can_rank)."""
         spec, named = resolve(wanted.model, specs)
         return spec, ranking_task(spec, named)
 

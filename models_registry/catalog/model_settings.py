@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_registry.core import model_layout
+from models_registry.core import model_layout, multi_vector_settings
 from models_registry.core.model_layout import ModelLayout
 
 REGISTRATION = "registration"  # set by the operator (admin or register_model flags)
@@ -28,6 +28,8 @@ def provenance_rows(task: str, pooling_override: str, normalize_override: bool |
             rows.append(("include_prompt", "false (prompt tokens are not pooled)", FILES))
         for dense in layout.said().get("dense", []):
             rows.append(("projection", dense, FILES))
+        if layout.multi_vector is not None:
+            rows.append(("multi-vector", _multi_vector(layout), FILES))
         normalize = model_layout.normalize_of(normalize_override, layout)
         rows.append(("normalize", str(normalize).lower(), REGISTRATION if normalize_override is not None else (
             FILES if layout.normalize is not None else DEFAULT)))
@@ -43,6 +45,14 @@ def provenance_rows(task: str, pooling_override: str, normalize_override: bool |
         if key in (said := layout.said()):
             rows.append((key, str(said[key]), FILES))
     return rows
+
+
+def _multi_vector(layout: ModelLayout) -> str:
+    """A ColBERT-style model's query and document settings in one line (or why they are not computed)."""
+    try:
+        return multi_vector_settings.read(layout.kind, layout.multi_vector or {}).summary()
+    except multi_vector_settings.UnsupportedMultiVector as error:
+        return f"not computed: {error}"
 
 
 def provenance(task: Any) -> list[tuple[str, str, str]]:

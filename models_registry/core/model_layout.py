@@ -28,7 +28,8 @@ SPARSE_ACTIVATIONS = ("relu", "log1p_relu")
 SPARSE_POOLINGS = ("max", "sum")
 # The modules.json types we compute, by class name (old `sentence_transformers.models.X` paths included).
 TRANSFORMERS = ("Transformer", "MLMTransformer")
-COMPUTED = (*TRANSFORMERS, "Pooling", "Dense", "Normalize", "SpladePooling", "LogitScore")
+COMPUTED = (*TRANSFORMERS, "Pooling", "Dense", "Normalize", "SpladePooling", "LogitScore", "MultiVectorMask")
+FOREIGN_TYPES = {"pylate.models.Dense.Dense": "Dense"}  # PyLate's projection: sentence-transformers' own Dense
 TRANSFORMER_CONFIG_FILES = ("sentence_bert_config.json", "sentence_roberta_config.json",
                             "sentence_distilbert_config.json", "sentence_camembert_config.json",
                             "sentence_albert_config.json", "sentence_xlm-roberta_config.json",
@@ -77,6 +78,7 @@ class ModelLayout:
     modalities: tuple[str, ...] = ()
     message_format: str = ""  # "flat" or "structured" message content; "": inferred from the chat template
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # processing_kwargs' "chat_template"
+    multi_vector: dict[str, Any] | None = None  # ColBERT-style: its knobs as the files say (core.multi_vector_settings)
 
     @property
     def pooling_name(self) -> str | None:
@@ -147,11 +149,12 @@ def parse_layout(read: FileReader) -> ModelLayout:
     values: dict[str, Any] = {"padding_side": padding_side, "kind": str(st_config.get("model_type") or "SentenceTransformer")}
     names: list[str] = []
     dense: list[DenseLayer] = []
+    multi = values["kind"] in ("MultiVectorEncoder", "ColBERT") or any(m.get("type") in FOREIGN_TYPES for m in modules)
     for entry in sorted(modules, key=lambda m: int(m.get("idx", 0))):
-        kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
         module_type = str(entry.get("type", ""))
+        kind = FOREIGN_TYPES.get(module_type, module_type.rsplit(".", 1)[-1])
         path = str(entry.get("path", "")).strip("/")
-        if not module_type.startswith("sentence_transformers.") or kind not in COMPUTED:
+        if not (module_type.startswith("sentence_transformers.") or module_type in FOREIGN_TYPES) or kind not in COMPUTED:
             raise UnsupportedLayout(
                 f"modules.json names {module_type or 'a module without a type'!r}, which this server does not "
                 f"compute; it computes {', '.join(COMPUTED)}")
@@ -161,12 +164,14 @@ def parse_layout(read: FileReader) -> ModelLayout:
             values.update(_transformer(read, path))
             if kind == "MLMTransformer":
                 values["transformer_task"] = "fill-mask"
-        elif kind == "Pooling":
+        elif kind == "Pooling" and not multi:  # a multi-vector model's token vectors are not pooled
             values.update(_pooling(config))
         elif kind == "Dense":
-            dense.append(_dense(config, path))
+            dense.append(_dense(config, path, "token_embeddings" if multi else "sentence_embedding"))
         elif kind == "Normalize":
-            values["normalize"] = True
+            values["normalize"] = not multi or config.get("module_input_name") == "token_embeddings"
+        elif kind == "MultiVectorMask":
+            values["multi_vector"] = {"mask": config}
         elif kind == "SpladePooling":
             values["splade"] = _splade(config)
         elif kind == "LogitScore":
@@ -184,7 +189,22 @@ def parse_layout(read: FileReader) -> ModelLayout:
         raise UnsupportedLayout(f"config_sentence_transformers.json: default_prompt_name {default_name!r} "
                                 f"is not one of its prompts ({', '.join(sorted(prompts)) or 'none'})")
     values["default_prompt_name"] = default_name
+    values = _multi_vector(read, st_config, names, values) if multi else values
     return ModelLayout(modules=tuple(names), dense=tuple(dense), **values)
+
+
+def _multi_vector(read: FileReader, st_config: dict[str, Any], names: list[str], values: dict[str, Any]) -> dict:
+    """A ColBERT-style model as sentence-transformers 6.2 loads it; PyLate's names gain the mask and Normalize it adds."""
+    prompts, pylate = dict(values["prompts"]), values["kind"] != "MultiVectorEncoder"
+    for key, role in (("query_prefix", "query"), ("document_prefix", "document")):
+        if key in st_config:  # PyLate's prefixes go before the prompts, as sentence-transformers composes them
+            prompts[role] = (st_config[key] or "") + (prompts.get(role) or "").removeprefix(st_config[key] or "")
+    names += ["MultiVectorMask", "Normalize"] if pylate else []
+    knobs = {"config": {k: v for k, v in st_config.items() if k not in ("__version__", "prompts")},
+             "transformer": _json(read, _join(values.get("transformer_path", ""), "sentence_bert_config.json")),
+             "mask": None if pylate else values.get("multi_vector", {}).get("mask")}
+    return {**values, "pooling": ("none",), "prompts": prompts, "multi_vector": knobs,
+            "normalize": pylate or values["normalize"]}
 
 
 def _transformer(read: FileReader, path: str) -> dict[str, Any]:
@@ -224,14 +244,14 @@ def _pooling(config: dict[str, Any]) -> dict[str, Any]:
     return {"pooling": modes, "include_prompt": bool(config.get("include_prompt", True))}
 
 
-def _dense(config: dict[str, Any], path: str) -> DenseLayer:
+def _dense(config: dict[str, Any], path: str, over: str = "sentence_embedding") -> DenseLayer:
     activation = str(config.get("activation_function") or "torch.nn.modules.activation.Tanh")
     if not activation.startswith("torch."):
         raise UnsupportedLayout(f"{path}: activation {activation!r} is not a torch.nn module; this server runs "
                                 "no code from a model directory")
-    if config.get("module_input_name", "sentence_embedding") != "sentence_embedding":
+    if config.get("module_input_name", over) != over:
         raise UnsupportedLayout(f"{path}: a Dense over {config['module_input_name']!r} is not computed here "
-                                "(only over the pooled vector)")
+                                f"(only over {over})")
     try:
         return DenseLayer(path=path, in_features=int(config["in_features"]), out_features=int(config["out_features"]),
                           bias=bool(config.get("bias", True)), activation=activation,

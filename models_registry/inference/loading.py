@@ -25,6 +25,7 @@ from models_registry.inference import (
     half_precision,
     intake_tokens,
     media_models,
+    multi_vector,
     onnx_backend,
     onnx_logits,
     ranking,
@@ -76,6 +77,7 @@ class LoadedModel:
     # What the model directory's files say (read at this load) and the Dense modules they name.
     layout: model_layout.ModelLayout = field(default_factory=model_layout.ModelLayout)
     dense: sentence_head.DenseHead | None = None
+    multi_vector: multi_vector.MultiVectorModel | None = None  # a ColBERT-style model: token vectors, MaxSim
 
     def cost_counter(self) -> TokenCounter:
         """This model's tokenizer and lengths, for what a request makes it compute (catalog.compute_cost)."""
@@ -191,7 +193,7 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     _logits_on_onnxruntime(loaded, ort)
     if isinstance(embedder, media_models.DualEncoder):
         pass  # CLIP's text tower projects its pooled output: no packed token embeddings
-    elif embedder is not None and packing:
+    elif embedder is not None and packing and loaded.multi_vector is None:  # queries need their padding positions
         _prepare_packing(loaded, embedder, torchscript and device == "cpu", ort)
     elif spec.dtype == "int8":
         raise ValueError("dtype int8 serves packed embeddings only: it needs a feature-extraction task "
@@ -225,6 +227,20 @@ def _read_files(loaded: LoadedModel, embedder: Any) -> None:
     if layout.dense:
         loaded.dense = sentence_head.load_dense(spec.source, spec.revision or None, layout.dense,
                                                 embedder.model.device, embedder.model.dtype)
+    if layout.multi_vector is not None:
+        _check_multi_vector(spec)
+        loaded.multi_vector = multi_vector.prepare(layout, tokenizer, loaded.dense)
+    elif "HF_ColBERT" in (getattr(config, "architectures", None) or []):
+        raise ValueError("a Stanford-NLP ColBERT checkpoint (HF_ColBERT, no modules.json) is not served here; save it "
+                         "with sentence-transformers' MultiVectorEncoder (or PyLate) and register that directory")
+
+
+def _check_multi_vector(spec: ModelSpec) -> None:
+    """A multi-vector model answers token vectors: a pooling set by the operator would be something else."""
+    for task in spec.tasks.values():
+        if task.task == "feature-extraction" and task.pooling_override not in ("", "none"):
+            raise ValueError(f"task {task.name}: {spec.source} is a multi-vector (ColBERT-style) model, whose answer "
+                             f"is one vector per token; pooling {task.pooling_override!r} is not computed for it")
 
 
 def _logits_on_onnxruntime(loaded: LoadedModel, ort: onnx_backend.OrtSettings | None) -> None:

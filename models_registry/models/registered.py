@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from models_registry.core import model_files, model_layout, sources
+from models_registry.core import model_files, model_layout, multi_vector_settings, sources
 from models_registry.core.errors import InvalidInput
 from models_registry.core.task_key import TaskKey
 from models_registry.tasks.task_inputs import SUPPORTED_TASKS, validate_parameters
@@ -204,7 +204,9 @@ class ModelTask(models.Model):
         try:
             layout = model_layout.parse_layout(model_files.file_reader(
                 self.model.source, self.model.revision or None, cached_only=True))
-        except model_layout.UnsupportedLayout as error:
+            if layout.multi_vector is not None:  # a ColBERT-style model's knobs: refused here, not at its load
+                multi_vector_settings.read(layout.kind, layout.multi_vector)
+        except (model_layout.UnsupportedLayout, multi_vector_settings.UnsupportedMultiVector) as error:
             raise ValidationError({"task": f"{self.model.source}: {error}"}) from None
         except OSError:  # not cached, or unreadable here: the worker's load reads (and refuses) it
             return

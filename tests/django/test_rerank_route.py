@@ -24,6 +24,9 @@ def token(make_model: Callable[..., RegisteredModel], make_token: Callable[..., 
     mixed = make_model("mixed", task="feature-extraction")
     mixed.tasks.create(name="rank", task="text-ranking")
     make_model("emb", task="feature-extraction")
+    colbert = {"kind": "MultiVectorEncoder", "pooling": ["none"], "prompts": {"query": "[Q] ", "document": "[D] "},
+               "multi_vector": {"config": {}, "transformer": {}, "mask": {}}}  # what a MultiVectorEncoder's files say
+    make_model("colbert", task="feature-extraction", file_settings=colbert)
     return make_token("all")
 
 
@@ -79,6 +82,17 @@ async def test_a_model_whose_default_task_is_another_uses_its_ranking_task(token
 async def test_ties_keep_input_order(token: str, calls: list[dict[str, Any]]) -> None:
     response = await rerank({"model": "ranker", "query": "q", "texts": ["xx", "yy", "zz"]}, token)
     assert [rank["index"] for rank in response.json()] == [0, 1, 2]
+
+
+async def test_a_multi_vector_model_ranks_on_its_feature_extraction_task(token: str,
+                                                                         calls: list[dict[str, Any]]) -> None:
+    """A ColBERT-style model (what its files said at registration) is scored by MaxSim in the worker."""
+    response = await rerank({"model": "colbert", "query": "q", "texts": ["ab", "abcd"], "raw_scores": True}, token)
+    assert response.status_code == 200, response.content
+    assert [rank["index"] for rank in response.json()] == [1, 0]
+    [call] = calls
+    assert call["task"] == "feature-extraction" and call["inputs"] == [{"query": "q", "text": t} for t in ("ab", "abcd")]
+    assert call["parameters"]["prompts"] == {"query": "[Q] ", "document": "[D] "}  # the worker's query and text sides
 
 
 @pytest.mark.parametrize(("body", "status", "words"), [

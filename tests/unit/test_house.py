@@ -15,7 +15,9 @@ from tests import source_tree
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "models_registry"
 PROJECT = ROOT / "hosting"
-MAX_MODULE_LINES = 300  # a module over this is asking to be split
+# A module this long is asking for a look, not a cut: one module with one job beats two cut only to get
+# under a count (the hard 300 bent the design: modules split along no concept, lines joined to fit).
+MAX_MODULE_LINES = 400
 # Basenames Django asks for in more than one place (the project's and the app's), and the one command
 # the project extends on purpose (hosting's runworker starts the embedded Redis, then runs the app's).
 DJANGO_NAMES = {"__init__", "admin", "urls", "asgi", "runworker"}
@@ -45,7 +47,7 @@ def confusable_names(names: list[str]) -> list[str]:
     return sorted(twice + plurals)
 
 
-def test_no_module_is_over_300_lines() -> None:
+def test_no_module_is_over_the_line_budget() -> None:
     assert long_modules(house_modules()) == []
 
 
