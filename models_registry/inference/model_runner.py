@@ -16,7 +16,15 @@ import torch
 
 from models_registry.core.batch_types import ItemFailure
 from models_registry.core.errors import HostingError, Internal, Timeout
-from models_registry.inference import compute_deadline, encoder_tasks, generation, media_runs, ranking, streaming
+from models_registry.inference import (
+    compute_deadline,
+    encoder_tasks,
+    generation,
+    media_runs,
+    ranking,
+    sparse_embeddings,
+    streaming,
+)
 from models_registry.inference.containment import contained, describe
 from models_registry.inference.embeddings import embed
 from models_registry.inference.loading import LoadedModel, load_model
@@ -143,6 +151,8 @@ class PipelineRunner:
         with torch.inference_mode():
             if media_runs.handles(task, pipe):
                 return media_runs.run(task, pipe, texts, params)
+            if task.task == "feature-extraction" and loaded.sparse:
+                return sparse_embeddings.embed_sparse(loaded, pipe, task, texts, params)
             if task.task == "feature-extraction":
                 return embed(loaded, pipe, task, texts, params)
             run = RUNNERS.get(task.task)
