@@ -21,6 +21,7 @@ from typing import Any
 from models_registry.api import dimensions, request_schemas
 from models_registry.core.paths import EMBEDDINGS_PATH, openapi_path, url_path
 from models_registry.core.task_key import TaskKey
+from models_registry.catalog import sparse_answer
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.tasks.parameter_types import NOT_BLANK
 from models_registry.tasks.task_inputs import TASK_KINDS
@@ -94,11 +95,13 @@ def narrowing(spec: ModelSpec, task: TaskSpec) -> dict[str, Any]:
     if task.task == "feature-extraction":
         names = sorted(defaults.get("prompts") or {})
         fe: dict[str, Any] = {"prompt_name": {"enum": [*names, None]}}
-        sizes = _sizes(task, native_size(spec, task))
+        sparse = sparse_answer.is_sparse_task(task)  # sparse_answer.check_parameters: what each kind refuses
+        sizes = {"type": "null"} if sparse else _sizes(task, native_size(spec, task))
         if sizes is not None:
             fe |= {key: sizes for key in SIZE_KEYS}
+        fe |= {"normalize": {"enum": [False, None]}} if sparse else {}
         properties.update(fe)
-        parameters["properties"] |= fe
+        parameters["properties"] |= fe | ({} if sparse else {sparse_answer.PARAMETER: {"type": "null"}})
         narrowed |= _one_size_name()
     if parameters["properties"] or missing:
         properties["parameters"] = parameters
@@ -130,6 +133,9 @@ def _inference(generic: dict[str, Any], spec: ModelSpec, task: TaskSpec, max_inp
         operation["requestBody"]["content"]["text/plain"]["schema"] = {"type": "string", "pattern": NOT_BLANK}
     if task.task == "fill-mask":
         operation["description"] += " Each input must hold the model's mask token (e.g. [MASK])."
+    if sparse_answer.is_sparse_task(task):
+        operation["description"] += (" A sparse (SPLADE) model: each input's answer is its list of non-zero "
+                                     "{index, value} entries (SparseValue), at most max_active_dims of them.")
     return operation
 
 

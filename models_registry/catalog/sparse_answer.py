@@ -1,4 +1,4 @@
-"""Sparse (SPLADE) answers: which tasks give them, how they travel, how many entries they keep, what they weigh (pure).
+"""Sparse (SPLADE) answers: which tasks give them, what they take, how they travel, their entries and weight (pure).
 
 A SPLADE vector has one entry per word of the vocabulary (30,522 for BERT's) and is mostly zeros: the
 worker sends only its non-zero entries, as two little-endian arrays (uint32 indices, ascending, and
@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from models_registry.core.errors import InvalidInput
 from models_registry.core.model_layout import ModelLayout
 from models_registry.catalog.specs import TaskSpec
 
@@ -25,6 +26,7 @@ PARAMETER = "max_active_dims"  # sentence-transformers' name, a feature-extracti
 DEFAULT_MAX_ACTIVE_DIMS = 1024
 ENTRY_BYTES = 36  # one {"index": 12345, "value": 0.12345678} in the JSON answer
 INDICES, VALUES = "indices", "values"  # the keys of one vector on the wire
+DENSE_ONLY = ("dimensions", "truncate_dim")  # Matryoshka cuts: a vocabulary-wide vector has no such prefix
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,18 @@ def is_sparse(layout: ModelLayout) -> bool:
 def is_sparse_task(task: TaskSpec) -> bool:
     """Whether a task computes sparse vectors, as its registration read the model's files."""
     return task.task == "feature-extraction" and is_sparse(task.layout)
+
+
+def check_parameters(task: TaskSpec, parameters: dict[str, Any]) -> None:
+    """400 for what a task's vectors do not take: Matryoshka cuts or normalize (sparse), max_active_dims (dense)."""
+    if is_sparse_task(task):
+        asked = [key for key in DENSE_ONLY if parameters.get(key) is not None]
+        asked += ["normalize"] if parameters.get("normalize") else []
+        if asked:
+            raise InvalidInput(f"{', '.join(asked)} do(es) not apply to a sparse (SPLADE) model's vectors (its "
+                               f"vocabulary-wide weights, not normalized); {PARAMETER} bounds their entries")
+    elif task.task == "feature-extraction" and parameters.get(PARAMETER) is not None:
+        raise InvalidInput(f"{PARAMETER} applies to sparse (SPLADE) models only; this task computes dense vectors")
 
 
 def active_dims(parameters: dict[str, Any], layout: ModelLayout, width: int | None = None) -> int:
