@@ -66,7 +66,7 @@ def assert_same(ours: list[Any], theirs: np.ndarray) -> None:
     for output, expected in zip(ours, theirs, strict=True):
         got = dense(output, expected.shape[0])
         assert np.array_equal(np.nonzero(got)[0], np.nonzero(expected)[0])
-        assert np.allclose(got, expected, rtol=1e-3, atol=0)
+        assert np.allclose(got, expected, rtol=1e-3, atol=1e-6)  # atol: float32 rounding of entries near zero
 
 
 @pytest.mark.parametrize(("layout", "pooling", "activation"), [
