@@ -192,7 +192,12 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     # Before the packing check and the trace: they must see the dtype the model serves in. A sparse
     # model's vectors have no half-precision probe (half_precision compares dense ones): it keeps its dtype.
     probed = {kind: p for kind, p in loaded.pipelines.items() if not (kind == "feature-extraction" and loaded.sparse)}
-    chosen = half_precision.choose(probed, device, half_dtypes) if spec.dtype == "auto" else None
+    chosen = None
+    if spec.dtype == "auto" and probed:
+        chosen = half_precision.choose(probed, device, half_dtypes)
+    elif spec.dtype == "auto" and embedder is not None:  # a sparse model alone
+        chosen = half_precision.DtypeChoice(str(embedder.model.dtype).removeprefix("torch."),
+                                            "auto: the checkpoint's dtype (no half-precision probe for sparse vectors)")
     if "text-generation" in loaded.pipelines:  # in the dtype it serves in: decoded in slots, or in static batches
         cpu_packing.pack(loaded.pipelines["text-generation"].model)
         generation_check.verify(loaded.pipelines["text-generation"])

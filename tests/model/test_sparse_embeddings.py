@@ -32,15 +32,22 @@ def texts(count: int, seed: int = 3, longest: int = 60) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, longest))) for _ in range(count)]
 
 
-def run(directory: Path, inputs: list[str], params: dict[str, Any] | None = None) -> list[Any]:
-    """The runner's answers for inputs, a task registered with no flags on directory."""
-    task = TaskSpec(name="fe", task="feature-extraction", parameters={}, pooling="mean", normalize=False,
-                    policy=BatchPolicy(max_batch_size=64), timeout_s=30.0)
-    spec = ModelSpec(name="splade", source=str(directory), revision="", device="cpu", dtype="float32", enabled=True,
-                     tasks={"fe": task}, default_task="fe")
-    runner = PipelineRunner(packing=True)
-    loaded = runner.load(spec)
-    return runner.run(loaded, task, inputs, [dict(params or {})] * len(inputs))
+TASK = TaskSpec(name="fe", task="feature-extraction", parameters={}, pooling="mean", normalize=False,
+                policy=BatchPolicy(max_batch_size=64), timeout_s=30.0)
+
+
+def load(directory: Path, dtype: str = "float32") -> tuple[PipelineRunner, Any]:
+    """The runner and the model loaded as a task registered with no flags on directory (dtype auto tries bfloat16)."""
+    spec = ModelSpec(name="splade", source=str(directory), revision="", device="cpu", dtype=dtype, enabled=True,
+                     tasks={"fe": TASK}, default_task="fe")
+    runner = PipelineRunner(packing=True, half_dtypes=("bfloat16",))
+    return runner, runner.load(spec)
+
+
+def run(directory: Path, inputs: list[str], params: dict[str, Any] | None = None, dtype: str = "float32") -> list[Any]:
+    """The runner's answers for inputs."""
+    runner, loaded = load(directory, dtype)
+    return runner.run(loaded, TASK, inputs, [dict(params or {})] * len(inputs))
 
 
 def dense(output: Any, width: int) -> np.ndarray:
@@ -115,6 +122,15 @@ def test_a_nearly_dense_head_answers_its_default_number_of_largest_entries(tmp_p
     full = reference(directory, inputs)
     assert min(int((row > 0).sum()) for row in full) > 10 * sparse_answer.DEFAULT_MAX_ACTIVE_DIMS
     assert_same(ours, reference(directory, inputs, max_active_dims=sparse_answer.DEFAULT_MAX_ACTIVE_DIMS))
+
+
+def test_dtype_auto_keeps_a_sparse_model_in_its_checkpoints_dtype(tmp_path: Path) -> None:
+    directory = sparse_layouts.build_splade(tmp_path / "splade")
+    _, loaded = load(directory, dtype="auto")  # a dense model would be probed in bfloat16 here
+    assert loaded.backend["active_dtype"] == "float32" and "sparse" in loaded.backend["dtype_reason"]
+    assert loaded.pipelines["feature-extraction"].model.dtype == torch.float32
+    inputs = texts(4)
+    assert_same(run(directory, inputs, dtype="auto"), reference(directory, inputs))
 
 
 def test_long_inputs_run_in_forwards_within_the_logits_budget() -> None:
