@@ -15,7 +15,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from models_registry.catalog import sparse_answer
 from models_registry.catalog.specs import ModelSpec
+from models_registry.core import model_files, model_layout
 
 VECTOR_TASKS = ("feature-extraction", "image-feature-extraction")
 LABEL_TASKS = ("text-classification", "token-classification", "image-classification", "audio-classification")
@@ -61,13 +63,27 @@ def _hidden_size(config: dict[str, Any]) -> int | None:
     return None
 
 
-def shape(config: dict[str, Any] | None, task_kinds: Iterable[str]) -> dict[str, str]:
-    """{task kind: what its answers look like} for the kinds with a shape ("32-float vectors", "labels A, B")."""
+def read_sparse(source: str, revision: str) -> bool:
+    """Whether the model's files make it a sparse (SPLADE) encoder: local or cached files only (unread: False)."""
+    try:
+        layout = model_layout.parse_layout(model_files.file_reader(source, revision or None, cached_only=True))
+    except (OSError, ValueError):  # not cached yet (the worker checks again once loaded), or not computed at all
+        return False
+    return sparse_answer.is_sparse(layout)
+
+
+def shape(config: dict[str, Any] | None, task_kinds: Iterable[str], sparse: bool = False) -> dict[str, str]:
+    """{task kind: what its answers look like} for the kinds with a shape ("32-float vectors", "labels A, B").
+
+    sparse: a SPLADE model's feature-extraction answers vocabulary-wide sparse vectors, whatever its hidden size.
+    """
     shown: dict[str, str] = {}
     if not config:
         return shown
     for kind in task_kinds:
-        if kind in VECTOR_TASKS and (size := _hidden_size(config)):
+        if kind == "feature-extraction" and sparse and isinstance(config.get("vocab_size"), int):
+            shown[kind] = f"sparse vectors over {config['vocab_size']} words"
+        elif kind in VECTOR_TASKS and (size := _hidden_size(config)):
             shown[kind] = f"{size}-float vectors"
         elif kind in LABEL_TASKS and isinstance(config.get("id2label"), dict):
             labels = ", ".join(str(v) for _, v in sorted(config["id2label"].items(), key=lambda kv: int(kv[0])))
@@ -89,8 +105,9 @@ def change(live_key: tuple[str, ...], new_key: tuple[str, ...], task_kinds: Iter
            new_number: int) -> str | None:
     """difference() between two versions' compute keys (source, revision, ...), from their configs."""
     kinds = list(task_kinds)
-    return difference(shape(read_config(live_key[0], live_key[1]), kinds),
-                      shape(read_config(new_key[0], new_key[1]), kinds), live_number, new_number)
+    return difference(shape(read_config(live_key[0], live_key[1]), kinds, read_sparse(live_key[0], live_key[1])),
+                      shape(read_config(new_key[0], new_key[1]), kinds, read_sparse(new_key[0], new_key[1])),
+                      live_number, new_number)
 
 
 def public(error: str) -> bool:

@@ -121,3 +121,20 @@ def test_the_worker_estimates_a_sparse_answer_at_its_bound_before_compute() -> N
     assert intake.answer_bytes("feature-extraction", ["a"], {"max_active_dims": 10**6}, slot) == 30522 * 36
     dense: Any = SimpleNamespace(loaded=SimpleNamespace(sparse_width=None, layout=ModelLayout()))
     assert intake.answer_bytes("feature-extraction", ["a"], {}, dense) == 0
+
+
+def test_a_new_version_from_dense_to_sparse_changes_the_output_shape(tmp_path: Any) -> None:
+    from models_registry.catalog import output_shape
+
+    config = {"hidden_size": 32, "vocab_size": 100}
+    dense, sparse = tmp_path / "dense", tmp_path / "sparse"
+    for directory in (dense, sparse):
+        directory.mkdir()
+        (directory / "config.json").write_text(json.dumps(config))
+    for path, value in {"modules.json": LEGACY_MODULES, "1_SpladePooling/config.json": {"pooling_strategy": "max"},
+                        "config_sentence_transformers.json": {"model_type": "SparseEncoder"}}.items():
+        (sparse / path).parent.mkdir(exist_ok=True)
+        (sparse / path).write_text(json.dumps(value))
+    problem = output_shape.change((str(dense), ""), (str(sparse), ""), ["feature-extraction"], 1, 2)
+    assert problem is not None and "sparse vectors over 100 words" in problem and "32-float vectors" in problem
+    assert output_shape.change((str(sparse), ""), (str(sparse), ""), ["feature-extraction"], 1, 2) is None
