@@ -5,7 +5,8 @@ The generic `/models/{name}` body can only say "what some task takes"; at
 (api.request_schemas), narrowed by what the registry knows of the task: parameters its
 defaults must supply (zero-shot labels), the prompt names it defines, and the Matryoshka
 sizes it serves (up to the vector length seen in an answer, or else the hidden size in the
-model's config.json). /v1/embeddings gets one alternative per embedding id in the same way.
+model's config.json). /v1/embeddings gets one alternative per embedding id in the same way, and
+/embed_sparse one per sparse model id (a dense model's id there is a 400).
 What the tokenizer alone decides (a fill-mask input needs the model's mask token, a
 target must be in its vocabulary, an input must fit its length) is said in words only.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from models_registry.api import dimensions, request_schemas
-from models_registry.core.paths import EMBEDDINGS_PATH, openapi_path, url_path
+from models_registry.core.paths import EMBED_SPARSE_PATH, EMBEDDINGS_PATH, openapi_path, url_path
 from models_registry.core.task_key import TaskKey
 from models_registry.catalog import sparse_answer
 from models_registry.catalog.specs import ModelSpec, TaskSpec
@@ -163,6 +164,24 @@ def _embedding_ids(document: dict[str, Any], specs: dict[str, ModelSpec]) -> dic
     return operation
 
 
+def _sparse_ids(document: dict[str, Any], specs: dict[str, ModelSpec]) -> dict[str, Any]:
+    """/embed_sparse with one body alternative per sparse model id (its prompts), else a name no model has (404)."""
+    operation = copy.deepcopy(document["paths"][EMBED_SPARSE_PATH]["post"])
+    content = operation["requestBody"]["content"]["application/json"]
+    choices: list[dict[str, Any]] = []
+    known: list[str] = []
+    for name, spec in specs.items():
+        known += [name, *(str(TaskKey(name, t.name)) for t in spec.tasks.values())]
+        sparse = [t for t in spec.tasks.values() if sparse_answer.is_sparse_task(t)]
+        default = next((t for t in sparse if t.name == spec.default_task), sparse[0] if sparse else None)
+        for model_id, task in ([(name, default)] if default else []) + [(str(TaskKey(name, t.name)), t) for t in sparse]:
+            prompts = sorted(task.parameters.get("prompts") or {})
+            choices.append({"properties": {"model": {"const": model_id}, "prompt_name": {"enum": [*prompts, None]}}})
+    choices.append({"properties": {"model": {"not": {"enum": known}}}})  # a dense model's id is a 400
+    content["schema"] = {"allOf": [content["schema"], {"anyOf": choices}]}
+    return operation
+
+
 def with_models(document: dict[str, Any], specs: dict[str, ModelSpec], max_inputs: int) -> dict[str, Any]:
     """The document with a path per visible model and task, and /v1/embeddings narrowed to their ids."""
     document = {**document, "paths": dict(document["paths"])}
@@ -191,4 +210,5 @@ def with_models(document: dict[str, Any], specs: dict[str, ModelSpec], max_input
     embeddings = _embedding_ids(document, specs)
     if embeddings is not None:
         paths[EMBEDDINGS_PATH] = {"post": embeddings}
+    paths[EMBED_SPARSE_PATH] = {"post": _sparse_ids(document, specs)}
     return document

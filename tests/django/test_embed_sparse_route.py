@@ -146,4 +146,9 @@ async def test_the_models_own_document_says_what_each_kind_of_vector_takes(token
     assert accepts("/models/emb", {"inputs": "a", "dimensions": 8})
     assert not accepts("/models/emb", {"inputs": "a", "parameters": {"max_active_dims": 8}})
     assert "SparseValue" in doc["paths"]["/models/splade"]["post"]["description"]
-    assert "/embed_sparse" in doc["paths"]
+    for body, valid in [({"model": "splade", "inputs": "a", "prompt_name": "query"}, True),
+                        ({"model": "splade", "inputs": "a", "prompt_name": "passage"}, False),  # not its prompt
+                        ({"model": "mixed", "inputs": "a"}, True), ({"model": "mixed/sparse", "inputs": "a"}, True),
+                        ({"model": "mixed/feature-extraction", "inputs": "a"}, False),  # dense: a 400
+                        ({"model": "emb", "inputs": "a"}, False), ({"model": "nope", "inputs": "a"}, True)]:  # 404
+        assert accepts("/embed_sparse", body) == valid, body
