@@ -82,11 +82,18 @@ def embed_sparse(loaded: LoadedModel, bundle: Any, task: TaskSpec, texts: list[s
 
 
 def splade_pool(logits: torch.Tensor, mask: torch.Tensor, strategy: str, activation: str) -> torch.Tensor:
-    """SpladePooling: log1p(relu(logits)) of the real tokens (twice log1p for log1p_relu), max or sum over them."""
-    scores = (logits * mask.unsqueeze(-1).to(logits.dtype)).relu_().log1p_()
-    if activation == "log1p_relu":
-        scores = scores.log1p_()
-    return scores.amax(dim=1) if strategy == "max" else scores.sum(dim=1)
+    """SpladePooling: log1p(relu(logits)) of the real tokens (twice log1p for log1p_relu), max or sum over them.
+
+    log1p(relu(x)) never decreases, so the max of it is it of the max: max pooling takes each word's
+    largest logit over the real tokens and transforms only that (the same floats, a token-length
+    fraction of the work). logits is overwritten (a forward's own output, used once).
+    """
+    real = mask.unsqueeze(-1).bool()
+    if strategy == "max":
+        scores = logits.masked_fill_(~real, float("-inf")).amax(dim=1).relu_().log1p_()
+        return scores.log1p_() if activation == "log1p_relu" else scores
+    scores = logits.mul_(real.to(logits.dtype)).relu_().log1p_()
+    return (scores.log1p_() if activation == "log1p_relu" else scores).sum(dim=1)
 
 
 def top_entries(vector: torch.Tensor, dims: int) -> sparse_answer.SparseVector:

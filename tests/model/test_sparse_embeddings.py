@@ -81,6 +81,7 @@ def assert_same(ours: list[Any], theirs: np.ndarray) -> None:
     (sparse_layouts.CURRENT, "max", "relu"),
     (sparse_layouts.CURRENT, "sum", "relu"),
     (sparse_layouts.LEGACY, "max", "log1p_relu"),
+    (sparse_layouts.CURRENT, "sum", "log1p_relu"),
 ])
 def test_vectors_are_the_sparse_encoders_own(tmp_path: Path, layout: str, pooling: str, activation: str) -> None:
     directory = sparse_layouts.build_splade(tmp_path / "splade", layout=layout, pooling=pooling, activation=activation)
