@@ -224,6 +224,9 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     elif spec.dtype == "int8":
         raise ValueError("dtype int8 serves packed dense embeddings only: it needs a feature-extraction task "
                          "of a dense model and sequence packing on (HOSTING_SEQUENCE_PACKING)")
+    if loaded.sparse and spec.backend == "onnxruntime":  # asked for, never silently not given
+        raise ValueError("backend onnxruntime runs dense embeddings only; a sparse (SPLADE) model runs on torch: "
+                         "register it with --backend auto or torch")
     if chosen is not None:
         loaded.backend = {**loaded.backend, **chosen.as_state()}
     return loaded

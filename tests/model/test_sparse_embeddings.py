@@ -140,3 +140,11 @@ def test_long_inputs_run_in_forwards_within_the_logits_budget() -> None:
     assert rows_per_forward(512, 30_522) == LOGITS_BUDGET // (512 * 30_522) == 2
     assert rows_per_forward(8, 30_522) == MAX_ROWS
     assert rows_per_forward(100_000, 250_002) == 1  # one input over budget still runs alone
+
+
+def test_onnxruntime_asked_for_a_sparse_model_is_a_load_error_that_says_why(tmp_path: Path) -> None:
+    directory = sparse_layouts.build_splade(tmp_path / "splade")
+    spec = ModelSpec(name="splade", source=str(directory), revision="", device="cpu", dtype="float32", enabled=True,
+                     tasks={"fe": TASK}, default_task="fe", backend="onnxruntime")
+    with pytest.raises(ValueError, match="runs on torch"):
+        PipelineRunner(packing=True).load(spec)
