@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from models_registry.catalog.sparse_answer import is_sparse_output
 from models_registry.core.errors import InvalidInput
 from models_registry.catalog.specs import TaskSpec
 
@@ -64,6 +65,10 @@ def shorten(outputs: list[Any], wanted: int | None, task: TaskSpec, key: tuple[A
             param: str = "dimensions") -> list[Any]:
     """Worker outputs ([float32 bytes, shape] each) cut to wanted components (checked first)."""
     if not outputs:
+        return outputs
+    if is_sparse_output(outputs[0]):  # its registration read no SpladePooling, this load did: nothing to cut
+        if wanted is not None:
+            raise InvalidInput(f"{param} does not apply to a sparse (SPLADE) model's vectors")
         return outputs
     native = int(outputs[0][1][-1])
     _native[key] = native

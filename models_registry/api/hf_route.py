@@ -10,6 +10,7 @@ from models_registry.api.call import ApiCall
 from models_registry.api.error_answers import error_answer
 from models_registry.api.inference_route import Work
 from models_registry.broker.handoff import InferenceResult
+from models_registry.catalog import sparse_answer
 from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, InvalidInput, NotFound
 from models_registry.policy import priority
@@ -56,7 +57,8 @@ class HfRoute:
             return Work(parsed.inputs, parsed.parameters, 1, asked, streaming=tgi_stream.streaming(parsed, tgi_options))
         parameters = {**parsed.parameters, **tgi_options}
         shorten = _identity
-        if task.task == "feature-extraction":
+        sparse_answer.check_parameters(task, parameters)
+        if task.task == "feature-extraction" and not sparse_answer.is_sparse_task(task):  # a sparse one has no dims
             wanted_dims = dimensions.requested(parameters)
             dims_key = (spec.name, task.name, spec.load_key())
             dimensions.check(wanted_dims, task, dimensions.known_native(dims_key))

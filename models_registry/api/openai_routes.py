@@ -24,11 +24,12 @@ from models_registry.api.error_answers import invalid, openai_error_answer, open
 from models_registry.api.inference_route import Work
 from models_registry.api.views import AsyncView, api_view
 from models_registry.broker.handoff import InferenceResult
+from models_registry.core import paths
 from models_registry.core.conf import conf
 from models_registry.core.errors import HostingError, NotFound, TooLarge
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
-from models_registry.catalog import lookups, output_shape
+from models_registry.catalog import lookups, output_shape, sparse_answer
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.tasks.shape_errors import keys, phrase
 
@@ -114,7 +115,7 @@ def generation_ids(spec: ModelSpec) -> list[str]:
 
 
 def _embeds(task: TaskSpec) -> bool:
-    return task.task == "feature-extraction" and task.pooling != "none"
+    return task.task == "feature-extraction" and task.pooling != "none" and not sparse_answer.is_sparse_task(task)
 
 
 def model_task(model_id: str, ids: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
@@ -136,10 +137,16 @@ def _resolve(model_id: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, Tas
                       "the embedding ids", "model")
     if task.pooling == "none":
         raise invalid(f"{model_id!r} returns one vector per token (pooling 'none'), not one embedding", "model")
+    if sparse_answer.is_sparse_task(task):
+        raise invalid(f"{model_id!r} is a sparse (SPLADE) model: its vectors are vocabulary-wide weights, not OpenAI's "
+                      f"dense embeddings; POST them to {paths.shown_path('tei-embed-sparse')} or "
+                      f"{paths.shown_path('model')}", "model")
     return spec, task
 
 
 def _embedding(index: int, output: Any, encoding: str) -> dict[str, Any]:
+    if sparse_answer.is_sparse_output(output):  # its registration read no SpladePooling, the worker's load did
+        raise invalid("this model answered sparse vectors: register it again so that its files are read", "model")
     data, _shape = output
     vector: Any = base64.b64encode(data).decode("ascii") if encoding == "base64" else payloads.decode_vector(output)
     return {"object": "embedding", "index": index, "embedding": vector}

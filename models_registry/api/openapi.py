@@ -21,7 +21,7 @@ from pydantic import Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from models_registry.api import batch_schemas, generation_schemas, openapi_per_model, request_schemas, response_schemas
-from models_registry.api import usage_route
+from models_registry.api import sparse_route, usage_route
 from models_registry.api.views import api_view
 from models_registry.core import paths
 from models_registry.core.conf import conf
@@ -147,8 +147,7 @@ def operations(max_inputs: int) -> list[Operation]:
                   openai=True, timings=True, example={"model": DEMO_MODEL, "input": "hello"}),
         *generation_schemas.operations(Operation, errors),
         Operation("openai-models", "get", "OpenAI-compatible list of the embedding and text-generation model ids this "
-                  "token may use.",
-                  r.OpenAIModelList, listing, tags=("openai",), openai=True),
+                  "token may use.", r.OpenAIModelList, listing, tags=("openai",), openai=True),
         Operation("tei-tokenize", "post",
                   "Text Embeddings Inference's tokenize: ids, strings and character offsets (no worker involved).",
                   r.TokenizeResponse, errors, request_schemas.tokenize_request(max_inputs), ("tei",),
@@ -157,6 +156,7 @@ def operations(max_inputs: int) -> list[Operation]:
                   "a text-ranking task, or by MaxSim of a multi-vector model's token vectors.", r.RerankResponse,
                   errors, request_schemas.rerank_request(max_inputs), ("tei",), timings=True, example={
                       "model": "my-reranker", "query": "What is Django?", "texts": ["A web framework.", "A guitarist."]}),
+        sparse_route.operation(Operation, errors, max_inputs),
         Operation("health", "get", "Liveness of this web process (never waits on a worker).", r.Health, (405,),
                   tags=("operations",), public=True),
         Operation("ready", "get", "Readiness: database, broker, and a live worker serving an enabled model.",

@@ -5,7 +5,8 @@ The generic `/models/{name}` body can only say "what some task takes"; at
 (api.request_schemas), narrowed by what the registry knows of the task: parameters its
 defaults must supply (zero-shot labels), the prompt names it defines, and the Matryoshka
 sizes it serves (up to the vector length seen in an answer, or else the hidden size in the
-model's config.json). /v1/embeddings gets one alternative per embedding id in the same way.
+model's config.json). /v1/embeddings gets one alternative per embedding id in the same way, and
+/embed_sparse one per sparse model id (a dense model's id there is a 400).
 What the tokenizer alone decides (a fill-mask input needs the model's mask token, a
 target must be in its vocabulary, an input must fit its length) is said in words only.
 """
@@ -19,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from models_registry.api import dimensions, request_schemas
-from models_registry.core.paths import EMBEDDINGS_PATH, openapi_path, url_path
+from models_registry.core.paths import EMBED_SPARSE_PATH, EMBEDDINGS_PATH, openapi_path, url_path
 from models_registry.core.task_key import TaskKey
+from models_registry.catalog import sparse_answer
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.tasks.parameter_types import NOT_BLANK
 from models_registry.tasks.task_inputs import TASK_KINDS
@@ -94,11 +96,13 @@ def narrowing(spec: ModelSpec, task: TaskSpec) -> dict[str, Any]:
     if task.task == "feature-extraction":
         names = sorted(defaults.get("prompts") or {})
         fe: dict[str, Any] = {"prompt_name": {"enum": [*names, None]}}
-        sizes = _sizes(task, native_size(spec, task))
+        sparse = sparse_answer.is_sparse_task(task)  # sparse_answer.check_parameters: what each kind refuses
+        sizes = {"type": "null"} if sparse else _sizes(task, native_size(spec, task))
         if sizes is not None:
             fe |= {key: sizes for key in SIZE_KEYS}
+        fe |= {"normalize": {"enum": [False, None]}} if sparse else {}
         properties.update(fe)
-        parameters["properties"] |= fe
+        parameters["properties"] |= fe | ({} if sparse else {sparse_answer.PARAMETER: {"type": "null"}})
         narrowed |= _one_size_name()
     if parameters["properties"] or missing:
         properties["parameters"] = parameters
@@ -130,6 +134,9 @@ def _inference(generic: dict[str, Any], spec: ModelSpec, task: TaskSpec, max_inp
         operation["requestBody"]["content"]["text/plain"]["schema"] = {"type": "string", "pattern": NOT_BLANK}
     if task.task == "fill-mask":
         operation["description"] += " Each input must hold the model's mask token (e.g. [MASK])."
+    if sparse_answer.is_sparse_task(task):
+        operation["description"] += (" A sparse (SPLADE) model: each input's answer is its list of non-zero "
+                                     "{index, value} entries (SparseValue), at most max_active_dims of them.")
     return operation
 
 
@@ -154,6 +161,24 @@ def _embedding_ids(document: dict[str, Any], specs: dict[str, ModelSpec]) -> dic
         return None
     content["schema"] = {"allOf": [content["schema"], {"anyOf": choices}]}
     content["example"] = {"model": choices[0]["properties"]["model"]["const"], "input": "hello"}
+    return operation
+
+
+def _sparse_ids(document: dict[str, Any], specs: dict[str, ModelSpec]) -> dict[str, Any]:
+    """/embed_sparse with one body alternative per sparse model id (its prompts), else a name no model has (404)."""
+    operation = copy.deepcopy(document["paths"][EMBED_SPARSE_PATH]["post"])
+    content = operation["requestBody"]["content"]["application/json"]
+    choices: list[dict[str, Any]] = []
+    known: list[str] = []
+    for name, spec in specs.items():
+        known += [name, *(str(TaskKey(name, t.name)) for t in spec.tasks.values())]
+        sparse = [t for t in spec.tasks.values() if sparse_answer.is_sparse_task(t)]
+        default = next((t for t in sparse if t.name == spec.default_task), sparse[0] if sparse else None)
+        for model_id, task in ([(name, default)] if default else []) + [(str(TaskKey(name, t.name)), t) for t in sparse]:
+            prompts = sorted(task.parameters.get("prompts") or {})
+            choices.append({"properties": {"model": {"const": model_id}, "prompt_name": {"enum": [*prompts, None]}}})
+    choices.append({"properties": {"model": {"not": {"enum": known}}}})  # a dense model's id is a 400
+    content["schema"] = {"allOf": [content["schema"], {"anyOf": choices}]}
     return operation
 
 
@@ -185,4 +210,5 @@ def with_models(document: dict[str, Any], specs: dict[str, ModelSpec], max_input
     embeddings = _embedding_ids(document, specs)
     if embeddings is not None:
         paths[EMBEDDINGS_PATH] = {"post": embeddings}
+    paths[EMBED_SPARSE_PATH] = {"post": _sparse_ids(document, specs)}
     return document

@@ -11,11 +11,12 @@ import numpy as np
 import orjson
 
 from models_registry.api import request_schemas
+from models_registry.catalog.sparse_answer import SparseVector, is_sparse_output
 from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.tasks import task_inputs
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-VECTOR_TASKS = ("feature-extraction", "image-feature-extraction")  # outputs are [float32 bytes, shape]
+VECTOR_TASKS = ("feature-extraction", "image-feature-extraction")  # outputs are [float32 bytes, shape] (or sparse)
 _LONG_NUMBER = re.compile(r"[0-9]{19}")
 MAX_JSON_DEPTH = 32  # task inputs nest 3 deep at most; deeper only costs recursion
 _INT_LIMIT = 2**63  # msgpack carries 64-bit integers only
@@ -129,14 +130,26 @@ def decode_vector(output: Any) -> np.ndarray:
     return np.frombuffer(data, dtype="<f4").reshape(shape)
 
 
+def decode_sparse(output: Any) -> list[dict[str, Any]]:
+    """A worker's sparse vector (catalog.sparse_answer) as TEI's entries, [{"index", "value"}] in index order.
+
+    The values stay float32 scalars: answer.dump_json writes them as their shortest round-tripping numbers.
+    """
+    vector = SparseVector.from_wire(output)
+    values = np.frombuffer(vector.values, dtype="<f4")
+    return [{"index": index, "value": value}
+            for index, value in zip(np.frombuffer(vector.indices, dtype="<u4").tolist(), values)]
+
+
 def shape_response(task: str, outputs: list[Any], is_batch: bool) -> Any:
     """The HF Inference API response for task: one entry per input, in input order.
 
     One string input is answered with its entry alone, except for the tasks whose HF answer
     is a list even then (text-classification, summarization, translation, text2text-generation).
+    A sparse model's vector is its list of {"index", "value"} entries.
     """
     if task in VECTOR_TASKS:
-        outputs = [decode_vector(o) for o in outputs]
+        outputs = [decode_sparse(o) if is_sparse_output(o) else decode_vector(o) for o in outputs]
     if is_batch or task_inputs.TASK_KINDS[task].single_in_list:
         return outputs
     return outputs[0]

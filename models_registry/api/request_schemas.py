@@ -176,3 +176,20 @@ def rerank_request(max_inputs: int) -> Shape:
     })
     shape.__doc__ = "TEI's rerank request."
     return with_config(SHAPE_CONFIG)(shape)
+
+
+@functools.cache
+def embed_sparse_request(max_inputs: int) -> Shape:
+    """Text Embeddings Inference's POST /embed_sparse body."""
+    shape = TypedDict("EmbedSparseRequest", {  # type: ignore[operator]
+        "model": Required[Annotated[str, Field(min_length=1, description="a sparse (SPLADE) model, or name/task")]],
+        "inputs": Required[texts(max_inputs, "Text to embed")],
+        "truncate": NotRequired[Annotated[bool | None, Field(description="cut inputs longer than the model takes "
+                                                                         "(false: 400); default true")]],
+        "truncation_direction": NotRequired[Annotated[Literal["left", "right", "Left", "Right"] | None, Field(
+            description="the side cut when truncating; default right")]],
+        "prompt_name": NotRequired[Annotated[str | None, Field(
+            description="one of the model's prompts (config_sentence_transformers.json), put before every input")]],
+    })
+    shape.__doc__ = "TEI's embed_sparse request."
+    return with_config(SHAPE_CONFIG)(shape)

@@ -104,13 +104,24 @@ class DetectedObject(TypedDict):
     box: Box
 
 
+@with_config(OPEN)
+class SparseValue(TypedDict):
+    """A sparse (SPLADE) model's vector: one non-zero entry, the weight of the vocabulary's word at index."""
+
+    index: int
+    value: float
+
+
+SparseVector = Annotated[list[SparseValue], Field(description="A sparse model's vector: its non-zero entries, "
+                                                              "in index order")]
 GeneratedText = Annotated[dict[str, str], Field(min_length=1, description="generated_text, summary_text, "
                                                                           "translation_text, or text (speech)")]
 Prediction = FillMaskPrediction | DetectedObject | LabelScore | TokenEntity | Answer | GeneratedText
 TaskOutput = Annotated[
-    Vector | list[Vector] | Prediction | list[Prediction] | list[list[Prediction]],
-    Field(description="The answer to one input: a vector (pooled), one vector per token (pooling none), an answer, "
-                      "or a list of predictions (a list per [MASK] when there are several)."),
+    Vector | list[Vector] | SparseVector | Prediction | list[Prediction] | list[list[Prediction]],
+    Field(description="The answer to one input: a vector (pooled), one vector per token (pooling none), a sparse "
+                      "model's {index, value} entries, an answer, or a list of predictions (a list per [MASK] when "
+                      "there are several)."),
 ]
 InferenceResponse = Annotated[
     TaskOutput | list[TaskOutput],
@@ -263,3 +274,4 @@ class Rank(TypedDict):
 
 
 RerankResponse = Annotated[list[Rank], Field(description="Every text's rank, highest score first.")]
+EmbedSparseResponse = Annotated[list[SparseVector], Field(description="One vector per input, even for one string.")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models_registry.api import hf_route, openai_generation, openai_routes, tei_routes, tokenize_route
+from models_registry.api import hf_route, openai_generation, openai_routes, sparse_route, tei_routes, tokenize_route
 from models_registry.api.inference_route import InferenceRoute
 from models_registry.core import paths
 
@@ -14,6 +14,7 @@ _FIXED: dict[str, InferenceRoute] = {
     paths.COMPLETIONS_PATH: openai_generation.COMPLETIONS,
     paths.RERANK_PATH: tei_routes.RERANK,
     paths.TOKENIZE_PATH: tokenize_route.TOKENIZE,
+    paths.EMBED_SPARSE_PATH: sparse_route.EMBED_SPARSE,
 }
 MODEL_PREFIX = paths.MODELS_PATH + "/"  # every /models/<name>[/<task>] path starts so
 

@@ -1,4 +1,4 @@
-"""Text Embeddings Inference's routes: POST /rerank (workers), and the request shapes of POST /tokenize.
+"""Text Embeddings Inference's routes: POST /rerank (workers), and the request shapes of /tokenize and /embed_sparse.
 
 The model is named in the body (`model`: a registered model, or `model/task`), as TEI
 clients send it to a multi-model server; errors use the one JSON shape of every route.
@@ -37,6 +37,7 @@ logger = logging.getLogger("models_registry.requests")
 
 TOKENIZE_FIELDS = ("model", "inputs", "add_special_tokens")
 RERANK_FIELDS = ("model", "query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction")
+EMBED_SPARSE_FIELDS = ("model", "inputs", "truncate", "truncation_direction", "prompt_name")
 RANKING_TASK = "text-ranking"
 HOW_TO_RANK = ("register a cross-encoder with --task text-ranking, or a multi-vector (ColBERT-style) model with "
                "--task feature-extraction")
@@ -51,6 +52,15 @@ class RerankRequest:
     texts: list[str]
     return_text: bool
     parameters: dict[str, Any]  # raw_scores, truncate, truncation_direction: what the worker applies
+
+
+@dataclass(frozen=True)
+class EmbedSparseRequest:
+    """A validated POST /embed_sparse body."""
+
+    model: str
+    inputs: list[str]
+    parameters: dict[str, Any]  # truncate, truncation_direction, prompt_name: what the worker applies
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,13 @@ def read_rerank_request(payload: Any, max_inputs: int) -> RerankRequest:
     return _read_rerank(payload, max_inputs)
 
 
+def read_embed_sparse_request(payload: Any, max_inputs: int) -> EmbedSparseRequest:
+    """Validate a TEI /embed_sparse body (pure) with request_schemas.embed_sparse_request."""
+    shape = request_schemas.embed_sparse_request(max_inputs)
+    request_schemas.validate(shape, payload, _explained(_read_embed_sparse, max_inputs))
+    return _read_embed_sparse(payload, max_inputs)
+
+
 def _read_tokenize(payload: Any, max_inputs: int) -> TokenizeRequest:
     body = _fields(payload, TOKENIZE_FIELDS, '{"model": "...", "inputs": "..."}')
     inputs, _ = _texts(body.get("inputs"), "inputs", max_inputs)
@@ -141,15 +158,32 @@ def _read_rerank(payload: Any, max_inputs: int) -> RerankRequest:
     texts, is_list = _texts(body.get("texts"), "texts", max_inputs)
     if not is_list:
         raise InvalidInput("'texts' must be a list of strings")
-    direction = body.get("truncation_direction")
-    if direction is not None and direction not in ("left", "right", "Left", "Right"):
-        raise InvalidInput("'truncation_direction' must be left or right")
     # Only what the request says: the task's default parameters fill in the rest.
     parameters = {name: _flag(body, name, False) for name in ("raw_scores", "truncate") if body.get(name) is not None}
-    if direction is not None:
-        parameters["truncation_direction"] = direction
     return RerankRequest(model=body["model"], query=query, texts=texts, return_text=_flag(body, "return_text", False),
-                         parameters=parameters)
+                         parameters={**parameters, **_direction(body)})
+
+
+def _read_embed_sparse(payload: Any, max_inputs: int) -> EmbedSparseRequest:
+    body = _fields(payload, EMBED_SPARSE_FIELDS, '{"model": "...", "inputs": "..."}')
+    inputs, _ = _texts(body.get("inputs"), "inputs", max_inputs)
+    prompt_name = body.get("prompt_name")
+    if prompt_name is not None and not isinstance(prompt_name, str):
+        raise InvalidInput("'prompt_name' must be the name of one of the model's prompts")
+    # Only what the request says: the task's default parameters fill in the rest.
+    parameters = {"truncate": _flag(body, "truncate", True)} if body.get("truncate") is not None else {}
+    parameters |= {"prompt_name": prompt_name} if prompt_name is not None else {}
+    return EmbedSparseRequest(model=body["model"], inputs=inputs, parameters={**parameters, **_direction(body)})
+
+
+def _direction(body: dict[str, Any]) -> dict[str, str]:
+    """{"truncation_direction": ...} where the body names one (left or right, either case), else {}."""
+    direction = body.get("truncation_direction")
+    if direction is None:
+        return {}
+    if direction not in ("left", "right", "Left", "Right"):
+        raise InvalidInput("'truncation_direction' must be left or right")
+    return {"truncation_direction": direction}
 
 
 def ranks(scores: list[float], texts: list[str], return_text: bool) -> list[dict[str, Any]]:

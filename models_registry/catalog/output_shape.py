@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from models_registry.catalog import sparse_answer
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.core import model_files, model_layout
 from models_registry.core.model_layout import ModelLayout
@@ -103,13 +104,18 @@ def read_layout(source: str, revision: str) -> ModelLayout:
 def shape(config: dict[str, Any] | None, task_kinds: Iterable[str], layout: ModelLayout | None = None) -> dict[str, str]:
     """{task kind: what its answers look like} for the kinds with a shape ("32-float vectors", "labels A, B").
 
-    A feature-extraction vector's length is what the files make it (a Dense projection, concatenated poolings).
+    A feature-extraction vector's length is what the files make it (a Dense projection, concatenated poolings);
+    a SPLADE model's are vocabulary-wide sparse vectors, whatever its hidden size.
     """
     shown: dict[str, str] = {}
     if not config:
         return shown
+    layout = layout or ModelLayout()
+    sparse = sparse_answer.is_sparse(layout)
     for kind in task_kinds:
-        if kind == "feature-extraction" and (size := vector_size(config, layout or ModelLayout())):
+        if kind == "feature-extraction" and sparse and isinstance(config.get("vocab_size"), int):
+            shown[kind] = f"sparse vectors over {config['vocab_size']} words"
+        elif kind == "feature-extraction" and (size := vector_size(config, layout)):
             shown[kind] = f"{size}-float vectors"
         elif kind in VECTOR_TASKS and (size := _hidden_size(config)):
             shown[kind] = f"{size}-float vectors"

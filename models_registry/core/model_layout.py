@@ -72,6 +72,7 @@ class ModelLayout:
     default_prompt_name: str | None = None
     padding_side: str | None = None
     splade: dict[str, str] | None = None  # SpladePooling: pooling_strategy, activation_function
+    max_active_dims: int | None = None  # a SparseEncoder's bound on each vector's non-zero entries
     logit_tokens: tuple[int, int | None] | None = None  # LogitScore: the true and false token ids
     # The Transformer's modality_config: "message" renders a pair through the chat template ("text"
     # alone: tokenizer pairs, as a save from before modality_config). () without modules.json.
@@ -111,6 +112,8 @@ class ModelLayout:
             said["padding_side"] = self.padding_side
         if self.splade is not None:
             said["sparse"] = dict(self.splade)
+        if self.max_active_dims is not None:
+            said["max_active_dims"] = self.max_active_dims
         if self.logit_tokens is not None:
             said["logit_tokens"] = list(self.logit_tokens)
         return said
@@ -179,6 +182,8 @@ def parse_layout(read: FileReader) -> ModelLayout:
                                       None if config.get("false_token_id") is None else int(config["false_token_id"]))
     if not names or names[0] not in TRANSFORMERS:
         raise UnsupportedLayout("modules.json must start with a Transformer module, which this server computes")
+    if "SpladePooling" in names:
+        values["max_active_dims"] = _sparse(names, values.get("transformer_task", ""), st_config)
     values.setdefault("normalize", False)
     prompts = st_config.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
@@ -267,6 +272,18 @@ def _splade(config: dict[str, Any]) -> dict[str, str]:
         raise UnsupportedLayout(f"SpladePooling {strategy}/{activation} is not computed here "
                                 f"(pooling {', '.join(SPARSE_POOLINGS)}; activation {', '.join(SPARSE_ACTIVATIONS)})")
     return {"pooling_strategy": strategy, "activation_function": activation}
+
+
+def _sparse(names: list[str], transformer_task: str, st_config: dict[str, Any]) -> int | None:
+    """A SPLADE model's max_active_dims; it must be an MLM transformer, then SpladePooling (what ST saves)."""
+    if names[1:] != ["SpladePooling"] or transformer_task != "fill-mask":
+        raise UnsupportedLayout(f"modules.json: {' -> '.join(names)} is not computed here; a sparse model is an "
+                                "MLMTransformer (a Transformer with transformer_task fill-mask) then SpladePooling")
+    value = st_config.get("max_active_dims")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise UnsupportedLayout(f"config_sentence_transformers.json: max_active_dims must be a positive integer, "
+                                f"not {value!r}")
+    return value
 
 
 def _json(read: FileReader, path: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ ROUTES: dict[str, str] = {
     "openai-usage": "v1/usage",  # the calling token's usage ledger (GET)
     "tei-tokenize": "tokenize",
     "tei-rerank": "rerank",
+    "tei-embed-sparse": "embed_sparse",
     "health": "health",
     "ready": "ready",
     "openapi-schema": "api/openapi.json",
@@ -62,6 +63,7 @@ COMPLETIONS_PATH = url_path("openai-completions")
 USAGE_PATH = url_path("openai-usage")
 RERANK_PATH = url_path("tei-rerank")
 TOKENIZE_PATH = url_path("tei-tokenize")
+EMBED_SPARSE_PATH = url_path("tei-embed-sparse")
 HEALTH_PATH = url_path("health")
 READY_PATH = url_path("ready")
 MODELS_PATH = url_path("model-list")
@@ -71,7 +73,8 @@ JOB_URL_PATTERN = rf"^({EMBEDDINGS_PATH}|{MODELS_PATH}/{NAME}(/{NAME})?)$"  # th
 SERVED_BY_JOBS = f"{EMBEDDINGS_PATH}, {shown_path('model')} or {shown_path('model-task')}"  # a batch line's url
 MODEL_PATH = re.compile(rf"^{MODELS_PATH}/(?P<name>{NAME})(?:/(?P<task>{NAME}))?$")  # POST /models/<name>[/<task>]
 # Paths the API's front door serves (the rest, such as /admin/ and /dashboard/, go to Django's full stack).
-FRONT_DOOR_PREFIXES = (MODELS_PATH, OPENAI_PREFIX, HEALTH_PATH, READY_PATH, RERANK_PATH, TOKENIZE_PATH)
+FRONT_DOOR_PREFIXES = (MODELS_PATH, OPENAI_PREFIX, HEALTH_PATH, READY_PATH, RERANK_PATH, TOKENIZE_PATH,
+                       EMBED_SPARSE_PATH)
 
 
 def model_path(path: str) -> tuple[str, str | None] | None:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 from transformers import (
+    AutoModelForMaskedLM,
     AutoModelForQuestionAnswering,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
@@ -37,6 +38,7 @@ from models_registry.inference.decoder_ranking import DecoderRanker
 from models_registry.inference.packed_forward import EagerEncoder, packed_position_offset
 from models_registry.inference.task_common import ModelBundle, max_positions
 from models_registry.media.item import is_media
+from models_registry.catalog import sparse_answer
 from models_registry.catalog.compute_cost import DEFAULT_MAX_NEW_TOKENS, TokenCounter
 from models_registry.catalog.specs import ModelSpec
 
@@ -78,6 +80,17 @@ class LoadedModel:
     layout: model_layout.ModelLayout = field(default_factory=model_layout.ModelLayout)
     dense: sentence_head.DenseHead | None = None
     multi_vector: multi_vector.MultiVectorModel | None = None  # a ColBERT-style model: token vectors, MaxSim
+
+    @property
+    def sparse(self) -> bool:
+        """Whether its feature-extraction is a SPLADE model's: an MLM head's vocabulary-wide vectors."""
+        return sparse_answer.is_sparse(self.layout)
+
+    @property
+    def sparse_width(self) -> int | None:
+        """A sparse model's vector width (its vocabulary); None for a dense one."""
+        embedder = self.pipelines.get("feature-extraction")
+        return int(embedder.model.config.vocab_size) if self.sparse and embedder is not None else None
 
     def cost_counter(self) -> TokenCounter:
         """This model's tokenizer and lengths, for what a request makes it compute (catalog.compute_cost)."""
@@ -129,15 +142,20 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-def load_pipeline(task: str, source: str, revision: str | None, device: str, dtype: Any) -> Any:
-    """A ready pipeline (or ModelBundle, or DecoderRanker) for one task kind of a model (blocking, may raise)."""
+def load_pipeline(task: str, source: str, revision: str | None, device: str, dtype: Any, sparse: bool = False) -> Any:
+    """A ready pipeline (or ModelBundle, or DecoderRanker) for one task kind of a model (blocking, may raise).
+
+    sparse: a SPLADE model's feature-extraction, whose vectors come from the MLM head that the
+    feature-extraction pipeline (AutoModel) would drop.
+    """
     if task == "text-ranking":
         return ranking.load_ranker(source, revision, device, dtype)
-    if task in BUNDLE_CLASSES:
+    if task in BUNDLE_CLASSES or sparse:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
         if task == "question-answering" and not tokenizer.is_fast:
             raise ValueError("question-answering needs a fast tokenizer (tokenizer.json) for answer offsets")
-        model = BUNDLE_CLASSES[task].from_pretrained(source, revision=revision, dtype=dtype).to(device).eval()
+        model_class = AutoModelForMaskedLM if sparse else BUNDLE_CLASSES[task]
+        model = model_class.from_pretrained(source, revision=revision, dtype=dtype).to(device).eval()
         return ModelBundle(model=model, tokenizer=tokenizer)
     pipe = pipeline(task, model=source, revision=revision, device=device, dtype=dtype)
     pipe.model.eval()
@@ -163,15 +181,25 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
             loaded.pipelines[task] = media_models.load(task, spec.source, spec.revision or None, device,
                                                        DTYPES.get(spec.dtype, "auto"), shared)
             continue
+        if task == "feature-extraction":  # the files decide what is loaded: a SPLADE model keeps its MLM head
+            loaded.layout = model_layout.parse_layout(model_files.file_reader(spec.source, spec.revision or None))
         loaded.pipelines[task] = load_pipeline(
             task, spec.source, revision=spec.revision or None, device=device, dtype=DTYPES.get(spec.dtype, "auto"),
+            sparse=task == "feature-extraction" and loaded.sparse,
         )
     loaded.media_costs = media_models.costs(loaded.pipelines)
     embedder = loaded.pipelines.get("feature-extraction")
     if embedder is not None and not isinstance(embedder, media_models.DualEncoder):
         _read_files(loaded, embedder)
-    # Before the packing check and the trace: they must see the dtype the model serves in.
-    chosen = half_precision.choose(loaded.pipelines, device, half_dtypes) if spec.dtype == "auto" else None
+    # Before the packing check and the trace: they must see the dtype the model serves in. A sparse
+    # model's vectors have no half-precision probe (half_precision compares dense ones): it keeps its dtype.
+    probed = {kind: p for kind, p in loaded.pipelines.items() if not (kind == "feature-extraction" and loaded.sparse)}
+    chosen = None
+    if spec.dtype == "auto" and probed:
+        chosen = half_precision.choose(probed, device, half_dtypes)
+    elif spec.dtype == "auto" and embedder is not None:  # a sparse model alone
+        chosen = half_precision.DtypeChoice(str(embedder.model.dtype).removeprefix("torch."),
+                                            "auto: the checkpoint's dtype (no half-precision probe for sparse vectors)")
     if "text-generation" in loaded.pipelines:  # in the dtype it serves in: decoded in slots, or in static batches
         cpu_packing.pack(loaded.pipelines["text-generation"].model)
         generation_check.verify(loaded.pipelines["text-generation"])
@@ -193,23 +221,26 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     _logits_on_onnxruntime(loaded, ort)
     if isinstance(embedder, media_models.DualEncoder):
         pass  # CLIP's text tower projects its pooled output: no packed token embeddings
-    elif embedder is not None and packing and loaded.multi_vector is None:  # queries need their padding positions
+    elif embedder is not None and packing and loaded.multi_vector is None and not loaded.sparse:
+        # (a multi-vector query needs its padding positions; packed forwards give no MLM logits)
         _prepare_packing(loaded, embedder, torchscript and device == "cpu", ort)
     elif spec.dtype == "int8":
-        raise ValueError("dtype int8 serves packed embeddings only: it needs a feature-extraction task "
-                         "and sequence packing on (HOSTING_SEQUENCE_PACKING)")
+        raise ValueError("dtype int8 serves packed embeddings only: it needs a feature-extraction task of a "
+                         "dense single-vector model and sequence packing on (HOSTING_SEQUENCE_PACKING)")
+    if loaded.sparse and spec.backend == "onnxruntime":  # asked for, never silently not given
+        raise ValueError("backend onnxruntime runs dense embeddings only; a sparse (SPLADE) model runs on torch: "
+                         "register it with --backend auto or torch")
     if chosen is not None:
         loaded.backend = {**loaded.backend, **chosen.as_state()}
     return loaded
 
 
 def _read_files(loaded: LoadedModel, embedder: Any) -> None:
-    """What the model's files say, applied to its tokenizer (length, lower case) and its Dense modules loaded.
+    """What the model's files say (loaded.layout), applied to its tokenizer (length, lower case) and its Dense modules.
 
     Before the token counter and the intake copy are made from the tokenizer: they must tokenize alike.
     """
-    spec = loaded.spec
-    layout = loaded.layout = model_layout.parse_layout(model_files.file_reader(spec.source, spec.revision or None))
+    spec, layout = loaded.spec, loaded.layout
     tokenizer, config = embedder.tokenizer, embedder.model.config
     if layout.max_seq_length is not None:
         tokenizer.model_max_length = layout.max_seq_length

@@ -23,6 +23,7 @@ from models_registry.inference import (
     media_runs,
     multi_vector,
     ranking,
+    sparse_embeddings,
     streaming,
 )
 from models_registry.inference.containment import contained, describe
@@ -153,6 +154,8 @@ class PipelineRunner:
                 return media_runs.run(task, pipe, texts, params)
             if task.task == "feature-extraction" and loaded.multi_vector is not None:
                 return multi_vector.run(loaded.multi_vector, loaded.layout, pipe, task, texts, params)
+            if task.task == "feature-extraction" and loaded.sparse:
+                return sparse_embeddings.embed_sparse(loaded, pipe, task, texts, params)
             if task.task == "feature-extraction":
                 return embed(loaded, pipe, task, texts, params)
             run = RUNNERS.get(task.task)

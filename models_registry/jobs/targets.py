@@ -12,6 +12,7 @@ from models_registry.core.errors import InvalidInput
 from models_registry.jobs.lines import EMBEDDINGS_URL, RouteCheck, model_of
 from models_registry.policy import auth
 from models_registry.policy.auth import TokenGrant
+from models_registry.catalog import sparse_answer
 from models_registry.catalog.specs import ModelSpec
 
 
@@ -30,7 +31,8 @@ def route_check(specs: dict[str, ModelSpec], grant: TokenGrant | None) -> RouteC
         if task is None:
             raise InvalidInput(f"model {name!r} has no task {task_name!r}; its tasks: {', '.join(spec.tasks) or 'none'}")
         auth.require_allowed(grant, name)
-        if url == EMBEDDINGS_URL and (task.task != "feature-extraction" or task.pooling == "none"):
+        if url == EMBEDDINGS_URL and (task.task != "feature-extraction" or task.pooling == "none"
+                                      or sparse_answer.is_sparse_task(task)):
             raise InvalidInput(f"{body.get('model')!r} is not an embedding model; GET /v1/models lists the embedding ids")
 
     return check

@@ -16,6 +16,7 @@ MAX_NEW_TOKENS = 512  # generation bound: one request must not hold the device f
 MAX_CANDIDATE_LABELS = 100  # zero-shot runs one forward pass per (input, label) pair
 MAX_LABEL_CHARS = 500  # a label is a phrase in a hypothesis the model must read whole (the worker checks its tokens)
 MAX_DIMENSIONS = 65_536  # beyond any model's hidden size; the model's own size is checked on its answer
+MAX_ACTIVE_DIMS = 262_144  # beyond any vocabulary (XLM-R's: 250,002); the answer's size is bounded on its own
 
 # Strict: JSON types only (no "5" for 5, no true for 1); a key nobody declared is a 400.
 SHAPE_CONFIG = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
@@ -146,6 +147,7 @@ Template = Annotated[
 ]
 Prompts = Annotated[dict[str, str], Says("map prompt names to prefix strings")]
 Dimensions = Int(1, MAX_DIMENSIONS)
+ActiveDims = Int(1, MAX_ACTIVE_DIMS)
 Sizes = Annotated[
     Annotated[list[integer(1, MAX_DIMENSIONS)], Field(min_length=1),
               AfterValidator(_distinct),

@@ -19,6 +19,7 @@ from models_registry.tasks.parameter_types import (
     MAX_NEW_TOKENS,
     MIN_LOGIT_DIVISOR,
     SHAPE_CONFIG,
+    ActiveDims,
     Bool,
     Dimensions,
     Int,
@@ -48,6 +49,7 @@ class FeatureExtractionParameters(TypedDict, total=False):
     prompts: Prompts  # named prefixes that prompt_name picks from (not nullable)
     dimensions: Dimensions  # Matryoshka: the first d components
     truncate_dim: Dimensions  # sentence-transformers' name for dimensions
+    max_active_dims: ActiveDims  # sparse (SPLADE) models only: the most non-zero entries per vector
 
 
 @with_config(SHAPE_CONFIG)

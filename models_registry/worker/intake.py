@@ -11,7 +11,7 @@ from models_registry.core.conf import conf
 from models_registry.core.errors import InvalidInput, TooLarge, Unavailable
 from models_registry.core.model_state import ModelState
 from models_registry.media.item import MediaItem, media_of
-from models_registry.catalog import answer_size
+from models_registry.catalog import answer_size, sparse_answer
 from models_registry.catalog.compute_cost import is_plain_length, request_cost
 from models_registry.catalog.readable_text import SEQ2SEQ_TASKS, check_prompt_chars, cut_inputs
 from models_registry.worker.media_intake import MediaDecoder
@@ -104,7 +104,11 @@ def media_tokens(media: list[MediaItem | None], costs: list[int]) -> int:
 
 
 def answer_bytes(task: str, inputs: list[Any], params: dict[str, Any], slot: ModelSlot) -> int:
-    """The estimated JSON bytes of the answer, where it can outweigh what the model reads (fill-mask); else 0."""
+    """The estimated JSON bytes of the answer, where it can outweigh what the model reads (fill-mask, sparse)."""
+    width = getattr(slot.loaded, "sparse_width", None)  # a sparse model's, as this load read its files
+    if task == "feature-extraction" and width:
+        dims = sparse_answer.active_dims(params, slot.loaded.layout, width)
+        return sparse_answer.answer_bytes(len(inputs), dims)
     if task != "fill-mask":
         return 0
     tokenizer = getattr(getattr(slot.loaded, "pipelines", {}).get("fill-mask"), "tokenizer", None)

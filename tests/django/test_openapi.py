@@ -42,7 +42,7 @@ def test_every_spec_route_is_described(schema: dict[str, Any]) -> None:
         ("/models", "get"), ("/models/{name}", "get"), ("/models/{name}", "post"),
         ("/models/{name}/{task}", "post"), ("/v1/embeddings", "post"), ("/v1/models", "get"),
         ("/v1/chat/completions", "post"), ("/v1/completions", "post"), ("/health", "get"), ("/ready", "get"), ("/metrics", "get"),
-        ("/api/openapi.json", "get"), ("/api/docs", "get"), ("/tokenize", "post"),
+        ("/api/openapi.json", "get"), ("/api/docs", "get"), ("/tokenize", "post"), ("/embed_sparse", "post"),
         ("/rerank", "post"), ("/v1/files", "post"), ("/v1/files", "get"), ("/v1/files/{file_id}", "get"),
         ("/v1/files/{file_id}", "delete"),
         ("/v1/files/{file_id}/content", "get"), ("/v1/batches", "post"), ("/v1/batches", "get"),

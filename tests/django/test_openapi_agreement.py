@@ -216,11 +216,22 @@ def test_an_integral_float_is_an_integer_as_in_json_schema() -> None:
     ("/rerank", {"model": "m", "query": 1, "texts": ["a"]}),
     ("/rerank", {"model": "m", "query": "q", "texts": ["a"], "top_n": 1}),
     ("/rerank", {"model": "m", "query": "q", "texts": ["a"], "truncation_direction": "middle"}),
+    ("/embed_sparse", {"model": "m", "inputs": "x"}),
+    ("/embed_sparse", {"model": "m", "inputs": ["x", ""], "truncate": False, "truncation_direction": "Left",
+                       "prompt_name": "query"}),
+    ("/embed_sparse", {"model": "m", "inputs": ["x"], "truncate": None, "prompt_name": None}),
+    ("/embed_sparse", {"model": "m", "inputs": []}),
+    ("/embed_sparse", {"model": "m", "inputs": ["x"] * (MAX_INPUTS + 1)}),
+    ("/embed_sparse", {"model": "m", "inputs": "x", "normalize": True}),
+    ("/embed_sparse", {"model": "m", "inputs": "x", "prompt_name": 3}),
+    ("/embed_sparse", {"model": "m", "inputs": "x", "truncation_direction": "middle"}),
+    ("/embed_sparse", {"inputs": "x"}),
 ])
 def test_tei_bodies_agree(path: str, body: Any) -> None:
-    from models_registry.api.tei_routes import read_rerank_request, read_tokenize_request
+    from models_registry.api.tei_routes import read_embed_sparse_request, read_rerank_request, read_tokenize_request
 
-    read = read_tokenize_request if path == "/tokenize" else read_rerank_request
+    read = {"/tokenize": read_tokenize_request, "/rerank": read_rerank_request,
+            "/embed_sparse": read_embed_sparse_request}[path]
     try:
         read(body, MAX_INPUTS)
         accepted = True

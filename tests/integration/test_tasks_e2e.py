@@ -318,8 +318,8 @@ def test_translation_to_a_language_the_model_lacks_is_a_400(post: Any) -> None:
         (f"{BART}/summarization", SENTENCE, "clean_up_tokenization_spaces, generate_parameters, truncation"),
         (f"{BART}/translation", SENTENCE, "clean_up_tokenization_spaces, generate_parameters, src_lang"),
         (f"{BART}/text2text-generation", SENTENCE, "clean_up_tokenization_spaces, generate_parameters, truncation"),
-        (f"{EMBED}/query", SENTENCE, "dimensions, normalize, prompt, prompt_name, prompts, truncate, truncate_dim, "
-                                    "truncation_direction"),
+        (f"{EMBED}/query", SENTENCE, "dimensions, max_active_dims, normalize, prompt, prompt_name, prompts, truncate, "
+                                    "truncate_dim, truncation_direction"),
     ],
 )
 def test_a_parameter_the_task_does_not_take_is_a_400_listing_the_ones_it_does(post: Any, path: str, inputs: Any,

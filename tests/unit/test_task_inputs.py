@@ -40,7 +40,7 @@ def test_parameters_must_be_an_object(parameters: Any) -> None:
 @pytest.mark.parametrize(
     ("task", "allowed"),
     [
-        (FE, "dimensions, matryoshka_dimensions, normalize, prompt, prompt_name, prompts, truncate, truncate_dim, truncation_direction"),
+        (FE, "dimensions, matryoshka_dimensions, max_active_dims, normalize, prompt, prompt_name, prompts, truncate, truncate_dim, truncation_direction"),
         (FM, "targets, top_k"),
         (TC, "function_to_apply, top_k"),
     ],
