@@ -14,7 +14,7 @@ import torch
 
 from models_registry.core import model_layout
 from models_registry.core.errors import InvalidInput
-from models_registry.inference import compute_deadline, intake_tokens, packing, sentence_head
+from models_registry.inference import compute_deadline, intake_tokens, packing, prompts, sentence_head
 from models_registry.inference.backend import PackedEncoder
 from models_registry.inference.loading import LoadedModel
 from models_registry.inference.packed_forward import packed_inputs
@@ -53,16 +53,7 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
     model's files said at this load (loaded.layout), else the registration's.
     """
     layout = loaded.layout
-    params = model_layout.with_prompts(layout, params)
-    prompts = params.get("prompts") or {}
-    prefix = params.get("prompt") or ""
-    if params.get("prompt_name") is not None:
-        if params["prompt_name"] not in prompts:
-            raise InvalidInput(
-                f"prompt_name {params['prompt_name']!r} is not defined for this task; "
-                f"defined: {', '.join(sorted(prompts)) or 'none'}"
-            )
-        prefix = prompts[params["prompt_name"]]
+    prefix = prompts.prompt_prefix(layout, params)
     texts = [prefix + t for t in texts] if prefix else texts
     truncate = params.get("truncate")
     truncate = True if truncate is None else truncate

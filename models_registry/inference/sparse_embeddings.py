@@ -16,11 +16,10 @@ from typing import Any
 
 import torch
 
-from models_registry.core import model_layout
 from models_registry.core.errors import InvalidInput
 from models_registry.catalog import sparse_answer
 from models_registry.catalog.specs import TaskSpec
-from models_registry.inference import compute_deadline
+from models_registry.inference import compute_deadline, prompts
 from models_registry.inference.loading import LoadedModel
 from models_registry.inference.task_common import cpu_threads_for
 
@@ -33,24 +32,11 @@ def rows_per_forward(length: int, vocabulary: int, budget: int = LOGITS_BUDGET, 
     return max(1, min(most, budget // max(1, length * vocabulary)))
 
 
-def prompt_prefix(layout: model_layout.ModelLayout, params: dict[str, Any]) -> str:
-    """The text put before every input: the prompt named (the files' default where none is), else the request's own."""
-    params = model_layout.with_prompts(layout, params)
-    prompts = params.get("prompts") or {}
-    name = params.get("prompt_name")
-    if name is None:
-        return params.get("prompt") or ""
-    if name not in prompts:
-        raise InvalidInput(f"prompt_name {name!r} is not defined for this task; "
-                           f"defined: {', '.join(sorted(prompts)) or 'none'}")
-    return prompts[name]
-
-
 def embed_sparse(loaded: LoadedModel, bundle: Any, task: TaskSpec, texts: list[str],
                  params: dict[str, Any]) -> list[dict[str, bytes]]:
     """One SparseVector's wire form per input, in input order; prompts and truncation as the dense run applies them."""
     layout = loaded.layout
-    prefix = prompt_prefix(layout, params)
+    prefix = prompts.prompt_prefix(layout, params)
     texts = [prefix + t for t in texts] if prefix else list(texts)
     if params.get("truncate") is False and loaded.counter is not None:
         if any(len(loaded.counter.encode(t).ids) > loaded.max_tokens for t in texts):
