@@ -141,7 +141,7 @@ def _inference(generic: dict[str, Any], spec: ModelSpec, task: TaskSpec, max_inp
 
 
 def _embedding_ids(document: dict[str, Any], specs: dict[str, ModelSpec]) -> dict[str, Any] | None:
-    """/v1/embeddings with one body alternative per embedding id (its own sizes)."""
+    """/v1/embeddings with one body alternative per embedding id (its own sizes and prompt names)."""
     from models_registry.api.openai_routes import embedding_ids
 
     operation = copy.deepcopy(document["paths"][EMBEDDINGS_PATH]["post"])
@@ -151,7 +151,9 @@ def _embedding_ids(document: dict[str, Any], specs: dict[str, ModelSpec]) -> dic
         for model_id in embedding_ids(spec):
             task = spec.tasks[TaskKey.parse(model_id).task or spec.default_task]
             sizes = _sizes(task, native_size(spec, task))
-            choice: dict[str, Any] = {"properties": {"model": {"const": model_id}}}
+            prompts = sorted(task.parameters.get("prompts") or {})
+            choice: dict[str, Any] = {"properties": {"model": {"const": model_id},
+                                                     "prompt_name": {"enum": [*prompts, None]}}}
             if not any(t.task == "image-feature-extraction" for t in spec.tasks.values()):
                 choice["properties"]["modality"] = {"enum": ["text", None]}  # no image task to embed with
             if sizes is not None:

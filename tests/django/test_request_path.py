@@ -19,13 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from models_registry.api.front_door import ApiASGIHandler
 from models_registry.broker import admission, messages
 from models_registry.broker.work_layer import work_layer
 from models_registry.core import paths
-from models_registry.models import RegisteredModel
+from models_registry.core.model_layout import ModelLayout
+from models_registry.models import ModelTask, RegisteredModel
 from tests import model_factory, path_trace
 from tests.path_trace import TRACING, PathTrace
 
@@ -46,7 +48,8 @@ BACKGROUND = {("models_registry.api.front_door", "ApiASGIHandler._until_disconne
 # the usage ledger (issue 36) adds observe.ledger, and broker.deferred where no charge's settle woke it already.
 # Issue 37 (every route, 2026-11-27): at most 38 without a token (HF 39: media.item counts the inputs' media once,
 # for the charge and the ledger), 43 with one; /tokenize 25 and 33.
-MAX_VISITS = {False: 40, True: 44}
+# Round six: the HF route asks catalog.sparse_answer whether the answer is a SPLADE model's (one module more).
+MAX_VISITS = {False: 41, True: 45}
 SKELETON = "models_registry.api.inference_route"
 # The front door starts writing the answer: a stream's events, produced after its first byte, are a second path.
 ANSWER_WRITTEN = ("models_registry.api.front_door", "send_answer")
@@ -58,10 +61,14 @@ def _outputs(task: str, count: int) -> list[Any]:
         return [[VECTOR, [len(VECTOR) // 4]]] * count  # float32 bytes and shape
     if task == "text-ranking":
         return [0.5] * count
+    if task == "sparse":  # a SPLADE model's feature-extraction: its non-zero entries
+        return [{"indices": np.array([3, 7], dtype="<u4").tobytes(),
+                 "values": np.array([0.5, 1.5], dtype="<f4").tobytes()}] * count
     return LABELS * count
 
 
-async def _worker(layer: Any, model: str, stop: asyncio.Event, streamed: bool = False, task: str = "") -> None:
+async def _worker(layer: Any, model: str, stop: asyncio.Event, streamed: bool = False, task: str = "",
+                  worker_sparse: bool = False) -> None:
     """Answers every request on model's channel as a worker does: a leased pull, then for each request one
     send_replies with its places and lease; a streamed one (streamed) gets its token events first."""
     channel = messages.model_channel(model)
@@ -72,7 +79,7 @@ async def _worker(layer: Any, model: str, stop: asyncio.Event, streamed: bool = 
             continue
         for lease, request, _ in pulled:
             count = len(request["inputs"])
-            outputs = _outputs(task, count)
+            outputs = _outputs("sparse" if worker_sparse else task, count)
             if streamed:
                 event = {"index": 1, "token": {"id": 1, "text": "hi", "logprob": 0.0, "special": False},
                          "generated_text": "hi", "details": {"finish_reason": "length", "generated_tokens": 1}}
@@ -111,9 +118,12 @@ class RouteCase:
     task: str  # the model's pipeline task
     streamed: bool = False  # the worker stand-in answers with token events
     worker: bool = True  # False: the web answers it alone (/tokenize)
+    files: dict[str, Any] | None = None  # what the model's files said at registration (ModelTask.file_settings)
 
 
 API = "models_registry.api."
+SPARSE_FILES = ModelLayout(kind="SparseEncoder", modules=("MLMTransformer", "SpladePooling"), transformer_task="fill-mask",
+                           normalize=False, splade={"pooling_strategy": "max", "activation_function": "relu"}).to_json()
 ROUTES = {
     "hf": RouteCase(API + "hf_route", paths.url_path("model", name="m"), {"inputs": "good"}, "text-classification"),
     "hf-stream": RouteCase(API + "hf_route", paths.url_path("model", name="m"), {"inputs": "say", "stream": True},
@@ -130,6 +140,8 @@ ROUTES = {
                                 "text-generation", streamed=True),
     "tei-rerank": RouteCase(API + "tei_routes", paths.RERANK_PATH, {"model": "m", "query": "q", "texts": ["a", "b"]},
                             "text-ranking"),
+    "tei-embed-sparse": RouteCase(API + "sparse_route", paths.EMBED_SPARSE_PATH, {"model": "m", "inputs": "good"},
+                                  "feature-extraction", files=SPARSE_FILES),
     "tei-tokenize": RouteCase(API + "tokenize_route", paths.TOKENIZE_PATH, {"model": "m", "inputs": "good"},
                               "feature-extraction", worker=False),
 }
@@ -153,13 +165,15 @@ async def test_one_requests_path_stays_short_and_never_goes_back_up(
 
     route = ROUTES[case]
     model = await sync_to_async(make_model)("m", task=route.task, timeout_s=10.0)
+    if route.files is not None:
+        await sync_to_async(ModelTask.objects.filter(model=model).update)(file_settings=route.files)
     if not route.worker:  # the web loads the tokenizer itself: the bundled MiniLM's
         await sync_to_async(RegisteredModel.objects.filter(pk=model.pk).update)(
             source=str(model_factory.minilm_path()))
     await sync_to_async(heartbeat)({"m": {"state": "ready", "error": "", "device": "cpu", "tasks": [route.task]}})
     token = await sync_to_async(make_token)("metered", requests_per_minute=100) if metered else None
     layer, stop = work_layer(), asyncio.Event()
-    worker = asyncio.ensure_future(_worker(layer, "m", stop, route.streamed, route.task))
+    worker = asyncio.ensure_future(_worker(layer, "m", stop, route.streamed, route.task, route.files is not None))
     body = json.dumps(route.body).encode()
     try:
         handler = ApiASGIHandler()  # built once, at start, as the ASGI application is
