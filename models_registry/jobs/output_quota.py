@@ -9,17 +9,19 @@ chunk is committed. A chunk that does not fit stops the job: the chunks committe
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import AbstractAsyncContextManager, nullcontext, suppress
 from typing import Any
 
 from asgiref.sync import sync_to_async
 
 from models_registry.catalog.lookups import fresh_connection
-from models_registry.core.errors import HostingError
+from models_registry.core.errors import RateLimited, StorageQuotaFull
 from models_registry.jobs.chunks import ChunkOutcome
 from models_registry.policy import file_quota, upload_reservations
 
 CODE = "storage_quota_exceeded"
+LOCK_RETRY_S = 0.2
 
 
 class OverQuota(Exception):
@@ -47,11 +49,15 @@ async def hold(owner_id: int | None, field: str, adding: int, line: int) -> bool
     """Reserve adding bytes of output under field; whether anything is held. OverQuota (at line) if they do not fit."""
     if owner_id is None or not upload_reservations.enabled():
         return False
-    try:
-        await upload_reservations.hold(owner_id, field, adding, sync_to_async(fresh_connection(file_quota.check_output)))
-    except HostingError as error:  # the quota (or its lock's wait, which a job does not outwait either)
-        raise OverQuota(error.message, line) from None
-    return True
+    check = sync_to_async(fresh_connection(file_quota.check_output))
+    while True:
+        try:
+            await upload_reservations.hold(owner_id, field, adding, check)
+            return True
+        except StorageQuotaFull as error:
+            raise OverQuota(error.message, line) from None
+        except RateLimited:  # the owner's other checks held its lock past their wait: a job waits its turn
+            await asyncio.sleep(LOCK_RETRY_S)
 
 
 def settled(owner_id: int | None, field: str, held: bool) -> AbstractAsyncContextManager[None]:

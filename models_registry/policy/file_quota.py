@@ -16,7 +16,7 @@ from django.db.models import Min, Q, Sum
 from django.utils import timezone
 
 from models_registry.core.conf import conf
-from models_registry.core.errors import RateLimited, TooLarge
+from models_registry.core.errors import StorageQuotaFull, TooLarge
 from models_registry.models import BatchChunk, BatchFile, BatchJob
 
 NO_EXPIRY_RETRY_S = 3600  # nothing of the token's expires: ask again in an hour (or delete files)
@@ -36,7 +36,7 @@ def _kept(owner_id: int) -> tuple[int, float | None]:
 
 
 def check(owner_id: int | None, adding: int, reserved: int | None = None) -> None:
-    """Raise TooLarge or RateLimited if owner may not keep adding more bytes (runs in a thread: it queries).
+    """Raise TooLarge or StorageQuotaFull (a 429) if owner may not keep adding more bytes (runs in a thread: it queries).
 
     reserved: the bytes every upload of the owner in flight holds, this one's included
     (policy.upload_reservations, read before the files kept are); None: this one alone.
@@ -52,7 +52,7 @@ def check(owner_id: int | None, adding: int, reserved: int | None = None) -> Non
     if kept + held > quota:
         retry = NO_EXPIRY_RETRY_S if first_expiry_s is None else max(1, math.ceil(first_expiry_s))
         uploading = f" and {held - adding} more are being uploaded" if held > adding else ""
-        raise RateLimited(
+        raise StorageQuotaFull(
             f"storage quota reached: this API token keeps {kept} bytes of files{uploading} and may keep {quota}; "
             f"delete files (DELETE /v1/files/{{file_id}}) or retry in {retry} s, when the first one expires",
             headers={"Retry-After": str(retry)},
@@ -60,7 +60,7 @@ def check(owner_id: int | None, adding: int, reserved: int | None = None) -> Non
 
 
 def check_output(owner_id: int | None, adding: int, reserved: int | None = None) -> None:
-    """Raise RateLimited if a batch of owner's may not add adding bytes of output (runs in a thread: it queries).
+    """Raise StorageQuotaFull if a batch of owner's may not add adding bytes of output (runs in a thread: it queries).
 
     reserved: as for check, the bytes every upload or batch chunk of the owner in flight holds, these included.
     """
@@ -71,6 +71,6 @@ def check_output(owner_id: int | None, adding: int, reserved: int | None = None)
     held = adding if reserved is None else max(reserved, adding)
     if kept + held > quota:
         pending = f" and {held - adding} more are being written" if held > adding else ""
-        raise RateLimited(f"storage quota reached: the batch's next {adding} bytes of output do not fit beside the "
+        raise StorageQuotaFull(f"storage quota reached: the batch's next {adding} bytes of output do not fit beside the "
                           f"{kept} bytes of files this API token keeps{pending} (at most {quota}, "
                           "HOSTING_FILE_STORAGE_BYTES)")
