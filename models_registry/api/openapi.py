@@ -159,7 +159,7 @@ def operations(max_inputs: int) -> list[Operation]:
         sparse_route.operation(Operation, errors, max_inputs),
         Operation("health", "get", "Liveness of this web process (never waits on a worker).", r.Health, (405,),
                   tags=("operations",), public=True),
-        Operation("ready", "get", "Readiness: database, broker, and a live worker serving an enabled model.",
+        Operation("ready", "get", "Readiness: database, broker, and every model the live workers are meant to serve.",
                   r.Readiness, (405, 500), tags=("operations",), public=True),
         Operation("metrics", "get", "Prometheus metrics: open, or behind HOSTING_METRICS_TOKEN when the operator "
                   "sets one.", STRING, (401,), tags=("operations",), media="text/plain",

@@ -1,4 +1,7 @@
-"""The checks behind GET /ready: database, broker, a live worker serving an enabled model."""
+"""The checks behind GET /ready: database, broker, and every model the live workers are meant to serve is served.
+
+The fleet's part is catalog.fleet_readiness (the policy, documented there and in docs/operating.md).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +13,11 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from models_registry.broker.work_layer import work_layer
-from models_registry.core.model_state import ModelState, servable
-from models_registry.catalog import lookups
+from models_registry.catalog import fleet_readiness, lookups
 
 CHECK_TIMEOUT_S = 2.0
+NO_WORKER = "a live worker serving an enabled model"
+ALL_MEANT = "every model the live workers are meant to serve ready (models_not_ready)"
 
 
 def _database_ok() -> None:
@@ -47,20 +51,19 @@ async def check(shown: Callable[[str], bool] | None = None) -> dict[str, Any]:
         checks["broker"] = f"error: {type(error).__name__}"
         missing.append("broker")
     if "database" not in missing:
-        specs = await lookups.get_specs()
+        specs = await lookups.get_specs()  # first: the workers' view names versions by these (lookups._fresh_specs)
         view = await lookups.get_workers()
-        enabled = {name for name, spec in specs.items() if spec.enabled}
-        serving = sorted(n for n, s in view.model_states.items() if n in enabled and s.get("state") == ModelState.READY)
-        # Registered, enabled, not loaded now, and fits a live worker: the first request loads it.
-        on_demand = sorted(n for n, s in view.model_states.items() if n in enabled and n not in serving and servable(s))
+        fleet = fleet_readiness.assess(specs, view)
         checks["workers_alive"] = len(view.workers)
-        lists = {"models_ready": serving, "models_loadable_on_demand": on_demand,
-                 "models_not_served": sorted(enabled - set(serving) - set(on_demand))}
+        lists = {"models_ready": fleet.ready, "models_loadable_on_demand": fleet.on_demand,
+                 "models_not_ready": fleet.not_ready, "models_not_served": fleet.not_served}
         for key, names in lists.items():
             if shown is None:
                 checks[f"{key}_count"] = len(names)
             else:
                 checks[key] = [name for name in names if shown(name)]
-        if not serving and not on_demand:
-            missing.append("a live worker serving an enabled model")
+        if not fleet.serves_any:
+            missing.append(NO_WORKER)
+        if not fleet.serves_all_meant:
+            missing.append(ALL_MEANT)
     return {"status": "ready" if not missing else "not_ready", "checks": checks, "missing": missing}

@@ -200,7 +200,9 @@ class Readiness(TypedDict):
     """GET /ready: what is missing, when something is."""
 
     status: Literal["ready", "not_ready"]
-    checks: Annotated[dict[str, Any], Field(description="database, broker, workers_alive, models_ready, ...")]
+    checks: Annotated[dict[str, Any], Field(description=(
+        "database, broker, workers_alive, models_ready, models_loadable_on_demand, models_not_ready (these hold "
+        "/ready at 503), models_not_served (names, or *_count without a token that may see them)"))]
     missing: list[str]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import F, OuterRef, Subquery
 from django.http import HttpRequest
 
 from models_registry.core.errors import InvalidInput
@@ -20,6 +21,7 @@ from models_registry.catalog.rollout import SHADOW
 
 # What a model computes: an edit of these makes a new version, so it needs the version permission too.
 COMPUTE_FIELDS = ("source", "revision", "dtype", "backend")
+SHOWN_VERSIONS = 20  # of a model's history on its change page (the rest: manage.py shell, the database)
 
 
 class VersionedModelForm(forms.ModelForm):
@@ -43,7 +45,7 @@ class VersionedModelForm(forms.ModelForm):
 
 
 class ModelVersionInline(admin.TabularInline):
-    """Every version of the model, newest first (read-only: a registration makes them)."""
+    """The model's newest SHOWN_VERSIONS versions, newest first (read-only: a registration makes them)."""
 
     model = ModelVersion
     extra = 0
@@ -51,6 +53,13 @@ class ModelVersionInline(admin.TabularInline):
     fields = readonly_fields = ("number", "source", "revision", "dtype", "backend", "made_by", "created_at",
                                 "live_since", "rolled_back")
     ordering = ("-number",)
+    verbose_name_plural = f"versions (the newest {SHOWN_VERSIONS})"
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        """Versions numbered within SHOWN_VERSIONS of the model's newest: every registration and Load now adds one."""
+        newest = ModelVersion.objects.filter(model=OuterRef("model")).order_by("-number").values("number")[:1]
+        return super().get_queryset(request).annotate(newest=Subquery(newest)).filter(
+            number__gt=F("newest") - SHOWN_VERSIONS)
 
     @admin.display(description="made by")
     def made_by(self, obj: ModelVersion) -> str:

@@ -250,7 +250,7 @@ async def health(request: HttpRequest) -> HttpResponse:
 
 @api_view("GET")
 async def ready(request: HttpRequest) -> HttpResponse:
-    """200 when the database, the broker and a worker serving an enabled model answer.
+    """200 when the database and the broker answer and every model the live workers are meant to serve is served.
 
     Anyone (a load balancer) gets the verdict, what is missing and how many models are in
     each state; model names only a caller whose token may use them (all of them with

@@ -14,8 +14,8 @@ from models_registry.models import WorkerHeartbeat
 
 
 def beat(worker_id: str, device: str, models_state: dict[str, Any], queue_depths: dict[str, int],
-         started_at: float, draining: bool, busy_fraction: float = 0.0) -> None:
-    """Record that this worker is alive and what it holds (sync ORM)."""
+         started_at: float, draining: bool, busy_fraction: float = 0.0, serve_models: list[str] | None = None) -> None:
+    """Record that this worker is alive, what it holds and which models it serves (none named: all; sync ORM)."""
     WorkerHeartbeat.objects.update_or_create(
         worker_id=worker_id,
         defaults={
@@ -28,6 +28,7 @@ def beat(worker_id: str, device: str, models_state: dict[str, Any], queue_depths
             "last_seen": timezone.now(),
             "draining": draining,
             "busy_fraction": busy_fraction,
+            "serve_models": sorted(serve_models or []),
         },
     )
 

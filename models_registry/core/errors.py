@@ -63,6 +63,10 @@ class RateLimited(HostingError):
     error_type, status = "rate_limited", 429
 
 
+class StorageQuotaFull(RateLimited):
+    """The files a token keeps leave no room for an upload or a batch's next output (HOSTING_FILE_STORAGE_BYTES)."""
+
+
 class Overloaded(HostingError):
     """The task's queue is full: answered at once, with Retry-After."""
 

@@ -19,17 +19,15 @@ import asyncio
 import logging
 import random
 from collections import deque
-from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.utils import timezone
 
 from models_registry.core.conf import conf
-from models_registry.jobs import files, job_leases, retention
+from models_registry.jobs import files, job_leases, output_quota, retention
 from models_registry.jobs.chunks import Chunk, ChunkOutcome, ChunkReader, Progress, answer_record, failure_record
 from models_registry.jobs.fair_share import FairShare
-from models_registry.jobs.line_calls import LineAnswer, LineCalls
+from models_registry.jobs.line_calls import LineCalls
 from models_registry.jobs.lines import JobLine
 from models_registry.catalog.lookups import fresh_connection
 from models_registry.core.waits import event_set
@@ -48,26 +46,6 @@ def _db(function: Any) -> Any:
 
 class LeaseLost(Exception):
     """Another driver holds the job now: drop everything not committed."""
-
-
-def _fits_window(job: job_leases.ClaimedJob, wait_s: float) -> bool:
-    """Whether a retry wait_s from now still falls inside the job's completion window."""
-    return job.expires_at is None or timezone.now() + timedelta(seconds=wait_s) < job.expires_at
-
-
-def _error_of(answer: LineAnswer) -> dict[str, str]:
-    import orjson
-
-    try:
-        body = orjson.loads(answer.body)
-    except orjson.JSONDecodeError:
-        body = None
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):  # the OpenAI routes' shape
-        return {"code": str(error.get("code") or body.get("error_type") or "error"), "message": str(error.get("message"))}
-    if isinstance(body, dict):
-        return {"code": str(body.get("error_type") or "error"), "message": str(error)}
-    return {"code": "error", "message": f"HTTP {answer.status}"}
 
 
 class JobDriver:
@@ -161,14 +139,16 @@ class JobDriver:
                 if not await _db(job_leases.stop_revoked)(job.pk, self.owner):
                     raise LeaseLost()
                 watch.status, code = "cancelling", "token_revoked"
-            final = {"finalizing": "completed", "cancelling": "cancelled", "expiring": "expired"}.get(watch.status)
+            final = {"finalizing": "completed", "cancelling": "cancelled", "expiring": "expired",
+                     "over_quota": "failed"}.get(watch.status)
             if final is None:
                 raise LeaseLost()
-            if final != "completed":
+            if final in ("cancelled", "expired"):
                 code = code or ("batch_cancelled" if final == "cancelled" else "batch_expired")
-                await self._close_remaining(job, progress, code)
+                await self._close_remaining(job, progress, code, watch)
             # Assembling a big output takes a while: not on the thread the heartbeats' queries use.
-            if await sync_to_async(fresh_connection(job_leases.finish), thread_sensitive=False)(job.pk, self.owner, final):
+            if await sync_to_async(fresh_connection(job_leases.finish), thread_sensitive=False)(
+                    job.pk, self.owner, final, watch.errors):
                 logger.info("batch %s %s", job.public_id, final)
         except FileNotFoundError as error:
             logger.error("batch %s: input file missing from storage (%s)", job.public_id, error)
@@ -202,7 +182,11 @@ class JobDriver:
                     if task not in done:
                         continue
                     pending.popleft()
-                    progress = await self._commit(job, progress, chunk, task.result())
+                    try:
+                        progress = await self._commit(job, progress, chunk, task.result())
+                    except output_quota.OverQuota as over:  # stops here: the chunks committed are its output
+                        watch.stop(over.record())
+                        return progress
             finally:
                 for _, task in pending:
                     task.cancel()
@@ -231,10 +215,10 @@ class JobDriver:
                 timeouts += 1
                 retry = retry and timeouts < MAX_TIMEOUTS
             wait = answer.retry_after_s if answer.retry_after_s is not None else backoff
-            if answer.status == 429 and not _fits_window(job, wait):
+            if answer.status == 429 and not job.fits_window(wait):
                 retry = False  # the owner's limit opens again only after the job's window
             if not retry:
-                return False, answer_record(line.custom_id, answer.status, answer.body, _error_of(answer))
+                return False, answer_record(line.custom_id, answer.status, answer.body, answer.error())
             retries += 1
             backoff = min(MAX_BACKOFF_S, backoff * 2)
             if answer.status == 429:
@@ -246,18 +230,26 @@ class JobDriver:
 
     async def _commit(self, job: job_leases.ClaimedJob, progress: Progress, chunk: Chunk,
                       outcome: ChunkOutcome) -> Progress:
-        parts = (
-            await asyncio.to_thread(files.write_part, job.public_id, chunk.index, "output", outcome.output),
-            await asyncio.to_thread(files.write_part, job.public_id, chunk.index, "errors", outcome.errors),
-        )
-        after = await _db(job_leases.commit_chunk)(job.pk, self.owner, progress, chunk, outcome, parts)
+        """Write and commit a chunk's records once they fit the owner's storage quota (OverQuota if not)."""
+        field, size = f"batch:{job.public_id}:{chunk.index}", output_quota.size(outcome)
+        held = await output_quota.hold(job.owner_id, field, size, progress.next_line)
+        try:
+            parts = (
+                await asyncio.to_thread(files.write_part, job.public_id, chunk.index, "output", outcome.output),
+                await asyncio.to_thread(files.write_part, job.public_id, chunk.index, "errors", outcome.errors),
+            )
+            async with output_quota.settled(job.owner_id, field, held):
+                after = await _db(job_leases.commit_chunk)(job.pk, self.owner, progress, chunk, outcome, parts, size)
+        except BaseException:
+            await output_quota.release(job.owner_id, field, held)
+            raise
         if after is None:
             await asyncio.to_thread(files.delete_quietly, parts)
             raise LeaseLost()
         return after
 
-    async def _close_remaining(self, job: job_leases.ClaimedJob, progress: Progress, code: str) -> None:
-        """Put every line not yet committed in the error file with code (no inference)."""
+    async def _close_remaining(self, job: job_leases.ClaimedJob, progress: Progress, code: str, watch: _Watch) -> None:
+        """Put every line not yet committed in the error file with code (no inference), as far as the quota lets."""
         message = "the batch was cancelled before this request ran" if code == "batch_cancelled" else \
             "the batch expired before this request ran"
         handle = await asyncio.to_thread(files.open_file, job.input_file)
@@ -267,6 +259,8 @@ class JobDriver:
                 errors = [failure_record(line.custom_id, code, message) for line in chunk.lines]
                 errors += [failure_record(None, code, f"line {n}: {why}") for n, why in chunk.unreadable]
                 progress = await self._commit(job, progress, chunk, ChunkOutcome(output=[], errors=errors))
+        except output_quota.OverQuota as over:
+            watch.errors.append(over.record(written=False))
         finally:
             await asyncio.to_thread(handle.close)
 
@@ -279,6 +273,12 @@ class _Watch:
         self.job = job
         self.status = "in_progress" if job.status == "validating" else job.status
         self.changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.errors: list[dict[str, Any]] = []  # what the job's errors say besides, when it ends
+
+    def stop(self, error: dict[str, Any]) -> None:
+        """End the job as failed with error (its output past the storage quota): it keeps what it committed."""
+        self.status = "over_quota"
+        self.errors.append(error)
 
     async def run(self) -> None:
         while True:

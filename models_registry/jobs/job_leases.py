@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -31,6 +32,10 @@ class ClaimedJob:
     owner_id: int | None  # the token record the lines run as (not its secret: rotation keeps the job going)
     input_file: BatchFile
     expires_at: datetime | None = None  # the end of its completion window
+
+    def fits_window(self, wait_s: float) -> bool:
+        """Whether a retry wait_s from now still falls inside the job's completion window."""
+        return self.expires_at is None or timezone.now() + timedelta(seconds=wait_s) < self.expires_at
 
 
 def _claimable(owner: str) -> Q:
@@ -105,8 +110,9 @@ def set_status(pk: int, owner: str, old: tuple[str, ...], new: str) -> bool:
 
 
 def commit_chunk(pk: int, owner: str, progress: Progress, chunk: Chunk, outcome: ChunkOutcome,
-                 parts: tuple[str, str]) -> Progress | None:
-    """Record a chunk and the progress after it in one transaction; None if the lease was lost."""
+                 parts: tuple[str, str], size: int = 0) -> Progress | None:
+    """Record a chunk (its parts, of size bytes) and the progress after it in one transaction; None if the lease
+    was lost."""
     after = advance(progress, chunk, outcome)
     with transaction.atomic():
         moved = BatchJob.objects.filter(
@@ -120,13 +126,13 @@ def commit_chunk(pk: int, owner: str, progress: Progress, chunk: Chunk, outcome:
         BatchChunk.objects.create(
             job_id=pk, index=chunk.index, first_line=chunk.first_line, next_line=chunk.next_line,
             start_offset=chunk.start, end_offset=chunk.end, completed=len(outcome.output),
-            failed=len(outcome.errors), output_part=parts[0], error_part=parts[1],
+            failed=len(outcome.errors), output_part=parts[0], error_part=parts[1], bytes=size,
         )
     return after
 
 
-def finish(pk: int, owner: str, final: str) -> bool:
-    """Assemble the output and error files from the committed chunks and close the job.
+def finish(pk: int, owner: str, final: str, errors: list[dict[str, Any]] | None = None) -> bool:
+    """Assemble the output and error files from the committed chunks and close the job (errors: added to its own).
 
     Parts (committed or left by attempts that never committed) are removed afterwards.
     """
@@ -134,18 +140,18 @@ def finish(pk: int, owner: str, final: str) -> bool:
     chunks = list(BatchChunk.objects.filter(job_id=pk).order_by("index"))
     output = files.assemble(job.public_id, "output", [c.output_part for c in chunks], job.owner,
                             sum(c.completed for c in chunks), job.output_ttl_s)
-    errors = files.assemble(job.public_id, "errors", [c.error_part for c in chunks], job.owner,
-                            sum(c.failed for c in chunks), job.output_ttl_s)
+    error_file = files.assemble(job.public_id, "errors", [c.error_part for c in chunks], job.owner,
+                                sum(c.failed for c in chunks), job.output_ttl_s)
     with transaction.atomic():
         closed = BatchJob.objects.filter(pk=pk, lease_owner=owner, status__in=BatchJob.ACTIVE).update(
-            status=final, output_file=output, error_file=errors, lease_owner="", lease_expires_at=None,
-            **{f"{final}_at": timezone.now()},
+            status=final, output_file=output, error_file=error_file, lease_owner="", lease_expires_at=None,
+            **{f"{final}_at": timezone.now()}, **({"errors": (job.errors or []) + errors} if errors else {}),
         )
         if not closed:
             transaction.set_rollback(True)
     if not closed:
-        files.delete_quietly([f.storage_name for f in (output, errors) if f is not None])
-        BatchFile.objects.filter(pk__in=[f.pk for f in (output, errors) if f is not None]).delete()
+        files.delete_quietly([f.storage_name for f in (output, error_file) if f is not None])
+        BatchFile.objects.filter(pk__in=[f.pk for f in (output, error_file) if f is not None]).delete()
         return False
     files.delete_quietly(files.leftover_parts(job.public_id))
     return True

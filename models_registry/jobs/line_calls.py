@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import orjson
+
 from models_registry.jobs.lines import JobLine
 
 
@@ -15,6 +17,20 @@ class LineAnswer:
     status: int
     body: bytes
     retry_after_s: float | None = None
+
+    def error(self) -> dict[str, str]:
+        """The answer's error as an output record's `error` ({code, message}), from either error shape we answer."""
+        try:
+            body = orjson.loads(self.body)
+        except orjson.JSONDecodeError:
+            body = None
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict):  # the OpenAI routes' shape
+            return {"code": str(error.get("code") or body.get("error_type") or "error"),
+                    "message": str(error.get("message"))}
+        if isinstance(body, dict):
+            return {"code": str(body.get("error_type") or "error"), "message": str(error)}
+        return {"code": "error", "message": f"HTTP {self.status}"}
 
 
 class LineCalls(Protocol):

@@ -91,6 +91,8 @@ class BatchChunk(models.Model):
     failed = models.PositiveIntegerField(default=0)
     output_part = models.CharField(max_length=500, blank=True)
     error_part = models.CharField(max_length=500, blank=True)
+    # Both parts' bytes: a running job's output counts against its owner's storage quota (policy.file_quota).
+    bytes = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

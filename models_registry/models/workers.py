@@ -35,6 +35,9 @@ class WorkerHeartbeat(models.Model):
     last_seen = models.DateTimeField(db_index=True)
     draining = models.BooleanField(default=False)
     busy_fraction = models.FloatField(default=0.0, help_text="Share of the last seconds its device spent computing.")
+    # /ready waits for every enabled model some live worker is meant to serve (catalog.fleet_readiness).
+    serve_models = models.JSONField(default=list, blank=True,
+                                    help_text="HOSTING_WORKER_MODELS: the models it serves (empty: every enabled one)")
 
     class Meta:
         ordering = ["-last_seen"]

@@ -9,7 +9,7 @@ own bytes only if kept + reserved + its own fit. Dropping a reservation (its fil
 the upload failed) takes the same lock, so no check sees a file neither kept nor reserved;
 a refused upload never holds a reservation, so it cannot crowd out one that fits. A
 reservation is dropped when its request is answered, and expires (a crashed web process)
-after RESERVATION_TTL_S.
+after RESERVATION_TTL_S. A batch's output chunks reserve and settle the same way (jobs.output_quota).
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ with its memory measured and its batch shapes warmed up, and an unload.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -28,6 +27,7 @@ from models_registry.observe.load_stats import LoadStats
 from models_registry.catalog import output_shape
 from models_registry.catalog.rollout import split_wire
 from models_registry.catalog.specs import ModelSpec
+from models_registry.worker import heap_freeze
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery
 from models_registry.worker.replies import Replies
@@ -194,12 +194,11 @@ class ModelSlots:
 
     def _held(self, backlog: dict[str, int], now: float) -> list[Held]:
         depths = self.batcher.depths()
-        return [
-            Held(name, slot.memory_bytes or self.sizes.get(name, 0), slot.last_used,
-                 busy=bool(slot.in_use or backlog.get(name) or any(depths.get(TaskKey(name, t)) for t in slot.spec.tasks)),
-                 pinned=slot.spec.keep_loaded, loading=slot.state == ModelState.LOADING)
-            for name, slot in self.slots.items() if slot.state != ModelState.ERROR
-        ]
+        return [Held(name, slot.memory_bytes or self.sizes.get(name, 0), slot.last_used,
+                     busy=bool(slot.in_use or backlog.get(name)
+                               or any(depths.get(TaskKey(name, t)) for t in slot.spec.tasks)),
+                     pinned=slot.spec.keep_loaded, loading=slot.state == ModelState.LOADING)
+                for name, slot in self.slots.items() if slot.state != ModelState.ERROR]
 
     def _start_load(self, name: str, why: str, evict: list[str]) -> None:
         for other in evict:
@@ -257,6 +256,7 @@ class ModelSlots:
         self.sizes[name] = added
         self.stats.loaded(name, seconds)
         self._apply_tasks(slot, slot.spec)
+        heap_freeze.settle_after_load()  # the model lives as long as it is held: out of every full collection
         logger.info("model %s ready on %s in %.2fs (%s, %.0f MiB)", name, loaded.device, seconds, slot.why,
                     added / 2**20)
 
@@ -278,7 +278,7 @@ class ModelSlots:
         slot.loaded = None
         if evicted:
             self.stats.evicted(name)
-        gc.collect()  # the model's tensors go now, not at some later collection
+        heap_freeze.release_after_unload(len(self.slots))
         self.memory.probe.release_cache()
         logger.info("model %s unloaded: %s", name, why)
 

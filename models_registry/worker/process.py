@@ -159,7 +159,8 @@ class InferenceWorker(Worker):
     def _report(self, engine: InferenceEngine) -> None:
         """Hand the liveness thread this worker's state (read here, on the loop that owns it)."""
         self.liveness.report((engine.worker_id, self.runner.default_device, engine.models_state(),
-                              engine.queue_depths(), engine.stats.started_at, engine.draining, engine.busy.current()))
+                              engine.queue_depths(), engine.stats.started_at, engine.draining, engine.busy.current(),
+                              sorted(engine.models.serve_models)))  # from the first beat: what /ready waits for
 
     @staticmethod
     def _write_beat(snapshot: tuple[Any, ...]) -> None:

@@ -80,12 +80,12 @@ def heartbeat(transactional_db: None) -> Callable[..., WorkerHeartbeat]:
     """Write a worker heartbeat as a live (or, with age_s, a stale) worker would have."""
 
     def beat(models_state: dict[str, Any], queue_depths: dict[str, int] | None = None, age_s: float = 0.0,
-             worker_id: str = "w1", draining: bool = False) -> WorkerHeartbeat:
+             worker_id: str = "w1", draining: bool = False, serve_models: list[str] | None = None) -> WorkerHeartbeat:
         now = timezone.now()
         return WorkerHeartbeat.objects.create(
             worker_id=worker_id, host="test-host", pid=4242, device="cpu", models_state=models_state,
             queue_depths=queue_depths or {}, started_at=now - dt.timedelta(seconds=60),
-            last_seen=now - dt.timedelta(seconds=age_s), draining=draining,
+            last_seen=now - dt.timedelta(seconds=age_s), draining=draining, serve_models=serve_models or [],
         )
 
     return beat

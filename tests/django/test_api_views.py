@@ -144,7 +144,8 @@ async def test_ready_needs_the_worker_to_serve_an_enabled_model(
     assert NO_WORKER in body["missing"]
     assert body["checks"]["workers_alive"] == 1
     assert body["checks"]["models_ready_count"] == 0
-    assert body["checks"]["models_not_served_count"] == 1
+    assert body["checks"]["models_not_ready_count"] == 1  # the worker is meant to serve it: /ready waits for it
+    assert body["checks"]["models_not_served_count"] == 0
 
 
 async def test_ready_counts_a_live_worker_serving_an_enabled_model(

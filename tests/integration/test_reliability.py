@@ -132,6 +132,14 @@ def test_a_broken_model_reports_its_error_while_others_keep_serving(limited: Sta
     assert status == 200 and len(body) == 384
 
 
+def test_ready_waits_for_a_model_that_failed_to_load_and_names_it(limited: Stack) -> None:
+    # Every enabled model the worker is meant to serve must be servable: the broken one keeps /ready at 503.
+    wait_until(lambda: _model(limited, BROKEN)["state"] == "error", 30, "the broken model to fail loading")
+    status, _, body = http_json("GET", f"{limited.url}/ready", token=limited.tokens["all"])
+    assert status == 503 and body["checks"]["models_not_ready"] == [BROKEN], body
+    assert EMB in body["checks"]["models_ready"] and body["checks"]["workers_alive"] == 1
+
+
 def test_disabling_a_model_unloads_it_and_enabling_loads_it_again(limited: Stack) -> None:
     source = str(model_factory.minilm_path())
     limited.manage("register_model", EMB, "--source", source, "--task", "feature-extraction", "--disabled")
