@@ -189,6 +189,19 @@ class Stack:
             stack.stop()
 
     @classmethod
+    @contextmanager
+    def serving(cls, sources: dict[str, Path], task: str = "feature-extraction") -> Iterator[Stack]:
+        """A started stack serving each {name: directory} registered with no flags, and a token "all"."""
+        with cls.started() as running:
+            for name, source in sources.items():
+                running.manage("register_model", name, "--source", str(source), "--task", task)
+            running.create_token("all")
+            running.start_worker()
+            running.start_web()
+            running.wait_ready(list(sources))
+            yield running
+
+    @classmethod
     def create(cls, extra_env: dict[str, str] | None = None, own_redis: bool = False) -> Stack:
         """A database and a broker, ready for `manage` calls and processes.
 

@@ -32,13 +32,7 @@ def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def families(family_dirs: dict[str, Path]) -> Iterator[Stack]:
-    with Stack.started() as running:
-        for name in SERVED:
-            running.manage("register_model", name, "--source", str(family_dirs[name]), "--task", "feature-extraction")
-        running.create_token("all")
-        running.start_worker()
-        running.start_web()
-        running.wait_ready(list(SERVED))
+    with Stack.serving(family_dirs) as running:
         yield running
 
 

@@ -33,13 +33,7 @@ def layout_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def colbert(layout_dirs: dict[str, Path]) -> Iterator[Stack]:
-    with Stack.started() as running:
-        for name in SERVED:
-            running.manage("register_model", name, "--source", str(layout_dirs[name]), "--task", "feature-extraction")
-        running.create_token("all")
-        running.start_worker()
-        running.start_web()
-        running.wait_ready(list(SERVED))
+    with Stack.serving(layout_dirs) as running:
         yield running
 
 
