@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
 
 from models_registry.api.generation_requests import read, worker_parameters
 from models_registry.api.openai_options import read_response_format
+from models_registry.api.structured_output import GrammarCompiles
 from models_registry.core.errors import InvalidInput
-from models_registry.tasks.json_grammar import compile_schema, engine_reason, probe
-from models_registry.tasks.schema_bounds import SchemaError, closed
+from models_registry.tasks.json_grammar import compile_canonical, compile_schema, engine_reason, probe
+from models_registry.tasks.schema_bounds import SchemaError, canonical, closed
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
@@ -33,11 +36,13 @@ def json_schema(schema: Any, **extra: Any) -> dict[str, Any]:
 
 def test_the_grammar_travels_to_the_worker_with_each_choice() -> None:
     wanted = read({**CHAT, "n": 2, "response_format": json_schema(PERSON, strict=True)}, chat=True)
+    assert wanted.schema == canonical(PERSON, strict=True) and wanted.grammar is None  # compiled by the route
+    wanted = dataclasses.replace(wanted, grammar=compile_canonical(wanted.schema))
     assert wanted.grammar and all(worker_parameters(wanted, i)["grammar"] == wanted.grammar for i in range(2))
-    assert read({**CHAT, "response_format": {"type": "json_object"}}, chat=True).grammar
-    assert read({**CHAT, "response_format": {"type": "text"}}, chat=True).grammar is None
+    assert read({**CHAT, "response_format": {"type": "json_object"}}, chat=True).schema == '{"type":"object"}'
+    assert read({**CHAT, "response_format": {"type": "text"}}, chat=True).schema is None
     assert "grammar" not in worker_parameters(read(CHAT, chat=True), 0)
-    assert read({"model": "m", "prompt": "a", "response_format": {"type": "json_object"}}, chat=False).grammar
+    assert read({"model": "m", "prompt": "a", "response_format": {"type": "json_object"}}, chat=False).schema
 
 
 @pytest.mark.parametrize(("schema", "words"), [
@@ -52,8 +57,10 @@ def test_the_grammar_travels_to_the_worker_with_each_choice() -> None:
 def test_a_schema_the_engine_cannot_use_is_a_400_that_says_why(schema: dict[str, Any], words: str) -> None:
     with pytest.raises(SchemaError, match=words):
         compile_schema(schema)
+    text = read({**CHAT, "response_format": json_schema(schema)}, chat=True).schema
+    assert text is not None
     with pytest.raises(InvalidInput, match=f"cannot be used for structured output: .*{words}") as caught:
-        read({**CHAT, "response_format": json_schema(schema)}, chat=True)
+        asyncio.run(GrammarCompiles().grammar(text))
     assert caught.value.param == "response_format"  # type: ignore[attr-defined]
 
 
@@ -84,7 +91,7 @@ def test_the_engines_words_are_one_line_without_its_state() -> None:
     "json", {"type": "yaml"}, {"type": "text", "json_schema": {}}, {"type": "json_schema"},
     {"type": "json_schema", "json_schema": {"schema": PERSON}}, {"type": "json_schema", "json_schema": {
         "name": "x" * 65, "schema": PERSON}}, json_schema(PERSON, strict="yes"), json_schema([1]),
-    json_schema(PERSON, bogus=1),
+    json_schema(PERSON, bogus=1), json_schema({"enum": list(range(1001))}),
 ])
 def test_bad_response_formats_name_the_field(value: Any) -> None:
     with pytest.raises(InvalidInput) as caught:
