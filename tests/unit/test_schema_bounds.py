@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from models_registry.tasks import schema_bounds
 from models_registry.tasks.schema_bounds import SchemaError, canonical
 
 
@@ -92,3 +93,12 @@ def test_values_are_kept_as_sent_and_only_schemas_are_sorted() -> None:
     schema = {"enum": [{"z": 1, "a": 2}], "default": {"y": 1, "b": 2}, "const": [3, 1, 2]}
     text = canonical(schema)
     assert text.index('"z"') < text.index('"a"') and text.index('"y"') < text.index('"b"') and "[3,1,2]" in text
+
+
+def test_the_bounds_are_what_the_docs_say() -> None:
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "generation.md").read_text()
+    for name in ("MAX_SCHEMA_BYTES", "MAX_DEPTH", "MAX_OBJECT_PROPERTIES", "MAX_PROPERTIES", "MAX_ENUM_VALUES",
+                 "MAX_ALL_ENUM_VALUES", "MAX_BRANCHES"):
+        assert f"{getattr(schema_bounds, name):,}" in docs, name
