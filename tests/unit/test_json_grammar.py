@@ -65,9 +65,9 @@ def test_a_schema_the_engine_cannot_use_is_a_400_that_says_why(schema: dict[str,
 
 
 def test_the_probe_passes_what_the_engine_can_write_and_stops_at_what_it_cannot() -> None:
-    from models_registry.tasks.json_grammar import COMPACT
-
     import llguidance
+
+    from models_registry.tasks.json_grammar import COMPACT
 
     def grammar(schema: dict[str, Any]) -> str:
         return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=COMPACT)
