@@ -43,7 +43,8 @@ class GenerationRequest:
     include_usage: bool
     seed: int | None
     logprobs: int | None = None  # alternatives per token with its logprob (None: no logprobs)
-    grammar: str | None = None  # response_format's compiled grammar (tasks.json_grammar); None: free text
+    schema: str | None = None  # response_format's schema, bounded and canonical (tasks.schema_bounds); None: free text
+    grammar: str | None = None  # the schema's grammar, compiled once the route prepares it (api.structured_output)
 
     @property
     def choices(self) -> int:
@@ -81,7 +82,7 @@ def read(payload: Any, chat: bool) -> GenerationRequest:
                              parameters=_sampling(payload), stops=_stops(payload.get("stop")),
                              stream=bool(stream), include_usage=include_usage, seed=seed,
                              logprobs=read_logprobs(payload, chat),
-                             grammar=read_response_format(payload.get("response_format")))
+                             schema=read_response_format(payload.get("response_format")))
 
 
 def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]:

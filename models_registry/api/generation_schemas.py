@@ -66,8 +66,9 @@ class JsonSchemaSpec(TypedDict, total=False):
     """The schema the answer follows."""
 
     name: Required[Annotated[str, Field(min_length=1, max_length=64)]]
-    schema: Annotated[dict[str, Any], Field(description="a JSON Schema; one the grammar engine (llguidance) cannot "
-                                                        "compile is a 400 naming response_format")]
+    schema: Annotated[dict[str, Any], Field(description=(
+        "a JSON Schema; one over the size bounds (docs/generation.md), with no finite instance, or that the grammar "
+        "engine (llguidance) cannot compile or write is a 400 naming response_format"))]
     strict: Annotated[bool | None, Field(description="true: an object schema that lists properties and says "
                                                      "nothing of others takes no others")]
     description: str
@@ -83,7 +84,8 @@ class JsonSchemaFormat(TypedDict):
 
 ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat | None, Field(description=(
     "structured output: each token is masked by the schema's grammar (no free whitespace); the answer ends when "
-    "the JSON is complete (finish_reason stop), or is cut at max_tokens (length)"))]
+    "the JSON is complete (finish_reason stop), or is cut at max_tokens (length); where the grammar engine cannot "
+    "go on mid-answer, the answer is a 400 (streamed: an error event after the chunks so far)"))]
 
 
 def _no_op(neutrals: tuple[Any, ...]) -> Any:

@@ -11,6 +11,7 @@ tokens.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import orjson
 from django.http import HttpRequest, HttpResponse
 
-from models_registry.api import generation_requests, inference_route
+from models_registry.api import generation_requests, inference_route, structured_output
 from models_registry.api.answer import Answer, dump_json, to_django
 from models_registry.api.call import ApiCall, from_django
 from models_registry.api.completion_shapes import Choice, Shaper
@@ -62,7 +63,13 @@ class GenerationRoute:
         return resolve(wanted.model, specs)
 
     async def prepare(self, call: ApiCall, wanted: GenerationRequest, spec: ModelSpec, task: TaskSpec) -> Work:
-        """Every answer is generated as streams, one per choice; charged for every prompt of every choice."""
+        """Every answer is generated as streams, one per choice; charged for every prompt of every choice.
+
+        A response_format schema is compiled here, off the event loop, once the token and the model are known
+        (a stranger's schema costs nothing); one that cannot be used is a 400 before anything is charged.
+        """
+        if wanted.schema is not None:
+            wanted = dataclasses.replace(wanted, grammar=await structured_output.grammar_of(wanted.schema))
         prompts = [""] if wanted.chat else wanted.prompts  # chat: the worker renders the messages
         openings = [Opening(prompt, {**task.parameters, **generation_requests.worker_parameters(wanted, choice)})
                     for p, prompt in enumerate(prompts) for choice in range(p * wanted.n, (p + 1) * wanted.n)]

@@ -1,8 +1,8 @@
 """OpenAI's generation fields beyond sampling: the no-op values clients send, logprobs and response_format (pure).
 
-Every bad value is a 400 that names its field. A structured-output schema is compiled here,
-on the web (tasks.json_grammar), so one the engine cannot take is a 400 before anything is
-queued; the worker gets the compiled grammar.
+Every bad value is a 400 that names its field. A structured-output schema is bounded and made
+canonical here (tasks.schema_bounds: cheap, on the event loop); the route compiles it off the loop
+once the token is known (api.structured_output), and the worker gets the compiled grammar.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from models_registry.api.error_answers import invalid
-from models_registry.tasks.json_grammar import ANY_OBJECT, SchemaError, compile_schema
+from models_registry.tasks.json_grammar import ANY_OBJECT
+from models_registry.tasks.schema_bounds import SchemaError, canonical
 
 MAX_TOP_LOGPROBS = 20  # chat's top_logprobs (OpenAI's limit)
 MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs (OpenAI's limit)
@@ -68,7 +69,8 @@ def _count(value: Any, name: str, high: int) -> int | None:
 
 
 def read_response_format(value: Any) -> str | None:
-    """The grammar a response_format asks for (None for text or none); 400 when it or its schema is bad."""
+    """The canonical text of the schema a response_format asks for (None for text or none); 400 when it or its
+    schema is bad or over the bounds (tasks.schema_bounds)."""
     if value is None:
         return None
     kind = value.get("type") if isinstance(value, dict) else None
@@ -81,7 +83,7 @@ def read_response_format(value: Any) -> str | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        return compile_schema(ANY_OBJECT)
+        return canonical(ANY_OBJECT)
     spec = value.get("json_schema")
     if not isinstance(spec, dict) or set(spec) - {"name", "schema", "strict", "description"}:
         raise invalid("'response_format.json_schema' must be an object with name, schema, and optionally strict "
@@ -96,7 +98,7 @@ def read_response_format(value: Any) -> str | None:
     if not isinstance(schema, dict):
         raise invalid("'response_format.json_schema.schema' must be a JSON Schema object", "response_format")
     try:
-        return compile_schema(schema, strict=bool(strict))
+        return canonical(schema, strict=bool(strict))
     except SchemaError as error:
         raise invalid(f"the response_format schema cannot be used for structured output: {error}",
                       "response_format") from None

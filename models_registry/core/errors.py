@@ -21,6 +21,10 @@ class InvalidInput(HostingError):
     error_type, status = "invalid_input", 400
 
 
+class GrammarStalled(InvalidInput):
+    """Structured output the grammar engine cannot go on with mid-answer: the generation ends with this 400."""
+
+
 class Unauthorized(HostingError):
     """No token, or a token that is unknown, revoked or expired."""
 

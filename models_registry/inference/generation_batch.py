@@ -23,7 +23,8 @@ import torch
 from transformers import LogitsProcessorList
 
 from models_registry.catalog.readable_text import readable_chars
-from models_registry.core.errors import InvalidInput
+from models_registry.core.batch_types import ItemFailure
+from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.inference import fast_lane, generation_step, kv_slots, row_drawing
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
 from models_registry.inference.intake_tokens import TokenizedText
@@ -31,14 +32,8 @@ from models_registry.inference.kv_slots import SlotCache
 from models_registry.inference.row_processors import logits_processors
 from models_registry.inference.row_shaping import RowShaping
 from models_registry.inference.slot_table import SlotTable
-from models_registry.inference.streaming import (
-    GeneratedSequence,
-    LogProbKeeper,
-    StepDecoder,
-    TokenSink,
-    chat_prompt,
-    eos_token_ids,
-)
+from models_registry.inference.streaming import (GeneratedSequence, LogProbKeeper, StepDecoder, TokenSink,
+                                                 chat_prompt, eos_token_ids)
 from models_registry.inference.task_common import max_positions
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
@@ -70,6 +65,7 @@ class Row:
     fill: list[int] = field(default_factory=list)  # what its cache must hold before it decodes
     shaping: RowShaping | None = None  # OpenAI's logprobs and structured output (inference.row_shaping)
     joined: float = field(default_factory=time.perf_counter)  # when it arrived (perf_counter)
+    failure: HostingError | None = None  # why it ended without finishing (its grammar could not go on)
 
     @property
     def tokens(self) -> int:
@@ -78,9 +74,10 @@ class Row:
 
     @property
     def done(self) -> bool:
-        """Finished (EOS, stop sequence, length) or cancelled."""
+        """Finished (EOS, stop sequence, length), failed or cancelled."""
         sink = self.sequence.sink
-        return self.sequence.finish_reason is not None or (sink is not None and sink.cancelled())
+        return (self.sequence.finish_reason is not None or self.failure is not None
+                or (sink is not None and sink.cancelled()))
 
     @property
     def decoding(self) -> bool:
@@ -91,8 +88,10 @@ class Row:
         """The tokens whose keys and values its slot holds."""
         return (self.history or self.fill)[:self.cached]
 
-    def answer(self) -> list[dict[str, Any]]:
-        """The text-generation answer (with TGI's details), as inference.streaming gives it."""
+    def answer(self) -> list[dict[str, Any]] | ItemFailure:
+        """The text-generation answer (with TGI's details), as inference.streaming gives it; or its failure."""
+        if self.failure is not None:
+            return ItemFailure(self.failure)
         sequence = self.sequence
         if sequence.finish_reason is None:
             sequence.finish_reason = "cancelled" if sequence.sink is not None and sequence.sink.cancelled() else "length"

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from models_registry.core.errors import GrammarStalled
+
 
 def draw(rows: list[Any], logits: torch.Tensor) -> None:
     """Each row's next token from its row of logits (rows are inference.generation_batch's Row).
@@ -23,10 +25,17 @@ def draw(rows: list[Any], logits: torch.Tensor) -> None:
 
 
 def draw_one(row: Any, logits: torch.Tensor) -> None:
-    """One row's token: its structured-output mask, its processors, then greedy or its own sampler."""
+    """One row's token: its structured-output mask, its processors, then greedy or its own sampler.
+
+    A row whose grammar cannot go on draws nothing: it ends with that error (Row.failure), its answer a 400.
+    """
     logits = logits.float()[None]
     if row.shaping is not None:
-        row.shaping.mask(logits)
+        try:
+            row.shaping.mask(logits)
+        except GrammarStalled as error:
+            row.failure = error
+            return
     # The history as a tensor only for processors that read it: making one costs 20 us a row and step.
     scores = row.processors(torch.tensor([row.history], device=logits.device), logits) if row.processors else logits
     logprobs = torch.log_softmax(scores, dim=-1)

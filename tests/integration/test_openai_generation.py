@@ -200,6 +200,52 @@ def test_a_schema_the_engine_cannot_compile_is_a_400(client: Any) -> None:
     assert caught.value.body["param"] == "response_format"
 
 
+def schema_form(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
+def test_issue_50s_hostile_schemas_are_400s_before_any_compute(client: Any) -> None:
+    """A $ref loop, a required self-recursive object, an anyOf of 5,000 objects: 200 "stop" over "" or "{" once."""
+    import openai
+
+    for schema in ({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}},
+                   {"type": "object", "properties": {"child": {"$ref": "#"}}, "required": ["child"]},
+                   {"anyOf": [{"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]}
+                              for i in range(5000)]}):
+        with pytest.raises(openai.BadRequestError, match="cannot be used for structured output") as caught:
+            client.chat.completions.create(model=CHAT, messages=MESSAGES, response_format=schema_form(schema))
+        assert caught.value.body["param"] == "response_format" and caught.value.body["code"] == "invalid_input"
+
+
+# Past the web's probe (its first 64 bytes are the string), then a choice between two objects of 300 optional
+# properties, a parser row of 2,414 items where llguidance's hold 2,000: every answer reaches it, and the engine
+# cannot go on there.
+STALLS = {"type": "object", "properties": {
+    "s": {"type": "string", "minLength": 100, "maxLength": 100},
+    "x": {"anyOf": [{"type": "object", "properties": {f"b{j}_{i}": {"type": "integer"} for i in range(300)}}
+                    for j in range(2)]}},
+    "required": ["s", "x"], "additionalProperties": False}
+
+
+def test_a_grammar_the_engine_cannot_go_on_with_ends_with_an_error_not_stop(client: Any) -> None:
+    """Whole: a 400 that says so. Streamed: the JSON so far, then OpenAI's error event (no finish_reason, no [DONE])."""
+    import openai
+
+    with pytest.raises(openai.BadRequestError, match="cannot be followed to its end: the grammar engine stopped "
+                                                     "after .* generated tokens .*row has 2414 items") as caught:
+        client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=300, temperature=0,
+                                       response_format=schema_form(STALLS))
+    assert caught.value.body["code"] == "invalid_input"
+    texts, reasons = [], []
+    with pytest.raises(openai.APIError, match="cannot be followed to its end"):
+        for chunk in client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=300, temperature=0,
+                                                    response_format=schema_form(STALLS), stream=True):
+            texts.append(chunk.choices[0].delta.content or "")
+            reasons.append(chunk.choices[0].finish_reason)
+    written = "".join(texts)
+    assert written.startswith('{"s":"') and len(written) >= 100 and reasons == [None] * len(reasons)
+
+
 def test_bad_parameters_are_400s(client: Any, stack: Stack) -> None:
     import openai
 

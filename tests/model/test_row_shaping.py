@@ -108,3 +108,62 @@ def test_json_object_masks_a_greedy_row_too(gpt2: Any) -> None:
     text = row.answer()[0]["generated_text"]
     assert text.startswith("{")  # an object, cut at max_new_tokens or complete
     assert all(ch not in text for ch in "\n\t")
+
+
+def unchecked_grammar(schema: dict[str, Any]) -> str:
+    """schema's grammar as llguidance gives it, without the web's checks (what they would refuse reaches a row)."""
+    import llguidance
+
+    from models_registry.tasks.json_grammar import COMPACT
+
+    return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=COMPACT)
+
+
+@pytest.mark.parametrize(("schema", "tokens"), [
+    ({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}, 0),  # nothing to write
+    ({"type": "object", "properties": {"child": {"$ref": "#"}}, "required": ["child"]}, 1),  # "{" and no further
+])
+def test_a_grammar_the_engine_cannot_go_on_with_fails_its_row_alone(gpt2: Any, schema: dict[str, Any],
+                                                                     tokens: int) -> None:
+    """Its answer is a 400 saying so, after the tokens it did write, never "stop" over unfinished JSON."""
+    from models_registry.core.batch_types import ItemFailure
+    from models_registry.core.errors import GrammarStalled
+
+    batch = GenerationBatch(gpt2)
+    sinks = [Sink(), Sink()]
+    stuck = batch.prepare("stuck", "The cat sees", {"stream": True, "max_new_tokens": 30, "do_sample": False,
+                                                    "grammar": unchecked_grammar(schema)}, sinks[0])
+    free = batch.prepare("free", "The cat sees", {"stream": True, "max_new_tokens": 8, "do_sample": False}, sinks[1])
+    run(batch, [stuck, free])
+    failure = stuck.answer()
+    assert isinstance(failure, ItemFailure) and isinstance(failure.error, GrammarStalled)
+    assert failure.error.status == 400 and f"stopped after {tokens} generated tokens" in failure.error.message
+    assert len(sinks[0].events) == tokens and all(e["generated_text"] is None for e in sinks[0].events)
+    assert free.answer()[0]["generated_text"] == gpt2("The cat sees", max_new_tokens=8, do_sample=False,
+                                                      return_full_text=False)[0]["generated_text"]
+
+
+def test_a_grammar_is_instantiated_once_per_tokenizer_and_copied_for_each_row(gpt2: Any,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import llguidance
+
+    from models_registry.inference import grammar_mask
+    from models_registry.tasks.json_grammar import compile_schema
+
+    grammar = compile_schema({**SCHEMA, "description": "instantiated once"})
+    built = []
+    real = llguidance.LLMatcher
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grammar_mask.llguidance, "LLMatcher", counting)
+    batch = GenerationBatch(gpt2)
+    sinks = [Sink() for _ in range(3)]
+    rows = [batch.prepare(str(n), "The cat sees", {"stream": True, "max_new_tokens": 60, "do_sample": True, "seed": n,
+                                                   "temperature": 1.0, "grammar": grammar}, sinks[n]) for n in range(3)]
+    run(batch, rows)
+    assert built == [grammar]  # one matcher built, three rows each on its own copy
+    texts = [row.answer()[0]["generated_text"] for row in rows]
+    assert len(set(texts)) > 1 and all(text.startswith('{"name":"') for text in texts)
