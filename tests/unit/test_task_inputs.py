@@ -209,8 +209,8 @@ def test_exactly_max_inputs_is_accepted() -> None:
         (TOK, "aggregation_strategy, ignore_labels, stride"),
         (QA, "align_to_words, doc_stride, handle_impossible_answer, max_answer_len, max_seq_len, top_k"),
         (ZS, "candidate_labels, hypothesis_template, multi_label"),
-        (TG, ("do_sample, max_new_tokens, repetition_penalty, return_full_text, seed, stop, temperature, top_k, "
-              "top_p, typical_p")),
+        (TG, ("do_sample, max_new_tokens, reasoning_format, repetition_penalty, return_full_text, seed, stop, "
+              "temperature, top_k, top_p, typical_p")),
         (SUM, "clean_up_tokenization_spaces, generate_parameters, truncation"),
         (TR, "clean_up_tokenization_spaces, generate_parameters, src_lang, tgt_lang, truncation"),
         (T2T, "clean_up_tokenization_spaces, generate_parameters, truncation"),
