@@ -81,9 +81,9 @@ def test_a_stop_sequence_is_cut_and_its_prefix_held_back() -> None:
 
 def test_choices_show_text_in_pieces_and_stop_at_a_stop_sequence() -> None:
     choice = Choice(index=0, stops=["END"])
-    pieces = [choice.take({"token": {"text": t, "special": False}}) for t in ("one ", "two E", "N")]
+    pieces = [choice.take({"token": {"text": t, "special": False}}).content for t in ("one ", "two E", "N")]
     assert pieces == ["one ", "two ", ""] and choice.finish_reason is None
-    assert choice.take({"token": {"text": "D more", "special": False}}) == ""
+    assert choice.take({"token": {"text": "D more", "special": False}}).content == ""
     assert choice.finish_reason == "stop" and choice.content == "one two "
     last = Choice(index=1, stops=[])
     last.take({"token": {"text": "x", "special": False}, "generated_text": "x",
