@@ -372,3 +372,12 @@ def test_text_tasks_take_strings_and_refuse_objects(task: str) -> None:
     assert normalize_inputs(task, ["a", "b"], 8) == (["a", "b"], True)
     with pytest.raises(InvalidInput, match="takes 'inputs' as a string or a list of strings"):
         normalize_inputs(task, {"question": "q", "context": "c"}, 8)
+
+
+def test_reasoning_format_is_a_text_generation_default_a_request_cannot_send() -> None:
+    assert validate_parameters("text-generation", {"reasoning_format": "think-open"}) == {
+        "reasoning_format": "think-open"}
+    with pytest.raises(InvalidInput, match="reasoning_format"):
+        validate_parameters("text-generation", {"reasoning_format": "xml"})
+    with pytest.raises(InvalidInput, match="set by the task's registration"):
+        validate_parameters("text-generation", {"reasoning_format": "none"}, from_request=True)
