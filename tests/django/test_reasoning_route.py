@@ -141,3 +141,12 @@ def test_the_document_describes_reasoning_content() -> None:
     assert validator.is_valid(answer)
     answer["choices"][0]["message"]["reasoning_content"] = 7
     assert not validator.is_valid(answer)
+
+
+@pytest.mark.parametrize(("model", "said"), [("r1", {"value": "think-open", "from": "registration"}),
+                                             ("files", {"value": "think-open", "from": "files"}),
+                                             ("plain", {"value": "none", "from": "registration"})])
+async def test_the_model_detail_says_the_format_and_where_it_came_from(token: str, model: str,
+                                                                       said: dict[str, str]) -> None:
+    detail = (await AsyncClient().get(f"/models/{model}", headers={"Authorization": f"Bearer {token}"})).json()
+    assert detail["tasks"][0]["settings"]["reasoning_format"] == said
