@@ -26,10 +26,10 @@ from models_registry.api.call import ApiCall, from_django
 from models_registry.api.completion_shapes import Choice, Shaper
 from models_registry.api.error_answers import openai_error_answer, openai_error_body
 from models_registry.api.generation_requests import GenerationRequest
-from models_registry.api.logprob_shapes import Released
-from models_registry.api.reasoning_split import ReasoningSplitter
 from models_registry.api.inference_route import Streaming, Work
+from models_registry.api.logprob_shapes import Released
 from models_registry.api.openai_routes import json_body, model_task, openai_view
+from models_registry.api.reasoning_split import ReasoningSplitter
 from models_registry.api.request_record import StreamTally
 from models_registry.broker.stream_handoff import Opening, Stream
 from models_registry.core.errors import HostingError, NotFound
