@@ -24,9 +24,6 @@ class Pieces:
     reasoning: str = ""
     content: str = ""
 
-    def __bool__(self) -> bool:
-        return bool(self.reasoning or self.content)
-
 
 def _partial_tail(text: str, tag: str) -> int:
     """How many last characters of text could be the start of tag."""
