@@ -114,6 +114,9 @@ def _corpus() -> list[str]:
 
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}assistant:{% endif %}")
+# A reasoning family's template (DeepSeek-R1's way): the generation prompt opens the <think> block.
+THINK_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'].split('</think>')[-1] }}\n{% endfor %}"
+                  "{% if add_generation_prompt %}assistant: <think>\n{% endif %}")
 
 
 def build_tiny_gpt2(dest: Path, positions: int = 128, chat_template: str | None = None) -> Path:

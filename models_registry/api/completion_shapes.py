@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models_registry.api.logprob_shapes import Released, TokenLogprob, chat_logprobs, completion_logprobs
+from models_registry.api.reasoning_split import Pieces, ReasoningSplitter
 
 # The worker's (TGI's) finish reasons in OpenAI's words.
 FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
@@ -46,9 +47,25 @@ class Choice:
     completion_tokens: int = 0
     logprobs: Released | None = None  # each token's logprob entry, when asked for
     cut: bool = False  # a stop sequence ended it: what follows it is not shown
+    splitter: ReasoningSplitter | None = None  # a chat answer's reasoning apart from its content
+    reasoning: str = ""  # the reasoning released so far (with a splitter)
+    said: str = ""  # the content released so far (with a splitter)
 
-    def take(self, event: dict[str, Any]) -> str:
-        """Add one worker event; the new text the client may see now."""
+    def take(self, event: dict[str, Any]) -> Pieces:
+        """Add one worker event; the new reasoning and content the client may see now."""
+        finished = self.finish_reason is not None
+        new = self._take(event)
+        if self.splitter is None:
+            return Pieces(content=new)
+        pieces = self.splitter.feed(new)
+        if self.finish_reason is not None and not finished:  # the held tail goes out with the last piece
+            rest = self.splitter.finish()
+            pieces = Pieces(pieces.reasoning + rest.reasoning, pieces.content + rest.content)
+        self.reasoning += pieces.reasoning
+        self.said += pieces.content
+        return pieces
+
+    def _take(self, event: dict[str, Any]) -> str:
         token = event.get("token") or {}
         if not token.get("special"):
             entry = TokenLogprob.of(token, len(self.text)) if self.logprobs is not None else None
@@ -71,8 +88,8 @@ class Choice:
 
     @property
     def content(self) -> str:
-        """The text the client gets."""
-        return visible(self.text, self.stops, True)[0]
+        """The text the client gets (with a splitter: once the choice has ended, what follows the reasoning)."""
+        return self.said if self.splitter is not None else visible(self.text, self.stops, True)[0]
 
     def new_logprobs(self) -> list[TokenLogprob] | None:
         """The logprob entries of the text shown since the last call (all that are left once it ended)."""
@@ -84,7 +101,7 @@ class Choice:
         """The logprob entries of the whole content."""
         if self.logprobs is None:
             return None
-        shown = len(self.content)
+        shown = len(visible(self.text, self.stops, True)[0])
         return [e for e in self.logprobs.entries if not self.cut or e.start < shown]
 
 
@@ -107,9 +124,8 @@ class Shaper:
     def answer(self, choices: list[Choice]) -> dict[str, Any]:
         """The whole (not streamed) answer."""
         if self.chat:
-            shaped = [{"index": c.index, "message": {"role": "assistant", "content": c.content},
-                       "logprobs": self._logprobs(c.all_logprobs()), "finish_reason": c.finish_reason or "length"}
-                      for c in choices]
+            shaped = [{"index": c.index, "message": _message(c), "logprobs": self._logprobs(c.all_logprobs()),
+                       "finish_reason": c.finish_reason or "length"} for c in choices]
         else:
             shaped = [{"index": c.index, "text": c.content, "logprobs": self._logprobs(c.all_logprobs()),
                        "finish_reason": c.finish_reason or "length"} for c in choices]
@@ -117,16 +133,19 @@ class Shaper:
                 "created": self.created, "model": self.model, "choices": shaped, "usage": self.usage(choices)}
 
     def chunk(self, index: int, text: str | None, finish_reason: str | None, usage: bool,
-              logprobs: list[TokenLogprob] | None = None) -> dict[str, Any]:
+              logprobs: list[TokenLogprob] | None = None, reasoning: str = "") -> dict[str, Any]:
         """One stream chunk: text None opens a chat choice (its role); finish_reason closes a choice.
 
-        logprobs: the entries of the tokens this chunk shows (None or empty: "logprobs": null).
+        logprobs: the entries of the tokens this chunk shows (None or empty: "logprobs": null);
+        reasoning: a chat answer's reasoning, as `delta.reasoning_content` (vLLM's name).
         """
         shaped_logprobs = self._logprobs(logprobs) if logprobs else None
         if self.chat:
             delta: dict[str, Any] = {}
             if text is None:
                 delta = {"role": "assistant", "content": ""}
+            elif reasoning:
+                delta = {"reasoning_content": reasoning}
             elif text:
                 delta = {"content": text}
             choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": shaped_logprobs,
@@ -151,3 +170,11 @@ class Shaper:
 
     def _id(self) -> str:
         return ("chatcmpl-" if self.chat else "cmpl-") + self.id
+
+
+def _message(choice: Choice) -> dict[str, Any]:
+    """A whole chat answer's message: reasoning_content only where the model reasoned (vLLM's field)."""
+    message = {"role": "assistant", "content": choice.content}
+    if choice.reasoning:
+        message["reasoning_content"] = choice.reasoning
+    return message

@@ -168,6 +168,9 @@ class AssistantMessage(TypedDict):
 
     role: Literal["assistant"]
     content: str
+    reasoning_content: NotRequired[Annotated[str, Field(description=(
+        "a reasoning model's thinking (its <think> block, as the task's reasoning_format says), apart from content; "
+        "absent where the model did not reason. Its tokens count in usage.completion_tokens and max_tokens"))]]
 
 
 @with_config(OPEN)
@@ -252,7 +255,8 @@ class Completion(TypedDict):
 
 
 CHUNKS = ('With "stream": true: `data: {"id", "object": "chat.completion.chunk" (or "text_completion"), "created", '
-          '"model", "choices": [{"index", "delta": {"role"?, "content"} (or "text"), "finish_reason"}]}` events, '
+          '"model", "choices": [{"index", "delta": {"role"?, "content"} (or "text"), "finish_reason"}]}` events '
+          '(a reasoning model\'s thinking first, as "delta": {"reasoning_content"}), '
           'with stream_options.include_usage a last chunk with "usage" and no choices, then `data: [DONE]`; an '
           'error after the first byte is a `data: {"error": {...}}` event.')
 

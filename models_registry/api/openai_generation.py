@@ -3,7 +3,8 @@
 Each choice is one streamed generation on the workers (broker.stream_handoff, opened by
 the route skeleton through the policy gate), where it joins the running decode batch at the
 next token step; a whole answer is the streams collected. Chat messages are rendered with
-the model's chat template on the worker (a model without one answers 400). The token's
+the model's chat template on the worker (a model without one answers 400); a reasoning model's
+`<think>` block comes back apart, as `reasoning_content` (api.reasoning_split). The token's
 limits and priority apply as on every route; its charge is the prompt plus the generated
 tokens.
 """
@@ -24,15 +25,17 @@ from models_registry.api.answer import Answer, dump_json, to_django
 from models_registry.api.call import ApiCall, from_django
 from models_registry.api.completion_shapes import Choice, Shaper
 from models_registry.api.error_answers import openai_error_answer, openai_error_body
-from models_registry.api.logprob_shapes import Released
 from models_registry.api.generation_requests import GenerationRequest
 from models_registry.api.inference_route import Streaming, Work
+from models_registry.api.logprob_shapes import Released
 from models_registry.api.openai_routes import json_body, model_task, openai_view
+from models_registry.api.reasoning_split import ReasoningSplitter
 from models_registry.api.request_record import StreamTally
 from models_registry.broker.stream_handoff import Opening, Stream
 from models_registry.core.errors import HostingError, NotFound
 from models_registry.core.task_key import TaskKey
 from models_registry.catalog.specs import ModelSpec, TaskSpec
+from models_registry.tasks.task_parameters import ReasoningFormat
 
 TASK = "text-generation"
 
@@ -44,6 +47,11 @@ def resolve(model_id: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, Task
         raise NotFound(f"{model_id!r} is a {task.task} task, not a text-generation model; GET /v1/models "
                        "lists the ids")
     return spec, task
+
+
+def reasoning_format(task: TaskSpec) -> ReasoningFormat:
+    """The task's reasoning_format, else what its chat template implies; "none" where neither says one."""
+    return task.parameters.get("reasoning_format") or task.layout.reasoning_format or "none"
 
 
 class GenerationRoute:
@@ -74,7 +82,8 @@ class GenerationRoute:
         openings = [Opening(prompt, {**task.parameters, **generation_requests.worker_parameters(wanted, choice)})
                     for p, prompt in enumerate(prompts) for choice in range(p * wanted.n, (p + 1) * wanted.n)]
         return Work(wanted.prompts * wanted.n, wanted.parameters, wanted.choices, call.priority,
-                    streaming=Streaming(openings, Choices(wanted, self.label)))
+                    streaming=Streaming(openings, Choices(wanted, self.label,
+                                                          reasoning_format(task) if wanted.chat else "none")))
 
     def error(self, error: HostingError, request_id: str) -> Answer:
         """OpenAI's error shape."""
@@ -128,13 +137,14 @@ async def _merged(streams: list[Stream]) -> AsyncGenerator[tuple[int, dict[str, 
 class Choices:
     """OpenAI's answer of a request's streams: chunks as they come, or the whole answer once they ended."""
 
-    def __init__(self, wanted: GenerationRequest, log_route: str) -> None:
+    def __init__(self, wanted: GenerationRequest, log_route: str, reasoning: ReasoningFormat = "none") -> None:
         self.wanted = wanted
         self.log_route = log_route
         self.sse = wanted.stream
         self.shaper = Shaper(chat=wanted.chat, model=wanted.model, n=wanted.n)
         self.choices = [Choice(index=i, stops=wanted.stops,
-                               logprobs=Released([]) if wanted.logprobs is not None else None)
+                               logprobs=Released([]) if wanted.logprobs is not None else None,
+                               splitter=ReasoningSplitter(reasoning) if reasoning != "none" else None)
                         for i in range(wanted.choices)]
 
     async def events(self, streams: list[Stream]) -> AsyncGenerator[bytes, None]:
@@ -154,9 +164,13 @@ class Choices:
                 choice = self.choices[index]
                 if choice.finish_reason is not None:
                     continue  # cut at a stop sequence: the rest of its tokens are not shown
-                text = choice.take(event)
-                if text:
-                    yield _sse(shaper.chunk(index, text, None, wanted.include_usage, choice.new_logprobs()))
+                pieces = choice.take(event)
+                if pieces.reasoning:  # the reasoning first: a piece may close the block and start the answer
+                    yield _sse(shaper.chunk(index, "", None, wanted.include_usage,
+                                            None if pieces.content else choice.new_logprobs(), pieces.reasoning))
+                if pieces.content:
+                    yield _sse(shaper.chunk(index, pieces.content, None, wanted.include_usage,
+                                            choice.new_logprobs()))
                 if choice.finish_reason is not None:
                     yield _sse(shaper.chunk(index, "", choice.finish_reason, wanted.include_usage,
                                             choice.new_logprobs()))

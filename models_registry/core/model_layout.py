@@ -35,6 +35,8 @@ TRANSFORMER_CONFIG_FILES = ("sentence_bert_config.json", "sentence_roberta_confi
                             "sentence_albert_config.json", "sentence_xlm-roberta_config.json",
                             "sentence_xlnet_config.json")
 
+THINK_START, THINK_END = "<think>", "</think>"  # the reasoning block's tags (api.reasoning_split)
+
 FileReader = Callable[[str], "str | None"]
 
 
@@ -80,6 +82,7 @@ class ModelLayout:
     message_format: str = ""  # "flat" or "structured" message content; "": inferred from the chat template
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # processing_kwargs' "chat_template"
     multi_vector: dict[str, Any] | None = None  # ColBERT-style: its knobs as the files say (core.multi_vector_settings)
+    reasoning_format: str | None = None  # the chat template's `<think>` format (core.reasoning_text); None: none
 
     @property
     def pooling_name(self) -> str | None:
@@ -116,6 +119,8 @@ class ModelLayout:
             said["max_active_dims"] = self.max_active_dims
         if self.logit_tokens is not None:
             said["logit_tokens"] = list(self.logit_tokens)
+        if self.reasoning_format is not None:
+            said["reasoning_format"] = self.reasoning_format
         return said
 
     def to_json(self) -> dict[str, Any]:
@@ -140,16 +145,19 @@ class ModelLayout:
 
 def parse_layout(read: FileReader) -> ModelLayout:
     """The layout from a reader of the directory's files (path -> text, None when absent); raises UnsupportedLayout."""
-    padding_side = _json(read, "tokenizer_config.json").get("padding_side")
+    tokenizer_config = _json(read, "tokenizer_config.json")
+    padding_side = tokenizer_config.get("padding_side")
     padding_side = padding_side if padding_side in ("left", "right") else None
+    reasoning_format = reasoning_format_of(_chat_template(read, tokenizer_config))
     modules_text = read("modules.json")
     if modules_text is None:
-        return ModelLayout(padding_side=padding_side)
+        return ModelLayout(padding_side=padding_side, reasoning_format=reasoning_format)
     modules = _loads(modules_text, "modules.json")
     if not isinstance(modules, list):
         raise UnsupportedLayout("modules.json is not a list of modules")
     st_config = _json(read, "config_sentence_transformers.json")
-    values: dict[str, Any] = {"padding_side": padding_side, "kind": str(st_config.get("model_type") or "SentenceTransformer")}
+    values: dict[str, Any] = {"padding_side": padding_side, "reasoning_format": reasoning_format,
+                              "kind": str(st_config.get("model_type") or "SentenceTransformer")}
     names: list[str] = []
     dense: list[DenseLayer] = []
     multi = values["kind"] in ("MultiVectorEncoder", "ColBERT") or any(m.get("type") in FOREIGN_TYPES for m in modules)
@@ -196,6 +204,32 @@ def parse_layout(read: FileReader) -> ModelLayout:
     values["default_prompt_name"] = default_name
     values = _multi_vector(read, st_config, names, values) if multi else values
     return ModelLayout(modules=tuple(names), dense=tuple(dense), **values)
+
+
+def reasoning_format_of(template: str | None) -> str | None:
+    """The format a chat template's text implies: None when it never mentions `<think>`.
+
+    The generation prompt is what follows the template's last `add_generation_prompt` test: when
+    its last `<think>` is not closed after it, the answer starts inside the block. Qwen3's closed
+    `<think>\\n\\n</think>` there (thinking switched off) does not open one.
+    """
+    if not template or THINK_START not in template:
+        return None
+    at = template.rfind("add_generation_prompt")
+    tail = template[at:] if at >= 0 else template
+    return "think-open" if tail.rfind(THINK_START) > tail.rfind(THINK_END) else "think"
+
+
+def _chat_template(read: FileReader, tokenizer_config: dict[str, Any]) -> str | None:
+    """The default chat template: chat_template.jinja (transformers' newer saves), else tokenizer_config.json's."""
+    text = read("chat_template.jinja")
+    if text is not None:
+        return text
+    template = tokenizer_config.get("chat_template")
+    if isinstance(template, list):  # named templates: transformers' "default" one
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
 
 
 def _multi_vector(read: FileReader, st_config: dict[str, Any], names: list[str], values: dict[str, Any]) -> dict:

@@ -115,7 +115,7 @@ class RegisteredModel(models.Model):
 # What a task's pooling may be set to; empty is "what the files say".
 POOLING_CHOICES = (*model_layout.POOLING_MODES, "none")
 # The tasks whose answers the sentence-transformers files shape (pooling, projection, prompts, scoring).
-LAYOUT_TASKS = ("feature-extraction", "text-ranking")
+LAYOUT_TASKS = ("feature-extraction", "text-ranking", "text-generation")  # text-generation: the chat template
 
 
 # 32 inputs at a 512-token model's limit: a few seconds of a CPU worker, not its whole timeout.

@@ -79,7 +79,7 @@ TASK_KINDS: dict[str, TaskKind] = {
         TaskKind("question-answering", p.QuestionAnsweringParameters, question_context=True),
         TaskKind("zero-shot-classification", p.ZeroShotParameters, required=("candidate_labels",)),
         TaskKind("text-ranking", p.TextRankingParameters, ranking=True),
-        TaskKind("text-generation", p.TextGenerationParameters),
+        TaskKind("text-generation", p.TextGenerationParameters, p.TextGenerationDefaults),
         TaskKind("summarization", p.Seq2SeqParameters, single_in_list=True),
         TaskKind("translation", p.TranslationParameters, single_in_list=True),
         TaskKind("text2text-generation", p.Seq2SeqParameters, single_in_list=True),

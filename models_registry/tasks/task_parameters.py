@@ -130,6 +130,16 @@ class TextGenerationParameters(TypedDict, total=False):
     typical_p: Number(0, 1)
 
 
+ReasoningFormat = Literal["think", "think-open", "none"]
+
+
+@with_config(SHAPE_CONFIG)
+class TextGenerationDefaults(TextGenerationParameters, total=False):
+    """text-generation defaults: also how a chat answer's reasoning is told from its content (api.reasoning_split)."""
+
+    reasoning_format: ReasoningFormat | None  # absent: what the chat template implies (core.model_layout)
+
+
 def _drop_nulls(value: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in value.items() if v is not None}
 

@@ -11,19 +11,24 @@ import httpx
 import pytest
 
 from tests import model_factory
-from tests.stack import Stack
+from tests.stack import Stack, http_json
 
 pytestmark = pytest.mark.integration
 
-CHAT, PLAIN, CLS = "chat-gpt2", "plain-gpt2", "tiny-cls"
+CHAT, PLAIN, CLS, THINK = "chat-gpt2", "plain-gpt2", "tiny-cls", "think-gpt2"
 
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A tiny GPT-2 with a chat template (1,024 positions), one without, and a classifier."""
+    """A tiny GPT-2 with a chat template (1,024 positions), one without, and a classifier.
+
+    THINK is the chat GPT-2's very weights (the same seed and tokenizer) with a template that opens `<think>`.
+    """
     root = tmp_path_factory.mktemp("openai-generation")
     return {CHAT: model_factory.build_tiny_gpt2(root / "chat", positions=1024,
                                                 chat_template=model_factory.CHAT_TEMPLATE),
+            THINK: model_factory.build_tiny_gpt2(root / "think", positions=1024,
+                                                 chat_template=model_factory.THINK_TEMPLATE),
             PLAIN: model_factory.build_tiny_gpt2(root / "plain"),
             CLS: model_factory.build_sequence_classifier(root / "cls")}
 
@@ -36,10 +41,11 @@ def stack(tiny_models: dict[str, Path]) -> Iterator[Stack]:
                        "--max-batch-size", "8", "--timeout", "60")
         running.manage("register_model", PLAIN, "--source", str(tiny_models[PLAIN]), "--task", "text-generation")
         running.manage("register_model", CLS, "--source", str(tiny_models[CLS]), "--task", "text-classification")
+        running.manage("register_model", THINK, "--source", str(tiny_models[THINK]), "--task", "text-generation")
         running.create_token("all")
         running.start_worker()
         running.start_web()
-        running.wait_ready([CHAT, PLAIN, CLS])
+        running.wait_ready([CHAT, PLAIN, CLS, THINK])
         yield running
 
 
@@ -92,6 +98,25 @@ def test_chat_streams_chunks_and_usage(client: Any, greedy: Any) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 10
     assert all(c.usage is None for c in chunks[:-1]) and len({c.id for c in chunks}) == 1
+
+
+def test_a_template_that_opens_think_answers_reasoning_content(client: Any, stack: Stack, greedy: Any) -> None:
+    expected = greedy(chat_prompt(MESSAGES) + " <think>\n", 12).strip()  # never closed in 12 random tokens
+    assert expected and "</think>" not in expected
+    answer = client.chat.completions.create(model=THINK, messages=MESSAGES, max_tokens=12, temperature=0)
+    message = answer.choices[0].message
+    assert (message.reasoning_content, message.content) == (expected, "")  # the SDK keeps the extra field
+    assert answer.choices[0].finish_reason == "length" and answer.usage.completion_tokens == 12
+    chunks = list(client.chat.completions.create(model=THINK, messages=MESSAGES, max_tokens=12, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == expected
+    assert "".join(d.content or "" for d in deltas) == "" and chunks[-1].usage.completion_tokens == 12
+    status, _, detail = http_json("GET", f"{stack.url}/models/{THINK}", token=stack.tokens["all"])
+    assert status == 200
+    assert detail["tasks"][0]["settings"]["reasoning_format"] == {"value": "think-open", "from": "files"}
+    plain = client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=4, temperature=0)
+    assert getattr(plain.choices[0].message, "reasoning_content", None) is None  # no <think> in its template
 
 
 def test_completions_and_a_stop_sequence(client: Any, greedy: Any) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from models_registry.api.completion_shapes import Choice, Shaper, visible
 from models_registry.api.generation_requests import read, worker_parameters
+from models_registry.api.reasoning_split import Pieces, ReasoningSplitter
 from models_registry.core.errors import InvalidInput
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -81,9 +82,9 @@ def test_a_stop_sequence_is_cut_and_its_prefix_held_back() -> None:
 
 def test_choices_show_text_in_pieces_and_stop_at_a_stop_sequence() -> None:
     choice = Choice(index=0, stops=["END"])
-    pieces = [choice.take({"token": {"text": t, "special": False}}) for t in ("one ", "two E", "N")]
+    pieces = [choice.take({"token": {"text": t, "special": False}}).content for t in ("one ", "two E", "N")]
     assert pieces == ["one ", "two ", ""] and choice.finish_reason is None
-    assert choice.take({"token": {"text": "D more", "special": False}}) == ""
+    assert choice.take({"token": {"text": "D more", "special": False}}).content == ""
     assert choice.finish_reason == "stop" and choice.content == "one two "
     last = Choice(index=1, stops=[])
     last.take({"token": {"text": "x", "special": False}, "generated_text": "x",
@@ -100,3 +101,21 @@ def test_top_logprobs_without_logprobs_asks_for_none() -> None:
     assert read_logprobs({"top_logprobs": 2}, chat=True) is None
     assert read_logprobs({"logprobs": False, "top_logprobs": 2}, chat=True) is None
     assert read_logprobs({"logprobs": True, "top_logprobs": 2}, chat=True) == 2
+
+
+def test_a_choice_with_a_splitter_releases_its_held_tail_with_the_last_event() -> None:
+    choice = Choice(index=0, stops=[], splitter=ReasoningSplitter("think"))
+    assert choice.take({"token": {"text": "<think>a </th", "special": False}}) == Pieces(reasoning="a")
+    last = choice.take({"token": {"text": "", "special": True}, "generated_text": "<think>a </th",
+                        "details": {"finish_reason": "length", "input_length": 3, "generated_tokens": 2}})
+    assert last == Pieces(reasoning=" </th")  # max_tokens cut the block: all of it is reasoning
+    assert (choice.reasoning, choice.content, choice.completion_tokens) == ("a </th", "", 2)
+    assert Shaper(chat=True, model="m", n=1).answer([choice])["choices"][0]["message"] == {
+        "role": "assistant", "content": "", "reasoning_content": "a </th"}
+
+
+def test_a_stop_sequence_cuts_the_whole_text_reasoning_included() -> None:
+    choice = Choice(index=0, stops=["STOP"], splitter=ReasoningSplitter("think"))
+    pieces = [choice.take({"token": {"text": t, "special": False}}) for t in ("<think>why</think>Par", "is STOP x")]
+    assert pieces == [Pieces(reasoning="why", content="Par"), Pieces(content="is ")]
+    assert choice.finish_reason == "stop" and (choice.reasoning, choice.content) == ("why", "Paris ")

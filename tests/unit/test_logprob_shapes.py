@@ -66,7 +66,7 @@ def test_streamed_entries_come_with_the_text_that_shows_them() -> None:
     sent: list[tuple[str, list[float]]] = []
     for e in (event("ab", -1.0), event("X", -2.0), event("", -3.0, raw=b"\xc3"), event("é", -4.0, raw=b"\xa9"),
               event("!", -5.0, final="abXé!")):
-        text = choice.take(e)
+        text = choice.take(e).content
         entries = choice.new_logprobs() or []
         sent.append((text, [x.logprob for x in entries]))
     assert sent == [("ab", [-1.0]), ("", []), ("", []), ("Xé", [-2.0, -3.0, -4.0]), ("!", [-5.0])]

@@ -98,3 +98,28 @@ def test_prompts_from_the_files_sit_under_the_operators_and_the_default_prompt_a
     assert merged["prompt_name"] == "passage"
     assert "prompt_name" not in model_layout.with_prompts(layout, {"prompt": "fixed: "})
     assert model_layout.with_prompts(ModelLayout(), {"a": 1}) == {"a": 1}
+
+
+QWEN3_TAIL = ("{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and "
+              "enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
+R1_TAIL = "{% if add_generation_prompt %}{{'<｜Assistant｜><think>\\n'}}{% endif %}"
+HISTORY = "{% set content = message['content'].split('</think>')[-1] %}{{ '<think>' + reasoning + '</think>' }}"
+
+
+@pytest.mark.parametrize(("template", "said"), [
+    ("{{ messages[0]['content'] }}{% if add_generation_prompt %}Assistant:{% endif %}", None),
+    (HISTORY + QWEN3_TAIL, "think"),  # the model writes <think>; the closed block there switches thinking off
+    (HISTORY + R1_TAIL, "think-open"),  # the generation prompt opened the block: the answer starts in it
+    ("<think>{{ messages[-1]['content'] }}", "think-open"),  # no generation prompt test: it ends inside the block
+])
+def test_the_chat_template_says_the_reasoning_format(template: str, said: str | None) -> None:
+    layout = parse_layout(reader({"tokenizer_config.json": {"chat_template": template}}))
+    assert layout.reasoning_format == said
+    assert layout.said().get("reasoning_format") == said
+
+
+def test_chat_template_jinja_and_named_templates_are_read_as_transformers_does() -> None:
+    files = {"chat_template.jinja": HISTORY + R1_TAIL, "tokenizer_config.json": json.dumps({"padding_side": "left"})}
+    assert parse_layout(files.get).reasoning_format == "think-open"
+    named = [{"name": "tool_use", "template": "<think>"}, {"name": "default", "template": HISTORY + QWEN3_TAIL}]
+    assert parse_layout(reader({"tokenizer_config.json": {"chat_template": named}})).reasoning_format == "think"

@@ -209,8 +209,8 @@ def test_exactly_max_inputs_is_accepted() -> None:
         (TOK, "aggregation_strategy, ignore_labels, stride"),
         (QA, "align_to_words, doc_stride, handle_impossible_answer, max_answer_len, max_seq_len, top_k"),
         (ZS, "candidate_labels, hypothesis_template, multi_label"),
-        (TG, ("do_sample, max_new_tokens, repetition_penalty, return_full_text, seed, stop, temperature, top_k, "
-              "top_p, typical_p")),
+        (TG, ("do_sample, max_new_tokens, reasoning_format, repetition_penalty, return_full_text, seed, stop, "
+              "temperature, top_k, top_p, typical_p")),
         (SUM, "clean_up_tokenization_spaces, generate_parameters, truncation"),
         (TR, "clean_up_tokenization_spaces, generate_parameters, src_lang, tgt_lang, truncation"),
         (T2T, "clean_up_tokenization_spaces, generate_parameters, truncation"),
@@ -372,3 +372,12 @@ def test_text_tasks_take_strings_and_refuse_objects(task: str) -> None:
     assert normalize_inputs(task, ["a", "b"], 8) == (["a", "b"], True)
     with pytest.raises(InvalidInput, match="takes 'inputs' as a string or a list of strings"):
         normalize_inputs(task, {"question": "q", "context": "c"}, 8)
+
+
+def test_reasoning_format_is_a_text_generation_default_a_request_cannot_send() -> None:
+    assert validate_parameters("text-generation", {"reasoning_format": "think-open"}) == {
+        "reasoning_format": "think-open"}
+    with pytest.raises(InvalidInput, match="reasoning_format"):
+        validate_parameters("text-generation", {"reasoning_format": "xml"})
+    with pytest.raises(InvalidInput, match="set by the task's registration"):
+        validate_parameters("text-generation", {"reasoning_format": "none"}, from_request=True)
