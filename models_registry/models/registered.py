@@ -118,6 +118,11 @@ POOLING_CHOICES = (*model_layout.POOLING_MODES, "none")
 LAYOUT_TASKS = ("feature-extraction", "text-ranking", "text-generation")  # text-generation: the chat template
 
 
+def _without_modules(read: model_files.FileReader) -> model_files.FileReader:
+    """A reader that hides sentence-transformers' module list (a generation task computes none of it)."""
+    return lambda path: None if path == "modules.json" else read(path)
+
+
 # 32 inputs at a 512-token model's limit: a few seconds of a CPU worker, not its whole timeout.
 DEFAULT_MAX_REQUEST_TOKENS = 16384
 
@@ -201,9 +206,11 @@ class ModelTask(models.Model):
         self.file_settings = {}
         if self.task not in LAYOUT_TASKS or not getattr(self.model, "source", ""):
             return
+        read = model_files.file_reader(self.model.source, self.model.revision or None, cached_only=True)
+        if self.task == "text-generation":  # only its tokenizer's files matter (the chat template), never modules.json
+            read = _without_modules(read)
         try:
-            layout = model_layout.parse_layout(model_files.file_reader(
-                self.model.source, self.model.revision or None, cached_only=True))
+            layout = model_layout.parse_layout(read)
             if layout.multi_vector is not None:  # a ColBERT-style model's knobs: refused here, not at its load
                 multi_vector_settings.read(layout.kind, layout.multi_vector)
         except (model_layout.UnsupportedLayout, multi_vector_settings.UnsupportedMultiVector) as error:
