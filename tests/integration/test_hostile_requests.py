@@ -331,12 +331,14 @@ def test_a_request_that_kills_two_workers_is_quarantined(stack: Stack, workers: 
     heavy = {"inputs": [f"word{i} " * 100 for i in range(256)]}  # about 75,000 tokens: seconds of compute
     # /ready needs one worker per model: the second may still be loading, and must pull the request after a death.
     wait_until(lambda: _ready_on(stack, EMBED) == len(workers), 180, f"{EMBED} ready on both workers")
+    # A third worker that never pulls this model's requests, but recovers dead workers' messages. Up before the
+    # deaths: with no live worker at all the web answers 503 (no live worker serves it) before anyone takes poison.
+    stack.start_worker(env={"HOSTING_WORKER_MODELS": QA})
+    wait_until(lambda: _ready_on(stack, QA) == len(workers) + 1, 180, "the third worker serving")
     answer: dict[str, Any] = {}
     client = threading.Thread(target=lambda: answer.update(zip(("status", "body", "s"), post(stack, f"{EMBED}/heavy",
                                                                                              heavy))))
     client.start()
-    # A third worker that never pulls this model's requests, but recovers dead workers' messages.
-    stack.start_worker(env={"HOSTING_WORKER_MODELS": QA})
     first = _holding(stack, workers)
     os.kill(first, signal.SIGKILL)  # death 1: the request is delivered again, marked
     [second] = [pid for pid in workers if pid != first]
