@@ -1,4 +1,4 @@
-"""Suite-wide hooks: CI's PostgreSQL phase skips the tests that no database backend changes.
+"""Suite-wide hooks: CI's PostgreSQL phase skips the tests that no database backend changes; SQLite tests on a file.
 
 `.ci/run` runs the suite twice: SQLite + embedded Redis (everything), then PostgreSQL +
 Redis with HOSTING_TEST_PHASE=postgres. That phase skips the tests marked `one_phase`
@@ -63,3 +63,21 @@ def within_one_minute() -> None:
     left = 60.0 - time.time() % 60.0
     if left < MINUTE_MARGIN_S:
         time.sleep(left + 0.05)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None,
+                                 tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The SQLite test database in a file of this run, locked as the product's is (WAL, busy timeout).
+
+    Django's default SQLite test database is in memory with a shared cache, where a
+    connection that reads a table another thread's connection is writing fails at once
+    with "database table is locked" (no busy timeout applies to table locks). The product
+    runs some ORM calls on a thread of their own (the batch job's finish, the file sweep,
+    uploads): a test polling beside them failed now and then under load.
+    """
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        database["TEST"] = {**database.get("TEST", {}), "NAME": str(tmp_path_factory.mktemp("sqlite") / "test.sqlite3")}

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from tests import model_factory
-from tests.stack import Stack, http_json
+from tests.stack import Stack, http_json, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_phase]
 
@@ -289,22 +289,26 @@ def test_a_fill_mask_answer_is_bounded_before_compute(stack: Stack, workers: lis
     assert_no_worker_died(stack, workers)
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _holding(stack: Stack, pids: list[int], timeout_s: float = 30.0) -> int:
+    """The pid among pids whose worker holds a leased message (its in-flight set in Redis): the one that pulled it.
 
-
-def _computing(pids: list[int], timeout_s: float = 30.0) -> int:
-    """The pid among pids that is computing (burning CPU) now."""
+    Not the one burning CPU: the other worker burns CPU too at times (still loading its models, a
+    collection), and killing it instead killed no worker holding the request.
+    """
+    client = redis.Redis.from_url(stack.env["REDIS_URL"])
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        before = {pid: _cpu_s(pid) for pid in pids}
-        time.sleep(0.4)
-        busy = {pid: _cpu_s(pid) - before[pid] for pid in pids}
-        pid = max(busy, key=busy.__getitem__)
-        if busy[pid] > 0.1:
-            return pid
-    raise AssertionError("no worker started computing")
+        for pid in pids:
+            if next(client.scan_iter(match=f"*:inflight:*-{pid}-*"), None) is not None:
+                return pid
+        time.sleep(0.05)
+    raise AssertionError(f"no worker of {pids} pulled the request")
+
+
+def _ready_on(stack: Stack, model: str) -> int:
+    """How many workers report model ready."""
+    status, _, body = http_json("GET", f"{stack.url}/models/{model}", token=stack.tokens["all"])
+    return sum(worker["state"] == "ready" for worker in body["workers"]) if status == 200 else 0
 
 
 def _computing_alone(stack: Stack, pid: int, timeout_s: float = 30.0) -> None:
@@ -325,13 +329,17 @@ def _computing_alone(stack: Stack, pid: int, timeout_s: float = 30.0) -> None:
 def test_a_request_that_kills_two_workers_is_quarantined(stack: Stack, workers: list[int]) -> None:
     """Last in the module: it kills both workers (a third, serving another model, answers the poison)."""
     heavy = {"inputs": [f"word{i} " * 100 for i in range(256)]}  # about 75,000 tokens: seconds of compute
+    # /ready needs one worker per model: the second may still be loading, and must pull the request after a death.
+    wait_until(lambda: _ready_on(stack, EMBED) == len(workers), 180, f"{EMBED} ready on both workers")
+    # A third worker that never pulls this model's requests, but recovers dead workers' messages. Up before the
+    # deaths: with no live worker at all the web answers 503 (no live worker serves it) before anyone takes poison.
+    stack.start_worker(env={"HOSTING_WORKER_MODELS": QA})
+    wait_until(lambda: _ready_on(stack, QA) == len(workers) + 1, 180, "the third worker serving")
     answer: dict[str, Any] = {}
     client = threading.Thread(target=lambda: answer.update(zip(("status", "body", "s"), post(stack, f"{EMBED}/heavy",
                                                                                              heavy))))
     client.start()
-    # A third worker that never pulls this model's requests, but recovers dead workers' messages.
-    stack.start_worker(env={"HOSTING_WORKER_MODELS": QA})
-    first = _computing(workers)
+    first = _holding(stack, workers)
     os.kill(first, signal.SIGKILL)  # death 1: the request is delivered again, marked
     [second] = [pid for pid in workers if pid != first]
     _computing_alone(stack, second)  # it computes the marked request (alone)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -55,6 +55,24 @@ async def burst(url: str, token: str, count: int, texts: list[str] | None = None
             return response.status_code
 
         return await asyncio.gather(*(one(i) for i in range(count)))
+
+
+async def keep_busy(url: str, token: str, clients: int, texts: list[str], until: threading.Event) -> list[int]:
+    """clients concurrent loops, each posting the next of texts as soon as its answer came, until until is set;
+    every status code."""
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    statuses: list[int] = []
+    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+        async def one(first: int) -> None:
+            for i in itertools.count(first, clients):
+                if until.is_set():
+                    return
+                response = await client.post(url, json={"inputs": texts[i % len(texts)]},
+                                             headers={"Authorization": f"Bearer {token}"})
+                statuses.append(response.status_code)
+
+        await asyncio.gather(*(one(i) for i in range(clients)))
+    return statuses
 
 
 @pytest.fixture(scope="module")
@@ -119,17 +137,24 @@ def test_every_spec_metric_is_exposed_with_model_and_task_labels(stack: Stack, t
 
 
 def test_the_queue_depth_counts_items_waiting_on_a_worker_and_falls_back_to_zero(stack: Stack, token: str) -> None:
-    """While a burst of long inputs outruns the worker, the gauge shows items waiting; once all are answered, 0."""
+    """While clients keep more requests in flight than the worker takes, the gauge shows items waiting; then 0.
+
+    The gauge is the worker's heartbeat (about a second old): a burst shorter than that can be
+    answered before any heartbeat shows it, so the clients keep the worker busy until a scrape does.
+    """
+    def depth() -> float:
+        return value(scrape(stack), "hosting_inference_queue_depth", model=MINILM, task=FE)
+
+    wait_until(lambda: depth() == 0, 10, "the queue depth at 0 before the load (no earlier test's items)")
+    seen = threading.Event()
     statuses: list[int] = []
     sender = threading.Thread(target=lambda: statuses.extend(asyncio.run(
-        burst(f"{stack.url}/models/{MINILM}", token, 256, texts=sentences(256, seed=11)))))
-    deepest = 0.0
+        keep_busy(f"{stack.url}/models/{MINILM}", token, 128, sentences(256, seed=11), until=seen))))
     sender.start()
-    while sender.is_alive():
-        deepest = max(deepest, value(scrape(stack), "hosting_inference_queue_depth", model=MINILM, task=FE))
-        time.sleep(0.2)
-    sender.join()
-    assert statuses == [200] * 256
-    assert deepest > 0, "the gauge never saw an item waiting during the burst"
-    wait_until(lambda: value(scrape(stack), "hosting_inference_queue_depth", model=MINILM, task=FE) == 0, 10,
-               "the queue depth back at 0 once every request is answered")
+    try:
+        wait_until(lambda: depth() > 0, 60, "the gauge to show items waiting while 128 clients keep the worker busy")
+    finally:
+        seen.set()
+        sender.join()
+    assert statuses and set(statuses) == {200}, sorted(set(statuses))
+    wait_until(lambda: depth() == 0, 10, "the queue depth back at 0 once every request is answered")
