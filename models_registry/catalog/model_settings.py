@@ -1,5 +1,7 @@
 """Which settings of a task are in effect and where each came from: the operator, the model's files, or the default.
 
+The one rule of precedence (operator, then files, then default) for web and worker alike.
+
 Shown in the admin (a task's "What the model's files say") and in `GET /models/<name>` (`settings`).
 """
 
@@ -7,12 +9,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_registry.core import model_layout, multi_vector_settings
+from models_registry.core import multi_vector_settings
 from models_registry.core.model_layout import ModelLayout
 
 REGISTRATION = "registration"  # set by the operator (admin or register_model flags)
 FILES = "files"
 DEFAULT = "default"
+
+
+def pooling_of(override: str, layout: ModelLayout, fallback: str = "mean") -> str:
+    """The pooling a task computes: the operator's, else the files', else fallback."""
+    return override or layout.pooling_name or fallback
+
+
+def normalize_of(override: bool | None, layout: ModelLayout, fallback: bool = False) -> bool:
+    """Whether a task normalizes: the operator's choice, else a Normalize module in the files, else fallback."""
+    if override is not None:
+        return override
+    return layout.normalize if layout.normalize is not None else fallback
+
+
+def with_prompts(layout: ModelLayout, parameters: dict[str, Any]) -> dict[str, Any]:
+    """Task parameters with the files' prompts under the operator's, and the files' default prompt where none is set.
+
+    sentence-transformers gives every model empty `query` and `document` prompts; a model's own prompts
+    replace them. An operator's `prompt` or `prompt_name` default wins over `default_prompt_name`.
+    """
+    if not layout.kind:
+        return parameters
+    operator_prompts = parameters.get("prompts") if isinstance(parameters.get("prompts"), dict) else {}
+    merged = {**parameters, "prompts": {"query": "", "document": "", **layout.prompts, **operator_prompts}}
+    if layout.default_prompt_name and parameters.get("prompt") is None and parameters.get("prompt_name") is None:
+        merged["prompt_name"] = layout.default_prompt_name
+    return merged
 
 
 def provenance_rows(task: str, pooling_override: str, normalize_override: bool | None, parameters: dict[str, Any],
@@ -22,7 +51,7 @@ def provenance_rows(task: str, pooling_override: str, normalize_override: bool |
     if layout.kind:
         rows.append(("modules", " -> ".join(layout.modules), FILES))
     if task == "feature-extraction":
-        pooling = model_layout.pooling_of(pooling_override, layout)
+        pooling = pooling_of(pooling_override, layout)
         rows.append(("pooling", pooling, REGISTRATION if pooling_override else (FILES if layout.pooling else DEFAULT)))
         if not layout.include_prompt:
             rows.append(("include_prompt", "false (prompt tokens are not pooled)", FILES))
@@ -30,7 +59,7 @@ def provenance_rows(task: str, pooling_override: str, normalize_override: bool |
             rows.append(("projection", dense, FILES))
         if layout.multi_vector is not None:
             rows.append(("multi-vector", _multi_vector(layout), FILES))
-        normalize = model_layout.normalize_of(normalize_override, layout)
+        normalize = normalize_of(normalize_override, layout)
         rows.append(("normalize", str(normalize).lower(), REGISTRATION if normalize_override is not None else (
             FILES if layout.normalize is not None else DEFAULT)))
         prompts = parameters.get("prompts") if isinstance(parameters.get("prompts"), dict) else {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from models_registry.catalog import model_settings
 from models_registry.core import model_layout
 from models_registry.core.batch_types import BatchPolicy
 from models_registry.catalog.rollout import Rollout, wire_name
@@ -95,10 +96,10 @@ def read_specs() -> dict[str, ModelSpec]:
             t.name: TaskSpec(
                 name=t.name,
                 task=t.task,
-                parameters=(model_layout.with_prompts(t.layout(), dict(t.parameters or {}))
+                parameters=(model_settings.with_prompts(t.layout(), dict(t.parameters or {}))
                             if t.task == "feature-extraction" else dict(t.parameters or {})),
-                pooling=model_layout.pooling_of(t.pooling, t.layout()),
-                normalize=model_layout.normalize_of(t.normalize, t.layout()),
+                pooling=model_settings.pooling_of(t.pooling, t.layout()),
+                normalize=model_settings.normalize_of(t.normalize, t.layout()),
                 pooling_override=t.pooling,
                 normalize_override=t.normalize,
                 layout=t.layout(),

@@ -337,30 +337,3 @@ def _loads(text: str, path: str) -> Any:
 
 def _join(folder: str, name: str) -> str:
     return f"{folder}/{name}" if folder else name
-
-
-def pooling_of(override: str, layout: ModelLayout, fallback: str = "mean") -> str:
-    """The pooling a task computes: the operator's, else the files', else fallback."""
-    return override or layout.pooling_name or fallback
-
-
-def normalize_of(override: bool | None, layout: ModelLayout, fallback: bool = False) -> bool:
-    """Whether a task normalizes: the operator's choice, else a Normalize module in the files, else fallback."""
-    if override is not None:
-        return override
-    return layout.normalize if layout.normalize is not None else fallback
-
-
-def with_prompts(layout: ModelLayout, parameters: dict[str, Any]) -> dict[str, Any]:
-    """Task parameters with the files' prompts under the operator's, and the files' default prompt where none is set.
-
-    sentence-transformers gives every model empty `query` and `document` prompts; a model's own prompts
-    replace them. An operator's `prompt` or `prompt_name` default wins over `default_prompt_name`.
-    """
-    if not layout.kind:
-        return parameters
-    operator_prompts = parameters.get("prompts") if isinstance(parameters.get("prompts"), dict) else {}
-    merged = {**parameters, "prompts": {"query": "", "document": "", **layout.prompts, **operator_prompts}}
-    if layout.default_prompt_name and parameters.get("prompt") is None and parameters.get("prompt_name") is None:
-        merged["prompt_name"] = layout.default_prompt_name
-    return merged

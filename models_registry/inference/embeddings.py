@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from models_registry.core import model_layout
+from models_registry.catalog import model_settings
 from models_registry.core.errors import InvalidInput
 from models_registry.inference import compute_deadline, intake_tokens, packing, prompts, sentence_head
 from models_registry.inference.backend import PackedEncoder
@@ -61,8 +61,8 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
         too_long = [len(loaded.counter.encode(t).ids) > loaded.max_tokens for t in texts] if loaded.counter else []
         if any(too_long):
             raise InvalidInput(f"input is longer than the model's {loaded.max_tokens} tokens and truncate is false")
-    normalize = model_layout.normalize_of(task.normalize_override, layout, task.normalize)
-    pooling = model_layout.pooling_of(task.pooling_override, layout, task.pooling)
+    normalize = model_settings.normalize_of(task.normalize_override, layout, task.normalize)
+    pooling = model_settings.pooling_of(task.pooling_override, layout, task.pooling)
     recipe = Recipe(
         modes=tuple(pooling.split("+")),
         normalize=normalize if params.get("normalize") is None else bool(params["normalize"]),

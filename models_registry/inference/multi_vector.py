@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from models_registry.catalog import model_settings
 from models_registry.core import model_layout, multi_vector_settings
 from models_registry.core.errors import InvalidInput
 from models_registry.core.multi_vector_settings import MultiVectorSettings
@@ -101,9 +102,9 @@ def _expansion_id(tokenizer: Any, settings: MultiVectorSettings) -> int | None:
 def run(model: MultiVectorModel, layout: model_layout.ModelLayout, pipe: Any, task: TaskSpec, items: list[Any],
         params: dict[str, Any]) -> list[Any]:
     """Token vectors ([float32 bytes, shape]) for each text, a MaxSim score for each {"query", "text"} pair."""
-    params = model_layout.with_prompts(layout, params)
+    params = model_settings.with_prompts(layout, params)
     prompts = params.get("prompts") or {}
-    normalize = model_layout.normalize_of(task.normalize_override, layout, task.normalize)
+    normalize = model_settings.normalize_of(task.normalize_override, layout, task.normalize)
     normalize = normalize if params.get("normalize") is None else bool(params["normalize"])
     options = {"normalize": normalize, "truncate": params.get("truncate") is not False,
                "direction": (params.get("truncation_direction") or "right").lower()}

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from models_registry.catalog import model_settings
 from models_registry.core import model_layout
 from models_registry.core.model_layout import ModelLayout, UnsupportedLayout, parse_layout
 
@@ -84,20 +85,20 @@ def test_what_the_server_does_not_compute_is_refused_by_name(files: dict[str, An
 
 def test_the_operator_wins_then_the_files_then_the_default() -> None:
     layout = ModelLayout(kind="SentenceTransformer", pooling=("cls",), normalize=True)
-    assert model_layout.pooling_of("", layout) == "cls" and model_layout.pooling_of("max", layout) == "max"
-    assert model_layout.pooling_of("", ModelLayout()) == "mean"
-    assert model_layout.normalize_of(None, layout) is True and model_layout.normalize_of(False, layout) is False
-    assert model_layout.normalize_of(None, ModelLayout(), fallback=True) is True
+    assert model_settings.pooling_of("", layout) == "cls" and model_settings.pooling_of("max", layout) == "max"
+    assert model_settings.pooling_of("", ModelLayout()) == "mean"
+    assert model_settings.normalize_of(None, layout) is True and model_settings.normalize_of(False, layout) is False
+    assert model_settings.normalize_of(None, ModelLayout(), fallback=True) is True
 
 
 def test_prompts_from_the_files_sit_under_the_operators_and_the_default_prompt_applies_unless_one_is_set() -> None:
     layout = ModelLayout(kind="SentenceTransformer", prompts={"query": "q: ", "passage": "p: "},
                          default_prompt_name="passage")
-    merged = model_layout.with_prompts(layout, {"prompts": {"query": "mine: "}})
+    merged = model_settings.with_prompts(layout, {"prompts": {"query": "mine: "}})
     assert merged["prompts"] == {"query": "mine: ", "document": "", "passage": "p: "}
     assert merged["prompt_name"] == "passage"
-    assert "prompt_name" not in model_layout.with_prompts(layout, {"prompt": "fixed: "})
-    assert model_layout.with_prompts(ModelLayout(), {"a": 1}) == {"a": 1}
+    assert "prompt_name" not in model_settings.with_prompts(layout, {"prompt": "fixed: "})
+    assert model_settings.with_prompts(ModelLayout(), {"a": 1}) == {"a": 1}
 
 
 QWEN3_TAIL = ("{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and "
