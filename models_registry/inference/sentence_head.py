@@ -71,11 +71,6 @@ class DenseHead:
 
     layers: list[tuple[torch.nn.Linear, torch.nn.Module, torch.nn.Module | None]]
 
-    @property
-    def out_features(self) -> int | None:
-        """The vector length the head gives (None: no layers, the pooled length)."""
-        return self.layers[-1][0].out_features if self.layers else None
-
     @torch.inference_mode()
     def __call__(self, pooled: torch.Tensor) -> torch.Tensor:
         for linear, activation, residual in self.layers:
