@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from models_registry.api.pipeline import model_lookup
+from models_registry.core import paths
 from models_registry.api.hf import dimensions, media_requests, payloads, tgi_stream
 from models_registry.api.pipeline.answer import Answer
 from models_registry.api.pipeline.call import ApiCall
@@ -12,22 +14,9 @@ from models_registry.api.pipeline.inference_route import Work
 from models_registry.broker.handoff import InferenceResult
 from models_registry.catalog import sparse_answer
 from models_registry.core.conf import conf
-from models_registry.core.errors import HostingError, InvalidInput, NotFound
+from models_registry.core.errors import HostingError, InvalidInput
 from models_registry.policy import priority
 from models_registry.catalog.specs import ModelSpec, TaskSpec
-
-
-def model_and_task(name: str, task_name: str | None, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
-    """The registered model name and its task task_name (its default task when None); 404 when either is unknown."""
-    spec = specs.get(name)
-    if spec is None:
-        raise NotFound(f"no model named {name!r}; GET /models lists them")
-    chosen = task_name or spec.default_task
-    task = spec.tasks.get(chosen)
-    if task is None:
-        known = ", ".join(spec.tasks) or "none"
-        raise NotFound(f"model {name!r} has no task {chosen!r}; its tasks: {known}")
-    return spec, task
 
 
 class HfRoute:
@@ -41,7 +30,7 @@ class HfRoute:
 
     def resolve(self, wanted: tuple[str, str | None], specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
         """The path's model and task."""
-        return model_and_task(*wanted, specs)
+        return model_lookup.model_and_task(*wanted, specs, paths.shown_path("model-list"))
 
     async def prepare(self, call: ApiCall, wanted: Any, spec: ModelSpec, task: TaskSpec) -> Work:
         """The body read for the task: media files or JSON; TGI's stream and details; embedding dimensions."""

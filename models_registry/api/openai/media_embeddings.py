@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from models_registry.api.pipeline import model_lookup
+from models_registry.core import paths
 from models_registry.api.hf import media_requests
 from models_registry.core.conf import conf
-from models_registry.core.errors import InvalidInput, NotFound
+from models_registry.core.errors import InvalidInput
 from models_registry.core.task_key import TaskKey
 from models_registry.media import envelope
 from models_registry.observe import media_counts
@@ -24,9 +26,7 @@ EMBEDDING_TASKS = {"image": "image-feature-extraction"}
 def resolve(model_id: str, modality: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
     """The model's task that embeds modality: the named task, or the model's first one of that kind."""
     name, task_name = TaskKey.parse(model_id)
-    spec = specs.get(name)
-    if spec is None:
-        raise NotFound(f"no model {model_id!r}; GET /v1/models lists them")
+    spec = model_lookup.named_model(name, specs, paths.shown_path("openai-models"))
     wanted = EMBEDDING_TASKS.get(modality)
     candidates = [spec.tasks[task_name]] if task_name in spec.tasks else list(spec.tasks.values())
     task = next((t for t in candidates if t.task == wanted), None)

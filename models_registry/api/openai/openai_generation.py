@@ -41,7 +41,7 @@ TASK = "text-generation"
 
 def resolve(model_id: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
     """The text-generation task a /v1 model id names (404 or 400 otherwise)."""
-    spec, task = model_task(model_id, "ids", specs)
+    spec, task = model_task(model_id, specs)
     if task.task != TASK:  # OpenAI answers 404 for a model the endpoint does not serve
         raise NotFound(f"{model_id!r} is a {task.task} task, not a text-generation model; GET /v1/models "
                        "lists the ids")

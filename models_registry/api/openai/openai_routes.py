@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from models_registry.api.hf import dimensions, payloads
 from models_registry.api.openai import media_embeddings
 from models_registry.api.shapes import request_schemas
+from models_registry.api.pipeline import model_lookup
 from models_registry.api.pipeline.answer import Answer
 from models_registry.api.pipeline.call import ApiCall
 from models_registry.api.pipeline.error_answers import invalid, openai_error_answer, openai_error_response
@@ -28,7 +29,7 @@ from models_registry.api.server.django_views import AsyncView, api_view
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core import paths
 from models_registry.core.conf import conf
-from models_registry.core.errors import HostingError, NotFound, TooLarge
+from models_registry.core.errors import HostingError, TooLarge
 from models_registry.core.task_key import TaskKey
 from models_registry.policy import auth
 from models_registry.catalog import lookups, output_shape, sparse_answer
@@ -120,20 +121,13 @@ def _embeds(task: TaskSpec) -> bool:
     return task.task == "feature-extraction" and task.pooling != "none" and not sparse_answer.is_sparse_task(task)
 
 
-def model_task(model_id: str, ids: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
-    """The model and task a /v1 model id ("name" or "name/task") names: 404 when there is none (ids: which ids)."""
-    name, task_name = TaskKey.parse(model_id)
-    spec = specs.get(name)
-    if spec is None:
-        raise NotFound(f"no model {model_id!r}; GET /v1/models lists them")
-    task = spec.tasks.get(task_name or spec.default_task)
-    if task is None:
-        raise NotFound(f"model {name!r} has no task {task_name!r}; GET /v1/models lists the {ids}")
-    return spec, task
+def model_task(model_id: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
+    """The model and task a /v1 model id ("name" or "name/task") names: 404 when there is none."""
+    return model_lookup.model_and_task(*TaskKey.parse(model_id), specs, paths.shown_path("openai-models"))
 
 
 def _resolve(model_id: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec]:
-    spec, task = model_task(model_id, "embedding ids", specs)
+    spec, task = model_task(model_id, specs)
     if task.task != "feature-extraction":
         raise invalid(f"{model_id!r} is a {task.task} task, not an embedding model; GET /v1/models lists "
                       "the embedding ids", "model")
@@ -226,7 +220,7 @@ async def list_models(request: HttpRequest) -> HttpResponse:
     created = await sync_to_async(lookups.fresh_connection(_created_at))()
     data = [
         {"id": model_id, "object": "model", "created": created.get(name, 0), "owned_by": "hosting",
-         **output_shape.facts(spec, model_task(model_id, "ids", specs)[1])}
+         **output_shape.facts(spec, model_task(model_id, specs)[1])}
         for name, spec in specs.items()
         if spec.enabled and (grant is None or grant.allows(name))
         for model_id in embedding_ids(spec) + generation_ids(spec)

@@ -16,6 +16,8 @@ from pydantic import ValidationError
 
 from models_registry.api.hf import payloads
 from models_registry.api.shapes import request_schemas
+from models_registry.api.pipeline import model_lookup
+from models_registry.core import paths
 from models_registry.api.pipeline.answer import Answer
 from models_registry.api.pipeline.call import ApiCall
 from models_registry.api.pipeline.error_answers import error_answer
@@ -202,16 +204,7 @@ def body_of(call: ApiCall) -> Any:
 
 def resolve(model_id: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, TaskSpec | None]:
     """The model named model_id ("name" or "name/task") and the task it names (None: not named)."""
-    name, task_name = TaskKey.parse(model_id)
-    spec = specs.get(name)
-    if spec is None:
-        raise NotFound(f"no model named {name!r}; GET /models lists them")
-    if not task_name:
-        return spec, None
-    task = spec.tasks.get(task_name)
-    if task is None:
-        raise NotFound(f"model {name!r} has no task {task_name!r}; its tasks: {', '.join(spec.tasks) or 'none'}")
-    return spec, task
+    return model_lookup.model_and_named_task(*TaskKey.parse(model_id), specs, paths.shown_path("model-list"))
 
 
 def can_rank(task: TaskSpec) -> bool:
