@@ -1,4 +1,4 @@
-"""Decoding a media item in the worker: an RGB picture the right way up, or mono samples at the model's rate.
+"""Opening a media item in the worker (its bytes to pixels or samples): an RGB picture the right way up, or mono samples at the model's rate.
 
 The header was checked by the web; it is checked again here, because the worker must not
 trust a message more than the web trusts a client.
@@ -21,14 +21,14 @@ from models_registry.media.item import IMAGE, MediaItem
 _HIGH_DEPTH = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")
 
 
-def decode(item: MediaItem, sampling_rate: int | None, max_pixels: int, max_seconds: float) -> Any:
+def open_item(item: MediaItem, sampling_rate: int | None, max_pixels: int, max_seconds: float) -> Any:
     """A PIL RGB image, or a float32 mono array at sampling_rate (raises InvalidInput or TooLarge)."""
     if item.kind == IMAGE:
-        return decode_image(item.data, max_pixels)
-    return decode_audio(item.data, sampling_rate, max_seconds)
+        return open_image(item.data, max_pixels)
+    return open_audio(item.data, sampling_rate, max_seconds)
 
 
-def decode_image(data: bytes, max_pixels: int) -> Image.Image:
+def open_image(data: bytes, max_pixels: int) -> Image.Image:
     """The first frame, EXIF orientation applied, as 8-bit RGB (alpha laid on white)."""
     try:
         image = Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
@@ -61,7 +61,7 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image if image.mode == "RGB" else image.convert("RGB")  # CMYK, L, 1, YCbCr, I;16...
 
 
-def decode_audio(data: bytes, sampling_rate: int | None, max_seconds: float) -> np.ndarray:
+def open_audio(data: bytes, sampling_rate: int | None, max_seconds: float) -> np.ndarray:
     """Mono float32 samples, resampled to sampling_rate (soxr) when the file has another rate."""
     try:
         info = soundfile.info(io.BytesIO(data))
