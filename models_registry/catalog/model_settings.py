@@ -74,6 +74,9 @@ def provenance_rows(task: str, pooling_override: str, normalize_override: bool |
         chosen = parameters.get("reasoning_format")
         rows.append(("reasoning_format", chosen or layout.reasoning_format or "none",
                      REGISTRATION if chosen else (FILES if layout.reasoning_format else DEFAULT)))
+        chosen = parameters.get("tool_call_format")  # how its tool calls are read (api.openai.tool_calls)
+        rows.append(("tool_call_format", chosen or layout.tool_call_format or "none",
+                     REGISTRATION if chosen else (FILES if layout.tool_call_format else DEFAULT)))
     for key in ("max_seq_length", "do_lower_case", "padding_side", "logit_tokens", "sparse"):
         if key in (said := layout.said()):
             rows.append((key, str(said[key]), FILES))

@@ -1,0 +1,1 @@
+"""OpenAI-compatible protocol pieces: tool calls and their schemas."""
