@@ -112,11 +112,8 @@ def _tools(value: Any) -> list[dict[str, Any]]:
         strict = function.get("strict")
         if strict is not None and not isinstance(strict, bool):
             raise invalid(f"tools[{n}].function.strict must be true or false", "tools")
-        shaped: dict[str, Any] = {"name": name, "parameters": parameters if parameters is not None else NO_PARAMETERS}
-        if description is not None:
-            shaped["description"] = description
-        if strict:
-            shaped["strict"] = True
+        shaped = {k: v for k, v in function.items() if v is not None}  # in the client's order: the template shows it
+        shaped.setdefault("parameters", NO_PARAMETERS)
         tools.append({"type": "function", "function": shaped})
     return tools
 
