@@ -111,3 +111,30 @@ def test_the_deltas_open_a_call_then_carry_its_arguments() -> None:
     assert opening == {"index": 1, "id": call.id, "type": "function",
                        "function": {"name": "get_current_weather", "arguments": ""}}
     assert arguments == {"index": 1, "function": {"arguments": call.arguments}}
+
+
+def _event(text: str, last: bool = False) -> dict:
+    event: dict = {"token": {"id": 1, "text": text, "logprob": 0.0, "special": False}}
+    if last:
+        event["details"] = {"finish_reason": "eos_token", "generated_tokens": 9, "input_length": 3}
+    return event
+
+
+def test_a_call_inside_the_reasoning_is_not_read_and_one_after_it_is() -> None:
+    from models_registry.api.completion_shapes import Choice, Shaper
+    from models_registry.api.reasoning_split import ReasoningSplitter
+
+    pieces = ["<think>I could write <tool_", 'call>{"name": "x", "arguments": {}}</tool_call></think>',
+              "\n<tool_call>\n", '{"name": "get_weather", "arguments": {"city": "Rome"}}', "\n</tool_call>"]
+    choice = Choice(index=0, stops=[], splitter=ReasoningSplitter("think"), caller=ToolCallStream("hermes"))
+    deltas: list = []
+    for n, piece in enumerate(pieces):
+        choice.take(_event(piece, last=n == len(pieces) - 1))
+        deltas += choice.new_calls()
+    assert '<tool_call>{"name": "x"' in choice.reasoning and choice.finish_reason == "tool_calls"
+    message = Shaper(chat=True, model="m", n=1).answer([choice])["choices"][0]
+    assert message["finish_reason"] == "tool_calls" and message["message"]["content"] is None
+    [call] = message["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Rome"}'}
+    assert [d.get("id") for d in deltas] == [call["id"], None]
+    assert deltas[1]["function"]["arguments"] == '{"city": "Rome"}'
