@@ -186,8 +186,8 @@ def _common() -> dict[str, Any]:
 FORCED_NEEDS_TOOLS = {"if": {"required": ["tool_choice"], "properties": {"tool_choice": {"anyOf": [
     {"const": "required"}, {"type": "object"}]}}}, "then": {"required": ["tools"], "properties": {"tools": {
         "type": "array", "minItems": 1}}}}
-ChatCompletionRequest = with_config(ConfigDict(**SHAPE_CONFIG, json_schema_extra=FORCED_NEEDS_TOOLS))(TypedDict(  # type: ignore[operator]
-    "ChatCompletionRequest", {
+CHAT_CONFIG = ConfigDict(**SHAPE_CONFIG, json_schema_extra=FORCED_NEEDS_TOOLS)
+ChatCompletionRequest = with_config(CHAT_CONFIG)(TypedDict("ChatCompletionRequest", {  # type: ignore[operator]
     **_common(),
     "messages": Required[Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES, description=(
         "rendered with the model's chat template (a model without one answers 400)"))]],
@@ -331,8 +331,9 @@ class Completion(TypedDict):
 
 CHUNKS = ('With "stream": true: `data: {"id", "object": "chat.completion.chunk" (or "text_completion"), "created", '
           '"model", "choices": [{"index", "delta": {"role"?, "content"} (or "text"), "finish_reason"}]}` events '
-          '(a reasoning model\'s thinking first, as "delta": {"reasoning_content"}; a tool call, once whole, as "delta": '
-          '{"tool_calls": [{"index", "id", "type", "function": {"name", "arguments": ""}}]} then its arguments), '
+          '(a reasoning model\'s thinking first, as "delta": {"reasoning_content"}; a tool call, once whole, as '
+          '"delta": {"tool_calls": [{"index", "id", "type", "function": {"name", "arguments": ""}}]} then its '
+          'arguments), '
           'with stream_options.include_usage a last chunk with "usage" and no choices, then `data: [DONE]`; an '
           'error after the first byte is a `data: {"error": {...}}` event.')
 

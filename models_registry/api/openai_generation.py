@@ -60,7 +60,8 @@ def reasoning_format(task: TaskSpec) -> ReasoningFormat:
 
 def tool_call_format(task: TaskSpec) -> ToolCallFormat:
     """The task's tool_call_format, else what its chat template renders; "none" where neither says one."""
-    return task.parameters.get("tool_call_format") or task.layout.tool_call_format or "none"  # type: ignore[return-value]
+    chosen = task.parameters.get("tool_call_format") or task.layout.tool_call_format or "none"
+    return chosen  # type: ignore[no-any-return]
 
 
 async def with_tools(wanted: GenerationRequest, tool_format: ToolCallFormat) -> GenerationRequest:

@@ -12,7 +12,7 @@ from models_registry.api.openai import tool_grammar
 from models_registry.api.openai.tool_calls import parse
 from models_registry.api.openai.tool_schemas import read_tools, tool_turn
 from models_registry.core.errors import InvalidInput
-from models_registry.tasks.json_grammar import PREFERRED, quiet_limits
+from models_registry.tasks.json_grammar import EOS, PREFERRED, quiet_limits
 from models_registry.tasks.schema_bounds import MAX_DEPTH
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
@@ -84,18 +84,27 @@ def test_tool_turns_reach_the_template_as_transformers_takes_them() -> None:
         tool_turn({**assistant, "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}, 1)
 
 
+class ByteTokens:
+    """A vocabulary of the 256 bytes and an end of sequence, as llguidance's TokenizerWrapper reads one."""
+
+    tokens = [bytes([b]) for b in range(256)] + [b"<eos>"]
+    eos_token_id, bos_token_id, special_token_ids = EOS, None, [EOS]
+
+    def __call__(self, text: bytes | str) -> list[int]:
+        return list(text.encode() if isinstance(text, str) else text)
+
+
 def _written(grammar: str) -> str:
     """What a byte-level matcher of grammar writes, closing objects as soon as it may, else as the probe does."""
-    from models_registry.tasks import json_grammar
-
-    matcher = llguidance.LLMatcher(json_grammar._probe_vocabulary(), grammar, log_level=0, limits=quiet_limits())
+    vocabulary = llguidance.LLTokenizer(llguidance.TokenizerWrapper(ByteTokens()), n_vocab=EOS + 1, eos_token=EOS)
+    matcher = llguidance.LLMatcher(vocabulary, grammar, log_level=0, limits=quiet_limits())
     written = bytearray()
     for _ in range(400):
         allowed = int.from_bytes(matcher.compute_bitmask(), "little")
         assert not matcher.is_error(), matcher.get_error()
         byte = next((b for b in b"}]" + PREFERRED if allowed >> b & 1), None)  # close first: an end
         if byte is None:
-            bytes_allowed = allowed & ((1 << json_grammar.EOS) - 1)
+            bytes_allowed = allowed & ((1 << EOS) - 1)
             if not bytes_allowed:
                 return written.decode()
             byte = (bytes_allowed & -bytes_allowed).bit_length() - 1

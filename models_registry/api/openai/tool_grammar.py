@@ -24,7 +24,6 @@ from models_registry.tasks.json_grammar import COMPACT, engine_reason, probe
 from models_registry.tasks.schema_bounds import SchemaError
 from models_registry.tasks.schema_instances import no_finite_instance
 
-FORCEABLE: tuple[ToolCallFormat, ...] = ("hermes", "mistral", "llama3-json")
 
 
 def grammar_source(tools: ToolRequest, tool_format: ToolCallFormat) -> str:
