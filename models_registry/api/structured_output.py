@@ -12,6 +12,8 @@ A schema's outcome, its grammar or why it cannot be used, is cached by the diges
 text (what the compile depends on, and all it depends on); requests that send one schema at once share
 its one compile. A request waits at most DEADLINE_S, then is a 503 to retry; a compile that itself ran
 longer is kept as refused, so the retry is a 400 (a schema within the bounds compiles 20 times faster).
+A forced tool call's grammar (api.openai.tool_grammar) is compiled the same way, in a cache of its
+own on the same thread, and one that cannot be used is a 400 naming tools.
 """
 
 from __future__ import annotations
