@@ -156,7 +156,9 @@ def parse_layout(read: FileReader) -> ModelLayout:
     padding_side = tokenizer_config.get("padding_side")
     padding_side = padding_side if padding_side in ("left", "right") else None
     template = _chat_template(read, tokenizer_config)
-    reasoning_format, tool_call_format = reasoning_format_of(template), tool_call_format_of(template)
+    # with tools, transformers renders a "tool_use" template where there is one (Hermes 2 Pro's way)
+    tools_template = _chat_template(read, tokenizer_config, "tool_use") or template
+    reasoning_format, tool_call_format = reasoning_format_of(template), tool_call_format_of(tools_template)
     modules_text = read("modules.json")
     if modules_text is None:
         return ModelLayout(padding_side=padding_side, reasoning_format=reasoning_format,
@@ -248,15 +250,21 @@ def tool_call_format_of(template: str | None) -> str | None:
     return "none"
 
 
-def _chat_template(read: FileReader, tokenizer_config: dict[str, Any]) -> str | None:
-    """The default chat template: chat_template.jinja (transformers' newer saves), else tokenizer_config.json's."""
-    text = read("chat_template.jinja")
+def _chat_template(read: FileReader, tokenizer_config: dict[str, Any], name: str = "default") -> str | None:
+    """The default chat template: chat_template.jinja (transformers' newer saves), else tokenizer_config.json's.
+
+    Another name is looked up in tokenizer_config.json's named templates only (a hub cache may not know
+    whether additional_chat_templates/ holds a file, and asking would fail a cached-only reader).
+    """
+    text = read("chat_template.jinja") if name == "default" else None
     if text is not None:
         return text
     template = tokenizer_config.get("chat_template")
     if isinstance(template, list):  # named templates: transformers' "default" one
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default")
+        template = named.get(name)
+    elif name != "default":
+        return None
     return template if isinstance(template, str) else None
 
 

@@ -138,3 +138,11 @@ def test_the_chat_template_says_the_tool_call_format(template: str, said: str | 
     layout = parse_layout(reader({"tokenizer_config.json": {"chat_template": template}}))
     assert layout.tool_call_format == said
     assert layout.said().get("tool_call_format") == said
+
+
+def test_with_tools_a_named_tool_use_template_says_the_format() -> None:
+    named = [{"name": "default", "template": "{{ messages[0]['content'] }}"},
+             {"name": "tool_use", "template": "{% for tool in tools %}{{ tool }}{% endfor %}<tool_call>"}]
+    layout = parse_layout(reader({"tokenizer_config.json": {"chat_template": named}}))
+    assert layout.tool_call_format == "hermes" and layout.reasoning_format is None
+    assert parse_layout({"chat_template.jinja": "{{ messages }}"}.get).tool_call_format is None
