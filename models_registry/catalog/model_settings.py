@@ -97,10 +97,10 @@ def provenance(task: Any) -> list[tuple[str, str, str]]:
     if not task.file_settings and task.task in ("feature-extraction", "text-ranking"):
         rows.append(("model files", "not read here (a hub id not in this machine's cache): the worker reads them at "
                                     "load", DEFAULT))
-    elif not task.file_settings and task.task == "text-generation":  # the web decides the reasoning split
+    elif not task.file_settings and task.task == "text-generation":  # the web decides the reasoning and tool split
         rows.append(("model files", "not read (a hub id not in this machine's cache, or registered before they "
-                                    "were): no reasoning_format from its chat template; set one, or register it "
-                                    "again", DEFAULT))
+                                    "were): no reasoning_format or tool_call_format from its chat template; set "
+                                    "them, or register it again", DEFAULT))
     return rows
 
 
