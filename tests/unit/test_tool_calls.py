@@ -53,6 +53,7 @@ def test_mistral_calls_after_the_marker_and_without_it() -> None:
     # [TOOL_CALLS] is a special token the worker's text leaves out: the bare list is read the same
     assert calls(MISTRAL.removeprefix("[TOOL_CALLS]"), "mistral") == calls(MISTRAL, "mistral")
     assert parse("Sure. " + MISTRAL, "mistral").content == "Sure."
+    assert all(len(c.id) == 9 and c.id.isalnum() for c in parse(MISTRAL, "mistral").calls)  # Mistral's templates
 
 
 def test_llama3_json_with_and_without_the_python_tag() -> None:

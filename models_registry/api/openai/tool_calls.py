@@ -9,13 +9,17 @@ before the marker is content; "llama3-json": the whole answer is `{"name": ..., 
 text, so where `[TOOL_CALLS]` or `<|python_tag|>` is one, an answer that starts with `[` (mistral) or `{`
 (llama3-json) is read as the calls it would introduce. A call that does not parse is content, as written.
 While streaming, text that could still become a marker is held back, and a call goes out once it is
-whole: its opening delta (index, id, type, name, empty arguments), then its arguments.
+whole: its opening delta (index, id, type, name, empty arguments), then its arguments. A call's id is
+OpenAI's `call_...`, except for mistral, whose templates take back only 9-character ids (as vLLM's).
 """
 
 from __future__ import annotations
 
 import json
+import secrets
+import string
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +36,11 @@ BARE_STARTS: dict[str, str] = {"mistral": "[", "llama3-json": "{"}
 def new_call_id() -> str:
     """An OpenAI-style call id: call_ and 24 random hex digits."""
     return "call_" + uuid.uuid4().hex[:24]
+
+
+def mistral_call_id() -> str:
+    """A Mistral call id: 9 letters and digits, the only ids Mistral's chat templates take back in a tool turn."""
+    return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,7 @@ class Found:
         return Found(self.content + other.content, self.calls + other.calls)
 
 
-def call_of(value: Any, arguments_key: str = "arguments") -> ToolCall | None:
+def call_of(value: Any, arguments_key: str = "arguments", make_id: Callable[[], str] = new_call_id) -> ToolCall | None:
     """The call a decoded JSON object names ({"name", "arguments"}, or llama3's "parameters"); None if it is not one."""
     if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not value["name"]:
         return None
@@ -76,7 +85,7 @@ def call_of(value: Any, arguments_key: str = "arguments") -> ToolCall | None:
             return None
     if not isinstance(arguments, dict):
         return None
-    return ToolCall(value["name"], json.dumps(arguments, ensure_ascii=False))
+    return ToolCall(value["name"], json.dumps(arguments, ensure_ascii=False), make_id())
 
 
 def _json_values(text: str) -> list[Any] | None:
@@ -101,7 +110,9 @@ def calls_of(body: str, tool_format: ToolCallFormat) -> list[ToolCall] | None:
         return None
     if tool_format == "mistral" and len(values) == 1 and isinstance(values[0], list):
         values = values[0]
-    calls = [call_of(v, "parameters" if tool_format == "llama3-json" else "arguments") for v in values]
+    key = "parameters" if tool_format == "llama3-json" else "arguments"
+    make_id = mistral_call_id if tool_format == "mistral" else new_call_id
+    calls = [call_of(v, key, make_id) for v in values]
     return None if not calls or any(c is None for c in calls) else calls  # type: ignore[return-value]
 
 
