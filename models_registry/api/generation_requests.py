@@ -14,7 +14,7 @@ from typing import Any
 
 from models_registry.api.error_answers import invalid
 from models_registry.api.openai.tool_schemas import FIELDS as TOOL_FIELDS
-from models_registry.api.openai.tool_schemas import ToolRequest, read_tools, tool_turn
+from models_registry.api.openai.tool_schemas import ToolRequest, read_tools, tool_turn, with_result_names
 from models_registry.api.openai_options import NO_OPS, check_no_ops, read_logprobs, read_response_format
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
@@ -126,7 +126,7 @@ def _messages(value: Any) -> list[dict[str, Any]]:
         if not isinstance(content, str):
             raise invalid(f"messages[{n}].content must be a string", "messages")
         messages.append({"role": message["role"], "content": content, **tool_turn(message, n)})
-    return messages
+    return with_result_names(messages)
 
 
 def _prompts(value: Any) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 
 from models_registry.api.openai import tool_grammar
 from models_registry.api.openai.tool_calls import parse
-from models_registry.api.openai.tool_schemas import read_tools, tool_turn
+from models_registry.api.openai.tool_schemas import read_tools, tool_turn, with_result_names
 from models_registry.core.errors import InvalidInput
 from models_registry.tasks.json_grammar import EOS, PREFERRED, quiet_limits
 from models_registry.tasks.schema_bounds import MAX_DEPTH
@@ -78,6 +78,9 @@ def test_tool_turns_reach_the_template_as_transformers_takes_them() -> None:
     assert tool_turn(assistant, 1) == {"tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
     assert tool_turn({"role": "tool", "content": "21 C", "tool_call_id": "call_1"}, 2) == {"tool_call_id": "call_1"}
+    named = with_result_names([{"role": "assistant", "content": "", **tool_turn(assistant, 1)},
+                               {"role": "tool", "content": "21 C", "tool_call_id": "call_1"}])
+    assert named[1]["name"] == "get_weather"  # from the call it answers, for templates that read a result's name
     with pytest.raises(InvalidInput, match="tool_call_id"):
         tool_turn({"role": "tool", "content": "21 C"}, 2)
     with pytest.raises(InvalidInput, match="JSON object as text"):

@@ -150,6 +150,13 @@ def tool_turn(message: dict[str, Any], n: int) -> dict[str, Any]:
     return extra
 
 
+def with_result_names(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """messages, each tool result without a name given the name of the call it answers (templates that read it)."""
+    names = {call["id"]: call["function"]["name"] for m in messages for call in m.get("tool_calls", ()) if "id" in call}
+    return [{**m, "name": names[m["tool_call_id"]]} if m.get("role") == "tool" and "name" not in m
+            and m.get("tool_call_id") in names else m for m in messages]
+
+
 def _template_call(call: Any, n: int, k: int) -> dict[str, Any]:
     """One call of an assistant turn, its arguments decoded (transformers' templates read them as an object)."""
     where = f"messages[{n}].tool_calls[{k}]"
