@@ -136,6 +136,7 @@ class ToolCallStream:
         self.marker = MARKERS.get(tool_format, "")
         self.state = "start"  # start: nothing but whitespace yet; text; call: inside a call (or held to the end)
         self.held = ""
+        self.gap = ""  # the whitespace before the marker of the call being read: content again if it is no call
         self.made = 0
 
     def feed(self, text: str) -> Found:
@@ -163,7 +164,9 @@ class ToolCallStream:
                     found += Found(content=shown)
                     self.held = buffer[len(shown):]
                     break
-                found += Found(content=buffer[:at].rstrip())
+                before = buffer[:at]
+                found += Found(content=before.rstrip())
+                self.gap = before[len(before.rstrip()):]
                 self.held, buffer, self.state = buffer[at:at + len(self.marker)], buffer[at + len(self.marker):], "call"
             else:
                 if self.format != "hermes":  # the calls run to the end of the answer
@@ -174,8 +177,10 @@ class ToolCallStream:
                     self.held += buffer
                     break
                 whole, self.held = self.held + buffer, ""
-                found += self._closed(whole[:end + len(HERMES_CLOSE)])
-                buffer, self.state = whole[end + len(HERMES_CLOSE):].lstrip(), "text"
+                closed = self._closed(whole[:end + len(HERMES_CLOSE)])
+                found += closed
+                rest = whole[end + len(HERMES_CLOSE):]
+                buffer, self.state = rest if closed.content else rest.lstrip(), "text"  # after a call: no gap
         return found
 
     def finish(self) -> Found:
@@ -194,9 +199,9 @@ class ToolCallStream:
             body = body[len(HERMES_OPEN):-len(HERMES_CLOSE)]
         elif body.startswith(self.marker):
             body = body[len(self.marker):]
-        calls = calls_of(body, self.format)
+        calls, gap, self.gap = calls_of(body, self.format), self.gap, ""
         if calls is None:
-            return Found(content=region)
+            return Found(content=gap + region)
         kept = calls if self.parallel else calls[:max(0, 1 - self.made)]
         self.made += len(kept)
         return Found(calls=tuple(kept))
