@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.db.models import Q
 from django.utils import timezone
 
-from models_registry.jobs import files, stored_responses
+from models_registry.jobs import files, response_store
 from models_registry.models import BatchFile, BatchJob
 from models_registry.catalog.lookups import fresh_connection
 
@@ -50,7 +50,7 @@ def sweep(now: datetime | None = None) -> int:
         count += 1
     if count:
         logger.info("deleted %d expired batch file(s)", count)
-    return count + stored_responses.sweep(now)
+    return count + response_store.sweep(now)
 
 
 async def maybe_sweep() -> None:

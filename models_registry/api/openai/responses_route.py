@@ -4,7 +4,7 @@ The body becomes a chat request (api.openai.responses_requests), so every chat c
 tool and structured-output path applies; the chat route prepares its one stream, and this route's
 stream shape turns the chat choice's pieces into Response items and typed events
 (api.openai.responses_shapes). A stored response (store, default true) is kept for its token with
-its conversation (jobs.stored_responses), off the event loop, once its answer is whole;
+its conversation (jobs.response_store), off the event loop, once its answer is whole;
 previous_response_id puts that conversation before the input.
 """
 
@@ -33,7 +33,7 @@ from models_registry.catalog.lookups import fresh_connection
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.core.errors import HostingError
 from models_registry.core.task_key import TaskKey
-from models_registry.jobs import stored_responses
+from models_registry.jobs import response_store
 from models_registry.policy import auth
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class ResponsesRoute:
         owner = await owner_of(call)
         history: list[dict[str, Any]] = []
         if wanted.previous_id is not None:  # a 404 before anything is charged
-            history = await sync_to_async(fresh_connection(stored_responses.conversation))(wanted.previous_id, owner)
+            history = await sync_to_async(fresh_connection(response_store.conversation))(wanted.previous_id, owner)
             wanted = responses_requests.with_history(wanted, history)
         work = await openai_generation.CHAT.prepare(call, wanted.chat, spec, task)
         assert work.streaming is not None and isinstance(work.streaming.shape, Choices)
@@ -119,7 +119,7 @@ class ResponseStream:
     async def _keep(self, response: dict[str, Any]) -> None:
         conversation = self.history + self.wanted.items + responses_requests.output_history(response["output"])
         try:
-            await sync_to_async(fresh_connection(stored_responses.save))(response["id"], self.owner, response,
+            await sync_to_async(fresh_connection(response_store.save))(response["id"], self.owner, response,
                                                                          conversation)
         except Exception:  # the answer is whole and right: a failed store is logged, not the client's error
             logger.exception("storing response %s failed", response["id"])

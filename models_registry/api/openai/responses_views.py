@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from models_registry.api.openai.openai_routes import openai_view
 from models_registry.catalog.lookups import fresh_connection
-from models_registry.jobs import stored_responses
+from models_registry.jobs import response_store
 from models_registry.policy import auth
 
 
@@ -17,5 +17,5 @@ async def response_detail(request: HttpRequest, response_id: str) -> HttpRespons
     grant = await auth.authorize(request.headers.get("Authorization"), None)
     owner = grant.token_id if grant is not None else None
     if request.method == "DELETE":
-        return JsonResponse(await sync_to_async(fresh_connection(stored_responses.delete))(response_id, owner))
-    return JsonResponse(await sync_to_async(fresh_connection(stored_responses.get_json))(response_id, owner))
+        return JsonResponse(await sync_to_async(fresh_connection(response_store.delete))(response_id, owner))
+    return JsonResponse(await sync_to_async(fresh_connection(response_store.get_json))(response_id, owner))
