@@ -151,7 +151,7 @@ def _text(content: Any, where: str) -> str:
 
 
 def messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Responses items as chat messages: calls join the assistant turn before them, outputs are tool turns."""
+    """Responses items as chat messages: calls join the assistant turn just before them, outputs are tool turns."""
     chat: list[dict[str, Any]] = []
     for item in items:
         if item["type"] == "message":
@@ -160,7 +160,7 @@ def messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             call = {"id": item["call_id"], "type": "function",
                     "function": {"name": item["name"], "arguments": item["arguments"]}}
             last = chat[-1] if chat else None
-            if last is not None and last["role"] == "assistant" and (last.get("tool_calls") or not last["content"]):
+            if last is not None and last["role"] == "assistant":  # the text and the calls of one turn
                 last.setdefault("tool_calls", []).append(call)
             else:
                 chat.append({"role": "assistant", "content": "", "tool_calls": [call]})
