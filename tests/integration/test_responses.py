@@ -27,7 +27,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                                            chat_template=model_factory.TOOLS_TEMPLATE)
     with Stack.started() as running:
         running.manage("register_model", MODEL, "--source", str(source), "--task", "text-generation")
-        running.create_token("mine")
+        running.create_token("all")  # wait_ready reads /models with it
         running.create_token("theirs")
         running.start_worker()
         running.start_web()
@@ -43,7 +43,7 @@ def client_of(stack: Stack, token: str) -> Any:
 
 
 def test_plain_streamed_continued_and_stored(stack: Stack) -> None:
-    client = client_of(stack, "mine")
+    client = client_of(stack, "all")
     first = client.responses.create(model=MODEL, input="Hello there", instructions="Be brief.",
                                     max_output_tokens=12, temperature=0)
     assert first.object == "response" and first.id.startswith("resp_") and first.status in ("completed", "incomplete")
@@ -70,17 +70,17 @@ def test_plain_streamed_continued_and_stored(stack: Stack) -> None:
     assert client.responses.retrieve(first.id).output_text == first.output_text
     status, _, body = http_json("GET", f"{stack.url}/v1/responses/{first.id}", token=stack.tokens["theirs"])
     assert status == 404 and body["error"]["code"] == "not_found"
-    status, _, _ = http_json("GET", f"{stack.url}/v1/responses/{alone.id}", token=stack.tokens["mine"])
+    status, _, _ = http_json("GET", f"{stack.url}/v1/responses/{alone.id}", token=stack.tokens["all"])
     assert status == 404  # store=False
     client.responses.delete(first.id)
-    status, _, _ = http_json("GET", f"{stack.url}/v1/responses/{first.id}", token=stack.tokens["mine"])
+    status, _, _ = http_json("GET", f"{stack.url}/v1/responses/{first.id}", token=stack.tokens["all"])
     assert status == 404
 
 
 def test_a_required_tool_is_a_function_call_item(stack: Stack) -> None:
     import jsonschema
 
-    client = client_of(stack, "mine")
+    client = client_of(stack, "all")
     answer = client.responses.create(model=MODEL, input="The weather in Paris?", tools=[WEATHER],
                                      tool_choice="required", parallel_tool_calls=False, max_output_tokens=200,
                                      temperature=0)
