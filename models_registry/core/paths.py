@@ -20,6 +20,7 @@ ROUTES: dict[str, str] = {
     "openai-models": "v1/models",
     "openai-chat-completions": "v1/chat/completions",
     "openai-completions": "v1/completions",
+    "openai-audio-transcriptions": "v1/audio/transcriptions",
     "openai-files": "v1/files",
     "openai-file": "v1/files/<str:file_id>",
     "openai-file-content": "v1/files/<str:file_id>/content",
