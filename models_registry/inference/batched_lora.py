@@ -1,0 +1,183 @@
+"""Several LoRA adapters and the base in one batch: one batched low-rank product per target Linear per forward.
+
+Forward hooks (torch's public `register_forward_hook`) are installed once on a loaded base's target
+Linear layers. Before each forward the caller says which adapter each row (or each token, when the
+forward packs several inputs into one row) belongs to; each hooked layer then adds
+
+    output[n] += scaling[a(n)] * B[a(n)] @ A[a(n)] @ x[n]
+
+for every row n whose adapter a(n) targets it, as two matrix products over the whole batch: the
+distinct adapters' A matrices are stacked into one (sum of ranks x in), their B matrices into one
+(out x sum of ranks), and each row keeps only its own adapter's rank columns, scaled (base rows keep
+none). That is punica's batched LoRA with the gather done by a mask: no forward per adapter, no copy
+of the base's weights. Modules an adapter replaces whole (peft's modules_to_save, a classifier head)
+are computed for that adapter's rows alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+BASE_SLOT = 0  # the slot of rows that no adapter computes
+
+
+@dataclass
+class LoraWeights:
+    """One adapter's tensors for one loaded model, by the model's own module paths."""
+
+    name: str
+    identity: tuple[str, str]  # (source, revision): a changed registration loads anew
+    layers: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = field(default_factory=dict)  # A, B, scaling
+    saved: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = field(default_factory=dict)  # weight, bias
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes its tensors hold."""
+        tensors = [t for a, b, _ in self.layers.values() for t in (a, b)]
+        tensors += [t for w, b in self.saved.values() for t in (w, b) if t is not None]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@dataclass(frozen=True)
+class LayerStack:
+    """The stacked LoRA weights of one layer for one batch: A (R x in), B (out x R), each column's slot and scale."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    slots: torch.Tensor  # (R,) the slot (1 + the adapter's place in the batch) each rank column belongs to
+    scales: torch.Tensor  # (R,) that adapter's scaling
+
+
+def stack_layer(adapters: Sequence[LoraWeights], path: str) -> LayerStack | None:
+    """One layer's weights of the batch's adapters, slot k + 1 for adapters[k]; None when none targets it."""
+    parts = [(slot, *adapter.layers[path]) for slot, adapter in enumerate(adapters, start=1) if path in adapter.layers]
+    if not parts:
+        return None
+    a = torch.cat([p[1] for p in parts], dim=0)
+    b = torch.cat([p[2] for p in parts], dim=1)
+    device = a.device
+    slots = torch.cat([torch.full((p[1].shape[0],), p[0], dtype=torch.long, device=device) for p in parts])
+    scales = torch.cat([torch.full((p[1].shape[0],), float(p[3]), dtype=a.dtype, device=device) for p in parts])
+    return LayerStack(a, b, slots, scales)
+
+
+def lora_delta(x: torch.Tensor, row_slots: torch.Tensor, stack: LayerStack) -> torch.Tensor:
+    """sum over rows' own adapters of scaling * (x @ A.T) @ B.T, for x (N x in) and row_slots (N,): (N x out)."""
+    low = x.to(stack.a.dtype) @ stack.a.T  # (N, R): every adapter's rank columns at once
+    keep = torch.where(row_slots.unsqueeze(1) == stack.slots.unsqueeze(0), stack.scales.unsqueeze(0),
+                       torch.zeros((), dtype=low.dtype, device=low.device))
+    return (low * keep) @ stack.b.T
+
+
+def per_token(row_slots: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+    """The slot of every flattened position of x (... x in): row_slots per position, or per leading row (expanded).
+
+    None for an input of one vector per packed row (row_slots rows x width, x rows x in: BERT's pooler
+    over a packed forward): several inputs share that row, and no packed embedding reads its output.
+    """
+    positions = x.numel() // x.shape[-1]
+    if row_slots.numel() == positions:
+        return row_slots.reshape(-1)
+    if row_slots.dim() == 2 and x.dim() == 2 and x.shape[0] == row_slots.shape[0]:
+        return None
+    if x.dim() >= 3 and row_slots.numel() == x.shape[0]:
+        return row_slots.repeat_interleave(positions // x.shape[0])
+    raise RuntimeError(f"adapter rows ({row_slots.numel()}) match neither the rows nor the positions of an input "
+                       f"of shape {list(x.shape)}")
+
+
+class BatchRows:
+    """One batch's adapters on one model: its inputs' slots, and the slots of the forward running now."""
+
+    def __init__(self, adapters: Sequence[LoraWeights], input_slots: Sequence[int], device: Any) -> None:
+        self.adapters = list(adapters)
+        self.input_slots = torch.tensor(list(input_slots), dtype=torch.long, device=device)
+        self.current: torch.Tensor | None = None  # the running forward's slot per row or per position
+        self._stacks: dict[str, LayerStack | None] = {}
+
+    def for_inputs(self, indices: Sequence[int]) -> None:
+        """The next forward's rows are these inputs of the batch, in this order (a padded forward)."""
+        self.current = self.input_slots[torch.as_tensor(list(indices), dtype=torch.long,
+                                                        device=self.input_slots.device)]
+
+    def for_tokens(self, owner: torch.Tensor) -> None:
+        """The next forward's positions (rows x width) belong to these inputs (-1: padding, computed as the base)."""
+        owner = owner.to(self.input_slots.device)
+        self.current = torch.where(owner >= 0, self.input_slots[owner.clamp(min=0)],
+                                   torch.full_like(owner, BASE_SLOT))
+
+    def stack(self, path: str) -> LayerStack | None:
+        """The layer's stacked weights for this batch (built once per batch)."""
+        if path not in self._stacks:
+            self._stacks[path] = stack_layer(self.adapters, path)
+        return self._stacks[path]
+
+    def adjust(self, path: str, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor | None:
+        """The layer's output with each row's adapter applied (None: no adapter of the batch touches it)."""
+        if self.current is None:
+            return None
+        stack = self.stack(path)
+        saved = [(slot, adapter.saved[path]) for slot, adapter in enumerate(self.adapters, start=1)
+                 if path in adapter.saved]
+        if stack is None and not saved:
+            return None
+        slots = per_token(self.current, x)
+        if slots is None:
+            return None
+        flat_x = x.reshape(-1, x.shape[-1])
+        flat = output.reshape(-1, output.shape[-1])
+        # A new tensor either way: the base's output is never written in place.
+        flat = flat + lora_delta(flat_x, slots, stack).to(flat.dtype) if stack is not None else flat.clone()
+        for slot, (weight, bias) in saved:  # a whole module of the adapter's: its rows only
+            rows = slots == slot
+            if bool(rows.any()):
+                flat[rows] = torch.nn.functional.linear(flat_x[rows].to(weight.dtype), weight, bias).to(flat.dtype)
+        return flat.view(output.shape)
+
+
+class BatchedLora:
+    """The hooks on one model's target Linear layers, and the batch they read (none between batches)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.modules = dict(model.named_modules())
+        self.hooked: dict[str, Any] = {}
+        self.active: BatchRows | None = None
+
+    def linear(self, path: str) -> torch.nn.Linear | None:
+        """The model's Linear layer at path (None: no such module, or not a Linear)."""
+        module = self.modules.get(path)
+        return module if isinstance(module, torch.nn.Linear) else None
+
+    def hook(self, paths: Sequence[str]) -> None:
+        """Install the hook on each of these layers not hooked yet (once per layer, for any number of adapters)."""
+        for path in paths:
+            if path not in self.hooked:
+                self.hooked[path] = self.modules[path].register_forward_hook(self._hook_of(path))
+
+    def _hook_of(self, path: str) -> Any:
+        def adjust(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor | None:
+            rows = self.active
+            return None if rows is None else rows.adjust(path, args[0], output)
+        return adjust
+
+    @contextmanager
+    def rows(self, adapters: Sequence[LoraWeights], input_slots: Sequence[int]) -> Iterator[BatchRows]:
+        """A batch's adapters active on the model while it computes; input_slots: each input's slot (0: base)."""
+        rows = BatchRows(adapters, input_slots, next(self.model.parameters()).device)
+        self.active = rows
+        try:
+            yield rows
+        finally:
+            self.active = None
+
+    def remove(self) -> None:
+        """Take every hook off (the model computes as the base alone again)."""
+        for handle in self.hooked.values():
+            handle.remove()
+        self.hooked.clear()
