@@ -17,7 +17,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from models_registry.core import model_files
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -140,21 +139,24 @@ def _saved_modules(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, SavedModu
     return saved
 
 
-def read_manifest(source: str, revision: str | None = None, cached_only: bool = False) -> AdapterManifest:
-    """The manifest of an adapter directory or hub repository (its tensors' headers only are read)."""
-    config_path = model_files.file_path(source, revision, CONFIG_FILE, cached_only)
-    weights_path = model_files.file_path(source, revision, WEIGHTS_FILE, cached_only)
+def read_manifest(config_path: str | None, weights_path: str | None, where: str = "") -> AdapterManifest:
+    """The manifest of an adapter's two files (its tensors' headers only are read); None: the file is missing."""
     if config_path is None or weights_path is None:
-        raise AdapterProblem(f"{source}: a PEFT adapter needs {CONFIG_FILE} and {WEIGHTS_FILE} (save it with "
-                             "peft's save_pretrained, safe_serialization on)")
+        raise AdapterProblem(f"{where or 'the adapter'}: a PEFT adapter needs {CONFIG_FILE} and {WEIGHTS_FILE} (save "
+                             "it with peft's save_pretrained, safe_serialization on)")
+    return manifest_of(read_config(config_path), tensor_shapes(weights_path))
+
+
+def read_config(path: str) -> dict[str, object]:
+    """adapter_config.json as a dict."""
     try:
-        with open(config_path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             config = json.load(handle)
     except (OSError, ValueError) as error:
-        raise AdapterProblem(f"{source}: {CONFIG_FILE} is unreadable: {error}") from None
+        raise AdapterProblem(f"{CONFIG_FILE} is unreadable: {error}") from None
     if not isinstance(config, dict):
-        raise AdapterProblem(f"{source}: {CONFIG_FILE} is not a JSON object")
-    return manifest_of(config, tensor_shapes(weights_path))
+        raise AdapterProblem(f"{CONFIG_FILE} is not a JSON object")
+    return config
 
 
 def tensor_shapes(path: str) -> dict[str, tuple[int, ...]]:
@@ -168,23 +170,10 @@ def tensor_shapes(path: str) -> dict[str, tuple[int, ...]]:
         raise AdapterProblem(f"{path}: not a readable safetensors file ({type(error).__name__}: {error})") from None
 
 
-def base_shapes(source: str, revision: str | None = None, cached_only: bool = False) -> dict[str, tuple[int, ...]]:
-    """The base checkpoint's parameter shapes by name, from its safetensors headers (one file or an index)."""
-    single = model_files.file_path(source, revision, BASE_WEIGHTS, cached_only)
-    if single is not None:
-        return tensor_shapes(single)
-    index = model_files.file_path(source, revision, BASE_INDEX, cached_only)
-    if index is None:
-        raise AdapterProblem(f"{source}: the base model has no {BASE_WEIGHTS} (nor {BASE_INDEX}) to check the "
-                             "adapter against")
-    with open(index, encoding="utf-8") as handle:
-        files = sorted(set((json.load(handle).get("weight_map") or {}).values()))
-    shapes: dict[str, tuple[int, ...]] = {}
-    for name in files:
-        found = model_files.file_path(source, revision, name, cached_only)
-        if found is not None:
-            shapes.update(tensor_shapes(found))
-    return shapes
+def shard_names(index_path: str) -> list[str]:
+    """The weight files a sharded checkpoint's index names."""
+    with open(index_path, encoding="utf-8") as handle:
+        return sorted(set((json.load(handle).get("weight_map") or {}).values()))
 
 
 def resolve_path(path: str, modules: Iterable[str], prefix: str = "") -> str | None:

@@ -3,7 +3,6 @@ used unloaded past a count or a byte budget."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -32,8 +31,7 @@ def read_weights(adapter: AdapterSpec, lora: BatchedLora) -> LoraWeights:
     if config_path is None or weights_path is None:
         raise adapter_files.AdapterProblem(f"{adapter.name}: no {adapter_files.CONFIG_FILE} and "
                                            f"{adapter_files.WEIGHTS_FILE} at its source")
-    with open(config_path, encoding="utf-8") as handle:
-        config = json.load(handle)
+    config = adapter_files.read_config(config_path)
     tensors = load_file(weights_path)
     manifest = adapter_files.manifest_of(config, {k: tuple(v.shape) for k, v in tensors.items()})
     model = lora.model

@@ -61,14 +61,40 @@ class Adapter(models.Model):
 
 
 def check_files(source: str, revision: str, base_source: str, base_revision: str) -> adapter_files.AdapterManifest | None:
-    """The adapter's manifest, checked against the base checkpoint's layers (hub ids: this machine's cache only)."""
+    """The adapter's manifest, checked against the base checkpoint's layers (hub ids: this machine's cache only).
+
+    None: the base is a hub id whose weights this machine has not cached (the worker's load checks it).
+    """
     try:
-        manifest = adapter_files.read_manifest(source, revision or None, cached_only=True)
+        manifest = adapter_files.read_manifest(*adapter_paths(source, revision), where=source)
     except OSError as error:  # not cached, or unreadable here
         raise adapter_files.AdapterProblem(f"cannot read the adapter's files here: {error}") from None
     try:
-        shapes = adapter_files.base_shapes(base_source, base_revision or None, cached_only=True)
+        shapes = base_shapes(base_source, base_revision or None)
     except model_files.FilesNotCached:
-        return None  # a hub base not cached here: the worker's load checks it against the loaded layers
+        return None
     adapter_files.check_against_base(manifest, shapes)
     return manifest
+
+
+def adapter_paths(source: str, revision: str, cached_only: bool = True) -> tuple[str | None, str | None]:
+    """Local paths of an adapter's config and weights (None: missing)."""
+    return (model_files.file_path(source, revision or None, adapter_files.CONFIG_FILE, cached_only),
+            model_files.file_path(source, revision or None, adapter_files.WEIGHTS_FILE, cached_only))
+
+
+def base_shapes(source: str, revision: str | None) -> dict[str, tuple[int, ...]]:
+    """The base checkpoint's parameter shapes by name, from its safetensors headers (one file, or its shards)."""
+    single = model_files.file_path(source, revision, adapter_files.BASE_WEIGHTS, cached_only=True)
+    if single is not None:
+        return adapter_files.tensor_shapes(single)
+    index = model_files.file_path(source, revision, adapter_files.BASE_INDEX, cached_only=True)
+    if index is None:
+        raise adapter_files.AdapterProblem(f"the base model has no {adapter_files.BASE_WEIGHTS} (nor "
+                                           f"{adapter_files.BASE_INDEX}) to check the adapter against")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name in adapter_files.shard_names(index):
+        found = model_files.file_path(source, revision, name, cached_only=True)
+        if found is not None:
+            shapes.update(adapter_files.tensor_shapes(found))
+    return shapes
