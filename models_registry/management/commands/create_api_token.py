@@ -40,7 +40,7 @@ class Command(BaseCommand):
         adapters = list(Adapter.objects.filter(name__in=names))  # granted by name like models
         unknown = sorted(set(names) - {m.name for m in models} - {a.name for a in adapters})
         if unknown:
-            raise CommandError(f"unknown model(s) or adapter(s): {', '.join(unknown)}")
+            raise CommandError(f"unknown model(s): {', '.join(unknown)}")
         token = ApiToken.objects.filter(name=options["name"]).first() or ApiToken(name=options["name"])
         raw = ApiToken.generate()
         token.set_token(raw)
