@@ -87,10 +87,12 @@ def _model_summary(spec: ModelSpec, state: dict[str, str] | None) -> dict[str, A
     status, error = shown_state(spec.enabled, state)
     if status == ModelState.ERROR:
         error = sources.LOAD_FAILED
+    adapter = spec.adapter
     return {
         "name": spec.name,
-        "source": sources.public_source(spec.source),
-        "revision": spec.revision,
+        **({"base": spec.base} if adapter is not None else {}),
+        "source": sources.public_source(adapter.source if adapter is not None else spec.source),
+        "revision": adapter.revision if adapter is not None else spec.revision,
         "device": spec.device,
         "dtype": spec.dtype,
         "backend": spec.backend,

@@ -93,7 +93,7 @@ async def test_a_token_granted_one_adapter_uses_it_and_neither_sees_nor_uses_the
     assert await sync_to_async(lambda: ApiToken.objects.get(name="only-a").scope())() == frozenset({"a"})
     client = AsyncClient()
     listed = await client.get("/models", headers={"Authorization": f"Bearer {token}"})
-    assert [m["name"] for m in listed.json()["models"]] == ["a"]
+    assert [(m["name"], m["base"]) for m in listed.json()["models"]] == [("a", "cls")]
     answer = await post(client, token, "/models/a", {"inputs": "hello"})
     assert answer.status_code == 200, answer.json()
     sent = calls[-1]
@@ -135,3 +135,26 @@ def test_a_disabled_adapter_is_listed_disabled_and_its_base_does_not_load_it(fil
     assert [a.name for a in specs["cls"].adapters] == ["a"]
     assert set(worker_specs(specs)) == {"cls"}
 
+
+
+def test_a_first_adapter_reloads_its_base_adapter_ready_and_later_ones_do_not(files: dict[str, Path]) -> None:
+    from models_registry.catalog.specs import read_specs
+
+    register_base(files["base"])
+    before = read_specs()["cls"].load_key()
+    register("a", "--base", "cls", "--source", str(files["a"]))
+    first = read_specs()["cls"].load_key()
+    register("b", "--base", "cls", "--source", str(files["b"]))
+    assert before != first == read_specs()["cls"].load_key()
+
+
+def test_the_admin_form_says_why_an_adapter_does_not_fit(files: dict[str, Path], admin_client: Any) -> None:
+    base = register_base(files["base"])
+    page = admin_client.post("/admin/models_registry/adapter/add/", {
+        "name": "wrong", "base": base.pk, "source": str(files["wide-adapter"]), "revision": "", "enabled": "on"})
+    assert page.status_code == 200  # the form again, with the error
+    assert "the base layer is 32 x 32" in page.content.decode()
+    assert not Adapter.objects.filter(name="wrong").exists()
+    done = admin_client.post("/admin/models_registry/adapter/add/", {
+        "name": "a", "base": base.pk, "source": str(files["a"]), "revision": "", "enabled": "on"})
+    assert done.status_code == 302 and Adapter.objects.filter(name="a").exists()
