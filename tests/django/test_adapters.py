@@ -3,6 +3,7 @@ name, and a request naming an adapter goes to its base's queue with the adapter'
 
 from __future__ import annotations
 
+import asyncio
 import json
 from io import StringIO
 from pathlib import Path
@@ -158,3 +159,30 @@ def test_the_admin_form_says_why_an_adapter_does_not_fit(files: dict[str, Path],
     done = admin_client.post("/admin/models_registry/adapter/add/", {
         "name": "a", "base": base.pk, "source": str(files["a"]), "revision": "", "enabled": "on"})
     assert done.status_code == 302 and Adapter.objects.filter(name="a").exists()
+
+
+@pytest.mark.usefixtures("require_tokens")
+async def test_the_usage_ledger_and_the_metrics_name_the_adapter(files: dict[str, Path], broker: str,
+                                                                 calls: list[dict[str, Any]]) -> None:
+    import redis
+    from channels.layers import get_channel_layer
+
+    from models_registry.broker import deferred
+    from prometheus_client import REGISTRY
+
+    from models_registry.observe import ledger_flush
+
+    await sync_to_async(register_base)(files["base"])
+    await sync_to_async(register)("a", "--base", "cls", "--source", str(files["a"]))
+    token = await sync_to_async(create_token)("t", "a,cls")
+    client = AsyncClient()
+    for path in ("/models/a", "/models/a", "/models/cls"):
+        assert (await post(client, token, path, {"inputs": "hello"})).status_code == 200
+    while not deferred.writes.idle:
+        await asyncio.sleep(0.005)
+    await sync_to_async(ledger_flush.flush)(redis.Redis.from_url(broker), get_channel_layer().prefix, 10.0)
+    rows = (await client.get("/v1/usage", headers={"Authorization": f"Bearer {token}"})).json()["data"]
+    assert sorted((r["model"], r["requests"]) for r in rows) == [("a", 2), ("cls", 1)]
+    counted = REGISTRY.get_sample_value("hosting_inference_requests_total",
+                                        {"model": "a", "task": "text-classification", "status": "200"})
+    assert counted is not None and counted >= 2
