@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,6 +17,15 @@ from models_registry.core.errors import Conflict, Unavailable
 from models_registry.inference.batched_lora import BatchedLora, LoraWeights
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AdapterBudget:
+    """How many adapters, and how many bytes of them, one model of a worker holds (HOSTING_MAX_LOADED_ADAPTERS,
+    HOSTING_ADAPTER_MEMORY_BYTES)."""
+
+    max_count: int = 16
+    max_bytes: int = 256 * 2**20
 
 
 def read_weights(adapter: AdapterSpec, lora: BatchedLora) -> LoraWeights:
@@ -116,7 +126,7 @@ class AdapterCache:
         return self.lora.rows(loaded, slots)
 
 
-def cache_for(model: torch.nn.Module, max_count: int, max_bytes: int) -> AdapterCache:
+def cache_for(model: torch.nn.Module, budget: AdapterBudget) -> AdapterCache:
     """A fresh adapter cache on model (its hooks installed as adapters load)."""
-    return AdapterCache(BatchedLora(model), max_count, max_bytes)
+    return AdapterCache(BatchedLora(model), budget.max_count, budget.max_bytes)
 

@@ -12,10 +12,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from models_registry.catalog.specs import ADAPTER_TASKS, AdapterSpec, TaskSpec
-from models_registry.core.conf import conf
 from models_registry.core.errors import Conflict
 from models_registry.inference import encoder_tasks, ranking
-from models_registry.inference.adapter_cache import AdapterCache, cache_for
+from models_registry.inference.adapter_cache import AdapterBudget, AdapterCache, cache_for
 from models_registry.inference.batched_lora import BatchRows
 from models_registry.inference.decoder_ranking import DecoderRanker
 from models_registry.inference.embeddings import embed
@@ -38,22 +37,23 @@ def refusal(loaded: LoadedModel, kind: str) -> str | None:
     return None
 
 
-def cache_of(loaded: LoadedModel, kind: str) -> AdapterCache:
+def cache_of(loaded: LoadedModel, kind: str, budget: AdapterBudget) -> AdapterCache:
     """The adapter cache on the model of this task kind's pipeline (made on first use)."""
     cache = loaded.adapter_caches.get(kind)
     if cache is None:
-        cache = cache_for(loaded.pipelines[kind].model, conf.MAX_LOADED_ADAPTERS, conf.ADAPTER_MEMORY_BYTES)
+        cache = cache_for(loaded.pipelines[kind].model, budget)
         loaded.adapter_caches[kind] = cache
     return cache  # type: ignore[no-any-return]
 
 
 @contextmanager
-def rows(loaded: LoadedModel, kind: str, adapters: Sequence[AdapterSpec | None]) -> Iterator[BatchRows]:
+def rows(loaded: LoadedModel, kind: str, adapters: Sequence[AdapterSpec | None],
+         budget: AdapterBudget) -> Iterator[BatchRows]:
     """The batch's adapters active on the task kind's model while it computes (409 where it cannot)."""
     why_not = refusal(loaded, kind)
     if why_not is not None:
         raise Conflict(why_not)
-    with cache_of(loaded, kind).rows(adapters) as batch_rows:
+    with cache_of(loaded, kind, budget).rows(adapters) as batch_rows:
         yield batch_rows
 
 

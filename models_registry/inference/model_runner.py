@@ -34,6 +34,7 @@ from models_registry.inference.memory_errors import is_out_of_memory
 from models_registry.inference.onnx_backend import OrtSettings
 from models_registry.inference.question_answering import question_answering
 from models_registry.catalog.specs import AdapterSpec, ModelSpec, TaskSpec
+from models_registry.inference.adapter_cache import AdapterBudget
 from models_registry.inference.batched_lora import BatchRows
 
 logger = logging.getLogger(__name__)
@@ -56,8 +57,9 @@ class PipelineRunner:
 
     def __init__(self, default_device: str = "cpu", torch_threads: int | None = None, packing: bool = True,
                  torchscript: bool = True, ort: OrtSettings | None = None,
-                 half_dtypes: tuple[str, ...] | None = None) -> None:
+                 half_dtypes: tuple[str, ...] | None = None, adapters: AdapterBudget | None = None) -> None:
         self.default_device = default_device
+        self.adapter_budget = adapters or AdapterBudget()  # LoRA adapters each loaded model holds
         self.half_dtypes = half_dtypes  # what dtype auto tries; None: float16 and bfloat16 on CUDA only (tests: cpu)
         self.packing = packing
         self.torchscript = torchscript
@@ -134,7 +136,7 @@ class PipelineRunner:
                    adapters: list[AdapterSpec | None]) -> list[Any]:
         try:
             if any(adapters):
-                with adapter_rows.rows(loaded, task.task, adapters) as rows:
+                with adapter_rows.rows(loaded, task.task, adapters, self.adapter_budget) as rows:
                     return self._compute(loaded, task, texts, params, rows)
             return self._compute(loaded, task, texts, params)
         except Timeout as error:  # past the batch's deadline: the rest is skipped, not retried one by one
