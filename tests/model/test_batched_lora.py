@@ -119,6 +119,8 @@ def test_a_mixed_classification_batch_scores_each_row_as_peft_merged(classifier:
         got = {entry["label"]: entry["score"] for entry in output}
         for index, label in model.config.id2label.items():
             assert abs(got[label] - float(probs[index])) <= 1e-4, (name, text)
+    scored = {n: o[0]["score"] for (t, n), o in zip(rows, outputs) if t == TEXTS[0]}
+    assert len(set(round(v, 4) for v in scored.values())) > 1  # the adapters change the answer
 
 
 def test_the_lora_product_equals_peft_merged_weights() -> None:
@@ -151,3 +153,28 @@ def test_onnx_backed_bases_refuse_adapter_rows_and_keep_base_rows(embedder: tupl
     assert not isinstance(outputs[0], ItemFailure)
     assert isinstance(outputs[1], ItemFailure) and isinstance(outputs[1].error, Conflict)
     assert "ONNX Runtime" in outputs[1].error.message
+
+
+def test_a_mixed_reranking_batch_scores_each_pair_as_peft_merged(tmp_path: Path) -> None:
+    base = model_factory.build_cross_encoder(tmp_path / "base")
+    adapters = {name: adapter_layouts.build_adapter(base, tmp_path / name, seed=i + 21, task_type="SEQ_CLS")
+                for i, name in enumerate(ADAPTERS[:2])}
+    runner = PipelineRunner(packing=False, torchscript=False)
+    loaded = runner.load(spec(base, "text-ranking", adapters))
+    by_name = {a.name: a for a in loaded.spec.adapters}
+    names: list[str | None] = [None, "alpha", "beta"]
+    pairs = [({"query": "which worker answers?", "text": text}, names[i % 3]) for i, text in enumerate(TEXTS * 2)]
+    scores = runner.run(loaded, loaded.spec.tasks["text-ranking"], [p for p, _ in pairs], [{"raw_scores": True}] *
+                        len(pairs), adapters=[by_name[n] if n else None for _, n in pairs])
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    models = {n: adapter_layouts.merged_model(base, adapters[n], "SEQ_CLS") if n
+              else adapter_layouts.base_model(base, "SEQ_CLS") for n in names}
+    for (pair, name), score in zip(pairs, scores):
+        with torch.inference_mode():
+            want = float(models[name](**tokenizer(pair["query"], pair["text"], return_tensors="pt")).logits[0, 0])
+        assert abs(score - want) <= 1e-4, (name, pair)
+    encoded = tokenizer("which worker answers?", TEXTS[0], return_tensors="pt")
+    with torch.inference_mode():  # the adapter changes the score (so equal scores above mean something)
+        assert abs(float(models["alpha"](**encoded).logits[0, 0]) - float(models[None](**encoded).logits[0, 0])) > 1e-3
