@@ -35,6 +35,6 @@ async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: li
         if version:  # a refusal or failure of one version says which
             error.headers.setdefault(VERSION_HEADER, str(version))
         raise
-    if target.copy_to:
+    if target.copy_to and not spec.base:  # a shadow compares the base's versions (an adapter's copy: a later step)
         shadow.compare_soon(spec, task, inputs, parameters, result, target.copy_to)
     return result
