@@ -6,11 +6,14 @@ forward packs several inputs into one row) belongs to; each hooked layer then ad
 
     output[n] += scaling[a(n)] * B[a(n)] @ A[a(n)] @ x[n]
 
-for every row n whose adapter a(n) targets it, as two matrix products over the whole batch: the
-distinct adapters' A matrices are stacked into one (sum of ranks x in), their B matrices into one
-(out x sum of ranks), and each row keeps only its own adapter's rank columns, scaled (base rows keep
-none). That is punica's batched LoRA with the gather done by a mask: no forward per adapter, no copy
-of the base's weights. Modules an adapter replaces whole (peft's modules_to_save, a classifier head)
+for every row n whose adapter a(n) targets it, as two batched matrix products over the whole batch,
+never a forward per adapter nor a copy of the base's weights. A padded forward (one input per row)
+gathers each row's A and B from the batch's adapters stacked per slot (padded to the largest rank,
+zeros for the base) and multiplies with torch.bmm. A packed forward (several inputs per row, so an
+adapter per token) stacks the distinct adapters' A into one (sum of ranks x in) and B into one (out x
+sum of ranks), and each token keeps only its own adapter's rank columns, scaled: a mask instead of a
+per-token gather of weights (which would copy r x in per token), at the cost of every adapter's rank
+columns computed for every token. Modules an adapter replaces whole (peft's modules_to_save, a classifier head)
 are computed for that adapter's rows alone.
 """
 
@@ -45,12 +48,15 @@ class LoraWeights:
 
 @dataclass(frozen=True)
 class LayerStack:
-    """The stacked LoRA weights of one layer for one batch: A (R x in), B (out x R), each column's slot and scale."""
+    """The stacked LoRA weights of one layer for one batch: A (R x in), B (out x R), each column's slot and scale;
+    and per slot, A (slots x r_max x in) and scaled B (slots x out x r_max) padded to the largest rank, slot 0 zeros."""
 
     a: torch.Tensor
     b: torch.Tensor
     slots: torch.Tensor  # (R,) the slot (1 + the adapter's place in the batch) each rank column belongs to
     scales: torch.Tensor  # (R,) that adapter's scaling
+    a_by_slot: torch.Tensor
+    b_by_slot: torch.Tensor
 
 
 def stack_layer(adapters: Sequence[LoraWeights], path: str) -> LayerStack | None:
@@ -63,7 +69,13 @@ def stack_layer(adapters: Sequence[LoraWeights], path: str) -> LayerStack | None
     device = a.device
     slots = torch.cat([torch.full((p[1].shape[0],), p[0], dtype=torch.long, device=device) for p in parts])
     scales = torch.cat([torch.full((p[1].shape[0],), float(p[3]), dtype=a.dtype, device=device) for p in parts])
-    return LayerStack(a, b, slots, scales)
+    rank = max(p[1].shape[0] for p in parts)
+    a_by_slot = torch.zeros(len(adapters) + 1, rank, a.shape[1], dtype=a.dtype, device=device)
+    b_by_slot = torch.zeros(len(adapters) + 1, b.shape[0], rank, dtype=a.dtype, device=device)
+    for slot, lora_a, lora_b, scaling in parts:
+        a_by_slot[slot, :lora_a.shape[0]] = lora_a
+        b_by_slot[slot, :, :lora_a.shape[0]] = lora_b * scaling
+    return LayerStack(a, b, slots, scales, a_by_slot, b_by_slot)
 
 
 def lora_delta(x: torch.Tensor, row_slots: torch.Tensor, stack: LayerStack) -> torch.Tensor:
@@ -72,6 +84,14 @@ def lora_delta(x: torch.Tensor, row_slots: torch.Tensor, stack: LayerStack) -> t
     keep = torch.where(row_slots.unsqueeze(1) == stack.slots.unsqueeze(0), stack.scales.unsqueeze(0),
                        torch.zeros((), dtype=low.dtype, device=low.device))
     return (low * keep) @ stack.b.T
+
+
+def lora_delta_by_row(x: torch.Tensor, row_slots: torch.Tensor, stack: LayerStack) -> torch.Tensor:
+    """The same for a padded forward, x (rows x positions x in) and row_slots (rows,): each row's own A and B
+    gathered (rows x r_max x in), two batched matrix products, whatever the number of adapters."""
+    a_rows = stack.a_by_slot[row_slots]
+    b_rows = stack.b_by_slot[row_slots]
+    return torch.bmm(torch.bmm(x.to(a_rows.dtype), a_rows.transpose(1, 2)), b_rows.transpose(1, 2))
 
 
 def per_token(row_slots: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
@@ -126,6 +146,9 @@ class BatchRows:
                  if path in adapter.saved]
         if stack is None and not saved:
             return None
+        if stack is not None and not saved and x.dim() == 3 and self.current.dim() == 1 \
+                and self.current.numel() == x.shape[0]:  # a padded forward: each row's own weights, gathered
+            return output + lora_delta_by_row(x, self.current, stack).to(output.dtype)
         slots = per_token(self.current, x)
         if slots is None:
             return None

@@ -134,6 +134,8 @@ def test_the_lora_product_equals_peft_merged_weights() -> None:
     stack = batched_lora.stack_layer(adapters, "layer")
     assert stack is not None
     got = layer(x) + batched_lora.lora_delta(x, slots, stack)
+    by_row = layer(x) + batched_lora.lora_delta_by_row(x.unsqueeze(1), slots, stack)[:, 0]  # one position per row
+    assert torch.allclose(by_row, got, atol=1e-5)
     for row, slot in enumerate(slots.tolist()):
         weight = layer.weight.detach().clone()
         if slot:
