@@ -212,7 +212,7 @@ def _versions(spec: ModelSpec, workers: list[Any]) -> list[dict[str, Any]]:
     for number, role in roles.items():
         if not number:
             continue
-        reports = [(w.models_state or {}).get(wire_name(spec.name, number)) for w in workers]
+        reports = [(w.models_state or {}).get(wire_name(spec.served_as, number)) for w in workers]
         failed = [r for r in reports if r and r.get("state") == ModelState.ERROR]
         state, error = shown_state(spec.enabled, failed[0] if failed and role != "live" else best_report(reports))
         if state == ModelState.ERROR and not output_shape.public(error):
