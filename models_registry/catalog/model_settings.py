@@ -70,7 +70,7 @@ def provenance_rows(task: str, pooling_override: str, normalize_override: bool |
         chosen = parameters.get("prompt_name")
         if layout.default_prompt_name and parameters.get("prompt") is None and chosen in (None, layout.default_prompt_name):
             rows.append(("default prompt", layout.default_prompt_name, FILES))
-    if task == "text-generation":  # how a chat answer's <think> block is told apart (api.reasoning_split)
+    if task == "text-generation":  # how a chat answer's <think> block is told apart (api.openai.reasoning_split)
         chosen = parameters.get("reasoning_format")
         rows.append(("reasoning_format", chosen or layout.reasoning_format or "none",
                      REGISTRATION if chosen else (FILES if layout.reasoning_format else DEFAULT)))

@@ -35,7 +35,7 @@ TRANSFORMER_CONFIG_FILES = ("sentence_bert_config.json", "sentence_roberta_confi
                             "sentence_albert_config.json", "sentence_xlm-roberta_config.json",
                             "sentence_xlnet_config.json")
 
-THINK_START, THINK_END = "<think>", "</think>"  # the reasoning block's tags (api.reasoning_split)
+THINK_START, THINK_END = "<think>", "</think>"  # the reasoning block's tags (api.openai.reasoning_split)
 
 FileReader = Callable[[str], "str | None"]
 

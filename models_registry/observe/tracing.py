@@ -12,7 +12,7 @@ with the SDK tracer's sampler and ids (observe.span_recorder) and queued as the 
 would make of them. The request's span is this module's current span (a ContextVar), not the OpenTelemetry
 API's: nothing on the API path runs code that reads the API's.
 
-Spans: the web's SERVER span per API request (continuing a W3C traceparent, api.front_door);
+Spans: the web's SERVER span per API request (continuing a W3C traceparent, api.server.front_door);
 the request's trace context travels in the wire message (broker.messages.WorkRequest.trace),
 and the worker records, per request, its time in the queue and its reply, and per batch one
 span linked to every request it carried, with the forward inside it (worker_spans).
