@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 from models_registry.inference import batched_lora  # noqa: E402
 from models_registry.inference.model_runner import PipelineRunner  # noqa: E402
-from models_registry.api.payloads import decode_vector  # noqa: E402
+from models_registry.api.hf.payloads import decode_vector  # noqa: E402
 
 TEXTS = ["Which worker answers the queue?", "a short one", "the model server packs sentences into rows " * 3,
          "ok", "LoRA adapters share the base model's batch", "one more sentence of middling length here"]
