@@ -117,12 +117,14 @@ def _pack_and_pool(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, recip
     plain = recipe.plain
     pooled = torch.zeros(len(ids), model.config.hidden_size, device=model.device) if plain else None
     tokens: list[Any] = [None] * len(ids)
-    for forward in packing.plan_packing([len(x) for x in ids], row_tokens=encoder.row_tokens):
+    # With adapters, a row holds inputs of one adapter: each row then gathers its own A and B (batched_lora).
+    groups = rows.input_slots.tolist() if rows is not None else None
+    for forward in packing.plan_packing([len(x) for x in ids], row_tokens=encoder.row_tokens, groups=groups):
         compute_deadline.check()  # every client of the batch gone: skip the forwards left
         inputs, owner = packed_inputs(forward, ids, types, loaded.pack_position_offset or 0,
                                       tokenizer.pad_token_id or 0, model.device, model.dtype)
-        if rows is not None:  # several inputs share a row: each token takes its own input's adapter
-            rows.for_tokens(owner.view(inputs["input_ids"].shape))
+        if rows is not None:  # the forward's rows are packed rows of one adapter each
+            rows.for_inputs([members[0] for members in forward.rows])
         hidden = encoder(inputs)
         if plain == "cls":
             for place in forward.placements():
