@@ -11,10 +11,12 @@ never a forward per adapter nor a copy of the base's weights. Where each row of 
 adapter (a padded forward; a packed one, whose packer keeps each row to one adapter's inputs) each
 row's A and B are gathered from the batch's adapters stacked per slot (padded to the largest rank,
 zeros for the base) and multiplied with torch.bmm, at the cost of one rank-r product whatever the
-number of adapters. lora_delta is the same product per position (the distinct adapters' A stacked into
-one, sum of ranks x in, B into one, out x sum of ranks, each position keeping only its own adapter's rank
-columns, scaled): a mask instead of a per-position gather of weights, used where a layer is also replaced
-whole for some rows. Modules an adapter replaces whole (peft's modules_to_save, a classifier head)
+number of adapters. Where rows mix adapters (a packed forward whose rows of one adapter each would pad
+too much: embeddings.packing_plan decides) the adapter is given per position (BatchRows.for_tokens), and
+lora_delta stacks the distinct adapters' A into one (sum of ranks x in) and B into one (out x sum of
+ranks), each position keeping only its own adapter's rank columns, scaled: a mask instead of a
+per-position gather of weights (which would copy r x in per position), at the cost of every adapter's
+rank columns computed for every position. Modules an adapter replaces whole (peft's modules_to_save, a classifier head)
 are computed for that adapter's rows alone.
 """
 
@@ -95,11 +97,17 @@ def lora_delta_by_row(x: torch.Tensor, row_slots: torch.Tensor, stack: LayerStac
     return torch.bmm(torch.bmm(x.to(a_rows.dtype), a_rows.transpose(1, 2)), b_rows.transpose(1, 2))
 
 
-def per_token(row_slots: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The slot of every flattened position of x (... x in): row_slots per position, or per leading row (expanded)."""
+def per_token(row_slots: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+    """The slot of every flattened position of x (... x in): row_slots per position, or per leading row (expanded).
+
+    None for an input of one vector per packed row (row_slots rows x width, x rows x in: BERT's pooler
+    over a packed forward): several inputs share that row, and no packed embedding reads its output.
+    """
     positions = x.numel() // x.shape[-1]
     if row_slots.numel() == positions:
         return row_slots.reshape(-1)
+    if row_slots.dim() == 2 and x.dim() == 2 and x.shape[0] == row_slots.shape[0]:
+        return None
     if x.dim() >= 3 and row_slots.numel() == x.shape[0]:
         return row_slots.repeat_interleave(positions // x.shape[0])
     raise RuntimeError(f"adapter rows ({row_slots.numel()}) match neither the rows nor the positions of an input "
@@ -119,6 +127,12 @@ class BatchRows:
         """The next forward's rows are these inputs of the batch, in this order (a padded forward)."""
         self.current = self.input_slots[torch.as_tensor(list(indices), dtype=torch.long,
                                                         device=self.input_slots.device)]
+
+    def for_tokens(self, owner: torch.Tensor) -> None:
+        """The next forward's positions (rows x width) belong to these inputs (-1: padding, computed as the base)."""
+        owner = owner.to(self.input_slots.device)
+        self.current = torch.where(owner >= 0, self.input_slots[owner.clamp(min=0)],
+                                   torch.full_like(owner, BASE_SLOT))
 
     def stack(self, path: str) -> LayerStack | None:
         """The layer's stacked weights for this batch (built once per batch)."""
@@ -140,6 +154,8 @@ class BatchRows:
             rows_x = x.reshape(x.shape[0], -1, x.shape[-1])
             return output + lora_delta_by_row(rows_x, self.current, stack).view(output.shape).to(output.dtype)
         slots = per_token(self.current, x)
+        if slots is None:
+            return None
         flat_x = x.reshape(-1, x.shape[-1])
         flat = output.reshape(-1, output.shape[-1])
         # A new tensor either way: the base's output is never written in place.

@@ -117,14 +117,15 @@ def _pack_and_pool(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, recip
     plain = recipe.plain
     pooled = torch.zeros(len(ids), model.config.hidden_size, device=model.device) if plain else None
     tokens: list[Any] = [None] * len(ids)
-    # With adapters, a row holds inputs of one adapter: each row then gathers its own A and B (batched_lora).
-    groups = rows.input_slots.tolist() if rows is not None else None
-    for forward in packing.plan_packing([len(x) for x in ids], row_tokens=encoder.row_tokens, groups=groups):
+    forwards, per_row = packing_plan([len(x) for x in ids], encoder.row_tokens, rows)
+    for forward in forwards:
         compute_deadline.check()  # every client of the batch gone: skip the forwards left
         inputs, owner = packed_inputs(forward, ids, types, loaded.pack_position_offset or 0,
                                       tokenizer.pad_token_id or 0, model.device, model.dtype)
-        if rows is not None:  # the forward's rows are packed rows of one adapter each
+        if rows is not None and per_row:  # rows of one adapter each: each row gathers its own A and B
             rows.for_inputs([members[0] for members in forward.rows])
+        elif rows is not None:  # rows mix adapters: each position takes its own input's
+            rows.for_tokens(owner.view(inputs["input_ids"].shape))
         hidden = encoder(inputs)
         if plain == "cls":
             for place in forward.placements():
@@ -146,6 +147,28 @@ def _pack_and_pool(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, recip
         mask = (torch.arange(padded.shape[1], device=padded.device).unsqueeze(0) < lengths.unsqueeze(1)).long()
         pooled = sentence_head.pool(padded, mask, recipe.modes, recipe.prompt_length)
     return _finished(pooled, recipe)
+
+
+# How many more tokens rows of one adapter each may compute than rows that mix adapters, before mixing
+# them (a per-position mask, every adapter's rank columns for every token) costs less.
+ADAPTER_ROWS_SLACK = 1.15
+
+
+def packing_plan(lengths: list[int], row_tokens: int,
+                 rows: BatchRows | None) -> tuple[list[packing.PackedForward], bool]:
+    """The packed forwards of a batch, and whether each row holds one adapter's inputs (batched_lora gathers per row).
+
+    Rows of one adapter each pad more (a partly filled row per adapter); rows that mix them cost every
+    adapter's rank columns at every token: the plan that computes fewer tokens, within ADAPTER_ROWS_SLACK.
+    """
+    plain = packing.plan_packing(lengths, row_tokens=row_tokens)
+    if rows is None or len(set(rows.input_slots.tolist())) == 1:
+        return plain, rows is not None
+    grouped = packing.plan_packing(lengths, row_tokens=row_tokens, groups=rows.input_slots.tolist())
+    computed = sum(f.computed_tokens for f in grouped)
+    if computed <= ADAPTER_ROWS_SLACK * sum(f.computed_tokens for f in plain):
+        return grouped, True
+    return plain, False
 
 
 def _embed_chunk(loaded: LoadedModel, pipe: Any, recipe: Recipe, texts: list[str], direction: str) -> list[Any]:

@@ -75,9 +75,14 @@ def vectors_of(outputs: list[object]) -> torch.Tensor:
     return torch.stack([torch.from_numpy(decode_vector(o).copy()) for o in outputs])
 
 
-@pytest.mark.parametrize("packing", [True, False], ids=["packed", "padded"])
+@pytest.mark.parametrize("packing, slack", [(True, 0.0), (True, 1e9), (False, 0.0)],
+                         ids=["packed-rows-mixed", "packed-rows-per-adapter", "padded"])
 def test_a_mixed_batch_gives_each_row_its_merged_adapters_vector(embedder: tuple[Path, dict[str, Path]],
-                                                                 packing: bool) -> None:
+                                                                 packing: bool, slack: float,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from models_registry.inference import embeddings
+
+    monkeypatch.setattr(embeddings, "ADAPTER_ROWS_SLACK", slack)  # 0: rows mix adapters; huge: one adapter a row
     base, adapters = embedder
     runner = PipelineRunner(packing=packing, torchscript=False)
     loaded = runner.load(spec(base, "feature-extraction", adapters))
