@@ -79,9 +79,13 @@ def pattern_key(patterns: Iterable[str], path: str) -> str | None:
 def scaling_of(config: Mapping[str, object], path: str, rank: int) -> float:
     """lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora (the module's own alpha where alpha_pattern names it)."""
     alphas = config.get("alpha_pattern") or {}
-    assert isinstance(alphas, dict)
+    if not isinstance(alphas, dict):
+        raise AdapterProblem(f"alpha_pattern must be an object of module patterns, not {alphas!r}")
     key = pattern_key(alphas, path)
-    alpha = float(alphas[key] if key is not None else config.get("lora_alpha", 8))  # type: ignore[arg-type]
+    alpha = alphas[key] if key is not None else config.get("lora_alpha", 8)
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha <= 0:
+        raise AdapterProblem(f"lora_alpha of {path!r} must be a positive number, not {alpha!r}")
+    alpha = float(alpha)
     return alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
 
 
