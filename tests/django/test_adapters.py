@@ -102,6 +102,9 @@ async def test_a_token_granted_one_adapter_uses_it_and_neither_sees_nor_uses_the
     for path in ("/models/b", "/models/cls"):
         refused = await post(client, token, path, {"inputs": "hello"})
         assert refused.status_code == 403 and refused.json()["error_type"] == "forbidden"
+        assert (await client.get(path, headers={"Authorization": f"Bearer {token}"})).status_code == 403
+    detail = (await client.get("/models/a", headers={"Authorization": f"Bearer {token}"})).json()
+    assert (detail["name"], detail["base"], detail["source"]) == ("a", "cls", "(local directory)")
     assert len(calls) == 1
 
 
