@@ -282,4 +282,4 @@ class QuarantinedRequestAdmin(admin.ModelAdmin):
 
 
 from models_registry.jobs import admin as _jobs_admin  # noqa: E402,F401  (registers the batch job pages)
-from models_registry.staff import usage_admin as _usage_admin
+from models_registry.staff import usage_admin as _usage_admin  # noqa: E402,F401  (registers the usage page)

@@ -131,13 +131,15 @@ class TextGenerationParameters(TypedDict, total=False):
 
 
 ReasoningFormat = Literal["think", "think-open", "none"]
+ToolCallFormat = Literal["hermes", "llama3-json", "mistral", "none"]
 
 
 @with_config(SHAPE_CONFIG)
 class TextGenerationDefaults(TextGenerationParameters, total=False):
-    """text-generation defaults: also how a chat answer's reasoning is told from its content (api.openai.reasoning_split)."""
+    """text-generation defaults: also how a chat answer's reasoning and tool calls are told from its content."""
 
     reasoning_format: ReasoningFormat | None  # absent: what the chat template implies (core.model_layout)
+    tool_call_format: ToolCallFormat | None  # how tool calls are read from a chat answer (api.openai.tool_calls)
 
 
 def _drop_nulls(value: dict[str, Any]) -> dict[str, Any]:

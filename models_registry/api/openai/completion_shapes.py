@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models_registry.api.openai.logprob_shapes import Released, TokenLogprob, chat_logprobs, completion_logprobs
+from models_registry.api.openai.tool_calls import ToolCall, ToolCallStream
 from models_registry.api.openai.reasoning_split import Pieces, ReasoningSplitter
 
 # The worker's (TGI's) finish reasons in OpenAI's words.
@@ -49,18 +50,30 @@ class Choice:
     cut: bool = False  # a stop sequence ended it: what follows it is not shown
     splitter: ReasoningSplitter | None = None  # a chat answer's reasoning apart from its content
     reasoning: str = ""  # the reasoning released so far (with a splitter)
-    said: str = ""  # the content released so far (with a splitter)
+    said: str = ""  # the content released so far (with a splitter or a caller)
+    caller: ToolCallStream | None = None  # a chat answer's tool calls apart from its content (after the reasoning)
+    calls: list[ToolCall] = field(default_factory=list)  # the calls released so far (with a caller)
+    sent_calls: int = 0  # of them already streamed
 
     def take(self, event: dict[str, Any]) -> Pieces:
-        """Add one worker event; the new reasoning and content the client may see now."""
+        """Add one worker event; the new reasoning and content the client may see now (new calls: new_calls)."""
         finished = self.finish_reason is not None
         new = self._take(event)
-        if self.splitter is None:
+        ended = self.finish_reason is not None and not finished
+        if self.splitter is None and self.caller is None:
             return Pieces(content=new)
-        pieces = self.splitter.feed(new)
-        if self.finish_reason is not None and not finished:  # the held tail goes out with the last piece
+        pieces = Pieces(content=new) if self.splitter is None else self.splitter.feed(new)
+        if self.splitter is not None and ended:  # the held tail goes out with the last piece
             rest = self.splitter.finish()
             pieces = Pieces(pieces.reasoning + rest.reasoning, pieces.content + rest.content)
+        if self.caller is not None:  # the reasoning is never read for calls: only the content
+            found = self.caller.feed(pieces.content)
+            if ended:
+                found += self.caller.finish()
+            self.calls.extend(found.calls)
+            pieces = Pieces(pieces.reasoning, found.content)
+            if ended and self.calls and self.finish_reason == "stop":
+                self.finish_reason = "tool_calls"
         self.reasoning += pieces.reasoning
         self.said += pieces.content
         return pieces
@@ -88,8 +101,16 @@ class Choice:
 
     @property
     def content(self) -> str:
-        """The text the client gets (with a splitter: once the choice has ended, what follows the reasoning)."""
-        return self.said if self.splitter is not None else visible(self.text, self.stops, True)[0]
+        """The text the client gets (with a splitter or caller: once the choice has ended, what is neither reasoning
+        nor calls)."""
+        return self.said if self.splitter is not None or self.caller is not None else visible(self.text, self.stops,
+                                                                                              True)[0]
+
+    def new_calls(self) -> list[dict[str, Any]]:
+        """The stream deltas of the calls released since the last call (api.openai.tool_calls.ToolCall.deltas)."""
+        deltas = [d for i in range(self.sent_calls, len(self.calls)) for d in self.calls[i].deltas(i)]
+        self.sent_calls = len(self.calls)
+        return deltas
 
     def new_logprobs(self) -> list[TokenLogprob] | None:
         """The logprob entries of the text shown since the last call (all that are left once it ended)."""
@@ -133,17 +154,20 @@ class Shaper:
                 "created": self.created, "model": self.model, "choices": shaped, "usage": self.usage(choices)}
 
     def chunk(self, index: int, text: str | None, finish_reason: str | None, usage: bool,
-              logprobs: list[TokenLogprob] | None = None, reasoning: str = "") -> dict[str, Any]:
+              logprobs: list[TokenLogprob] | None = None, reasoning: str = "",
+              call: dict[str, Any] | None = None) -> dict[str, Any]:
         """One stream chunk: text None opens a chat choice (its role); finish_reason closes a choice.
 
         logprobs: the entries of the tokens this chunk shows (None or empty: "logprobs": null);
-        reasoning: a chat answer's reasoning, as `delta.reasoning_content` (vLLM's name).
+        reasoning: a chat answer's reasoning, as `delta.reasoning_content` (vLLM's name); call: one tool call delta.
         """
         shaped_logprobs = self._logprobs(logprobs) if logprobs else None
         if self.chat:
             delta: dict[str, Any] = {}
             if text is None:
                 delta = {"role": "assistant", "content": ""}
+            elif call is not None:
+                delta = {"tool_calls": [call]}
             elif reasoning:
                 delta = {"reasoning_content": reasoning}
             elif text:
@@ -173,8 +197,12 @@ class Shaper:
 
 
 def _message(choice: Choice) -> dict[str, Any]:
-    """A whole chat answer's message: reasoning_content only where the model reasoned (vLLM's field)."""
-    message = {"role": "assistant", "content": choice.content}
+    """A whole chat answer's message: reasoning_content only where the model reasoned (vLLM's field); tool_calls
+    where it called (content null then, unless it also wrote text)."""
+    message: dict[str, Any] = {"role": "assistant", "content": choice.content}
     if choice.reasoning:
         message["reasoning_content"] = choice.reasoning
+    if choice.calls:
+        message["tool_calls"] = [call.shaped() for call in choice.calls]
+        message["content"] = choice.content if choice.content.strip() else None
     return message

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from models_registry.api.pipeline.error_answers import invalid
+from models_registry.api.openai.tool_schemas import FIELDS as TOOL_FIELDS
+from models_registry.api.openai.tool_schemas import ToolRequest, read_tools, tool_turn, with_result_names
 from models_registry.api.openai.openai_options import NO_OPS, check_no_ops, read_logprobs, read_response_format
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
@@ -35,7 +37,7 @@ class GenerationRequest:
     model: str
     chat: bool
     prompts: list[str]  # completions: one per prompt; chat: the messages' text (for the charge estimate)
-    messages: list[dict[str, str]] | None
+    messages: list[dict[str, Any]] | None
     n: int
     parameters: dict[str, Any]  # the worker's text-generation parameters (max_new_tokens, do_sample, ...)
     stops: list[str]
@@ -45,6 +47,7 @@ class GenerationRequest:
     logprobs: int | None = None  # alternatives per token with its logprob (None: no logprobs)
     schema: str | None = None  # response_format's schema, bounded and canonical (tasks.schema_bounds); None: free text
     grammar: str | None = None  # the schema's grammar, compiled once the route prepares it (api.openai.structured_output)
+    tools: ToolRequest | None = None  # chat: the functions the model may call (api.openai.tool_schemas)
 
     @property
     def choices(self) -> int:
@@ -57,12 +60,12 @@ def read(payload: Any, chat: bool) -> GenerationRequest:
     if not isinstance(payload, dict):
         raise invalid('request body must be a JSON object like {"model": "...", '
                       + ('"messages": [...]}' if chat else '"prompt": "..."}'), None)
-    own = ("messages", "top_logprobs") if chat else ("prompt",)
+    own = ("messages", "top_logprobs", *TOOL_FIELDS) if chat else ("prompt",)
     known = set(COMMON) | set(NO_OPS) | set(IGNORED) | set(own)
     unknown = sorted(set(payload) - known)
     if unknown:
         raise invalid(f"unrecognized request argument(s): {', '.join(unknown)}", unknown[0])
-    check_no_ops(payload)
+    check_no_ops(payload, skip=TOOL_FIELDS if chat else ())
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise invalid("'model' is required: a model id from GET /v1/models", "model")
@@ -82,7 +85,8 @@ def read(payload: Any, chat: bool) -> GenerationRequest:
                              parameters=_sampling(payload), stops=_stops(payload.get("stop")),
                              stream=bool(stream), include_usage=include_usage, seed=seed,
                              logprobs=read_logprobs(payload, chat),
-                             schema=read_response_format(payload.get("response_format")))
+                             schema=read_response_format(payload.get("response_format")),
+                             tools=read_tools(payload) if chat else None)
 
 
 def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]:
@@ -96,10 +100,12 @@ def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]
         parameters["logprobs"] = request.logprobs
     if request.grammar is not None:
         parameters["grammar"] = request.grammar
+    if request.tools is not None:
+        parameters["tools"] = request.tools.tools
     return parameters
 
 
-def _messages(value: Any) -> list[dict[str, str]]:
+def _messages(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise invalid("'messages' is required: a non-empty list of {\"role\", \"content\"} objects", "messages")
     if len(value) > MAX_MESSAGES:
@@ -119,8 +125,8 @@ def _messages(value: Any) -> list[dict[str, str]]:
             content = ""
         if not isinstance(content, str):
             raise invalid(f"messages[{n}].content must be a string", "messages")
-        messages.append({"role": message["role"], "content": content})
-    return messages
+        messages.append({"role": message["role"], "content": content, **tool_turn(message, n)})
+    return with_result_names(messages)
 
 
 def _prompts(value: Any) -> list[str]:

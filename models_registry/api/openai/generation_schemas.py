@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, with_config
+from pydantic import ConfigDict, Field, with_config
 from typing_extensions import NotRequired, Required, TypedDict
 
 from models_registry.api.openai.generation_requests import (
@@ -16,6 +16,7 @@ from models_registry.api.openai.generation_requests import (
     MAX_STOPS,
     ROLES,
 )
+from models_registry.api.openai.tool_schemas import MAX_TOOLS, NAME
 from models_registry.api.openai.openai_options import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, NO_OPS
 from models_registry.api.shapes.response_schemas import OPEN
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS, SHAPE_CONFIG
@@ -32,12 +33,63 @@ class TextPart(TypedDict):
     text: str
 
 
+class FunctionCall(TypedDict):
+    """A call's function: its name and its arguments as JSON text."""
+
+    name: str
+    arguments: str
+
+
+class MessageToolCall(TypedDict, total=False):
+    """A call an assistant turn made."""
+
+    id: str
+    type: Literal["function"]
+    function: Required[FunctionCall]
+
+
 class Message(TypedDict, total=False):
     """One chat message."""
 
     role: Required[Literal[ROLES]]  # type: ignore[valid-type]
     content: str | list[TextPart] | None
     name: str
+    tool_calls: Annotated[list[MessageToolCall], Field(description="an assistant turn's calls")]
+    tool_call_id: Annotated[str, Field(description="a tool turn: the id of the call it answers (required there)")]
+
+
+@with_config(SHAPE_CONFIG)
+class FunctionSpec(TypedDict, total=False):
+    """A function the model may call."""
+
+    name: Required[Annotated[str, Field(pattern=NAME.pattern)]]
+    description: str
+    parameters: Annotated[dict[str, Any], Field(description=(
+        "a JSON Schema of its arguments, within response_format's bounds (all the tools' together)"))]
+    strict: bool | None
+
+
+@with_config(SHAPE_CONFIG)
+class Tool(TypedDict):
+    """A tool: a function."""
+
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+@with_config(SHAPE_CONFIG)
+class NamedFunction(TypedDict):
+    """The function a named tool_choice calls."""
+
+    name: str
+
+
+@with_config(SHAPE_CONFIG)
+class NamedToolChoice(TypedDict):
+    """One function the answer must call."""
+
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class StreamOptions(TypedDict, total=False):
@@ -130,7 +182,12 @@ def _common() -> dict[str, Any]:
     }
 
 
-ChatCompletionRequest = with_config(SHAPE_CONFIG)(TypedDict("ChatCompletionRequest", {  # type: ignore[operator]
+# A forced tool_choice needs tools to choose from (what api.openai.tool_schemas checks; a named one's name is not said).
+FORCED_NEEDS_TOOLS = {"if": {"required": ["tool_choice"], "properties": {"tool_choice": {"anyOf": [
+    {"const": "required"}, {"type": "object"}]}}}, "then": {"required": ["tools"], "properties": {"tools": {
+        "type": "array", "minItems": 1}}}}
+CHAT_CONFIG = ConfigDict(**SHAPE_CONFIG, json_schema_extra=FORCED_NEEDS_TOOLS)
+ChatCompletionRequest = with_config(CHAT_CONFIG)(TypedDict("ChatCompletionRequest", {  # type: ignore[operator]
     **_common(),
     "messages": Required[Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES, description=(
         "rendered with the model's chat template (a model without one answers 400)"))]],
@@ -139,6 +196,13 @@ ChatCompletionRequest = with_config(SHAPE_CONFIG)(TypedDict("ChatCompletionReque
         "top_p and penalties; after a response_format's mask)"))]],
     "top_logprobs": NotRequired[Annotated[int | None, Field(ge=0, le=MAX_TOP_LOGPROBS, description=(
         'the most likely alternatives of each token, with "logprobs": true only'))]],
+    "tools": NotRequired[Annotated[list[Tool] | None, Field(max_length=MAX_TOOLS, description=(
+        "functions rendered with the model's chat template (a template that does not read tools, or whose format "
+        "this server does not read, answers 400); the calls come back as message.tool_calls"))]],
+    "tool_choice": NotRequired[Annotated[Literal["none", "auto", "required"] | NamedToolChoice | None, Field(
+        description="none: no tools rendered or read; auto (the default with tools); required or a named function: "
+                    "a grammar forces a call, its arguments valid for the function's schema")]],
+    "parallel_tool_calls": NotRequired[Annotated[bool | None, Field(description="false: one call at most")]],
 }))
 ChatCompletionRequest.__doc__ = "OpenAI's chat completions request."
 
@@ -163,11 +227,22 @@ class GenerationUsage(TypedDict):
 
 
 @with_config(OPEN)
+class AnswerToolCall(TypedDict):
+    """A call the model made."""
+
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
+@with_config(OPEN)
 class AssistantMessage(TypedDict):
     """The generated message."""
 
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    tool_calls: NotRequired[Annotated[list[AnswerToolCall], Field(description=(
+        "the calls the model made (content null then, unless it also wrote text); finish_reason tool_calls"))]]
     reasoning_content: NotRequired[Annotated[str, Field(description=(
         "a reasoning model's thinking (its <think> block, as the task's reasoning_format says), apart from content; "
         "absent where the model did not reason. Its tokens count in usage.completion_tokens and max_tokens"))]]
@@ -207,7 +282,7 @@ class ChatChoice(TypedDict):
     index: int
     message: AssistantMessage
     logprobs: ChatLogprobs | None
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
 
 
 @with_config(OPEN)
@@ -256,7 +331,9 @@ class Completion(TypedDict):
 
 CHUNKS = ('With "stream": true: `data: {"id", "object": "chat.completion.chunk" (or "text_completion"), "created", '
           '"model", "choices": [{"index", "delta": {"role"?, "content"} (or "text"), "finish_reason"}]}` events '
-          '(a reasoning model\'s thinking first, as "delta": {"reasoning_content"}), '
+          '(a reasoning model\'s thinking first, as "delta": {"reasoning_content"}; a tool call, once whole, as '
+          '"delta": {"tool_calls": [{"index", "id", "type", "function": {"name", "arguments": ""}}]} then its '
+          'arguments), '
           'with stream_options.include_usage a last chunk with "usage" and no choices, then `data: [DONE]`; an '
           'error after the first byte is a `data: {"error": {...}}` event.')
 

@@ -4,7 +4,8 @@ Each choice is one streamed generation on the workers (broker.stream_handoff, op
 the route skeleton through the policy gate), where it joins the running decode batch at the
 next token step; a whole answer is the streams collected. Chat messages are rendered with
 the model's chat template on the worker (a model without one answers 400); a reasoning model's
-`<think>` block comes back apart, as `reasoning_content` (api.openai.reasoning_split). The token's
+`<think>` block comes back apart, as `reasoning_content` (api.openai.reasoning_split), and the tool calls the
+content holds as `tool_calls` (api.openai.tool_calls; a forced one by a grammar). The token's
 limits and priority apply as on every route; its charge is the prompt plus the generated
 tokens.
 """
@@ -27,6 +28,9 @@ from models_registry.api.pipeline.error_answers import openai_error_answer, open
 from models_registry.api.openai.generation_requests import GenerationRequest
 from models_registry.api.pipeline.inference_route import Streaming, Work
 from models_registry.api.openai.logprob_shapes import Released
+from models_registry.api.openai import tool_grammar
+from models_registry.api.openai.tool_calls import ToolCallStream
+from models_registry.api.openai.tool_schemas import unusable
 from models_registry.api.openai.openai_routes import json_body, model_task
 from models_registry.api.openai.reasoning_split import ReasoningSplitter
 from models_registry.api.pipeline.request_record import StreamTally
@@ -34,7 +38,7 @@ from models_registry.broker.stream_handoff import Opening, Stream
 from models_registry.core.errors import HostingError, NotFound
 from models_registry.core.task_key import TaskKey
 from models_registry.catalog.specs import ModelSpec, TaskSpec
-from models_registry.tasks.task_parameters import ReasoningFormat
+from models_registry.tasks.task_parameters import ReasoningFormat, ToolCallFormat
 
 TASK = "text-generation"
 
@@ -51,6 +55,28 @@ def resolve(model_id: str, specs: dict[str, ModelSpec]) -> tuple[ModelSpec, Task
 def reasoning_format(task: TaskSpec) -> ReasoningFormat:
     """The task's reasoning_format, else what its chat template implies; "none" where neither says one."""
     return task.parameters.get("reasoning_format") or task.layout.reasoning_format or "none"
+
+
+def tool_call_format(task: TaskSpec) -> ToolCallFormat:
+    """The task's tool_call_format, else what its chat template renders; "none" where neither says one."""
+    chosen = task.parameters.get("tool_call_format") or task.layout.tool_call_format or "none"
+    return chosen  # type: ignore[no-any-return]
+
+
+async def with_tools(wanted: GenerationRequest, tool_format: ToolCallFormat) -> GenerationRequest:
+    """wanted, its forced call's grammar compiled (off the loop); a 400 where this model cannot take its tools."""
+    tools = wanted.tools
+    if tools is None:
+        return wanted
+    if tool_format == "none":
+        raise unusable("this model's chat template does not render tools in a format this server reads (hermes, "
+                       "llama3-json, mistral): leave 'tools' out, or register the task with a tool_call_format")
+    if not tools.forced:
+        return wanted
+    if wanted.schema is not None:
+        raise unusable("a forced tool_choice and a response_format cannot both shape the answer: send one")
+    return dataclasses.replace(wanted, grammar=await structured_output.tool_grammar_of(
+        tool_grammar.grammar_source(tools, tool_format)))
 
 
 class GenerationRoute:
@@ -75,6 +101,7 @@ class GenerationRoute:
         A response_format schema is compiled here, off the event loop, once the token and the model are known
         (a stranger's schema costs nothing); one that cannot be used is a 400 before anything is charged.
         """
+        wanted = await with_tools(wanted, tool_call_format(task))
         if wanted.schema is not None:
             wanted = dataclasses.replace(wanted, grammar=await structured_output.grammar_of(wanted.schema))
         prompts = [""] if wanted.chat else wanted.prompts  # chat: the worker renders the messages
@@ -82,7 +109,8 @@ class GenerationRoute:
                     for p, prompt in enumerate(prompts) for choice in range(p * wanted.n, (p + 1) * wanted.n)]
         return Work(wanted.prompts * wanted.n, wanted.parameters, wanted.choices, call.priority,
                     streaming=Streaming(openings, Choices(wanted, self.label,
-                                                          reasoning_format(task) if wanted.chat else "none")))
+                                                          reasoning_format(task) if wanted.chat else "none",
+                                                          tool_call_format(task))))
 
     def error(self, error: HostingError, request_id: str) -> Answer:
         """OpenAI's error shape."""
@@ -126,14 +154,16 @@ async def _merged(streams: list[Stream]) -> AsyncGenerator[tuple[int, dict[str, 
 class Choices:
     """OpenAI's answer of a request's streams: chunks as they come, or the whole answer once they ended."""
 
-    def __init__(self, wanted: GenerationRequest, log_route: str, reasoning: ReasoningFormat = "none") -> None:
+    def __init__(self, wanted: GenerationRequest, log_route: str, reasoning: ReasoningFormat = "none",
+                 tool_format: ToolCallFormat = "none") -> None:
         self.wanted = wanted
         self.log_route = log_route
         self.sse = wanted.stream
         self.shaper = Shaper(chat=wanted.chat, model=wanted.model, n=wanted.n)
         self.choices = [Choice(index=i, stops=wanted.stops,
                                logprobs=Released([]) if wanted.logprobs is not None else None,
-                               splitter=ReasoningSplitter(reasoning) if reasoning != "none" else None)
+                               splitter=ReasoningSplitter(reasoning) if reasoning != "none" else None,
+                               caller=ToolCallStream(tool_format, wanted.tools.parallel) if wanted.tools else None)
                         for i in range(wanted.choices)]
 
     async def events(self, streams: list[Stream]) -> AsyncGenerator[bytes, None]:
@@ -160,6 +190,8 @@ class Choices:
                 if pieces.content:
                     yield _sse(shaper.chunk(index, pieces.content, None, wanted.include_usage,
                                             choice.new_logprobs()))
+                for call in choice.new_calls():  # a whole call at a time: its opening, then its arguments
+                    yield _sse(shaper.chunk(index, "", None, wanted.include_usage, choice.new_logprobs(), call=call))
                 if choice.finish_reason is not None:
                     yield _sse(shaper.chunk(index, "", choice.finish_reason, wanted.include_usage,
                                             choice.new_logprobs()))

@@ -16,8 +16,8 @@ from models_registry.tasks.schema_bounds import SchemaError, canonical
 MAX_TOP_LOGPROBS = 20  # chat's top_logprobs (OpenAI's limit)
 MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs (OpenAI's limit)
 # Known OpenAI fields this server does not implement: accepted when null or one of their no-op values (the
-# values OpenAI's own SDKs and frameworks send), else a 400 naming the field. parallel_tool_calls is a no-op
-# whatever it says, as there are no tools.
+# values OpenAI's own SDKs and frameworks send), else a 400 naming the field. Chat implements the tool fields
+# (api.openai.tool_schemas); completions, which has no tools, keeps them no-ops.
 NO_OPS: dict[str, tuple[Any, ...]] = {
     "frequency_penalty": (0,), "presence_penalty": (0,), "logit_bias": ({},), "tools": ([],),
     "tool_choice": ("none", "auto"), "parallel_tool_calls": (True, False), "functions": ([],),
@@ -28,10 +28,10 @@ NO_OPS: dict[str, tuple[Any, ...]] = {
 FORMATS = ("text", "json_object", "json_schema")
 
 
-def check_no_ops(payload: dict[str, Any]) -> None:
-    """400 for a known unimplemented field set to anything but null or a no-op value."""
+def check_no_ops(payload: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
+    """400 for a known unimplemented field set to anything but null or a no-op value (skip: implemented here)."""
     for name, neutrals in NO_OPS.items():
-        value = payload.get(name)
+        value = None if name in skip else payload.get(name)
         if value is not None and not any(_same(value, neutral) for neutral in neutrals):
             shown = " or ".join(repr(n) for n in neutrals)
             raise invalid(f"{name!r} is not supported by this server: leave it out"

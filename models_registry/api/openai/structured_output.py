@@ -12,6 +12,8 @@ A schema's outcome, its grammar or why it cannot be used, is cached by the diges
 text (what the compile depends on, and all it depends on); requests that send one schema at once share
 its one compile. A request waits at most DEADLINE_S, then is a 503 to retry; a compile that itself ran
 longer is kept as refused, so the retry is a 400 (a schema within the bounds compiles 20 times faster).
+A forced tool call's grammar (api.openai.tool_grammar) is compiled the same way, in a cache of its
+own on the same thread, and one that cannot be used is a 400 naming tools.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from models_registry.api.pipeline.error_answers import invalid
+from models_registry.api.openai import tool_grammar
 from models_registry.core.errors import InvalidInput, Overloaded
 from models_registry.tasks import json_grammar
 from models_registry.tasks.schema_bounds import SchemaError
@@ -55,11 +58,13 @@ class GrammarCompiles:
     """One process's compiles: the pool, the schemas compiling now, the outcomes kept."""
 
     def __init__(self, compile: Callable[[str], str] = json_grammar.compile_canonical, threads: int = THREADS,
-                 max_pending: int = MAX_PENDING, deadline_s: float = DEADLINE_S) -> None:
+                 max_pending: int = MAX_PENDING, deadline_s: float = DEADLINE_S,
+                 refusal: Callable[[str], InvalidInput] | None = None, pool: ThreadPoolExecutor | None = None) -> None:
         self.compile = compile
         self.max_pending = max_pending
         self.deadline_s = deadline_s
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grammar")
+        self.refusal = refusal or refused  # the 400 of a source that cannot be used, naming its field
+        self.pool = pool or ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grammar")
         self.compiles = 0  # started, for tests and the curious
         self._lock = threading.Lock()  # the two maps below are written from the pool's thread too
         self._kept: OrderedDict[bytes, Outcome] = OrderedDict()
@@ -83,7 +88,7 @@ class GrammarCompiles:
             assert future is not None
             outcome = await self._awaited(future)
         if outcome.grammar is None:
-            raise refused(outcome.problem or "")
+            raise self.refusal(outcome.problem or "")
         return outcome.grammar
 
     async def _awaited(self, future: Future[Outcome]) -> Outcome:
@@ -128,9 +133,21 @@ def refused(problem: str) -> InvalidInput:
     return invalid(f"the response_format schema cannot be used for structured output: {problem}", FIELD)
 
 
+def tools_refused(problem: str) -> InvalidInput:
+    """The 400 for tools whose forced call cannot be compiled, naming tools."""
+    return invalid(f"the tools' schemas cannot force a call (tool_choice): {problem}", "tools")
+
+
 COMPILES = GrammarCompiles()
+# A forced tool call's grammars (api.openai.tool_grammar): their own cache, the same one thread.
+TOOL_COMPILES = GrammarCompiles(tool_grammar.compile_source, refusal=tools_refused, pool=COMPILES.pool)
 
 
 async def grammar_of(text: str) -> str:
     """The grammar of a schema's canonical text, compiled off the event loop (this process's GrammarCompiles)."""
     return await COMPILES.grammar(text)
+
+
+async def tool_grammar_of(source: str) -> str:
+    """The grammar of a forced call's source (api.openai.tool_grammar.grammar_source), compiled off the loop."""
+    return await TOOL_COMPILES.grammar(source)
