@@ -110,6 +110,7 @@ async def infer(
     priority: str = "interactive",
     charge: enqueue.ChargePlan | None = None,
     version: int = 0,
+    adapter: str = "",
 ) -> InferenceResult:
     """Run inputs through model/task on some worker; raises a HostingError on failure.
 
@@ -117,7 +118,8 @@ async def infer(
     admission and the send; its outcome lands in the plan, and a refusal raises ChargeRefused.
     request_id is the client's (logs and the response header): clients reuse theirs on
     retries, so admission, the message and its reply are keyed on an id made here. version: the
-    model version the wire name model stands for (catalog.rollout), stated on the result. served: the version
+    model version the wire name model stands for (catalog.rollout), stated on the result; adapter: the LoRA
+    adapter of model that computes it ("": the base). served: the version
     whose serving is checked every second while the reply is awaited (None: no check), a value, not a callback.
     """
     layer = work_layer()
@@ -129,7 +131,7 @@ async def infer(
     message = messages.WorkRequest(
         id=key, reply=reply_channel, model=model, task=task,
         inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
-        trace=tracing.current_context() if tracing.tracer is not None else b"",
+        trace=tracing.current_context() if tracing.tracer is not None else b"", adapter=adapter,
     ).to_wire()
     channel = messages.model_channel(model)
     places = admission.places(layer, model, task, key, count, deadline, max_queue_size)

@@ -46,6 +46,7 @@ class WorkRequest:
     client: str = ""  # the API token that sent it (decode batches share rows fairly among clients)
     redelivered: bool = False  # in flight at a worker death: to be computed alone (worker.suspects)
     trace: bytes = b""  # the web's request span's context (observe.trace_context), when tracing
+    adapter: str = ""  # the LoRA adapter of model that computes it ("": the base model itself)
 
     def to_wire(self) -> dict[str, Any]:
         """The message as the channel layer carries it."""
@@ -60,6 +61,8 @@ class WorkRequest:
             message[_REDELIVERED] = True
         if self.trace:
             message["trace"] = self.trace
+        if self.adapter:
+            message["adapter"] = self.adapter
         return message
 
     @classmethod
@@ -76,6 +79,7 @@ class WorkRequest:
                 priority=str(message.get("priority") or INTERACTIVE), client=str(message.get("client") or ""),
                 redelivered=redelivered or bool(message.get(_REDELIVERED)),
                 trace=wire_context(trace) if (trace := message.get("trace")) else b"",  # no call for the untraced
+                adapter=str(message.get("adapter") or ""),
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -12,6 +12,7 @@ from typing import Any
 from models_registry.broker import admission
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.capacity.batch_memory import BatchMemory
+from models_registry.catalog.specs import AdapterSpec
 from models_registry.core.batch_types import Batch, ItemFailure
 from models_registry.core.conf import conf
 from models_registry.core.errors import Internal, Unavailable
@@ -215,8 +216,17 @@ class BatchLoop:
         # A stream's deadline is pushed forward while its client listens: its sink stops it instead.
         deadline = None if any(sinks) else max(item.request.deadline for item in batch.items)
         costs = [item.cost for item in batch.items]
+        # Each row's adapter, as the slot's registry view lists it now (None: the base); rows of several
+        # adapters and of the base share the batch's forwards (inference.batched_lora).
+        # One removed since its intake keeps its name and no source: its rows fail, never run on the base.
+        adapters = [(slot.spec.find_adapter(name) or AdapterSpec(name, "")) if (name := item.request.delivery.adapter)
+                    else None for item in batch.items]
         with computing_until(deadline), self.slots.using(slot):  # not evicted while it computes
             if any(sinks):  # streamed generation: each such item's tokens go to its client as they come
                 return self.runner.run(slot.loaded, task, texts, params, sinks=sinks)
+            if any(adapters):
+                return self.memory.run(batch.key, costs, lambda at: self.runner.run(
+                    slot.loaded, task, [texts[p] for p in at], [params[p] for p in at],
+                    adapters=[adapters[p] for p in at]))
             return self.memory.run(batch.key, costs, lambda at: self.runner.run(
                 slot.loaded, task, [texts[p] for p in at], [params[p] for p in at]))

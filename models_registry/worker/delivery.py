@@ -19,6 +19,7 @@ class Delivery:
     suspect: bool = False  # redelivered after a worker died: computed alone (worker.suspects)
     client: str = ""  # the API token that sent it (worker.generation_schedule)
     trace: bytes = b""  # the web's request span's context (observe.trace_context), when tracing: the worker's spans join its trace
+    adapter: str = ""  # the LoRA adapter that computes it ("": the base model)
 
     @property
     def streams(self) -> bool:
