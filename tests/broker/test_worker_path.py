@@ -46,6 +46,17 @@ STAGES = {"pull": {"models_registry.worker.pull_loop", "models_registry.broker.l
 SENDER: contextvars.ContextVar[bool] = contextvars.ContextVar("sender", default=False)  # the web's side: not traced
 
 
+def _web_side(layer: HostingChannelLayer) -> bool:
+    """Whether the running call is the web's: its hand-off's task, or the layer's reply pump (in a context of its own,
+    so not the hand-off's)."""
+    if SENDER.get():
+        return True
+    try:
+        return asyncio.current_task() is layer._pump
+    except RuntimeError:  # the compute thread: no event loop, the worker's
+        return False
+
+
 async def _send(text: str, task: str = "t") -> handoff.InferenceResult | HostingError:
     """The web's hand-off of one request to model m, in a task of its own (its calls are not traced): its answer."""
 
@@ -73,7 +84,7 @@ async def _traced(layer: HostingChannelLayer, text: str, task: str = "t"
     try:
         assert await _send("warm", task) is not None  # the compute thread, connections, caches
         trace = PathTrace(per_task=True, skeleton=SKELETONS, restarts=TURNS,
-                          traced=lambda: tracing and not SENDER.get())
+                          traced=lambda: tracing and not _web_side(layer))
         with trace:
             await loop.run_in_executor(compute, sys.setprofile, trace.profile)
             tracing = True
