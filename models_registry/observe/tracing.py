@@ -2,8 +2,9 @@
 
 setup() builds one TracerProvider per process: the SDK's BatchSpanProcessor (OTEL_BSP_*) and OTLP/HTTP
 OTLPSpanExporter (OTEL_EXPORTER_OTLP_*), the resource from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, the
-sampler of observe.sampling, and redis-py instrumented so a request's Redis calls nest under its span. Until
-then `tracer` is None and the hot paths test only that attribute: with tracing off no SDK module is imported.
+sampler of observe.sampling, and in a web process redis-py instrumented so a request's Redis calls nest under its
+span. Until then `tracer` is None and the hot paths test only that attribute: with tracing off no SDK module is
+imported.
 
 The web's SERVER span is the OpenTelemetry context's current span while the request is handled
 (observe.server_span); its W3C traceparent (and tracestate) travel in the wire message (wire_context), and the
@@ -54,7 +55,8 @@ def setup(role: str) -> None:
     made = TracerProvider(sampler=sampler, resource=resource)
     made.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(made)
-    RedisInstrumentor().instrument(tracer_provider=made)
+    if role == "web":  # a worker's spans are recorded after the fact, never current: no Redis call could nest there
+        RedisInstrumentor().instrument(tracer_provider=made)
     use(made)
     logger.info("tracing on: %s spans of %s exported over OTLP/HTTP, sampler %s", role,
                 resource.attributes.get(SERVICE_NAME), sampler.get_description())
