@@ -52,7 +52,8 @@ def record_batch(traced: BatchTrace, requests: list[tuple[str, str, float]], for
                                   start_time=min(_ns(arrival), start))
         if queue.is_recording():  # only a request with spans here is linked (not one its sampler left out)
             links.append(Link(trace.get_current_span(parent).get_span_context()))
-            first = first or parent
+            if first is None:
+                first = parent
         queue.end(end_time=start)
     if first is None:
         return
