@@ -6,7 +6,7 @@ tests (and a random ViT-S/16-shaped classifier, whose compute dominates the rout
 - HTTP: closed-loop clients posting the raw file (`image/png`, `audio/wav`) at each
   concurrency; every answer must be a 200;
 - the in-process ceiling, in a spawned process with the worker's torch settings: the same
-  files decoded (media.decode), preprocessed and run through the worker's own runner in
+  files decoded (media.opening), preprocessed and run through the worker's own runner in
   batches of the task's max_batch_size, back to back;
 - the web process' CPU per request, against a text request with an answer of the same
   size (a tiny text classifier with the same three labels): the web never decodes, so an
@@ -103,7 +103,7 @@ def _ceiling(source: str, task_kind: str, files: list[bytes], batch: int, second
     from models_registry.core.batch_types import BatchPolicy
     from models_registry.inference.model_runner import PipelineRunner
     from models_registry.media import envelope
-    from models_registry.media.decode import decode
+    from models_registry.media.opening import open_item
     from models_registry.media.pending import PendingMedia
     from models_registry.catalog.specs import ModelSpec, TaskSpec
 
@@ -121,7 +121,7 @@ def _ceiling(source: str, task_kind: str, files: list[bytes], batch: int, second
         pending = []
         for item in chosen:  # decoded here, in the timed loop: the ceiling pays for decoding too
             future: Future[Any] = Future()
-            future.set_result(decode(item, loaded.media_costs.sampling_rate, 10**9, 3600))
+            future.set_result(open_item(item, loaded.media_costs.sampling_rate, 10**9, 3600))
             pending.append(PendingMedia(item, future))
         outputs = runner.run(loaded, task, pending, [{}] * batch)
         assert not any(type(o).__name__ == "ItemFailure" for o in outputs), outputs[:1]

@@ -37,8 +37,8 @@ def main() -> None:
     import django
 
     django.setup()
-    from models_registry.api.openai_routes import read_embedding_request
-    from models_registry.api.payloads import parse_body, read_request
+    from models_registry.api.openai.openai_routes import read_embedding_request
+    from models_registry.api.hf.payloads import parse_body, read_request
 
     print("| body | us per call |\n|---|---:|")
     for name, (raw, task) in CASES.items():

@@ -9,7 +9,7 @@ own arguments (`serve --server daphne` and the tests do) for:
 
 - HOSTING_MAX_HEADER_BYTES: a request line and headers over it (however many headers) are
   answered 431 and the connection closed, counted as the lines arrive;
-- a body over its path's limit (api.before_body.body_limit) plus DRAIN_BYTES, declared or as it
+- a body over its path's limit (api.server.before_body.body_limit) plus DRAIN_BYTES, declared or as it
   arrives chunked: 413 at once and the connection closed (up to that much, the front door
   reads and drops it before its own 413, as under uvicorn);
 - HOSTING_HEADER_TIMEOUT_S from a request's first byte to its headers' end, and the body
@@ -98,7 +98,7 @@ class GuardedHTTPChannel(http.HTTPChannel):
     def allHeadersReceived(self) -> None:
         """Headers in time: a body declared over its cap is refused now; else it gets its deadline."""
         from hosting.http_protocol import body_deadline_s
-        from models_registry.api.before_body import DRAIN_BYTES, body_limit
+        from models_registry.api.server.before_body import DRAIN_BYTES, body_limit
 
         super().allHeadersReceived()
         self._reading_headers = False

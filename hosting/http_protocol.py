@@ -10,7 +10,7 @@ the tests do) to close them instead:
 - HOSTING_HEADER_TIMEOUT_S: from a connection's first byte (or a kept-alive connection's
   next request) until its headers are complete;
 - HOSTING_BODY_TIMEOUT_S, plus one second per MiB the request declares up to its path's
-  body limit (api.before_body.body_limit): until its body is complete (uploads of large batch
+  body limit (api.server.before_body.body_limit): until its body is complete (uploads of large batch
   files stay possible; a declared 1 GiB on a 1 MiB path gets no more than 1 MiB's time);
 - HOSTING_MAX_CONNECTIONS: connections beyond it are closed as soon as they open;
 - HOSTING_MAX_HEADER_BYTES: a request line and headers over it are answered 431 and the
@@ -42,7 +42,7 @@ def body_deadline_s(base_s: float, declared: bytes, path: str) -> float:
     A declared length over the limit is refused after at most DRAIN_BYTES more are read, so
     a huge declared length buys no more time than the limit and that drain.
     """
-    from models_registry.api.before_body import DRAIN_BYTES, body_limit
+    from models_registry.api.server.before_body import DRAIN_BYTES, body_limit
 
     try:
         length = max(int(declared), 0)

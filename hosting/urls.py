@@ -16,5 +16,5 @@ urlpatterns = [
 urlpatterns += [path("", include("models_registry.urls"))]
 
 # This install answers no page of its own: an unknown path or a server error gets the API's JSON error.
-handler404 = "models_registry.api.views.api_not_found"
-handler500 = "models_registry.api.views.api_server_error"
+handler404 = "models_registry.api.server.django_views.api_not_found"
+handler500 = "models_registry.api.server.django_views.api_server_error"

@@ -9,8 +9,8 @@ from django.http import HttpRequest
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
 
-from models_registry.api.sample_input_form import TestInputPage
-from models_registry.api.version_admin import ModelVersionInline, VersionActions, VersionedModelForm
+from models_registry.staff.sample_input_form import TestInputPage
+from models_registry.staff.version_admin import ModelVersionInline, VersionActions, VersionedModelForm
 from models_registry.core.model_state import ModelState, best_report
 from models_registry.models import ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
 from models_registry.observe import traffic_window
@@ -271,4 +271,4 @@ class QuarantinedRequestAdmin(admin.ModelAdmin):
 
 
 from models_registry.jobs import admin as _jobs_admin  # noqa: E402,F401  (registers the batch job pages)
-from models_registry.api import usage_admin as _usage_admin  # noqa: E402,F401  (registers the usage page)
+from models_registry.staff import usage_admin as _usage_admin  # noqa: E402,F401  (registers the usage page)

@@ -8,8 +8,8 @@ In a project's asgi.py:
     application = with_inference(get_asgi_application())
 
 The API's paths (core.paths.FRONT_DOOR_PREFIXES) go to the lean front door
-(api.front_door); every other request, the project's own views and its admin included,
-goes to the application given, held to the same body limits (api.site_bounds). Inference
+(api.server.front_door); every other request, the project's own views and its admin included,
+goes to the application given, held to the same body limits (api.server.site_bounds). Inference
 messages never reach an ASGI application: `manage.py runworker inference` pulls them from
 Redis.
 """
@@ -22,8 +22,8 @@ from typing import Any
 def with_inference(django_application: Any) -> Any:
     """django_application with the API's paths served by the front door; call it once Django is set up."""
     # Imported here: a project's asgi.py imports this module before get_asgi_application() sets Django up.
-    from models_registry.api.front_door import ApiASGIHandler
-    from models_registry.api.site_bounds import bounded, no_encoded_slash
+    from models_registry.api.server.front_door import ApiASGIHandler
+    from models_registry.api.server.site_bounds import bounded, no_encoded_slash
     from models_registry.broker.work_layer import work_layer
     from models_registry.core.collector import freeze_start_up
     from models_registry.core.paths import FRONT_DOOR_PREFIXES

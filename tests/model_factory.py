@@ -118,6 +118,20 @@ CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{%
 THINK_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'].split('</think>')[-1] }}\n{% endfor %}"
                   "{% if add_generation_prompt %}assistant: <think>\n{% endif %}")
 
+# A Hermes/Qwen-style template that takes tools: it lists them, renders an assistant's calls as <tool_call> blocks
+# and a tool result as its own turn (transformers compiles templates with trim_blocks: newlines are spelled out).
+TOOLS_TEMPLATE = (
+    "{% if tools %}system: Call a function as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>. "
+    "Functions:{% for tool in tools %} {{ tool | tojson }}{% endfor %}{{ '\\n' }}{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'assistant' and m.get('tool_calls') %}assistant:"
+    "{% for call in m['tool_calls'] %}<tool_call>{{ '\\n' }}"
+    "{{ {'name': call['function']['name'], 'arguments': call['function']['arguments']} | tojson }}"
+    "{{ '\\n' }}</tool_call>{% endfor %}{{ '\\n' }}"
+    "{% elif m['role'] == 'tool' %}tool ({{ m['tool_call_id'] }}): {{ m['content'] }}{{ '\\n' }}"
+    "{% else %}{{ m['role'] }}: {{ m['content'] }}{{ '\\n' }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
+
 
 def build_tiny_gpt2(dest: Path, positions: int = 128, chat_template: str | None = None) -> Path:
     """Build a tiny random GPT2LMHeadModel with a locally trained byte-level BPE tokenizer.

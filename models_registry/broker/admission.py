@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from models_registry.broker.enqueue import Admission
+from models_registry.broker.enqueue import QueuePlaces
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,9 @@ def pending_key(layer: Any, model: str, task: str) -> str:
 
 
 def places(layer: Any, model: str, task: str, request_id: str, count: int, deadline: float,
-           limit: int) -> Admission:
+           limit: int) -> QueuePlaces:
     """A request's count places in its task's queue, to take in the enqueue script (broker.enqueue)."""
-    return Admission(pending_key(layer, model, task), members(request_id, count), deadline, limit, time.time())
+    return QueuePlaces(pending_key(layer, model, task), members(request_id, count), deadline, limit, time.time())
 
 
 def members(request_id: str, count: int) -> list[str]:

@@ -105,7 +105,7 @@ class ChargeRefused(Exception):
 
 
 @dataclass(frozen=True)
-class Admission:
+class QueuePlaces:
     """The request's places in its task's queue."""
 
     pending_key: str
@@ -128,7 +128,7 @@ class Send:
     now: float
 
 
-async def run(conn: Any, plan: ChargePlan | None, admission: Admission | None = None,
+async def run(conn: Any, plan: ChargePlan | None, admission: QueuePlaces | None = None,
               send: Send | None = None) -> tuple[int, int]:
     """Run the parts given in one round trip: (status, depth before this request); the charge lands in plan."""
     keys: list[Any] = []

@@ -11,7 +11,7 @@ from typing import Any
 
 from models_registry.broker import admission, deferred, enqueue, messages, queue_state
 from models_registry.broker.work_layer import WorkLayer, work_layer
-from models_registry.catalog.served_check import Served, still_served
+from models_registry.catalog.served_check import ServedVersion, still_served
 from models_registry.core.errors import HostingError, Overloaded, Timeout, Unavailable, from_wire
 from models_registry.core.waits import done_within
 from models_registry.observe import tracing
@@ -63,7 +63,7 @@ def queue_full(model: str, task: str, depth: int, limit: int, wait: int, priorit
 
 
 async def enqueue_request(layer: WorkLayer, model: str, task: str, channel: str, message: dict[str, Any],
-                          places: enqueue.Admission, drain_rate: float, priority: str, plan: enqueue.ChargePlan | None,
+                          places: enqueue.QueuePlaces, drain_rate: float, priority: str, plan: enqueue.ChargePlan | None,
                           reply: tuple[str, asyncio.Future[Any] | asyncio.Queue[Any], Any] | None = None) -> None:
     """Charge (plan), admit (places) and send to channel in one round trip (a unary request's or a stream's);
     Overloaded (with Retry-After), ChargeRefused or Unavailable when not.
@@ -106,7 +106,7 @@ async def infer(
     timeout_s: float,
     max_queue_size: int,
     drain_rate: float = 0.0,
-    served: Served | None = None,
+    served: ServedVersion | None = None,
     priority: str = "interactive",
     charge: enqueue.ChargePlan | None = None,
     version: int = 0,
@@ -167,7 +167,7 @@ async def infer(
 
 async def _await_reply(
     receiver: asyncio.Future[messages.WorkResult], deadline: float, timeout_s: float, model: str,
-    served: Served | None, still_queued: Callable[[], Awaitable[bool]],
+    served: ServedVersion | None, still_queued: Callable[[], Awaitable[bool]],
 ) -> messages.WorkResult:
     """The reply, or Timeout at the deadline, or Unavailable once no live worker serves model
     or the broker lost the request (its admission entry vanished: Redis restarted empty)."""

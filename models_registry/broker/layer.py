@@ -130,7 +130,7 @@ class HostingChannelLayer(MessageLeases, HiredisPools, RedisChannelLayer):
         if not sent:
             raise ChannelFull()
 
-    async def enqueue(self, channel: str, message: dict[str, Any], admission: enqueue.Admission,
+    async def enqueue(self, channel: str, message: dict[str, Any], admission: enqueue.QueuePlaces,
                       plan: enqueue.ChargePlan | None, *, batch: bool = False,
                       reply: tuple[str, asyncio.Future[Any] | asyncio.Queue[Any], Reader] | None = None,
                       ) -> tuple[int, int]:

@@ -3,7 +3,7 @@
 The admission script's answers keep it fresh: a refusal at the interactive limit marks
 the task full for FULL_FOR_S (with the depth and Retry-After it was refused with), and
 any admitted request clears the mark. While it is marked, a request for the task is
-answered 503 at the cost of a /health answer (api.before_body), without reading its
+answered 503 at the cost of a /health answer (api.server.before_body), without reading its
 body or making a round trip; once the mark is FULL_FOR_S old, one request at a time takes
 the full path, so the mark is renewed or cleared by the broker's own answer.
 """
@@ -28,7 +28,7 @@ class Full:
     asked_at: float | None = None  # when one request was let through to ask the broker again
 
 
-# (model, task) -> its mark; empty when nothing is full, the test api.before_body makes on every request.
+# (model, task) -> its mark; empty when nothing is full, the test api.server.before_body makes on every request.
 marks: dict[tuple[str, str], Full] = {}
 
 

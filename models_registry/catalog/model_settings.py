@@ -70,10 +70,13 @@ def provenance_rows(task: str, pooling_override: str, normalize_override: bool |
         chosen = parameters.get("prompt_name")
         if layout.default_prompt_name and parameters.get("prompt") is None and chosen in (None, layout.default_prompt_name):
             rows.append(("default prompt", layout.default_prompt_name, FILES))
-    if task == "text-generation":  # how a chat answer's <think> block is told apart (api.reasoning_split)
+    if task == "text-generation":  # how a chat answer's <think> block is told apart (api.openai.reasoning_split)
         chosen = parameters.get("reasoning_format")
         rows.append(("reasoning_format", chosen or layout.reasoning_format or "none",
                      REGISTRATION if chosen else (FILES if layout.reasoning_format else DEFAULT)))
+        chosen = parameters.get("tool_call_format")  # how its tool calls are read (api.openai.tool_calls)
+        rows.append(("tool_call_format", chosen or layout.tool_call_format or "none",
+                     REGISTRATION if chosen else (FILES if layout.tool_call_format else DEFAULT)))
     for key in ("max_seq_length", "do_lower_case", "padding_side", "logit_tokens", "sparse"):
         if key in (said := layout.said()):
             rows.append((key, str(said[key]), FILES))
@@ -94,10 +97,10 @@ def provenance(task: Any) -> list[tuple[str, str, str]]:
     if not task.file_settings and task.task in ("feature-extraction", "text-ranking"):
         rows.append(("model files", "not read here (a hub id not in this machine's cache): the worker reads them at "
                                     "load", DEFAULT))
-    elif not task.file_settings and task.task == "text-generation":  # the web decides the reasoning split
+    elif not task.file_settings and task.task == "text-generation":  # the web decides the reasoning and tool split
         rows.append(("model files", "not read (a hub id not in this machine's cache, or registered before they "
-                                    "were): no reasoning_format from its chat template; set one, or register it "
-                                    "again", DEFAULT))
+                                    "were): no reasoning_format or tool_call_format from its chat template; set "
+                                    "them, or register it again", DEFAULT))
     return rows
 
 

@@ -9,7 +9,7 @@ from models_registry.core.model_state import ModelState, servable
 
 
 @dataclass(frozen=True)
-class Served:
+class ServedVersion:
     """The version a request was handed to: its model's name, the wire name it was queued under, its version."""
 
     model: str
@@ -17,7 +17,7 @@ class Served:
     version: int = 0  # 0: a model without versions
 
 
-async def still_served(served: Served) -> bool:
+async def still_served(served: ServedVersion) -> bool:
     """Whether a live worker serves the wire name, or will: a version the registry still lists reloads.
 
     A rollback to the version just retired sends requests there before every worker holds it again:

@@ -84,10 +84,10 @@ DEFAULTS: dict[str, Default] = dict([
     ("REDIS_URL", Default("REDIS_URL", "REDIS_URL", str, "redis://127.0.0.1:6379/0")),
     # Where the app keeps what it writes itself (exported ONNX models); a project's own files go to its storages.
     _hosting("VAR_DIR", Path, lambda conf: _base_dir() / "var"),
-    # The lean middleware of the API's front door (api.front_door): async-only, no sessions or CSRF.
+    # The lean middleware of the API's front door (api.server.front_door): async-only, no sessions or CSRF.
     ("API_MIDDLEWARE", Default("HOSTING_API_MIDDLEWARE", None, str, lambda conf: [
-        "models_registry.api.middleware.RequestIdMiddleware",
-        "models_registry.api.middleware.ApiGuardMiddleware",
+        "models_registry.api.server.middleware.RequestIdMiddleware",
+        "models_registry.api.server.middleware.ApiGuardMiddleware",
     ])),
     # Batch-priority items are served behind interactive ones until they waited this long.
     _hosting("BATCH_AGING_S", float, 5.0),

@@ -35,7 +35,11 @@ TRANSFORMER_CONFIG_FILES = ("sentence_bert_config.json", "sentence_roberta_confi
                             "sentence_albert_config.json", "sentence_xlm-roberta_config.json",
                             "sentence_xlnet_config.json")
 
-THINK_START, THINK_END = "<think>", "</think>"  # the reasoning block's tags (api.reasoning_split)
+THINK_START, THINK_END = "<think>", "</think>"  # the reasoning block's tags (api.openai.reasoning_split)
+# The markers of the tool-call formats (api.openai.tool_calls) a chat template renders.
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"  # hermes (Hermes, Qwen)
+MISTRAL_TOOL_CALLS = "[TOOL_CALLS]"
+PYTHON_TAG, LLAMA3_HEADER = "<|python_tag|>", "<|start_header_id|>"
 
 FileReader = Callable[[str], "str | None"]
 
@@ -83,6 +87,7 @@ class ModelLayout:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # processing_kwargs' "chat_template"
     multi_vector: dict[str, Any] | None = None  # ColBERT-style: its knobs as the files say (core.multi_vector_settings)
     reasoning_format: str | None = None  # the chat template's `<think>` format (core.reasoning_text); None: none
+    tool_call_format: str | None = None  # the format the chat template's tool calls take; None: it renders no tools
 
     @property
     def pooling_name(self) -> str | None:
@@ -121,6 +126,8 @@ class ModelLayout:
             said["logit_tokens"] = list(self.logit_tokens)
         if self.reasoning_format is not None:
             said["reasoning_format"] = self.reasoning_format
+        if self.tool_call_format is not None:
+            said["tool_call_format"] = self.tool_call_format
         return said
 
     def to_json(self) -> dict[str, Any]:
@@ -148,15 +155,20 @@ def parse_layout(read: FileReader) -> ModelLayout:
     tokenizer_config = _json(read, "tokenizer_config.json")
     padding_side = tokenizer_config.get("padding_side")
     padding_side = padding_side if padding_side in ("left", "right") else None
-    reasoning_format = reasoning_format_of(_chat_template(read, tokenizer_config))
+    template = _chat_template(read, tokenizer_config)
+    # with tools, transformers renders a "tool_use" template where there is one (Hermes 2 Pro's way)
+    tools_template = _chat_template(read, tokenizer_config, "tool_use") or template
+    reasoning_format, tool_call_format = reasoning_format_of(template), tool_call_format_of(tools_template)
     modules_text = read("modules.json")
     if modules_text is None:
-        return ModelLayout(padding_side=padding_side, reasoning_format=reasoning_format)
+        return ModelLayout(padding_side=padding_side, reasoning_format=reasoning_format,
+                           tool_call_format=tool_call_format)
     modules = _loads(modules_text, "modules.json")
     if not isinstance(modules, list):
         raise UnsupportedLayout("modules.json is not a list of modules")
     st_config = _json(read, "config_sentence_transformers.json")
     values: dict[str, Any] = {"padding_side": padding_side, "reasoning_format": reasoning_format,
+                              "tool_call_format": tool_call_format,
                               "kind": str(st_config.get("model_type") or "SentenceTransformer")}
     names: list[str] = []
     dense: list[DenseLayer] = []
@@ -220,15 +232,39 @@ def reasoning_format_of(template: str | None) -> str | None:
     return "think-open" if tail.rfind(THINK_START) > tail.rfind(THINK_END) else "think"
 
 
-def _chat_template(read: FileReader, tokenizer_config: dict[str, Any]) -> str | None:
-    """The default chat template: chat_template.jinja (transformers' newer saves), else tokenizer_config.json's."""
-    text = read("chat_template.jinja")
+def tool_call_format_of(template: str | None) -> str | None:
+    """The tool-call format a chat template's text renders: None when it never reads `tools`.
+
+    The markers it writes tell the family: `<tool_call>` hermes, `[TOOL_CALLS]` mistral, `<|python_tag|>`
+    or Llama 3's headers llama3-json; a template that reads tools in none of them is "none" (set the task's
+    tool_call_format).
+    """
+    if not template or "tools" not in template:
+        return None
+    if TOOL_CALL_OPEN in template:
+        return "hermes"
+    if MISTRAL_TOOL_CALLS in template:
+        return "mistral"
+    if PYTHON_TAG in template or LLAMA3_HEADER in template:
+        return "llama3-json"
+    return "none"
+
+
+def _chat_template(read: FileReader, tokenizer_config: dict[str, Any], name: str = "default") -> str | None:
+    """The default chat template: chat_template.jinja (transformers' newer saves), else tokenizer_config.json's.
+
+    Another name is looked up in tokenizer_config.json's named templates only (a hub cache may not know
+    whether additional_chat_templates/ holds a file, and asking would fail a cached-only reader).
+    """
+    text = read("chat_template.jinja") if name == "default" else None
     if text is not None:
         return text
     template = tokenizer_config.get("chat_template")
     if isinstance(template, list):  # named templates: transformers' "default" one
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default")
+        template = named.get(name)
+    elif name != "default":
+        return None
     return template if isinstance(template, str) else None
 
 

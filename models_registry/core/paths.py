@@ -1,9 +1,9 @@
 """The app's path table: every path it serves, spelled once, and which of them the API's front door serves.
 
 ROUTES is the one place a path is written. Django's URLconf (models_registry/urls.py) is
-made from it, the OpenAPI document's paths (api.openapi) are written from it, and every
+made from it, the OpenAPI document's paths (api.openapi.openapi) are written from it, and every
 matcher reads the names below: the ASGI router (models_registry.asgi), the front door's
-route table (api.route_table), the refusal before the body (api.before_body) and
+route table (api.server.route_table), the refusal before the body (api.server.before_body) and
 batch-job lines (jobs.lines). tests/unit/test_house.py fails on a path spelled anywhere else.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from models_registry.inference.task_common import per_input, to_plain
-from models_registry.media.pending import decoded
+from models_registry.media.pending import opened
 
 DEFAULT_TOP_K = 5
 
@@ -13,7 +13,7 @@ DEFAULT_TOP_K = 5
 def _clips(pipe: Any, inputs: list[Any]) -> list[dict[str, Any]]:
     # A dict of samples and their rate: the pipeline neither resamples nor reads files.
     rate = pipe.feature_extractor.sampling_rate
-    return [{"raw": samples, "sampling_rate": rate} for samples in decoded(inputs)]
+    return [{"raw": samples, "sampling_rate": rate} for samples in opened(inputs)]
 
 
 def audio_classification(pipe: Any, inputs: list[Any], params: dict[str, Any]) -> list[Any]:

@@ -276,7 +276,7 @@ class GenerationBatch:
                 return list(text.ids)
             prompt = str(text)
         else:
-            prompt = chat_prompt(self.tokenizer, params["messages"])
+            prompt = chat_prompt(self.tokenizer, params["messages"], params.get("tools"))
             if prompt in self.prompts:
                 self.prompts.move_to_end(prompt)
                 return self.prompts[prompt]

@@ -168,12 +168,16 @@ def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
-def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """messages rendered with the tokenizer's chat template, ready for the assistant's turn (400 without one)."""
-    if not getattr(tokenizer, "chat_template", None):
+def chat_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    """messages (and tools, OpenAI's function dicts) rendered with the tokenizer's chat template, ready for the
+    assistant's turn; 400 without a template, or with tools for a template that never reads them."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
         raise InvalidInput("this model has no chat template: send a prompt to /v1/completions instead")
+    if tools and "tools" not in (template if isinstance(template, str) else str(template)):
+        raise InvalidInput("this model's chat template does not use tools: leave 'tools' out")
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False, add_generation_prompt=True)
     except Exception as error:  # a template that raises on these messages (e.g. roles it does not take)
         raise InvalidInput(f"the model's chat template does not take these messages: {error}") from None
 
@@ -194,7 +198,8 @@ def generate(task: str, loaded: Any, texts: list[str], params: dict[str, Any],
     if params.get("logprobs") is not None or params.get("grammar"):  # OpenAI's options: rows of a decode batch only
         raise InvalidInput("logprobs and response_format need continuous batching, which this model does not run "
                            "(seq2seq, sliding-window attention, or HOSTING_CONTINUOUS_BATCHING=0)")
-    texts = [chat_prompt(tokenizer, params["messages"]) for _ in texts] if params.get("messages") else texts
+    texts = [chat_prompt(tokenizer, params["messages"], params.get("tools"))
+             for _ in texts] if params.get("messages") else texts
     limit = max_positions(model, tokenizer)
     encoded = tokenizer([prefix + t for t in texts], padding=True, return_token_type_ids=False, return_tensors="pt",
                         truncation=seq2seq and limit is not None, max_length=limit if seq2seq else None)

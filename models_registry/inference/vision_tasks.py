@@ -15,7 +15,7 @@ import torch
 from models_registry.core.errors import InvalidInput
 from models_registry.inference.media_models import Captioner, DualEncoder, ImageEncoder
 from models_registry.inference.task_common import per_input, to_plain
-from models_registry.media.pending import decoded
+from models_registry.media.pending import opened
 
 DEFAULT_TOP_K = 5  # the HF Inference API's default for the classification tasks
 DEFAULT_TEMPLATE = "This is a photo of {}."
@@ -26,7 +26,7 @@ CHANNELS_LAST = {"input_data_format": "channels_last"}
 
 def image_classification(pipe: Any, inputs: list[Any], params: dict[str, Any]) -> list[Any]:
     """[{label, score}, ...] per image, best first (top_k, default 5)."""
-    images = decoded(inputs)
+    images = opened(inputs)
     kwargs: dict[str, Any] = {"top_k": min(params.get("top_k") or DEFAULT_TOP_K, pipe.model.config.num_labels)}
     if params.get("function_to_apply"):
         kwargs["function_to_apply"] = params["function_to_apply"]
@@ -36,7 +36,7 @@ def image_classification(pipe: Any, inputs: list[Any], params: dict[str, Any]) -
 
 def object_detection(pipe: Any, inputs: list[Any], params: dict[str, Any]) -> list[Any]:
     """[{label, score, box: {xmin, ymin, xmax, ymax}}, ...] per image."""
-    images = decoded(inputs)
+    images = opened(inputs)
     threshold = params.get("threshold")
     raw = pipe(images, batch_size=len(images), threshold=0.5 if threshold is None else threshold)
     return [to_plain(r) for r in per_input(raw, len(images))]
@@ -61,7 +61,7 @@ def _as_vectors(vectors: torch.Tensor, normalize: bool) -> list[Any]:
 def image_features(runner: DualEncoder | ImageEncoder, inputs: list[Any], params: dict[str, Any],
                    pooling: str, normalize: bool) -> list[Any]:
     """One vector per image as [float32 bytes, shape] (a CLIP model's: in its text vectors' space)."""
-    images = decoded(inputs)
+    images = opened(inputs)
     pixels = _pixels(runner.image_processor, images, runner.device)
     normalize = normalize if params.get("normalize") is None else params["normalize"]
     if isinstance(runner, DualEncoder):
@@ -84,7 +84,7 @@ def zero_shot_image_classification(runner: DualEncoder, inputs: list[Any], param
     if not labels:
         raise InvalidInput("zero-shot-image-classification needs parameters.candidate_labels")
     template = params.get("hypothesis_template") or DEFAULT_TEMPLATE
-    images = decoded(inputs)
+    images = opened(inputs)
     tokens = runner.tokenizer([template.format(label) for label in labels], padding=True, truncation=True,
                               return_tensors="pt").to(runner.device)
     output = runner.model(**tokens, pixel_values=_pixels(runner.image_processor, images, runner.device))
@@ -98,7 +98,7 @@ def zero_shot_image_classification(runner: DualEncoder, inputs: list[Any], param
 
 def image_to_text(runner: Captioner, inputs: list[Any], params: dict[str, Any]) -> list[Any]:
     """[{generated_text}] per image (the HF spec's list)."""
-    images = decoded(inputs)
+    images = opened(inputs)
     pixels = _pixels(runner.image_processor, images, runner.device)
     kwargs: dict[str, Any] = {}
     generate = dict(params.get("generate_kwargs") or {})

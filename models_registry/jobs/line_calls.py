@@ -34,7 +34,7 @@ class LineAnswer:
 
 
 class LineCalls(Protocol):
-    """Runs one line as the job's owner (api.line_caller.LineCaller; tests give their own)."""
+    """Runs one line as the job's owner (api.pipeline.line_caller.LineCaller; tests give their own)."""
 
     async def call(self, line: JobLine, owner_id: int | None, request_id: str) -> LineAnswer:
         """The answer the line's request would get over HTTP."""

@@ -1,4 +1,4 @@
-"""A media input being decoded: what a batch item carries in the worker once its decoding has started."""
+"""A media input being opened (media.opening): what a batch item carries in the worker once its opening has started."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from models_registry.core.errors import InvalidInput
-from models_registry.media.decode import decode
+from models_registry.media.opening import open_item
 from models_registry.media.item import MediaItem
 
 # A file whose decoding takes longer fails alone: the compute thread must never wait on it for good.
-DECODE_TIMEOUT_S = 30.0
+OPEN_TIMEOUT_S = 30.0
 
 
 class PendingMedia:
@@ -32,21 +32,21 @@ class PendingMedia:
 
     def get(self) -> Any:
         """The decoded image or samples (raises the decoding's InvalidInput or TooLarge, or InvalidInput after
-        DECODE_TIMEOUT_S)."""
+        OPEN_TIMEOUT_S)."""
         try:
-            return self.future.result(timeout=DECODE_TIMEOUT_S)
+            return self.future.result(timeout=OPEN_TIMEOUT_S)
         except FutureTimeout:
-            raise InvalidInput(f"the {self.kind} file took over {DECODE_TIMEOUT_S:g} s to decode") from None
+            raise InvalidInput(f"the {self.kind} file took over {OPEN_TIMEOUT_S:g} s to open") from None
 
 
 def start(pool: Executor, item: MediaItem, sampling_rate: int | None, max_pixels: int,
           max_seconds: float) -> PendingMedia:
     """Decode item in pool; the PendingMedia that will hold it."""
-    return PendingMedia(item, pool.submit(decode, item, sampling_rate, max_pixels, max_seconds))
+    return PendingMedia(item, pool.submit(open_item, item, sampling_rate, max_pixels, max_seconds))
 
 
-def decoded(items: list[Any]) -> list[Any]:
-    """The decoded values of a batch's media inputs.
+def opened(items: list[Any]) -> list[Any]:
+    """The opened values of a batch's media inputs.
 
     Anything else is refused: a string handed to a transformers pipeline where an image
     belongs would be opened as a local path or fetched as a URL.

@@ -1,6 +1,6 @@
 """The usage ledger's counters: per API token, model version and UTC hour, added up in one Redis hash.
 
-The web records each request once (api.request_record): its fields() go out as HINCRBYs in the
+The web records each request once (api.pipeline.request_record): its fields() go out as HINCRBYs in the
 pipeline its event-loop turn already sends (broker.deferred), into one hash per broker: no
 database write per request. Every few seconds a web process moves that hash to the database
 (observe.ledger_flush, which reads it back with rows_of). A field of the hash is

@@ -7,7 +7,7 @@ span. Until then `tracer` is None and the hot paths test only that attribute: wi
 imported.
 
 The web's SERVER span is the OpenTelemetry context's current span while the request is handled
-(observe.server_span); its W3C traceparent (and tracestate) travel in the wire message (wire_context), and the
+(observe.server_span, called by api.server.front_door); its W3C traceparent (and tracestate) travel in the wire message (wire_context), and the
 worker's spans join that trace (worker.batch_spans).
 """
 

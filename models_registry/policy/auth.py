@@ -122,7 +122,7 @@ def require_allowed(grant: TokenGrant | None, model: str) -> None:
 def known_allowed(authorization: str | None, model: str) -> bool:
     """Whether the token is cached as valid and allowed for model (tokens off: yes), never waiting for a lookup.
 
-    For the fast 503 (api.before_body): a burst must not wait on the database. A grant up
+    For the fast 503 (api.server.before_body): a burst must not wait on the database. A grant up
     to STALE_GRANT_S old still counts, and starts its lookup in the background; an unknown
     token (or an older grant) is not known here, and goes the normal way.
     """

@@ -6,7 +6,7 @@ from typing import Any
 
 from models_registry.broker import handoff
 from models_registry.broker.enqueue import ChargePlan
-from models_registry.catalog.served_check import Served
+from models_registry.catalog.served_check import ServedVersion
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.core.errors import HostingError
 from models_registry.policy import shadow
@@ -28,7 +28,7 @@ async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: li
         result = await handoff.infer(
             request_id=request_id, model=wire, task=task.name, inputs=inputs,
             parameters=parameters, timeout_s=task.timeout_s, max_queue_size=queue_limit,
-            drain_rate=target.drain_rate, served=Served(spec.name, wire, version), priority=klass, charge=charge,
+            drain_rate=target.drain_rate, served=ServedVersion(spec.name, wire, version), priority=klass, charge=charge,
             version=version,
         )
     except HostingError as error:

@@ -78,7 +78,7 @@ class Admission:
 
     @property
     def metered(self) -> TokenGrant | None:
-        """The token charged (None: no charge): its request is counted with the answer's (api.request_record)."""
+        """The token charged (None: no charge): its request is counted with the answer's (api.pipeline.request_record)."""
         return self.grant if self.plan is not None or self.charge is not None else None
 
 

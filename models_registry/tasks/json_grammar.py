@@ -1,7 +1,7 @@
 """Structured output: a JSON schema compiled into the grammar a generation is constrained by (llguidance).
 
 The web compiles and checks the grammar from the schema's canonical text (tasks.schema_bounds: bounded
-first, so a compile takes about 0.1 s at most), off its event loop (api.structured_output), so a schema
+first, so a compile takes about 0.1 s at most), off its event loop (api.openai.structured_output), so a schema
 the engine cannot take is a 400 before anything is queued; the worker only instantiates it for its
 tokenizer (inference.grammar_mask). The grammar does not depend on the tokenizer. The checks, in order:
 the bounds; a $ref cycle with no finite instance (tasks.schema_instances); the engine's own compile;

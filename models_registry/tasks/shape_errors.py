@@ -1,6 +1,6 @@
 """Pydantic's validation errors as the API's one-line 400 messages, phrased from the shapes themselves.
 
-A shape (a TypedDict of tasks.task_parameters or api.request_schemas) fails with a list
+A shape (a TypedDict of tasks.task_parameters or api.shapes.request_schemas) fails with a list
 of pydantic errors; clients get ONE clear sentence: the unknown keys and what the shape
 takes, or "parameter 'x' must be an integer from 1 to 100". The phrase comes from the
 key's `Says` metadata, or else from the key's JSON schema, so a bound changed in a shape

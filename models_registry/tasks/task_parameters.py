@@ -2,7 +2,7 @@
 
 These shapes are the one definition of a task's parameters: the web validates requests
 with them (tasks.task_inputs), the admin validates a task's defaults with them, and
-the OpenAPI document is generated from them (api.openapi). To add a parameter, add a key
+the OpenAPI document is generated from them (api.openapi.openapi). To add a parameter, add a key
 here with its type and bounds; a bound goes in `Field(...)` so that validation and the
 document agree. `Says` gives the phrase of the 400 message where the type alone cannot
 say it ("parameter 'x' must <phrase>"); simple types get theirs from the schema.
@@ -131,13 +131,15 @@ class TextGenerationParameters(TypedDict, total=False):
 
 
 ReasoningFormat = Literal["think", "think-open", "none"]
+ToolCallFormat = Literal["hermes", "llama3-json", "mistral", "none"]
 
 
 @with_config(SHAPE_CONFIG)
 class TextGenerationDefaults(TextGenerationParameters, total=False):
-    """text-generation defaults: also how a chat answer's reasoning is told from its content (api.reasoning_split)."""
+    """text-generation defaults: also how a chat answer's reasoning and tool calls are told from its content."""
 
     reasoning_format: ReasoningFormat | None  # absent: what the chat template implies (core.model_layout)
+    tool_call_format: ToolCallFormat | None  # how tool calls are read from a chat answer (api.openai.tool_calls)
 
 
 def _drop_nulls(value: dict[str, Any]) -> dict[str, Any]:

@@ -15,9 +15,9 @@ WORK = "inference.m"
 pytestmark = pytest.mark.usefixtures("within_one_minute")  # the limits count in one UTC minute
 
 
-def places(layer: HostingChannelLayer, key: str, count: int, limit: int) -> enqueue.Admission:
+def places(layer: HostingChannelLayer, key: str, count: int, limit: int) -> enqueue.QueuePlaces:
     now = time.time()
-    return enqueue.Admission(admission.pending_key(layer, "m", "t"), admission.members(key, count), now + 60, limit, now)
+    return enqueue.QueuePlaces(admission.pending_key(layer, "m", "t"), admission.members(key, count), now + 60, limit, now)
 
 
 def plan(layer: HostingChannelLayer, limits: rate_limits.Limits, tokens: int) -> enqueue.ChargePlan:

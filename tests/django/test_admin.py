@@ -12,8 +12,10 @@ from asgiref.sync import async_to_sync
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from models_registry.api import dashboard, hf_route, inference_route, sample_request
-from models_registry.api.call import ApiCall
+from models_registry.staff import dashboard, sample_request
+from models_registry.api.hf import hf_route
+from models_registry.api.pipeline import inference_route
+from models_registry.api.pipeline.call import ApiCall
 from models_registry.broker import handoff as inference_client
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import Timeout

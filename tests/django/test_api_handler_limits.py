@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from models_registry.api.before_body import DRAIN_BYTES
-from models_registry.api.front_door import ApiASGIHandler
+from models_registry.api.server.before_body import DRAIN_BYTES
+from models_registry.api.server.front_door import ApiASGIHandler
 
 CHUNK = 64 * 1024
 

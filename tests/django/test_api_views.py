@@ -227,7 +227,7 @@ async def test_unknown_task_is_404_listing_the_tasks(client: AsyncClient, token:
 
 async def test_get_on_a_task_route_is_405(client: AsyncClient, token: str) -> None:
     response = await client.get("/models/bert/fill-mask", headers=bearer(token))
-    assert error_of(response, 405, "method_not_allowed") == "use POST for inference"
+    assert error_of(response, 405, "method_not_allowed") == "GET is not allowed here; use POST"
 
 
 async def test_put_is_405(client: AsyncClient, token: str) -> None:

@@ -150,7 +150,7 @@ async def test_the_openai_sdk_sets_expiry_and_deletes(token: str) -> None:
     import httpx
     from openai import AsyncOpenAI
 
-    from models_registry.api.front_door import ApiASGIHandler
+    from models_registry.api.server.front_door import ApiASGIHandler
 
     transport = httpx.ASGITransport(app=ApiASGIHandler())
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:

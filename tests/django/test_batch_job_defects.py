@@ -7,6 +7,7 @@ stubbed hand-off, or with a fake caller where only the driver's decisions matter
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ import orjson
 import pytest
 from asgiref.sync import sync_to_async
 
-from models_registry.api.line_caller import LineCaller
+from models_registry.api.pipeline.line_caller import LineCaller
 from models_registry.broker import stream_handoff
 from models_registry.broker.handoff import InferenceResult
 from models_registry.jobs.driver import JobDriver
@@ -159,17 +160,21 @@ async def test_a_rate_limited_owner_does_not_block_another_owners_job(
     content = _jsonl(12).replace(b'"text ', b'"limited ')
     first = (await _batch(client, token, (await _upload(client, token, content)).json()["id"])).json()["id"]
     second = (await _batch(client, other, (await _upload(client, other, _jsonl(40))).json()["id"])).json()["id"]
-    caller = RateLimitedCaller(retry_after_s=0.05)
+    caller = RateLimitedCaller(retry_after_s=0.2)
     driver = JobDriver("w1", caller)
+    started = time.monotonic()
     task = asyncio.ensure_future(driver.run())
     try:
         done = await _wait_status(second, "completed", tries=200)
+        waits = (time.monotonic() - started) / caller.retry_after_s  # Retry-After periods the other job took
         limited = await BatchJob.objects.aget(public_id=first)
         # The other owner's job ended while the rate-limited one, older, was still waiting on its limit.
         assert done.status == "completed" and (done.completed, done.failed) == (40, 0)
         assert limited.status == "in_progress"
-        # The limited owner backs off: one try per Retry-After, not a spin over its lines.
-        assert sum(1 for limited, _ in caller.calls if limited) < 12
+        # The limited owner backs off: a chunk's lines tried once per Retry-After, not a spin over them (a spin
+        # tries them every few ms). Bounded by the time taken, not a count: a loaded machine is slower, not wrong.
+        in_flight = settings.HOSTING_BATCH_IN_FLIGHT
+        assert sum(1 for limited, _ in caller.calls if limited) <= in_flight * (int(waits) + 2)
         # and its lines give up after their retries, into the error file
         limited = await _wait_status(first, "completed")
     finally:

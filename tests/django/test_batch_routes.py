@@ -14,7 +14,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 from pydantic import TypeAdapter
 
-from models_registry.api import batch_schemas
+from models_registry.api.openai import batch_schemas
 from models_registry.jobs import files
 from models_registry.jobs.driver import JobDriver
 from models_registry.jobs.line_calls import LineAnswer

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models_registry.api import dimensions
+from models_registry.api.hf import dimensions
 from models_registry.broker.handoff import InferenceResult
 from models_registry.models import RegisteredModel
 from tests.asgi_client import AsyncClient

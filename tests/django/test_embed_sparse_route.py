@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from models_registry.api import response_schemas
+from models_registry.api.shapes import response_schemas
 from models_registry.broker.handoff import InferenceResult
 from models_registry.catalog.sparse_answer import SparseVector
 from models_registry.core.model_layout import ModelLayout

@@ -12,7 +12,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from models_registry.api.front_door import ApiASGIHandler
+from models_registry.api.server.front_door import ApiASGIHandler
 from models_registry.broker import admission, queue_state
 from models_registry.models import RegisteredModel
 from tests.admitting import admit

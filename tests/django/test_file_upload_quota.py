@@ -151,7 +151,7 @@ async def test_an_upload_refused_after_its_body_or_left_mid_body_holds_nothing(
     client goes away before the body is in."""
     import asyncio
 
-    from models_registry.api.front_door import ApiASGIHandler
+    from models_registry.api.server.front_door import ApiASGIHandler
     from tests.asgi_client import AsyncClient as DoorClient
     from tests.django.test_api_handler_limits import scope
 

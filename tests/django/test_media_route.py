@@ -90,7 +90,7 @@ async def test_the_document_shows_each_media_task_its_own_binary_bodies(token: s
 async def test_the_dashboard_counts_the_files_accepted(token: str, calls: list[dict[str, Any]]) -> None:
     from asgiref.sync import sync_to_async
 
-    from models_registry.api import dashboard
+    from models_registry.staff import dashboard
 
     def vit_media() -> dict[str, int]:
         row = next(t for t in dashboard.snapshot()["tasks"] if t["model"] == "vit")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from asgiref.sync import sync_to_async
 
-from models_registry.api import dimensions, views
+from models_registry.api.hf import dimensions
+from models_registry.catalog import lookups
 from models_registry.broker.handoff import InferenceResult
 from models_registry.core.errors import Timeout
 from models_registry.models import RegisteredModel
@@ -148,7 +149,7 @@ async def test_a_task_may_declare_its_sizes(client: AsyncClient, token: str,
                                             worker_answers: list[dict[str, Any]]) -> None:
     await sync_to_async(lambda: RegisteredModel.objects.get(name="emb").tasks.filter(name="cls-pool").update(
         parameters={"matryoshka_dimensions": [2]}))()
-    views.lookups.reset()
+    lookups.reset()
     refused = await embed(client, {"model": "emb/cls-pool", "input": "a", "dimensions": 1}, token)
     assert "not one of the sizes this task serves: 2" in openai_error(refused, 400, "invalid_input")["message"]
     assert not worker_answers

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models_registry.api import dimensions, openapi, tgi_stream
-from models_registry.api.openai_routes import read_embedding_request
-from models_registry.api.payloads import read_request
+from models_registry.api.hf import dimensions, tgi_stream
+from models_registry.api.openapi import openapi
+from models_registry.api.openai.openai_routes import read_embedding_request
+from models_registry.api.hf.payloads import read_request
 from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.catalog import lookups
 from models_registry.tasks.parameter_types import MAX_DIMENSIONS
@@ -228,7 +229,7 @@ def test_an_integral_float_is_an_integer_as_in_json_schema() -> None:
     ("/embed_sparse", {"inputs": "x"}),
 ])
 def test_tei_bodies_agree(path: str, body: Any) -> None:
-    from models_registry.api.tei_routes import read_embed_sparse_request, read_rerank_request, read_tokenize_request
+    from models_registry.api.tei.tei_routes import read_embed_sparse_request, read_rerank_request, read_tokenize_request
 
     read = {"/tokenize": read_tokenize_request, "/rerank": read_rerank_request,
             "/embed_sparse": read_embed_sparse_request}[path]
@@ -242,7 +243,7 @@ def test_tei_bodies_agree(path: str, body: Any) -> None:
 
 
 async def test_answers_have_their_documented_shapes(per_model: Any) -> None:
-    from models_registry.api import response_schemas as r
+    from models_registry.api.shapes import response_schemas as r
     from models_registry.tasks.shape_errors import adapter
 
     _, token = per_model
@@ -329,7 +330,7 @@ GENERATION_EDGES: list[tuple[bool, Any]] = [
 
 @pytest.mark.parametrize(("chat", "body"), GENERATION_EDGES)
 def test_generation_bodies_agree(chat: bool, body: Any) -> None:
-    from models_registry.api import generation_requests
+    from models_registry.api.openai import generation_requests
 
     name = "ChatCompletionRequest" if chat else "CompletionRequest"
     documented = validator({"$ref": f"#/components/schemas/{name}"}).is_valid(body)

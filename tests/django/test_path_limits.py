@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from models_registry.api.before_body import DRAIN_BYTES
+from models_registry.api.server.before_body import DRAIN_BYTES
 from hosting.http_protocol import body_deadline_s
 
 CHUNK = 64 * 1024

@@ -17,7 +17,7 @@ import redis
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from models_registry.api import openapi
+from models_registry.api.openapi import openapi
 from models_registry.broker import deferred, messages
 from models_registry.models import RegisteredModel, UsageRecord
 from models_registry.observe import ledger_flush

@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
-from models_registry.api import hf_route, openai_routes, route_table, tei_routes, tokenize_route
-from models_registry.api.front_door import ApiASGIHandler
-from models_registry.api.line_caller import LineCaller
+from models_registry.api.hf import hf_route
+from models_registry.api.openai import openai_routes
+from models_registry.api.server import route_table
+from models_registry.api.tei import tei_routes, tokenize_route
+from models_registry.api.server.front_door import ApiASGIHandler
+from models_registry.api.pipeline.line_caller import LineCaller
 from models_registry.broker.handoff import InferenceResult
 from models_registry.jobs.lines import JobLine
 from models_registry.models import RegisteredModel

@@ -16,7 +16,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from models_registry.api import dashboard, usage_admin
+from models_registry.staff import dashboard, usage_admin
 from models_registry.models import ApiToken, UsageRecord
 from models_registry.observe import traffic_window
 
@@ -116,7 +116,7 @@ def test_the_token_list_reads_usage_for_its_page_only(admin_client: Client, monk
 
 def test_a_models_change_page_shows_its_newest_versions_only(admin_client: Client,
                                                              make_model: Callable[..., Any]) -> None:
-    from models_registry.api.version_admin import SHOWN_VERSIONS
+    from models_registry.staff.version_admin import SHOWN_VERSIONS
     from models_registry.models import ModelVersion
 
     model, other = make_model("enc"), make_model("other")

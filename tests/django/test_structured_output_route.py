@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from models_registry.api import structured_output
-from models_registry.api.structured_output import GrammarCompiles
+from models_registry.api.openai import structured_output
+from models_registry.api.openai.structured_output import GrammarCompiles
 from models_registry.broker.handoff import InferenceResult
 from models_registry.models import RegisteredModel
 from models_registry.tasks.schema_bounds import SchemaError

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from models_registry.api import tokenization
+from models_registry.api.tei import tokenization
 from models_registry.models import RegisteredModel
 from tests import model_factory
 from tests.asgi_client import AsyncClient

@@ -138,7 +138,7 @@ def test_openai_a_non_embedding_model_is_a_clear_400(oai: openai.OpenAI) -> None
 
 
 def test_openai_unknown_model_is_not_found(oai: openai.OpenAI) -> None:
-    with pytest.raises(openai.NotFoundError, match="no model 'nope'"):
+    with pytest.raises(openai.NotFoundError, match="no model named 'nope'"):
         oai.embeddings.create(model="nope", input="x")
 
 

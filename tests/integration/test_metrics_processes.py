@@ -77,7 +77,7 @@ def test_every_scrape_counts_every_processes_requests_and_never_goes_back(stack:
 def test_the_dashboard_counts_every_process(stack: Stack) -> None:
     from django.test import override_settings
 
-    from models_registry.api import dashboard
+    from models_registry.staff import dashboard
 
     with override_settings(HOSTING_PROMETHEUS_MULTIPROC_DIR=stack.tokens["_shared_dir"]):
         assert dashboard.web_processes() == 3

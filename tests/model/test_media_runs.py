@@ -100,12 +100,12 @@ def test_files_are_decoded_in_the_decode_pool_and_a_slow_one_fails_alone(monkeyp
             time.sleep(0.5)
         return "decoded"
 
-    monkeypatch.setattr(pending, "decode", decode)
-    monkeypatch.setattr(pending, "DECODE_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(pending, "open_item", decode)
+    monkeypatch.setattr(pending, "OPEN_TIMEOUT_S", 0.1)
     with ThreadPoolExecutor(2, thread_name_prefix="decode") as pool:
         fast = pending.start(pool, MediaItem("image", b"fast", "PNG", 1, 1), None, 10, 1.0)
         slow = pending.start(pool, MediaItem("image", b"slow", "PNG", 1, 1), None, 10, 1.0)
         assert fast.get() == "decoded"
-        with pytest.raises(InvalidInput, match="to decode"):
+        with pytest.raises(InvalidInput, match="to open"):
             slow.get()
     assert threads and all(name.startswith("decode") for name in threads)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models_registry.api import dimensions
+from models_registry.api.hf import dimensions
 from models_registry.core.batch_types import BatchPolicy
 from models_registry.core.errors import InvalidInput
 from models_registry.catalog.specs import TaskSpec

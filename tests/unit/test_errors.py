@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from models_registry.api.error_answers import error_response
+from models_registry.api.pipeline.error_answers import error_response
 from models_registry.core import errors
 from models_registry.core.errors import (
     Forbidden,

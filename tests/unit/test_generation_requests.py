@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from models_registry.api.completion_shapes import Choice, Shaper, visible
-from models_registry.api.generation_requests import read, worker_parameters
-from models_registry.api.reasoning_split import Pieces, ReasoningSplitter
+from models_registry.api.openai.completion_shapes import Choice, Shaper, visible
+from models_registry.api.openai.generation_requests import read, worker_parameters
+from models_registry.api.openai.reasoning_split import Pieces, ReasoningSplitter
 from models_registry.core.errors import InvalidInput
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -96,7 +96,7 @@ def test_choices_show_text_in_pieces_and_stop_at_a_stop_sequence() -> None:
 
 def test_top_logprobs_without_logprobs_asks_for_none() -> None:
     """The document's fields are independent (schemathesis sends any combination): top_logprobs alone is ignored."""
-    from models_registry.api.openai_options import read_logprobs
+    from models_registry.api.openai.openai_options import read_logprobs
 
     assert read_logprobs({"top_logprobs": 2}, chat=True) is None
     assert read_logprobs({"logprobs": False, "top_logprobs": 2}, chat=True) is None

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from models_registry.api.generation_requests import read, worker_parameters
-from models_registry.api.openai_options import read_response_format
-from models_registry.api.structured_output import GrammarCompiles
+from models_registry.api.openai.generation_requests import read, worker_parameters
+from models_registry.api.openai.openai_options import read_response_format
+from models_registry.api.openai.structured_output import GrammarCompiles
 from models_registry.core.errors import InvalidInput
 from models_registry.tasks.json_grammar import compile_canonical, compile_schema, engine_reason, probe
 from models_registry.tasks.schema_bounds import SchemaError, canonical, closed

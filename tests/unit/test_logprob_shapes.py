@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_registry.api.completion_shapes import Choice, Shaper
-from models_registry.api.logprob_shapes import Released, token_text
+from models_registry.api.openai.completion_shapes import Choice, Shaper
+from models_registry.api.openai.logprob_shapes import Released, token_text
 
 
 def event(text: str, logprob: float, top: list[tuple[str, float]] | None = None, special: bool = False,

@@ -124,3 +124,25 @@ def test_chat_template_jinja_and_named_templates_are_read_as_transformers_does()
     assert parse_layout(files.get).reasoning_format == "think-open"
     named = [{"name": "tool_use", "template": "<think>"}, {"name": "default", "template": HISTORY + QWEN3_TAIL}]
     assert parse_layout(reader({"tokenizer_config.json": {"chat_template": named}})).reasoning_format == "think"
+
+
+@pytest.mark.parametrize(("template", "said"), [
+    ("{{ messages[0]['content'] }}", None),  # never reads tools
+    ("{% for tool in tools %}{{ tool | tojson }}{% endfor %}<tool_call>\n{\"name\": ...}\n</tool_call>", "hermes"),
+    ("{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}[TOOL_CALLS]", "mistral"),
+    ("<|start_header_id|>user<|end_header_id|>{% if tools %}{{ tools | tojson }}{% endif %}<|python_tag|>",
+     "llama3-json"),
+    ("{% if tools %}{{ tools | tojson }}{% endif %}<function_call>", "none"),  # reads tools, in no format we read
+])
+def test_the_chat_template_says_the_tool_call_format(template: str, said: str | None) -> None:
+    layout = parse_layout(reader({"tokenizer_config.json": {"chat_template": template}}))
+    assert layout.tool_call_format == said
+    assert layout.said().get("tool_call_format") == said
+
+
+def test_with_tools_a_named_tool_use_template_says_the_format() -> None:
+    named = [{"name": "default", "template": "{{ messages[0]['content'] }}"},
+             {"name": "tool_use", "template": "{% for tool in tools %}{{ tool }}{% endfor %}<tool_call>"}]
+    layout = parse_layout(reader({"tokenizer_config.json": {"chat_template": named}}))
+    assert layout.tool_call_format == "hermes" and layout.reasoning_format is None
+    assert parse_layout({"chat_template.jinja": "{{ messages }}"}.get).tool_call_format is None

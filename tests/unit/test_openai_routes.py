@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from models_registry.api.error_answers import openai_error_body
-from models_registry.api.openai_routes import embedding_ids, read_embedding_request
+from models_registry.api.pipeline.error_answers import openai_error_body
+from models_registry.api.openai.openai_routes import embedding_ids, read_embedding_request
 from models_registry.core.batch_types import BatchPolicy
 from models_registry.core.errors import InvalidInput, Overloaded, TooLarge
 from models_registry.catalog.specs import ModelSpec, TaskSpec

@@ -1,4 +1,4 @@
-"""The app's packages import only downward: api -> jobs -> policy -> worker -> broker -> observe -> capacity
+"""The app's packages import only downward: staff -> api -> jobs -> policy -> worker -> broker -> observe -> capacity
 -> inference -> catalog -> models -> tasks -> media -> core (docs/architecture.md). An upward import is a cut in the
 wrong place. Only inference/ imports the model libraries, and no module imports relatively (so no import hides)."""
 
@@ -15,7 +15,7 @@ APP = Path(__file__).resolve().parents[2] / "models_registry"
 # Bottom first; a package may import its own modules and any package below it. models (Django's, a package
 # since it was split) sits below catalog, whose snapshots read it, and above tasks, whose shapes validate it.
 LAYERS = ("core", "media", "tasks", "models", "catalog", "inference", "capacity", "observe", "broker", "worker",
-          "policy", "jobs", "api")
+          "policy", "jobs", "api", "staff")
 # The libraries that load or run models: heavy to import and device-bound, so they stay behind inference/.
 MODEL_LIBRARIES = ("torch", "transformers", "onnxruntime", "onnx", "optimum", "accelerate")
 RANK = {name: rank for rank, name in enumerate(LAYERS)}

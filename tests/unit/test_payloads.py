@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models_registry.api.answer import dump_json
-from models_registry.api.payloads import decode_vector, parse_body, read_request, shape_response
+from models_registry.api.pipeline.answer import dump_json
+from models_registry.api.hf.payloads import decode_vector, parse_body, read_request, shape_response
 from models_registry.core.errors import InvalidInput, TooLarge
 
 FE, FM, TC = "feature-extraction", "fill-mask", "text-classification"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models_registry.api.payloads import parse_body
+from models_registry.api.hf.payloads import parse_body
 from models_registry.core.errors import InvalidInput
 
 

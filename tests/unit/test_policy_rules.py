@@ -29,7 +29,7 @@ def test_a_request_may_lower_its_priority_but_not_raise_it() -> None:
 
 
 def test_the_header_or_the_body_options_ask() -> None:
-    from models_registry.api.hf_route import asked_priority
+    from models_registry.api.hf.hf_route import asked_priority
 
     assert asked_priority("batch", {"options": {"priority": "interactive"}}) == "batch"  # the header wins
     assert asked_priority(None, {"inputs": "x", "options": {"priority": "batch"}}) == "batch"

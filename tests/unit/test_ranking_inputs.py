@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from models_registry.api import payloads
+from models_registry.api.hf import payloads
 from models_registry.core.errors import InvalidInput, TooLarge
 from models_registry.tasks.task_inputs import normalize_inputs, validate_parameters
 

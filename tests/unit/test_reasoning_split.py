@@ -1,10 +1,10 @@
-"""api.reasoning_split: an answer's `<think>` block apart from its content, whole and fed piece by piece."""
+"""api.openai.reasoning_split: an answer's `<think>` block apart from its content, whole and fed piece by piece."""
 
 from __future__ import annotations
 
 import pytest
 
-from models_registry.api.reasoning_split import Pieces, ReasoningSplitter
+from models_registry.api.openai.reasoning_split import Pieces, ReasoningSplitter
 from models_registry.tasks.task_parameters import ReasoningFormat
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from models_registry.catalog import lookups
 from models_registry.catalog.rollout import Rollout
-from models_registry.catalog.served_check import Served, still_served
+from models_registry.catalog.served_check import ServedVersion, still_served
 
 
 @pytest.fixture
@@ -30,17 +30,17 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 async def test_a_ready_wire_name_is_served_and_a_model_without_versions_only_then(registry: dict[str, Any]) -> None:
     registry["states"] = {"emb": {"state": "ready"}}
-    assert await still_served(Served("emb", "emb"))
+    assert await still_served(ServedVersion("emb", "emb"))
     registry["states"] = {"emb": {"state": "loading"}}
-    assert not await still_served(Served("emb", "emb"))
+    assert not await still_served(ServedVersion("emb", "emb"))
 
 
 async def test_a_version_the_registry_still_holds_is_waited_for_while_it_reloads(registry: dict[str, Any]) -> None:
     registry["states"] = {"emb.v2": {"state": "loading"}}
     registry["rollouts"] = {"emb": Rollout(live=2)}
-    assert await still_served(Served("emb", "emb.v2", 2))
+    assert await still_served(ServedVersion("emb", "emb.v2", 2))
     registry["rollouts"] = {"emb": Rollout(live=3)}  # retired: nobody loads it again
-    assert not await still_served(Served("emb", "emb.v2", 2))
+    assert not await still_served(ServedVersion("emb", "emb.v2", 2))
 
 
 @pytest.mark.parametrize("state, workers", [({"state": "error"}, ["w1"]), (None, [])])
@@ -49,4 +49,4 @@ async def test_a_version_that_failed_to_load_or_has_no_worker_is_not_served(
     registry["states"] = {"emb.v2": state} if state else {}
     registry["workers"] = workers
     registry["rollouts"] = {"emb": Rollout(live=2)}
-    assert not await still_served(Served("emb", "emb.v2", 2))
+    assert not await still_served(ServedVersion("emb", "emb.v2", 2))

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from models_registry.api.structured_output import GrammarCompiles, cache_key
+from models_registry.api.openai.structured_output import GrammarCompiles, cache_key
 from models_registry.core.errors import InvalidInput, Overloaded
 from models_registry.tasks.schema_bounds import SchemaError, canonical
 

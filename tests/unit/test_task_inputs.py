@@ -210,7 +210,7 @@ def test_exactly_max_inputs_is_accepted() -> None:
         (QA, "align_to_words, doc_stride, handle_impossible_answer, max_answer_len, max_seq_len, top_k"),
         (ZS, "candidate_labels, hypothesis_template, multi_label"),
         (TG, ("do_sample, max_new_tokens, reasoning_format, repetition_penalty, return_full_text, seed, stop, "
-              "temperature, top_k, top_p, typical_p")),
+              "temperature, tool_call_format, top_k, top_p, typical_p")),
         (SUM, "clean_up_tokenization_spaces, generate_parameters, truncation"),
         (TR, "clean_up_tokenization_spaces, generate_parameters, src_lang, tgt_lang, truncation"),
         (T2T, "clean_up_tokenization_spaces, generate_parameters, truncation"),
@@ -381,3 +381,11 @@ def test_reasoning_format_is_a_text_generation_default_a_request_cannot_send() -
         validate_parameters("text-generation", {"reasoning_format": "xml"})
     with pytest.raises(InvalidInput, match="set by the task's registration"):
         validate_parameters("text-generation", {"reasoning_format": "none"}, from_request=True)
+
+
+def test_tool_call_format_is_a_text_generation_default_a_request_cannot_send() -> None:
+    assert validate_parameters("text-generation", {"tool_call_format": "mistral"}) == {"tool_call_format": "mistral"}
+    with pytest.raises(InvalidInput, match="tool_call_format"):
+        validate_parameters("text-generation", {"tool_call_format": "xml"})
+    with pytest.raises(InvalidInput, match="set by the task's registration"):
+        validate_parameters("text-generation", {"tool_call_format": "hermes"}, from_request=True)

@@ -8,9 +8,9 @@ import msgpack
 import numpy as np
 import orjson
 
-from models_registry.api.answer import dump_json
-from models_registry.api.openai_routes import _embedding
-from models_registry.api.payloads import shape_response
+from models_registry.api.pipeline.answer import dump_json
+from models_registry.api.openai.openai_routes import _embedding
+from models_registry.api.hf.payloads import shape_response
 
 
 def _vectors() -> np.ndarray:

@@ -11,7 +11,7 @@ from channels.management.commands.runworker import Command as ChannelsRunworker
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError
 
-from models_registry.api.line_caller import LineCaller
+from models_registry.api.pipeline.line_caller import LineCaller
 from models_registry.broker.messages import INFERENCE_CHANNEL
 from models_registry.broker.work_layer import require_work_layer
 from models_registry.core.conf import conf

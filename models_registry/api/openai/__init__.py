@@ -1,0 +1,1 @@
+"""OpenAI's API: embeddings, models, chat and completions, files, batches and usage."""

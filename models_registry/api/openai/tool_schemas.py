@@ -1,0 +1,182 @@
+"""OpenAI's tools, tool_choice and parallel_tool_calls validated, and the tool turns of a conversation (pure).
+
+Every bad value is a 400 naming its field. The functions' parameter schemas are bounded as a
+response_format schema is (tasks.schema_bounds, on the event loop): all of them together, as the
+one schema of a call ({"name": one of the names, "arguments": that function's parameters}), which
+is also what a forced call's grammar is compiled from (api.openai.tool_grammar). Assistant turns'
+`tool_calls` reach the chat template as transformers documents them, with the arguments decoded
+into an object; a `tool` turn keeps its `tool_call_id` (and `name`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from models_registry.api.pipeline.error_answers import invalid
+from models_registry.core.errors import InvalidInput
+from models_registry.tasks.schema_bounds import SchemaError, canonical, closed
+
+MAX_TOOLS = 128  # OpenAI's limit
+NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # OpenAI's function names (and a dot, which some models use)
+CHOICES = ("none", "auto", "required")
+FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    """A chat request's tools: what the template renders, which call is forced, and how many calls at most."""
+
+    tools: list[dict[str, Any]]  # OpenAI's {"type": "function", "function": {...}}, as the chat template takes them
+    choice: str  # "none", "auto", "required", or the name of the function that must be called
+    parallel: bool
+
+    @property
+    def names(self) -> list[str]:
+        """The declared functions' names, in order."""
+        return [t["function"]["name"] for t in self.tools]
+
+    @property
+    def forced(self) -> bool:
+        """Whether the answer must be a call (tool_choice required or a named function): a grammar says so."""
+        return self.choice not in ("none", "auto")
+
+
+def read_tools(payload: dict[str, Any]) -> ToolRequest | None:
+    """The request's tools; None where it declares none (or tool_choice is none: nothing is rendered or parsed)."""
+    tools = _tools(payload.get("tools"))
+    choice = _choice(payload.get("tool_choice"), [t["function"]["name"] for t in tools])
+    parallel = payload.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise invalid("'parallel_tool_calls' must be true or false", "parallel_tool_calls")
+    if not tools:
+        if choice not in (None, "none", "auto"):
+            raise invalid("'tool_choice' needs 'tools': declare the functions the model may call", "tool_choice")
+        return None
+    if choice == "none":
+        return None
+    call_schema(tools)  # bounded on the loop, all of them together: a fast 400 naming tools
+    return ToolRequest(tools, choice or "auto", parallel is not False)
+
+
+def call_schema(tools: list[dict[str, Any]], arguments_key: str = "arguments", only: str | None = None) -> str:
+    """The canonical schema of one call of the tools (of the function `only`, when named); a 400 over the bounds."""
+    try:
+        branches = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
+                                                      arguments_key: _parameters(t["function"])},
+                     "required": ["name", arguments_key], "additionalProperties": False}
+                    for t in tools if only is None or t["function"]["name"] == only]
+        return canonical({"anyOf": branches} if len(branches) > 1 else branches[0])
+    except SchemaError as error:
+        raise invalid(f"the tools' parameter schemas cannot be used: {error}", "tools") from None
+
+
+def _parameters(function: dict[str, Any]) -> Any:
+    """A function's parameters schema; strict (OpenAI's function.strict): objects take no undeclared properties."""
+    parameters = function.get("parameters", NO_PARAMETERS)
+    return closed(parameters) if function.get("strict") else parameters
+
+
+def _tools(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise invalid("'tools' must be a list of {\"type\": \"function\", \"function\": {\"name\", \"description\", "
+                      "\"parameters\"}} objects", "tools")
+    if len(value) > MAX_TOOLS:
+        raise invalid(f"{len(value)} tools: at most {MAX_TOOLS}", "tools")
+    tools, names = [], set()
+    for n, tool in enumerate(value):
+        if not isinstance(tool, dict) or tool.get("type") != "function" or set(tool) - {"type", "function"}:
+            raise invalid(f"tools[{n}] must be {{\"type\": \"function\", \"function\": {{...}}}}: only functions are "
+                          "supported", "tools")
+        function = tool.get("function")
+        if not isinstance(function, dict) or set(function) - {"name", "description", "parameters", "strict"}:
+            raise invalid(f"tools[{n}].function must be an object with name, and optionally description, parameters "
+                          "and strict", "tools")
+        name = function.get("name")
+        if not isinstance(name, str) or not NAME.match(name):
+            raise invalid(f"tools[{n}].function.name must be 1-64 letters, digits, '_', '-' or '.'", "tools")
+        if name in names:
+            raise invalid(f"tools[{n}].function.name {name!r} is declared twice", "tools")
+        names.add(name)
+        description = function.get("description")
+        if description is not None and not isinstance(description, str):
+            raise invalid(f"tools[{n}].function.description must be a string", "tools")
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise invalid(f"tools[{n}].function.parameters must be a JSON Schema object", "tools")
+        strict = function.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise invalid(f"tools[{n}].function.strict must be true or false", "tools")
+        shaped = {k: v for k, v in function.items() if v is not None}  # in the client's order: the template shows it
+        shaped.setdefault("parameters", NO_PARAMETERS)
+        tools.append({"type": "function", "function": shaped})
+    return tools
+
+
+def _choice(value: Any, names: list[str]) -> str | None:
+    if value is None or value in CHOICES:
+        return value
+    function = value.get("function") if isinstance(value, dict) and value.get("type") == "function" else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        raise invalid('\'tool_choice\' must be "none", "auto", "required" or {"type": "function", "function": '
+                      '{"name": ...}}', "tool_choice")
+    if name not in names:
+        raise invalid(f"'tool_choice' names {name!r}, which is not one of the tools", "tool_choice")
+    return name
+
+
+def tool_turn(message: dict[str, Any], n: int) -> dict[str, Any]:
+    """The tool fields of messages[n] as the chat template takes them: an assistant's calls, a tool result's id."""
+    role, extra = message.get("role"), {}
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if role != "assistant" or not isinstance(calls, list):
+            raise invalid(f"messages[{n}].tool_calls must be a list, on an assistant message", "messages")
+        extra["tool_calls"] = [_template_call(call, n, k) for k, call in enumerate(calls)]
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise invalid(f"messages[{n}] is a tool result: it needs the tool_call_id of the call it answers",
+                          "messages")
+        extra["tool_call_id"] = call_id
+        if isinstance(message.get("name"), str):
+            extra["name"] = message["name"]
+    return extra
+
+
+def with_result_names(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """messages, each tool result without a name given the name of the call it answers (templates that read it)."""
+    names = {call["id"]: call["function"]["name"] for m in messages for call in m.get("tool_calls", ()) if "id" in call}
+    return [{**m, "name": names[m["tool_call_id"]]} if m.get("role") == "tool" and "name" not in m
+            and m.get("tool_call_id") in names else m for m in messages]
+
+
+def _template_call(call: Any, n: int, k: int) -> dict[str, Any]:
+    """One call of an assistant turn, its arguments decoded (transformers' templates read them as an object)."""
+    where = f"messages[{n}].tool_calls[{k}]"
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise invalid(f"{where} must be {{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}",
+                      "messages")
+    arguments = function.get("arguments", "{}")
+    try:
+        decoded = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        raise invalid(f"{where}.function.arguments must be a JSON object as text", "messages") from None
+    if not isinstance(decoded, dict):
+        raise invalid(f"{where}.function.arguments must be a JSON object as text", "messages")
+    shaped = {"type": "function", "function": {"name": function["name"], "arguments": decoded}}
+    if isinstance(call.get("id"), str):
+        shaped["id"] = call["id"]
+    return shaped
+
+
+def unusable(reason: str) -> InvalidInput:
+    """The 400 for tools this model cannot take (its chat template, its format), naming tools."""
+    return invalid(reason, "tools")

@@ -1,0 +1,1 @@
+"""Text Embeddings Inference's routes: /rerank, /tokenize and /embed_sparse."""
