@@ -128,10 +128,11 @@ async def infer(
     reply_channel = await layer.new_channel()
     key = reply_channel.rpartition("!")[2]  # the channel's own random part (a uuid4's hex): no second one to make
     receiver: asyncio.Future[messages.WorkResult] = asyncio.get_running_loop().create_future()
+    traceparent, tracestate = tracing.wire_context() if tracing.tracer is not None else ("", "")
     message = messages.WorkRequest(
         id=key, reply=reply_channel, model=model, task=task,
         inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
-        trace=tracing.current_context() if tracing.tracer is not None else b"", adapter=adapter,
+        traceparent=traceparent, tracestate=tracestate, adapter=adapter,
     ).to_wire()
     channel = messages.model_channel(model)
     places = admission.places(layer, model, task, key, count, deadline, max_queue_size)

@@ -20,7 +20,7 @@ from models_registry.inference.backend import ModelRunner
 from models_registry.inference.compute_deadline import computing_until
 from models_registry.inference.containment import contained, describe
 from models_registry.observe import tracing
-from models_registry.worker import span_backlog, suspects
+from models_registry.worker import batch_spans, suspects
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.generation_loop import GenerationLoop
 from models_registry.worker.delivery import Delivery
@@ -127,8 +127,8 @@ class BatchLoop:
             compute_s = time.time() - started
             self.stats.record_batch(batch.key, len(batch), sum(item.cost for item in batch.items), compute_s)
             logger.debug("batch %s size=%d reason=%s compute=%.1fms", batch.key, len(batch), batch.reason, compute_s * 1e3)
-            traced = tracing.BatchTrace() if tracing.tracer is not None and tracing.batch_traced(
-                [item.request.delivery.trace for item in batch.items]) else None
+            traced = batch_spans.BatchTrace() if tracing.tracer is not None and any(
+                [item.request.delivery.traceparent for item in batch.items]) else None
             finished = self.batcher.complete(batch, outputs)
             if finished:
                 self.replies.batch(finished, started, compute_s, sent, traced)
@@ -158,17 +158,21 @@ class BatchLoop:
             if member is not None:  # a stale name is harmless: that message is answered and released
                 logger.warning("could not name the redelivered request computing now: %s", error)
 
-    def _trace(self, traced: tracing.BatchTrace, batch: Batch[Delivery], formed: float, started: float,
+    def _trace(self, traced: batch_spans.BatchTrace, batch: Batch[Delivery], formed: float, started: float,
                ended: float) -> None:
-        """The batch's spans (observe.tracing): each request's queue time, the batch linked to them, the forward;
-        traced.context the batch span's (None: no request of it was traced). Recorded with other batches' spans
-        (worker.span_backlog); only what they need is read of the batch now (it is not kept alive for them)."""
+        """The batch's spans (worker.batch_spans): each request's queue time, the batch linked to them, the forward;
+        traced.context the batch span's (None: no request of it had spans)."""
         loaded = getattr(self.slots.get(batch.key[0]), "loaded", None)
         where = (loaded.device, (loaded.backend or {}).get("backend", "")) if loaded is not None else ("", "")
-        items = [(item.request.id, item.request.delivery.trace, item.request.arrival, item.cost)
-                 for item in batch.items]
-        span_backlog.backlog.add(span_backlog.record_batch, traced, batch.key, batch.reason, batch.padded_tokens, where,
-                                 items, formed, started, ended)
+        # A request's items share its trace: one queue span and one link a request.
+        requests = {item.request.id: (item.request.delivery.traceparent, item.request.delivery.tracestate,
+                                      item.request.arrival) for item in batch.items}
+        batch_spans.record_batch(traced, list(requests.values()), formed, started, ended, {
+            "hosting.model": batch.key[0], "hosting.task": batch.key[1], "hosting.batch.size": len(batch.items),
+            "hosting.batch.requests": len(requests), "hosting.batch.reason": str(batch.reason),
+            "hosting.batch.tokens": sum([item.cost for item in batch.items]),
+            "hosting.batch.padded_tokens": batch.padded_tokens, "hosting.device": where[0],
+            "hosting.backend": str(where[1])})
 
     async def _sleep_until_work(self, now: float, release_in: float | None) -> None:
         """Until a request comes, the batcher's next deadline, or an idle decode batch's release (release_in s)."""
