@@ -12,7 +12,7 @@ from django.utils.safestring import mark_safe
 from models_registry.staff.sample_input_form import TestInputPage
 from models_registry.staff.version_admin import ModelVersionInline, VersionActions, VersionedModelForm
 from models_registry.core.model_state import ModelState, best_report
-from models_registry.models import ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
+from models_registry.models import Adapter, ApiToken, ModelTask, QuarantinedRequest, RegisteredModel, WorkerHeartbeat
 from models_registry.observe import traffic_window
 from models_registry.observe.model_columns import PlacementColumns, live_states
 from models_registry.policy.rate_limits import Usage
@@ -159,6 +159,16 @@ class RegisteredModelAdmin(TestInputPage, VersionActions, PlacementColumns, admi
         count = queryset.update(enabled=False)
         self.message_user(request, f"{count} model(s) disabled.")
 
+@admin.register(Adapter)
+class AdapterAdmin(admin.ModelAdmin):
+    """LoRA adapters of registered models: the form checks the files against the base (Adapter.clean)."""
+
+    list_display = ("name", "base", "source", "revision", "enabled", "updated_at")
+    list_filter = ("enabled", "base")
+    search_fields = ("name", "source")
+    fields = ("name", "base", "source", "revision", "enabled")
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens: the raw value is shown once, when created here."""
@@ -167,13 +177,14 @@ class ApiTokenAdmin(admin.ModelAdmin):
                     "expires_at", "last_used_at")
     readonly_fields = ("prefix", "last_used_at", "created_at", "usage_today", "usage_this_month")
     fieldsets = (
-        (None, {"fields": ("name", "prefix", "all_models", "allowed_models", "revoked", "expires_at")}),
+        (None, {"fields": ("name", "prefix", "all_models", "allowed_models", "allowed_adapters", "revoked",
+                           "expires_at")}),
         ("Limits and priority", {"fields": (("requests_per_minute", "tokens_per_minute", "tokens_per_day"),
                                             "priority")}),
         ("Usage (from Redis, every web replica)", {"fields": ("usage_today", "usage_this_month", "last_used_at",
                                                               "created_at")}),
     )
-    filter_horizontal = ("allowed_models",)
+    filter_horizontal = ("allowed_models", "allowed_adapters")
     actions = ["revoke"]
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:

@@ -110,6 +110,7 @@ async def infer(
     priority: str = "interactive",
     charge: enqueue.ChargePlan | None = None,
     version: int = 0,
+    adapter: str = "",
 ) -> InferenceResult:
     """Run inputs through model/task on some worker; raises a HostingError on failure.
 
@@ -117,7 +118,8 @@ async def infer(
     admission and the send; its outcome lands in the plan, and a refusal raises ChargeRefused.
     request_id is the client's (logs and the response header): clients reuse theirs on
     retries, so admission, the message and its reply are keyed on an id made here. version: the
-    model version the wire name model stands for (catalog.rollout), stated on the result. served: the version
+    model version the wire name model stands for (catalog.rollout), stated on the result; adapter: the LoRA
+    adapter of model that computes it ("": the base). served: the version
     whose serving is checked every second while the reply is awaited (None: no check), a value, not a callback.
     """
     layer = work_layer()
@@ -126,10 +128,11 @@ async def infer(
     reply_channel = await layer.new_channel()
     key = reply_channel.rpartition("!")[2]  # the channel's own random part (a uuid4's hex): no second one to make
     receiver: asyncio.Future[messages.WorkResult] = asyncio.get_running_loop().create_future()
+    traceparent, tracestate = tracing.wire_context() if tracing.tracer is not None else ("", "")
     message = messages.WorkRequest(
         id=key, reply=reply_channel, model=model, task=task,
         inputs=inputs, parameters=parameters, deadline=deadline, priority=priority,
-        trace=tracing.current_context() if tracing.tracer is not None else b"",
+        traceparent=traceparent, tracestate=tracestate, adapter=adapter,
     ).to_wire()
     channel = messages.model_channel(model)
     places = admission.places(layer, model, task, key, count, deadline, max_queue_size)

@@ -13,6 +13,7 @@ is ever handed to two live workers.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -244,7 +245,9 @@ class HostingChannelLayer(MessageLeases, HiredisPools, RedisChannelLayer):
         if isinstance(waiter, asyncio.Future):
             waiter.add_done_callback(lambda _: self._forget_answered(channel, waiter))
         if self._pump is None or self._pump.done():
-            self._pump = asyncio.ensure_future(self._pump_replies())
+            # In a context of its own: the pump serves every request, so it is not the first one's (its Redis
+            # calls would otherwise nest under that request's span for the life of the process).
+            self._pump = asyncio.get_running_loop().create_task(self._pump_replies(), context=contextvars.Context())
 
     def _forget_answered(self, channel: str, future: asyncio.Future[Any]) -> None:
         waiter = self._replies.get(channel)

@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from models_registry.observe.trace_context import wire_context
-
 INFERENCE_CHANNEL = "inference"
 REQUEST_TYPE = "inference.request"
 RESULT_TYPE = "inference.result"
@@ -45,7 +43,9 @@ class WorkRequest:
     priority: str = INTERACTIVE  # or BATCH: served behind interactive items, shed first
     client: str = ""  # the API token that sent it (decode batches share rows fairly among clients)
     redelivered: bool = False  # in flight at a worker death: to be computed alone (worker.suspects)
-    trace: bytes = b""  # the web's request span's context (observe.trace_context), when tracing
+    traceparent: str = ""  # the web's request span as W3C trace context, when tracing (observe.tracing.wire_context)
+    tracestate: str = ""
+    adapter: str = ""  # the LoRA adapter of model that computes it ("": the base model itself)
 
     def to_wire(self) -> dict[str, Any]:
         """The message as the channel layer carries it."""
@@ -58,8 +58,12 @@ class WorkRequest:
             message["client"] = self.client
         if self.redelivered:
             message[_REDELIVERED] = True
-        if self.trace:
-            message["trace"] = self.trace
+        if self.traceparent:
+            message["traceparent"] = self.traceparent
+            if self.tracestate:
+                message["tracestate"] = self.tracestate
+        if self.adapter:
+            message["adapter"] = self.adapter
         return message
 
     @classmethod
@@ -75,10 +79,16 @@ class WorkRequest:
                 parameters=dict(message.get("parameters") or {}), deadline=float(message["deadline"]),
                 priority=str(message.get("priority") or INTERACTIVE), client=str(message.get("client") or ""),
                 redelivered=redelivered or bool(message.get(_REDELIVERED)),
-                trace=wire_context(trace) if (trace := message.get("trace")) else b"",  # no call for the untraced
+                traceparent=_text(message.get("traceparent")), tracestate=_text(message.get("tracestate")),
+                adapter=str(message.get("adapter") or ""),
             )
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def _text(value: Any) -> str:
+    """A trace context field as the worker takes it: a string, else "" (the request is served untraced)."""
+    return value if type(value) is str else ""
 
 
 def is_batch_priority(message: dict[str, Any]) -> bool:

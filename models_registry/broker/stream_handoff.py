@@ -144,10 +144,11 @@ async def _start(layer: WorkLayer, opening: Opening, charge: enqueue.ChargePlan 
     key = uuid.uuid4().hex
     reply = await layer.new_channel()
     stream = Stream(layer, model, task, key, reply, timeout_s)
+    traceparent, tracestate = tracing.wire_context() if tracing.tracer is not None else ("", "")
     message = messages.WorkRequest(
         id=key, reply=reply, model=model, task=task, inputs=[opening.text],
         parameters={**opening.parameters, "stream": True}, deadline=deadline, priority=priority, client=client,
-        trace=tracing.current_context() if tracing.tracer is not None else b"",
+        traceparent=traceparent, tracestate=tracestate,
     ).to_wire()
     channel = messages.model_channel(model)
     places = admission.places(layer, model, task, key, 1, deadline, max_queue_size)

@@ -50,7 +50,7 @@ def assess(specs: dict[str, ModelSpec], view: WorkerView) -> FleetReadiness:
     lists: dict[str, list[str]] = {"ready": [], "on_demand": [], "not_ready": [], "not_served": []}
     for name in sorted(specs):
         spec = specs[name]
-        if not spec.enabled:
+        if not spec.enabled or spec.base:  # an adapter is ready where its base is (its base is listed)
             continue
         state = view.model_states.get(name)
         if (state or {}).get("state") == ModelState.READY:

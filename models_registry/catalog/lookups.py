@@ -65,6 +65,11 @@ def _alias_versions(specs: dict[str, ModelSpec], ready: dict[str, set[int]], sta
                     rates: dict[TaskKey, float], capacities: dict[TaskKey, float]) -> None:
     """Workers report each version by its wire name: a model's own name reads as the version that answers it."""
     for name, spec in specs.items():
+        if spec.base:  # an adapter's state is its base's (answered by the same workers and queues)
+            wire = wire_name(spec.base, serving(spec.rollout, ready.get(spec.base, set()))) if spec.version else spec.base
+            if wire in states:
+                states[name] = states[wire]
+            continue
         if not spec.version:
             continue
         wire = wire_name(name, serving(spec.rollout, ready.get(name, set())))
@@ -78,7 +83,8 @@ def _alias_versions(specs: dict[str, ModelSpec], ready: dict[str, set[int]], sta
 
 def answering(spec: ModelSpec, view: WorkerView) -> str:
     """The wire name of the version answering the model's requests (its own name for a model without versions)."""
-    return wire_name(spec.name, serving(spec.rollout, view.ready.get(spec.name, set()))) if spec.version else spec.name
+    name = spec.served_as  # an adapter is answered by its base's workers
+    return wire_name(name, serving(spec.rollout, view.ready.get(name, set()))) if spec.version else name
 
 
 def fresh_connection(loader: Any) -> Any:

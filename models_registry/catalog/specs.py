@@ -34,6 +34,19 @@ class TaskSpec:
 
 
 @dataclass(frozen=True)
+class AdapterSpec:
+    """A LoRA adapter a base model serves: its name (a client's model name) and where its files are."""
+
+    name: str
+    source: str
+    revision: str = ""
+
+
+# The base tasks an adapter changes (models.adapters.ADAPTER_TASKS: the registry is not imported here).
+ADAPTER_TASKS = ("feature-extraction", "text-classification", "text-ranking")
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One registered model with its tasks (the first is the default task)."""
 
@@ -54,16 +67,37 @@ class ModelSpec:
     versions: dict[int, tuple[str, str, str, str]] = field(default_factory=dict)
     # Versions whose answers may look unlike live's: registered with --allow-shape-change, or live before (a rollback)
     shape_changes: frozenset[int] = frozenset()
+    # A base: its enabled adapters. An adapter's entry (base set: its base model's name) is its base's spec
+    # under the adapter's name, with its adapter-capable tasks and adapters = (itself,).
+    adapters: tuple[AdapterSpec, ...] = ()
+    base: str = ""
 
-    def load_key(self) -> tuple[str, str, str, str, int, str]:
-        """What forces a reload when it changes."""
-        return (self.source, self.revision, self.device, self.dtype, self.load_generation, self.backend)
+    def load_key(self) -> tuple[str, str, str, str, int, str, bool]:
+        """What forces a reload when it changes (a first adapter too: the base then loads adapter-ready)."""
+        return (self.source, self.revision, self.device, self.dtype, self.load_generation, self.backend,
+                bool(self.adapters))
+
+    @property
+    def served_as(self) -> str:
+        """The model whose workers and queues answer it: its base for an adapter, else itself."""
+        return self.base or self.name
+
+    @property
+    def adapter(self) -> AdapterSpec | None:
+        """The adapter an adapter's entry stands for (None: a model)."""
+        return self.adapters[0] if self.base else None
+
+    def find_adapter(self, name: str) -> AdapterSpec | None:
+        """One of this base's adapters by name."""
+        return next((a for a in self.adapters if a.name == name), None)
 
 
 def worker_specs(specs: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
     """What workers hold: one spec per version to serve, named by its wire name (catalog.rollout)."""
     held: dict[str, ModelSpec] = {}
     for name, spec in specs.items():
+        if spec.base:
+            continue  # an adapter is served by its base's workers: nothing of its own to load
         if not spec.version:
             held[name] = spec
             continue
@@ -84,8 +118,13 @@ def _rollout(model: Any) -> Rollout:
 
 def read_specs() -> dict[str, ModelSpec]:
     """Every registered model and its tasks, in one query triple (sync ORM); source & co. are the live version's."""
-    from models_registry.models import RegisteredModel
+    from models_registry.models import Adapter, RegisteredModel
 
+    adapters: dict[int, list[AdapterSpec]] = {}
+    disabled: dict[int, list[AdapterSpec]] = {}  # listed (and answered 503 disabled), never loaded
+    for adapter in Adapter.objects.order_by("name"):
+        (adapters if adapter.enabled else disabled).setdefault(adapter.base_id, []).append(
+            AdapterSpec(adapter.name, adapter.source, adapter.revision))
     specs: dict[str, ModelSpec] = {}
     for model in RegisteredModel.objects.prefetch_related("tasks", "versions"):
         rollout = _rollout(model)
@@ -125,5 +164,18 @@ def read_specs() -> dict[str, ModelSpec]:
             version=model.live_version if model.live_version in versions else 0, rollout=rollout, versions=versions,
             shape_changes=frozenset(v.number for v in model.versions.all()
                                     if v.allow_shape_change or v.live_since is not None),
+            adapters=tuple(adapters.get(model.id, ())),
         )
+        specs.update(adapter_entries(specs[model.name]))
+        specs.update({name: replace(entry, enabled=False) for name, entry in adapter_entries(
+            replace(specs[model.name], adapters=tuple(disabled.get(model.id, ())))).items()})
     return specs
+
+
+def adapter_entries(base: ModelSpec) -> dict[str, ModelSpec]:
+    """Each adapter of base as an entry of its own: a client's model name, answered by the base's workers."""
+    tasks = {name: task for name, task in base.tasks.items() if task.task in ADAPTER_TASKS}
+    default = base.default_task if base.default_task in tasks else next(iter(tasks), "")
+    return {adapter.name: replace(base, name=adapter.name, base=base.name, adapters=(adapter,), tasks=tasks,
+                                  default_task=default)
+            for adapter in base.adapters}

@@ -140,6 +140,9 @@ DEFAULTS: dict[str, Default] = dict([
     # budget decides), and whether batches are capped to the budget.
     _hosting("WORKER_MEMORY_BYTES", size, 0),
     _hosting("MAX_LOADED_MODELS", int, 0),
+    # LoRA adapters one worker holds per base model (least recently used unloaded first), and their bytes.
+    _hosting("MAX_LOADED_ADAPTERS", int, 16),
+    _hosting("ADAPTER_MEMORY_BYTES", size, 256 * 2**20),
     _hosting("MEMORY_CAP", flag, True),
     # The class a worker runs models with (dotted path; called as PipelineRunner is).
     _hosting("MODEL_RUNNER", str, "models_registry.inference.model_runner.PipelineRunner"),

@@ -16,6 +16,7 @@ from models_registry.catalog import model_settings
 from models_registry.core.errors import InvalidInput
 from models_registry.inference import compute_deadline, intake_tokens, packing, prompts, sentence_head
 from models_registry.inference.backend import PackedEncoder
+from models_registry.inference.batched_lora import BatchRows
 from models_registry.inference.loading import LoadedModel
 from models_registry.inference.packed_forward import packed_inputs
 from models_registry.inference.task_common import cpu_threads_for
@@ -46,8 +47,11 @@ class Recipe:
         return self.modes[0] if self.modes in (("mean",), ("cls",)) and not self.prompt_length else None
 
 
-def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], params: dict[str, Any]) -> list[Any]:
+def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], params: dict[str, Any],
+          rows: BatchRows | None = None) -> list[Any]:
     """One vector (or token vectors) per input as [float32 bytes, shape]; prompts, truncation and normalize applied.
+
+    rows: the batch's LoRA adapters (inference.batched_lora), told which inputs each forward computes.
 
     The pooling, the prompts, the projection and normalize are the operator's where set, else what the
     model's files said at this load (loaded.layout), else the registration's.
@@ -72,7 +76,7 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
     )
     direction = (params.get("truncation_direction") or "right").lower()
     if loaded.packed_encoder is not None:  # set at load exactly where packing reproduces the model's outputs
-        return _embed_packed(loaded, loaded.packed_encoder, pipe, recipe, texts, direction)
+        return _embed_packed(loaded, loaded.packed_encoder, pipe, recipe, texts, direction, rows)
     # Sorted by length and run in micro-batches: each forward pads only to its own
     # longest input, where one padded forward would pad every input to the batch's longest.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -80,6 +84,8 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
     for start in range(0, len(order), MICRO_BATCH):
         compute_deadline.check()  # every client of the batch gone: skip the chunks left
         chunk = order[start:start + MICRO_BATCH]
+        if rows is not None:  # the forward's rows are these inputs, sorted by length
+            rows.for_inputs(chunk)
         outputs = _embed_chunk(loaded, pipe, recipe, [texts[i] for i in chunk], direction)
         for position, output in zip(chunk, outputs):
             results[position] = output
@@ -87,7 +93,7 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
 
 
 def _embed_packed(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, recipe: Recipe, texts: list[str],
-                  direction: str) -> list[Any]:
+                  direction: str, rows: BatchRows | None = None) -> list[Any]:
     """Every input in packed rows: compute goes to real tokens only."""
     counted = intake_tokens.reusable(texts) if direction == "right" else None  # a prompt made new strs
     if counted is not None:  # tokenized once, at intake, exactly as below (checked at load)
@@ -97,11 +103,11 @@ def _embed_packed(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, recipe
         encoded = _tokenize(pipe.tokenizer, texts, direction, max_length=loaded.max_tokens)
         ids, types = encoded["input_ids"], encoded.get("token_type_ids")
     with cpu_threads_for(sum(len(x) for x in ids), pipe.model.device):
-        return _pack_and_pool(loaded, encoder, pipe, recipe, ids, types)
+        return _pack_and_pool(loaded, encoder, pipe, recipe, ids, types, rows)
 
 
 def _pack_and_pool(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, recipe: Recipe, ids: list[list[int]],
-                   types: list[list[int]] | None) -> list[Any]:
+                   types: list[list[int]] | None, rows: BatchRows | None = None) -> list[Any]:
     """Packed forwards over token ids, then pooling per input.
 
     Mean and CLS pool in place as each forward ends; the other modes gather each input's tokens
@@ -111,10 +117,15 @@ def _pack_and_pool(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, recip
     plain = recipe.plain
     pooled = torch.zeros(len(ids), model.config.hidden_size, device=model.device) if plain else None
     tokens: list[Any] = [None] * len(ids)
-    for forward in packing.plan_packing([len(x) for x in ids], row_tokens=encoder.row_tokens):
+    forwards, per_row = packing_plan([len(x) for x in ids], encoder.row_tokens, rows)
+    for forward in forwards:
         compute_deadline.check()  # every client of the batch gone: skip the forwards left
         inputs, owner = packed_inputs(forward, ids, types, loaded.pack_position_offset or 0,
                                       tokenizer.pad_token_id or 0, model.device, model.dtype)
+        if rows is not None and per_row:  # rows of one adapter each: each row gathers its own A and B
+            rows.for_inputs([members[0] for members in forward.rows])
+        elif rows is not None:  # rows mix adapters: each position takes its own input's
+            rows.for_tokens(owner.view(inputs["input_ids"].shape))
         hidden = encoder(inputs)
         if plain == "cls":
             for place in forward.placements():
@@ -136,6 +147,28 @@ def _pack_and_pool(loaded: LoadedModel, encoder: PackedEncoder, pipe: Any, recip
         mask = (torch.arange(padded.shape[1], device=padded.device).unsqueeze(0) < lengths.unsqueeze(1)).long()
         pooled = sentence_head.pool(padded, mask, recipe.modes, recipe.prompt_length)
     return _finished(pooled, recipe)
+
+
+# How many more tokens rows of one adapter each may compute than rows that mix adapters, before mixing
+# them (a per-position mask, every adapter's rank columns for every token) costs less.
+ADAPTER_ROWS_SLACK = 1.15
+
+
+def packing_plan(lengths: list[int], row_tokens: int,
+                 rows: BatchRows | None) -> tuple[list[packing.PackedForward], bool]:
+    """The packed forwards of a batch, and whether each row holds one adapter's inputs (batched_lora gathers per row).
+
+    Rows of one adapter each pad more (a partly filled row per adapter); rows that mix them cost every
+    adapter's rank columns at every token: the plan that computes fewer tokens, within ADAPTER_ROWS_SLACK.
+    """
+    plain = packing.plan_packing(lengths, row_tokens=row_tokens)
+    if rows is None or len(set(rows.input_slots.tolist())) == 1:
+        return plain, rows is not None
+    grouped = packing.plan_packing(lengths, row_tokens=row_tokens, groups=rows.input_slots.tolist())
+    computed = sum(f.computed_tokens for f in grouped)
+    if computed <= ADAPTER_ROWS_SLACK * sum(f.computed_tokens for f in plain):
+        return grouped, True
+    return plain, False
 
 
 def _embed_chunk(loaded: LoadedModel, pipe: Any, recipe: Recipe, texts: list[str], direction: str) -> list[Any]:

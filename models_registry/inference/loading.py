@@ -80,6 +80,9 @@ class LoadedModel:
     layout: model_layout.ModelLayout = field(default_factory=model_layout.ModelLayout)
     dense: sentence_head.DenseHead | None = None
     multi_vector: multi_vector.MultiVectorModel | None = None  # a ColBERT-style model: token vectors, MaxSim
+    # Loaded adapter-ready (the spec listed adapters): torch eager forwards, whose Linear layers take LoRA hooks.
+    adapter_ready: bool = False
+    adapter_caches: dict[str, Any] = field(default_factory=dict)  # task kind -> inference.adapter_cache.AdapterCache
 
     @property
     def sparse(self) -> bool:
@@ -175,6 +178,9 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     """
     device = resolve_device(spec.device or default_device)
     loaded = LoadedModel(spec=spec, device=device)
+    if spec.adapters and spec.backend != "onnxruntime" and spec.dtype != "int8":
+        # Adapters change the forward's layers per row: no fixed graph (a trace, ONNX Runtime) runs it.
+        loaded.adapter_ready, torchscript, ort = True, False, None
     shared: dict[str, Any] = {}  # one loaded copy of a CLIP-style model for its text and image tasks
     for task in sorted({t.task for t in spec.tasks.values()}):
         if media_models.serves(task, spec.source, spec.revision or None):

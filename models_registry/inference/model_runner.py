@@ -17,6 +17,7 @@ import torch
 from models_registry.core.batch_types import ItemFailure
 from models_registry.core.errors import HostingError, Internal, Timeout
 from models_registry.inference import (
+    adapter_rows,
     compute_deadline,
     encoder_tasks,
     generation,
@@ -32,7 +33,9 @@ from models_registry.inference.loading import LoadedModel, load_model
 from models_registry.inference.memory_errors import is_out_of_memory
 from models_registry.inference.onnx_backend import OrtSettings
 from models_registry.inference.question_answering import question_answering
-from models_registry.catalog.specs import ModelSpec, TaskSpec
+from models_registry.catalog.specs import AdapterSpec, ModelSpec, TaskSpec
+from models_registry.inference.adapter_cache import AdapterBudget
+from models_registry.inference.batched_lora import BatchRows
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +57,9 @@ class PipelineRunner:
 
     def __init__(self, default_device: str = "cpu", torch_threads: int | None = None, packing: bool = True,
                  torchscript: bool = True, ort: OrtSettings | None = None,
-                 half_dtypes: tuple[str, ...] | None = None) -> None:
+                 half_dtypes: tuple[str, ...] | None = None, adapters: AdapterBudget | None = None) -> None:
         self.default_device = default_device
+        self.adapter_budget = adapters or AdapterBudget()  # LoRA adapters each loaded model holds
         self.half_dtypes = half_dtypes  # what dtype auto tries; None: float16 and bfloat16 on CUDA only (tests: cpu)
         self.packing = packing
         self.torchscript = torchscript
@@ -81,14 +85,16 @@ class PipelineRunner:
 
     def run(
         self, loaded: LoadedModel, task: TaskSpec, texts: Sequence[Any], parameters: Sequence[dict[str, Any]],
-        sinks: Sequence[Any] | None = None,
+        sinks: Sequence[Any] | None = None, adapters: Sequence[AdapterSpec | None] | None = None,
     ) -> list[Any]:
         """Outputs for each input (a string, or a question/context object) or ItemFailure, in input order.
 
         Inputs with equal parameters run together; if a group fails, its inputs are
         retried one by one so a bad input fails only its own request. sinks: where each
         streamed generation input sends its tokens as they come (None: not streamed).
+        adapters: each input's LoRA adapter (None: the base); a group mixes them in its forwards.
         """
+        row_adapters = list(adapters) if adapters is not None else [None] * len(texts)
         outputs: list[Any] = [None] * len(texts)
         groups: dict[str, list[int]] = {}
         for position, params in enumerate(parameters):
@@ -105,7 +111,7 @@ class PipelineRunner:
                 group_sinks = [sinks[p] if sinks else None for p in positions]
                 results = self._run_streamed(loaded, task, batch, params, group_sinks)
             else:
-                results = self._run_group(loaded, task, batch, params)
+                results = self._run_group(loaded, task, batch, params, [row_adapters[p] for p in positions])
             for position, output in zip(positions, results):
                 outputs[position] = output
         return outputs
@@ -126,8 +132,12 @@ class PipelineRunner:
         # The HF shape of each task's answer: a list for text-generation, an object for text2text.
         return [[answer] if task.task == "text-generation" else answer for answer in answers]
 
-    def _run_group(self, loaded: LoadedModel, task: TaskSpec, texts: list[Any], params: dict[str, Any]) -> list[Any]:
+    def _run_group(self, loaded: LoadedModel, task: TaskSpec, texts: list[Any], params: dict[str, Any],
+                   adapters: list[AdapterSpec | None]) -> list[Any]:
         try:
+            if any(adapters):
+                with adapter_rows.rows(loaded, task.task, adapters, self.adapter_budget) as rows:
+                    return self._compute(loaded, task, texts, params, rows)
             return self._compute(loaded, task, texts, params)
         except Timeout as error:  # past the batch's deadline: the rest is skipped, not retried one by one
             return [ItemFailure(error)] * len(texts)
@@ -143,13 +153,16 @@ class PipelineRunner:
                 logger.exception("pipeline %s/%s failed on one input", loaded.spec.name, task.name)
                 return [ItemFailure(Internal(f"the model failed on this input: {describe(error)}"))]
         results: list[Any] = []
-        for text in texts:
-            results.extend(self._run_group(loaded, task, [text], params))
+        for text, adapter in zip(texts, adapters):
+            results.extend(self._run_group(loaded, task, [text], params, [adapter]))
         return results
 
-    def _compute(self, loaded: LoadedModel, task: TaskSpec, texts: list[Any], params: dict[str, Any]) -> list[Any]:
+    def _compute(self, loaded: LoadedModel, task: TaskSpec, texts: list[Any], params: dict[str, Any],
+                 rows: BatchRows | None = None) -> list[Any]:
         pipe = loaded.pipelines[task.task]
         with torch.inference_mode():
+            if rows is not None:  # adapters among the rows: the runs that set each forward's rows
+                return adapter_rows.run(loaded, pipe, task, texts, params, rows)
             if media_runs.handles(task, pipe):
                 return media_runs.run(task, pipe, texts, params)
             if task.task == "feature-extraction" and loaded.multi_vector is not None:

@@ -55,11 +55,14 @@ class PackedForward:
 
 
 def plan_packing(lengths: Sequence[int], row_tokens: int = DEFAULT_ROW_TOKENS,
-                 max_tokens_per_forward: int = MAX_TOKENS_PER_FORWARD) -> list[PackedForward]:
+                 max_tokens_per_forward: int = MAX_TOKENS_PER_FORWARD,
+                 groups: Sequence[int] | None = None) -> list[PackedForward]:
     """Pack inputs of the given token lengths into rows (first-fit decreasing), rows into forwards.
 
     A row holds at most max(row_tokens, longest input) tokens, so no input is ever split.
-    Rows go into one forward until rows x width would pass max_tokens_per_forward.
+    Rows go into one forward until rows x width would pass max_tokens_per_forward. groups: each
+    input's group (its LoRA adapter's slot); a row then holds inputs of one group only, so a
+    forward's rows each have one adapter, whatever the mix of the forward.
     """
     if not lengths:
         return []
@@ -68,10 +71,11 @@ def plan_packing(lengths: Sequence[int], row_tokens: int = DEFAULT_ROW_TOKENS,
     capacity = max(row_tokens, max(lengths))
     rows: list[list[int]] = []
     fills: list[int] = []
+    group_of = list(groups) if groups is not None else [0] * len(lengths)
     for index in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
         size = lengths[index]
         for row, filled in enumerate(fills):
-            if filled + size <= capacity:
+            if filled + size <= capacity and group_of[rows[row][0]] == group_of[index]:
                 rows[row].append(index)
                 fills[row] += size
                 break

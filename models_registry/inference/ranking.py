@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from models_registry.core import model_files, model_layout
 from models_registry.core.errors import InvalidInput
 from models_registry.inference import decoder_ranking
+from models_registry.inference.batched_lora import BatchRows
 from models_registry.inference.decoder_ranking import DecoderRanker
 from models_registry.inference.task_common import ModelBundle, cpu_threads_for, max_positions
 
@@ -46,10 +47,11 @@ def check_cross_encoder(model: Any) -> None:
 
 
 def text_ranking(bundle: ModelBundle | DecoderRanker, pairs: list[dict[str, str]],
-                 params: dict[str, Any]) -> list[float]:
+                 params: dict[str, Any], rows: BatchRows | None = None) -> list[float]:
     """One score per {"query", "text"} pair: the sigmoid of the model's score, or the score itself with raw_scores.
 
-    The score is a cross-encoder's logit, or a decoder reranker's logit(true) - logit(false).
+    The score is a cross-encoder's logit, or a decoder reranker's logit(true) - logit(false). rows: the
+    batch's LoRA adapters (inference.batched_lora), told which pairs each forward computes.
     """
     tokenizer, model = bundle.tokenizer, bundle.model
     decoder = bundle if isinstance(bundle, DecoderRanker) else None
@@ -69,6 +71,8 @@ def text_ranking(bundle: ModelBundle | DecoderRanker, pairs: list[dict[str, str]
         chunk = order[start:start + PAIRS_PER_FORWARD]
         padded = tokenizer.pad({name: [encoded[name][i] for i in chunk] for name in names}, return_tensors="pt")
         padded = {name: tensor.to(model.device) for name, tensor in padded.items()}
+        if rows is not None:
+            rows.for_inputs(chunk)
         with cpu_threads_for(int(padded["input_ids"].numel()), model.device):
             values = score(padded)
         values = values if params.get("raw_scores") else torch.sigmoid(values)

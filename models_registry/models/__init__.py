@@ -2,6 +2,7 @@
 the usage ledger, stored
 responses."""
 
+from models_registry.models.adapters import Adapter
 from models_registry.models.batches import BatchChunk, BatchFile, BatchJob
 from models_registry.models.registered import (
     CACHEABLE_TASKS,
@@ -15,6 +16,6 @@ from models_registry.models.usage_records import ANONYMOUS_TOKEN, LedgerFlush, U
 from models_registry.models.versions import ModelVersion
 from models_registry.models.workers import QuarantinedRequest, WorkerHeartbeat
 
-__all__ = ["ANONYMOUS_TOKEN", "CACHEABLE_TASKS", "DEFAULT_MAX_REQUEST_TOKENS", "ApiToken", "BatchChunk", "BatchFile",
+__all__ = ["ANONYMOUS_TOKEN", "Adapter", "CACHEABLE_TASKS", "DEFAULT_MAX_REQUEST_TOKENS", "ApiToken", "BatchChunk", "BatchFile",
            "BatchJob", "LedgerFlush", "ModelTask", "ModelVersion", "QuarantinedRequest", "RegisteredModel",
            "StoredResponse", "UsageRecord", "WorkerHeartbeat", "hash_token"]

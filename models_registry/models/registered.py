@@ -92,6 +92,8 @@ class RegisteredModel(models.Model):
         problem = sources.source_problem(self.source)
         if problem:
             raise ValidationError({"source": problem})
+        if self.name and self._meta.apps.get_model("models_registry", "Adapter").objects.filter(name=self.name).exists():
+            raise ValidationError({"name": f"An adapter is named {self.name!r}: models and adapters share one namespace."})
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Save; an edit of a stored model leaves the version fields alone (catalog.version_changes writes those).

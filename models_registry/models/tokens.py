@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models.signals import m2m_changed
 from django.utils import timezone
 
+from models_registry.models.adapters import Adapter
 from models_registry.models.registered import RegisteredModel
 
 
@@ -33,6 +34,9 @@ class ApiToken(models.Model):
                                 "(none selected then = no model).",
     )
     allowed_models = models.ManyToManyField(RegisteredModel, blank=True, help_text="Used when 'all models' is off.")
+    allowed_adapters = models.ManyToManyField(
+        Adapter, blank=True, help_text="Adapters, granted by name like models (a base's grant is not its adapters').",
+    )
     revoked = models.BooleanField(default=False)
     expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -69,8 +73,10 @@ class ApiToken(models.Model):
         return not self.revoked and (self.expires_at is None or self.expires_at > timezone.now())
 
     def scope(self) -> frozenset[str] | None:
-        """The model names this token may use; None = every model."""
-        return None if self.all_models else frozenset(m.name for m in self.allowed_models.all())
+        """The model and adapter names this token may use; None = every model and adapter."""
+        if self.all_models:
+            return None
+        return frozenset([*(m.name for m in self.allowed_models.all()), *(a.name for a in self.allowed_adapters.all())])
 
 
 def _models_added_limit_the_token(sender: type, instance: models.Model, action: str, reverse: bool,
@@ -86,3 +92,5 @@ def _models_added_limit_the_token(sender: type, instance: models.Model, action: 
 
 m2m_changed.connect(_models_added_limit_the_token, sender=ApiToken.allowed_models.through,
                     dispatch_uid="token-scope-from-models")
+m2m_changed.connect(_models_added_limit_the_token, sender=ApiToken.allowed_adapters.through,
+                    dispatch_uid="token-scope-from-adapters")

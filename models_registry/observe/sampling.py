@@ -1,123 +1,73 @@
-"""The tracer's sampler asked per span without the objects the SDK makes for it on every span.
+"""Which spans are sampled: the SDK's samplers as they ship, our default ratio, and no trace begun by a bare Redis call.
 
-The SDK's Tracer asks its sampler with a Context that holds the parent (a SpanContext in a NonRecordingSpan
-in a Context) and gets a SamplingResult back: about 4 us of objects per span, twice per request at full
-sampling. The samplers the SDK ships (OTEL_TRACES_SAMPLER: always_on, always_off, traceidratio and every
-parentbased_* of them) decide from the parent's flags and the trace id alone; for those, decider() returns
-that decision as a function of (parent, trace id). Any other sampler (one a plugin names, one a test sets)
-is asked through its own should_sample, as the SDK asks it.
+Default (OTEL_TRACES_SAMPLER unset): parentbased_traceidratio at DEFAULT_RATIO, or at OTEL_TRACES_SAMPLER_ARG when
+that is set: a client's own decision is followed, one in ten new traces is kept (docs/operating.md says why ten).
+OTEL_TRACES_SAMPLER set: the sampler the SDK's TracerProvider picks from the environment (plug-ins included).
+Either way a CLIENT span with no parent (redis-py's instrumentation around the reply pump's or the worker's pull
+loop's commands, which serve no one request) starts no trace: Redis spans appear only under a request's span.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+import logging
+import os
+from collections.abc import Sequence
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, StaticSampler, TraceIdRatioBased
-from opentelemetry.trace import SpanKind
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import Decision, ParentBasedTraceIdRatio, Sampler, SamplingResult
+from opentelemetry.trace import Link, SpanKind, TraceState
+from opentelemetry.util.types import Attributes
 
-from models_registry.observe.trace_context import Parent, parent_of
+logger = logging.getLogger(__name__)
 
-
-class Decision(NamedTuple):
-    """Whether the span is sampled (recorded and exported), the attributes the sampler adds, its tracestate."""
-
-    sampled: bool
-    attributes: Mapping[str, Any] | None
-    state: Any
-
-
-Decide = Callable[[Parent | None, int, str, SpanKind, Mapping[str, Any] | None, Sequence[Any]], Decision]
-_Fast = Callable[[Parent | None, int], bool]
-
-_PARENT_BASED_PARTS = ("_root", "_remote_parent_sampled", "_remote_parent_not_sampled",
-                       "_local_parent_sampled", "_local_parent_not_sampled")
+DEFAULT_RATIO = 0.1  # of new traces (a client's traceparent decides for its own): docs/operating.md
+_DROP = SamplingResult(Decision.DROP)
 
 
-def _fast(sampler: Sampler) -> _Fast | None:
-    """The decision of a sampler the SDK ships, from the parent's flags and the trace id; None for any other."""
-    kind = type(sampler).should_sample
-    if kind is StaticSampler.should_sample:
-        sampled = _static_sampled(sampler)
-        return lambda parent, trace_id: sampled
-    if kind is TraceIdRatioBased.should_sample:
-        bound, limit = sampler.bound, TraceIdRatioBased.TRACE_ID_LIMIT  # type: ignore[attr-defined]
-        return lambda parent, trace_id: trace_id & limit < bound
-    if kind is ParentBased.should_sample and all(hasattr(sampler, part) for part in _PARENT_BASED_PARTS):
-        parts = [_fast(getattr(sampler, part)) for part in _PARENT_BASED_PARTS]
-        if any(part is None for part in parts):
-            return None
-        root, remote_sampled, remote_unsampled, local_sampled, local_unsampled = parts
+class NoBareClientSpans(Sampler):
+    """Drops a CLIENT span without a parent (a Redis call outside any request); asks the wrapped sampler otherwise."""
 
-        def parent_based(parent: Parent | None, trace_id: int) -> bool:
-            if parent is None:
-                return root(parent, trace_id)  # type: ignore[misc]
-            if parent.remote:
-                chosen = remote_sampled if parent.flags & 1 else remote_unsampled
-            else:
-                chosen = local_sampled if parent.flags & 1 else local_unsampled
-            return chosen(parent, trace_id)  # type: ignore[misc]
+    def __init__(self, sampler: Sampler) -> None:
+        self.sampler = sampler
 
-        return parent_based
-    return None
+    def should_sample(self, parent_context: Context | None, trace_id: int, name: str, kind: SpanKind | None = None,
+                      attributes: Attributes = None, links: Sequence[Link] | None = None,
+                      trace_state: TraceState | None = None) -> SamplingResult:
+        """DROP for a parentless CLIENT span, else the wrapped sampler's decision."""
+        if kind is SpanKind.CLIENT and not trace.get_current_span(parent_context).get_span_context().is_valid:
+            return _DROP
+        return self.sampler.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+
+    def get_description(self) -> str:
+        """The wrapped sampler's description, marked."""
+        return f"NoBareClientSpans{{{self.sampler.get_description()}}}"
 
 
-def _static_sampled(sampler: Sampler) -> bool | None:
-    """What a StaticSampler (always_on, always_off) decides for every span; None for any other sampler."""
-    if type(sampler).should_sample is StaticSampler.should_sample:
-        return bool(sampler.should_sample(None, 1, "probe").decision.is_sampled())
-    return None
+def default_ratio() -> float:
+    """OTEL_TRACES_SAMPLER_ARG as a ratio in [0, 1], else DEFAULT_RATIO (with a warning when it is malformed)."""
+    value = os.environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    if not value:
+        return DEFAULT_RATIO
+    try:
+        ratio = float(value)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
+        logger.warning("OTEL_TRACES_SAMPLER_ARG=%r is no ratio in [0, 1]: sampling %s of new traces", value,
+                       DEFAULT_RATIO)
+        return DEFAULT_RATIO
+    return ratio
 
 
-# static_decisions' keys, in the order of _PARENT_BASED_PARTS: the root, then (remote, sampled) of the parent.
-_PARENT_KINDS = (None, (True, True), (True, False), (False, True), (False, False))
-
-
-def static_decisions(sampler: Sampler) -> dict[Any, Decision]:
-    """The sampler's decisions that need no trace id: {None: a root span's, (remote, sampled): under such a
-    parent's}, each where the sampler for it is a StaticSampler (the default parentbased_always_on has them
-    all); the others are left out. Under a parent with a tracestate the decision keeps it: not one of these.
-    """
-    if type(sampler).should_sample is ParentBased.should_sample and all(hasattr(sampler, p) for p in _PARENT_BASED_PARTS):
-        parts = [getattr(sampler, part) for part in _PARENT_BASED_PARTS]
+def from_environment() -> Sampler:
+    """The process' sampler: OTEL_TRACES_SAMPLER's as the SDK reads it, else parentbased_traceidratio; no bare CLIENT
+    roots."""
+    if os.environ.get("OTEL_TRACES_SAMPLER", "").strip():
+        # A provider built without a sampler takes the one the environment names (the SDK's public behaviour).
+        chosen = TracerProvider(resource=Resource.get_empty(), shutdown_on_exit=False).sampler
     else:
-        parts = [sampler] * len(_PARENT_KINDS)
-    decided = {key: _static_sampled(part) for key, part in zip(_PARENT_KINDS, parts)}
-    return {key: Decision(sampled, None, None) for key, sampled in decided.items() if sampled is not None}
-
-
-def span_context(parent: Parent) -> trace.SpanContext:
-    """The OpenTelemetry SpanContext of a parent (or of a link's span)."""
-    return trace.SpanContext(parent.trace_id, parent.span_id, is_remote=parent.remote,
-                             trace_flags=trace.TraceFlags(parent.flags), trace_state=parent.state)
-
-
-def context_of(parent: Parent | None) -> Any:
-    """The OpenTelemetry Context holding a parent as its current span, as the SDK's samplers read it."""
-    return None if parent is None else trace.set_span_in_context(trace.NonRecordingSpan(span_context(parent)))
-
-
-def decider(sampler: Sampler) -> Decide:
-    """decide(parent, trace_id, name, kind, attributes, links: the linked spans' wire contexts): the sampler's
-    decision."""
-    fast = _fast(sampler)
-    if fast is not None:
-        stateless = {True: Decision(True, None, None), False: Decision(False, None, None)}
-
-        def decide_fast(parent: Parent | None, trace_id: int, name: str, kind: SpanKind,
-                        attributes: Mapping[str, Any] | None, links: Sequence[Any]) -> Decision:
-            # The SDK's samplers add no attributes and keep the parent's tracestate.
-            if parent is None or parent.state is None:
-                return stateless[fast(parent, trace_id)]
-            return Decision(fast(parent, trace_id), None, parent.state)
-
-        return decide_fast
-
-    def decide_by_asking(parent: Parent | None, trace_id: int, name: str, kind: SpanKind,
-                         attributes: Mapping[str, Any] | None, links: Sequence[Any]) -> Decision:
-        result = sampler.should_sample(context_of(parent), trace_id, name, kind, attributes,
-                                       [trace.Link(span_context(parent_of(link))) for link in links])
-        return Decision(result.decision.is_sampled(), result.attributes or None, result.trace_state)
-
-    return decide_by_asking
+        chosen = ParentBasedTraceIdRatio(default_ratio())
+    return NoBareClientSpans(chosen)

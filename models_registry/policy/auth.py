@@ -67,7 +67,7 @@ post_save.connect(_forget_known, sender=ApiToken, dispatch_uid="auth-known-hashe
 
 
 def _lookup(token_hash: str) -> TokenGrant | None:
-    token = ApiToken.objects.filter(token_hash=token_hash).prefetch_related("allowed_models").first()
+    token = ApiToken.objects.filter(token_hash=token_hash).prefetch_related("allowed_models", "allowed_adapters").first()
     if token is None or not token.is_active():
         return None
     now = time.monotonic()

@@ -28,13 +28,13 @@ async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: li
         result = await handoff.infer(
             request_id=request_id, model=wire, task=task.name, inputs=inputs,
             parameters=parameters, timeout_s=task.timeout_s, max_queue_size=queue_limit,
-            drain_rate=target.drain_rate, served=ServedVersion(spec.name, wire, version), priority=klass, charge=charge,
-            version=version,
+            drain_rate=target.drain_rate, served=ServedVersion(spec.served_as, wire, version), priority=klass,
+            charge=charge, version=version, adapter=spec.name if spec.base else "",
         )
     except HostingError as error:
         if version:  # a refusal or failure of one version says which
             error.headers.setdefault(VERSION_HEADER, str(version))
         raise
-    if target.copy_to:
+    if target.copy_to and not spec.base:  # a shadow compares the base's versions (an adapter's copy: a later step)
         shadow.compare_soon(spec, task, inputs, parameters, result, target.copy_to)
     return result

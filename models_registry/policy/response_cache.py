@@ -47,7 +47,8 @@ def cache_key(prefix: str, spec: ModelSpec, task: TaskSpec, parameters: dict[str
     """
     owner = None if task.cache_shared else token_id
     identity = [
-        list(spec.load_key()), spec.version, task.name, task.task, task.pooling, task.normalize,
+        list(spec.load_key()), [[a.source, a.revision] for a in spec.adapters] if spec.base else [], spec.version,
+        task.name, task.task, task.pooling, task.normalize,
         task.parameters, parameters, [media_item.identity(i) for i in inputs], owner,  # a file by its bytes' digest
     ]
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from models_registry.catalog import lookups, rollout
 from models_registry.catalog.specs import ModelSpec
 from models_registry.core import sources
-from models_registry.core.errors import HostingError, ModelDisabled, Unavailable
+from models_registry.core.errors import Conflict, HostingError, ModelDisabled, Unavailable
 from models_registry.core.model_state import ModelState, servable
 
 VERSION_HEADER = "X-Model-Version"
+FIXED_GRAPH = "onnxruntime"  # a backend that serves a base only (an adapter changes the graph's layers)
 LOADING_RETRY_AFTER_S = 2  # a first load takes seconds: ask again soon, not at once
 
 
@@ -51,7 +52,10 @@ def target(spec: ModelSpec, task_name: str, workers: lookups.WorkerView, sticky_
     (sticky_key: the same token always meets the same side); a shadow version gets a copy
     afterwards (policy.shadow). 503 at once when no live worker serves the chosen version.
     """
-    version, wire, copy_to = rollout.pick(spec.name, spec.rollout, workers.ready.get(spec.name, set()),
+    if spec.base and (spec.backend == FIXED_GRAPH or spec.dtype == "int8"):
+        raise Conflict(f"{spec.name!r} is an adapter of {spec.base!r}, which runs on ONNX Runtime: that backend "
+                       "serves the base only. Its operator can set the base's backend to auto or torch.")
+    version, wire, copy_to = rollout.pick(spec.served_as, spec.rollout, workers.ready.get(spec.served_as, set()),
                                           sticky_key, random.random(), random.random())
     try:
         return Target(wire, version, serving_rate(spec, task_name, wire, workers), copy_to)

@@ -12,6 +12,7 @@ from typing import Any
 from models_registry.broker import admission
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.capacity.batch_memory import BatchMemory
+from models_registry.catalog.specs import AdapterSpec
 from models_registry.core.batch_types import Batch, ItemFailure
 from models_registry.core.conf import conf
 from models_registry.core.errors import Internal, Unavailable
@@ -19,7 +20,7 @@ from models_registry.inference.backend import ModelRunner
 from models_registry.inference.compute_deadline import computing_until
 from models_registry.inference.containment import contained, describe
 from models_registry.observe import tracing
-from models_registry.worker import span_backlog, suspects
+from models_registry.worker import batch_spans, suspects
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.generation_loop import GenerationLoop
 from models_registry.worker.delivery import Delivery
@@ -126,8 +127,8 @@ class BatchLoop:
             compute_s = time.time() - started
             self.stats.record_batch(batch.key, len(batch), sum(item.cost for item in batch.items), compute_s)
             logger.debug("batch %s size=%d reason=%s compute=%.1fms", batch.key, len(batch), batch.reason, compute_s * 1e3)
-            traced = tracing.BatchTrace() if tracing.tracer is not None and tracing.batch_traced(
-                [item.request.delivery.trace for item in batch.items]) else None
+            traced = batch_spans.BatchTrace() if tracing.tracer is not None and any(
+                [item.request.delivery.traceparent for item in batch.items]) else None
             finished = self.batcher.complete(batch, outputs)
             if finished:
                 self.replies.batch(finished, started, compute_s, sent, traced)
@@ -157,17 +158,21 @@ class BatchLoop:
             if member is not None:  # a stale name is harmless: that message is answered and released
                 logger.warning("could not name the redelivered request computing now: %s", error)
 
-    def _trace(self, traced: tracing.BatchTrace, batch: Batch[Delivery], formed: float, started: float,
+    def _trace(self, traced: batch_spans.BatchTrace, batch: Batch[Delivery], formed: float, started: float,
                ended: float) -> None:
-        """The batch's spans (observe.tracing): each request's queue time, the batch linked to them, the forward;
-        traced.context the batch span's (None: no request of it was traced). Recorded with other batches' spans
-        (worker.span_backlog); only what they need is read of the batch now (it is not kept alive for them)."""
+        """The batch's spans (worker.batch_spans): each request's queue time, the batch linked to them, the forward;
+        traced.context the batch span's (None: no request of it had spans)."""
         loaded = getattr(self.slots.get(batch.key[0]), "loaded", None)
         where = (loaded.device, (loaded.backend or {}).get("backend", "")) if loaded is not None else ("", "")
-        items = [(item.request.id, item.request.delivery.trace, item.request.arrival, item.cost)
-                 for item in batch.items]
-        span_backlog.backlog.add(span_backlog.record_batch, traced, batch.key, batch.reason, batch.padded_tokens, where,
-                                 items, formed, started, ended)
+        # A request's items share its trace: one queue span and one link a request.
+        requests = {item.request.id: (item.request.delivery.traceparent, item.request.delivery.tracestate,
+                                      item.request.arrival) for item in batch.items}
+        batch_spans.record_batch(traced, list(requests.values()), formed, started, ended, {
+            "hosting.model": batch.key[0], "hosting.task": batch.key[1], "hosting.batch.size": len(batch.items),
+            "hosting.batch.requests": len(requests), "hosting.batch.reason": str(batch.reason),
+            "hosting.batch.tokens": sum([item.cost for item in batch.items]),
+            "hosting.batch.padded_tokens": batch.padded_tokens, "hosting.device": where[0],
+            "hosting.backend": str(where[1])})
 
     async def _sleep_until_work(self, now: float, release_in: float | None) -> None:
         """Until a request comes, the batcher's next deadline, or an idle decode batch's release (release_in s)."""
@@ -215,8 +220,17 @@ class BatchLoop:
         # A stream's deadline is pushed forward while its client listens: its sink stops it instead.
         deadline = None if any(sinks) else max(item.request.deadline for item in batch.items)
         costs = [item.cost for item in batch.items]
+        # Each row's adapter, as the slot's registry view lists it now (None: the base); rows of several
+        # adapters and of the base share the batch's forwards (inference.batched_lora).
+        # One removed since its intake keeps its name and no source: its rows fail, never run on the base.
+        adapters = [(slot.spec.find_adapter(name) or AdapterSpec(name, "")) if (name := item.request.delivery.adapter)
+                    else None for item in batch.items]
         with computing_until(deadline), self.slots.using(slot):  # not evicted while it computes
             if any(sinks):  # streamed generation: each such item's tokens go to its client as they come
                 return self.runner.run(slot.loaded, task, texts, params, sinks=sinks)
+            if any(adapters):
+                return self.memory.run(batch.key, costs, lambda at: self.runner.run(
+                    slot.loaded, task, [texts[p] for p in at], [params[p] for p in at],
+                    adapters=[adapters[p] for p in at]))
             return self.memory.run(batch.key, costs, lambda at: self.runner.run(
                 slot.loaded, task, [texts[p] for p in at], [params[p] for p in at]))

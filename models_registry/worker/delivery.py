@@ -18,7 +18,10 @@ class Delivery:
     tokens: int = 0  # what the request is charged: the tokens the model computes for it
     suspect: bool = False  # redelivered after a worker died: computed alone (worker.suspects)
     client: str = ""  # the API token that sent it (worker.generation_schedule)
-    trace: bytes = b""  # the web's request span's context (observe.trace_context), when tracing: the worker's spans join its trace
+    # The web's request span as W3C trace context, when tracing: the worker's spans join its trace (worker.batch_spans).
+    traceparent: str = ""
+    tracestate: str = ""
+    adapter: str = ""  # the LoRA adapter that computes it ("": the base model)
 
     @property
     def streams(self) -> bool:

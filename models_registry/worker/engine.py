@@ -21,8 +21,8 @@ from models_registry.capacity.memory_budget import MemoryConfig, model_bytes, wo
 from models_registry.capacity.placement_plan import Limits
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.backend import ModelRunner
+from models_registry.observe import tracing
 from models_registry.catalog.specs import ModelSpec
-from models_registry.worker import span_backlog
 from models_registry.worker.batch_loop import BatchLoop
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery
@@ -105,7 +105,7 @@ class InferenceEngine:
 
     def shutdown(self) -> None:
         """Release the threads (models die with the process); the spans still waiting go to the exporter."""
-        span_backlog.backlog.flush()
+        tracing.flush()
         self.batch_loop.shutdown()
         self.models.shutdown()
         self.media.shutdown()

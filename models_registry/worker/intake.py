@@ -8,10 +8,11 @@ from typing import Any
 from models_registry.broker.messages import WorkRequest
 from models_registry.core import sources
 from models_registry.core.conf import conf
-from models_registry.core.errors import InvalidInput, TooLarge, Unavailable
+from models_registry.core.errors import Conflict, InvalidInput, TooLarge, Unavailable
 from models_registry.core.model_state import ModelState
 from models_registry.media.item import MediaItem, media_of
 from models_registry.catalog import answer_size, sparse_answer
+from models_registry.catalog.specs import ADAPTER_TASKS
 from models_registry.catalog.compute_cost import is_plain_length, request_cost
 from models_registry.catalog.readable_text import SEQ2SEQ_TASKS, check_prompt_chars, cut_inputs
 from models_registry.worker.media_intake import MediaDecoder
@@ -56,9 +57,20 @@ def check_servable(request: WorkRequest, slot: ModelSlot | None, draining: bool)
         raise Unavailable(f"model {model!r} is {slot.state}{detail}")
     if task not in slot.spec.tasks:
         raise Unavailable(f"model {model!r} has no task {task!r} on this worker")
+    if request.adapter:
+        check_adapter(request, slot)
     if not request.inputs or not all(isinstance(i, (str, dict)) for i in request.inputs):
         raise InvalidInput("inputs must be a non-empty list of strings or question/context objects")
     return slot
+
+
+def check_adapter(request: WorkRequest, slot: ModelSlot) -> None:
+    """503 for an adapter this worker's view of the base does not list (yet, or any more); 409 for a task it does not change."""
+    if slot.spec.find_adapter(request.adapter) is None:
+        raise Unavailable(f"adapter {request.adapter!r} of model {request.model!r} is not served by this worker")
+    kind = slot.spec.tasks[request.task].task
+    if kind not in ADAPTER_TASKS:
+        raise Conflict(f"adapter {request.adapter!r}: adapters serve {', '.join(ADAPTER_TASKS)} tasks, not {kind}")
 
 
 def check_token_budget(tokens: int, limit: int) -> None:

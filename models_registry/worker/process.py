@@ -45,6 +45,7 @@ class InferenceWorker(Worker):
         super().__init__(*args, **kwargs)
         # Refused here, before any model loads: a layer without leased pulls cannot feed the engine.
         self.layer: WorkLayer = require_work_layer(self.channel_layer)
+        from models_registry.inference.adapter_cache import AdapterBudget
         from models_registry.inference.onnx_backend import OrtSettings  # torch loads here, not at import
 
         # The runner class is a setting: a team may wrap the pipeline runner (a tracing or a test one).
@@ -52,7 +53,8 @@ class InferenceWorker(Worker):
         self.runner = runner_class(
             conf.DEVICE, conf.TORCH_THREADS, packing=conf.SEQUENCE_PACKING,
             torchscript=conf.TORCHSCRIPT,
-            ort=OrtSettings(conf.ONNX_CACHE_DIR, conf.INT8_MIN_COSINE, arena=not conf.MEMORY_CAP))
+            ort=OrtSettings(conf.ONNX_CACHE_DIR, conf.INT8_MIN_COSINE, arena=not conf.MEMORY_CAP),
+            adapters=AdapterBudget(conf.MAX_LOADED_ADAPTERS, conf.ADAPTER_MEMORY_BYTES))
         self.engine: InferenceEngine | None = None
 
     async def handle(self) -> None:

@@ -119,7 +119,7 @@ class PullLoop:
                 key, request.id, admitted.payloads, admitted.costs, time.time(), request.deadline,
                 delivery=Delivery(reply=request.reply, parameters=request.parameters, lease=lease,
                                   tokens=admitted.tokens, suspect=request.redelivered, client=request.client,
-                                  trace=request.trace),
+                                  traceparent=request.traceparent, tracestate=request.tracestate, adapter=request.adapter),
                 priority=request.priority,
             )
             return True

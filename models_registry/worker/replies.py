@@ -12,7 +12,7 @@ from models_registry.broker import admission, messages
 from models_registry.broker.work_layer import WorkLayer
 from models_registry.core.batch_types import PendingRequest
 from models_registry.core.errors import HostingError, Internal, Unavailable, public_message
-from models_registry.worker import span_backlog
+from models_registry.worker import batch_spans
 from models_registry.worker.delivery import Delivery, Lease
 
 logger = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class Replies:
     def batch(self, requests: list[PendingRequest[Delivery]], started: float, compute_s: float,
               token_messages: dict[str, int] | None = None, traced: Any = None) -> None:
         """Answer every request a batch finished (token_messages: what each streamed one was sent before;
-        traced: observe.tracing.BatchTrace, the batch span's context once recorded: the parent of the reply's)."""
+        traced: worker.batch_spans.BatchTrace, the batch span's context once recorded: the parent of the reply's)."""
         self._spawn(self._reply_all(requests, started, compute_s, token_messages or {}, traced))
 
     def error(self, request_id: str, reply: str, error: HostingError, lease: Lease | None = None,
@@ -79,8 +79,8 @@ class Replies:
         async def send_all() -> None:
             sending = time.time()
             sent = await self.layer.send_replies(replies, self.worker_id, leases, places)
-            if traced is not None:  # after its batch's spans, which were added before this sent (span_backlog)
-                span_backlog.backlog.add(span_backlog.record_reply, traced, len(replies), sending, time.time())
+            if traced is not None:  # its batch's spans were recorded while this was sent (the batch loop's call_soon)
+                batch_spans.record_reply(traced, len(replies), sending, time.time())
             if sent < len(replies):
                 logger.warning("%d of %d replies did not fit their channels", len(replies) - sent, len(replies))
 

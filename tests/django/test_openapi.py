@@ -48,6 +48,7 @@ def test_every_spec_route_is_described(schema: dict[str, Any]) -> None:
         ("/v1/files/{file_id}/content", "get"), ("/v1/batches", "post"), ("/v1/batches", "get"),
         ("/v1/batches/{batch_id}", "get"), ("/v1/batches/{batch_id}/cancel", "post"), ("/v1/usage", "get"),
         ("/v1/responses", "post"), ("/v1/responses/{response_id}", "get"), ("/v1/responses/{response_id}", "delete"),
+        ("/v1/audio/transcriptions", "post"),
     }
     assert schema["openapi"] == "3.1.0"
 

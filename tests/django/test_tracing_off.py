@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from models_registry.observe import tracing
+from models_registry.observe import server_span
 from tests.stack import ROOT
 
 IMPORTS = """
@@ -23,7 +23,8 @@ from models_registry.management.commands import runworker  # the worker process'
 from models_registry.observe import tracing
 tracing.setup("worker")
 print(__import__("json").dumps({"tracer": tracing.tracer is not None, "otel": sorted(
-    m for m in sys.modules if m.startswith(("opentelemetry.sdk.trace", "opentelemetry.exporter")))}))
+    m for m in sys.modules if m.startswith(("opentelemetry.sdk.trace", "opentelemetry.exporter",
+                                         "opentelemetry.instrumentation")))}))
 """
 
 
@@ -43,9 +44,10 @@ def test_without_an_endpoint_no_tracer_provider_or_exporter_is_imported(tmp_path
 def test_with_an_endpoint_the_sdk_is_set_up(tmp_path: Path) -> None:
     found = _imports(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:1")
     assert found["tracer"] is True and "opentelemetry.sdk.trace" in found["otel"]
+    assert "opentelemetry.instrumentation.redis" in found["otel"]  # a request's Redis calls nest under its span
 
 
 def test_routes_are_named_by_their_template() -> None:
-    assert tracing.http_route("/models/bert") == "/models/{name}"
-    assert tracing.http_route("/models/bert/fill-mask") == "/models/{name}/{task}"
-    assert tracing.http_route("/v1/embeddings") == "/v1/embeddings"
+    assert server_span.http_route("/models/bert") == "/models/{name}"
+    assert server_span.http_route("/models/bert/fill-mask") == "/models/{name}/{task}"
+    assert server_span.http_route("/v1/embeddings") == "/v1/embeddings"

@@ -391,3 +391,36 @@ def test_batch_jobs_take_base64_media_lines(media_stack: Stack, token: str) -> N
     ])
     _, _, vector = post(media_stack, token, f"/models/{CLIP}/image", image, "image/png")
     np.testing.assert_allclose(output["vec"]["body"]["data"][0]["embedding"], vector, atol=1e-6)
+
+
+# --- OpenAI's transcriptions ---------------------------------------------------------------------
+
+
+def test_openai_transcriptions_answer_what_the_hf_route_answers(media_stack: Stack, token: str) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=f"{media_stack.url}/v1", api_key=token, max_retries=0)
+    clip = media_factory.tone(0.5)
+    _, _, hf = post(media_stack, token, f"/models/{ASR}", clip, "audio/wav")
+    whole = client.audio.transcriptions.create(model=ASR, file=("clip.wav", clip, "audio/wav"))
+    assert whole.text == hf["text"]
+    text = client.audio.transcriptions.create(model=ASR, file=("clip.wav", clip), response_format="text")
+    assert text == hf["text"]
+    verbose = client.audio.transcriptions.create(model=ASR, file=("clip.wav", clip), response_format="verbose_json",
+                                                 language="en")
+    assert verbose.text == hf["text"] and verbose.language == "en" and abs(verbose.duration - 0.5) < 0.01
+
+
+def test_openai_transcriptions_refuse_what_they_cannot_serve(media_stack: Stack, token: str) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=f"{media_stack.url}/v1", api_key=token, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="not supported here") as refused:
+        client.audio.transcriptions.create(model=ASR, file=("clip.wav", media_factory.tone(0.2)), response_format="srt")
+    assert refused.value.body["param"] == "response_format"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError, match="audio"):  # a picture is not a clip
+        client.audio.transcriptions.create(model=ASR, file=("x.png", media_factory.png()))
+    with pytest.raises(openai.NotFoundError, match="no automatic-speech-recognition task"):
+        client.audio.transcriptions.create(model=VIT, file=("clip.wav", media_factory.tone(0.2)))
+    with pytest.raises(openai.NotFoundError, match="no model named"):
+        client.audio.transcriptions.create(model="nope", file=("clip.wav", media_factory.tone(0.2)))

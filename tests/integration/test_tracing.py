@@ -1,7 +1,8 @@
 """OpenTelemetry traces end to end: a real OTLP/HTTP receiver in the test decodes what the web and the worker
 export (opentelemetry-proto); each client's traceparent is continued, the worker's spans join the trace, a batch
-span links the requests it carried (its forward and its replies' round trip inside it), and each request's log
-line names its trace id; under a parent-based sampler a client's unsampled trace costs no span, web or worker."""
+span links the requests it carried (its forward and its replies' round trip inside it), a request's Redis calls
+are spans under its own, and each request's log line names its trace id; under a parent-based sampler a client's
+unsampled trace costs no span, web or worker."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 
-from models_registry.worker import span_backlog
 from tests import model_factory
 from tests.integration.common import sentences
 from tests.stack import Stack, wait_until
@@ -167,6 +167,11 @@ def test_sixteen_traced_requests_join_web_and_worker_spans(traced: Stack, collec
     for child in ("inference.forward", "inference.reply"):  # each batch's forward, and its replies' round trip
         wait_until(lambda: {s.parent_id for s in collector.all() if s.name == child} >= {s.span_id for s in batches},
                    10, f"an {child} span under every batch")
+    # redis-py's instrumentation: the hand-off's Redis calls nest under a request's span (a turn's calls, sent
+    # together, under the first request of that turn), in the web's process
+    redis_parents = {s.parent_id for s in collector.all() if s.kind == 3 and s.resource.get("hosting.role") == "web"}
+    assert redis_parents & {server_span(trace_id).span_id for trace_id, _ in clients}  # type: ignore[union-attr]
+    assert not any(s.kind == 3 and s.parent_id == "" for s in collector.all())  # no Redis call starts a trace
     log = (traced.workdir / "web-0.log").read_text()
     assert all(f"trace={trace_id}" in log for trace_id, _ in clients)
 
@@ -203,8 +208,7 @@ def test_an_unsampled_trace_costs_no_span_anywhere_and_its_batch_links_only_the_
             sampled in {t for t, _ in s.links} for s in collector.all() if s.name == "inference.batch")
 
     wait_until(complete, 20, "the sampled trace's web and worker spans, and a batch linking it")
-    # five of the processes' export intervals after the worker's span backlog's wait: what the unsampled trace had
-    time.sleep(0.5 + span_backlog.WAIT_S)  # would be here by now
+    time.sleep(0.5)  # five of the processes' export intervals: what the unsampled trace had would be here by now
     assert collector.of_trace(unsampled) == []
     linked = {t for s in collector.all() if s.name == "inference.batch" for t, _ in s.links}
     assert unsampled not in linked

@@ -11,7 +11,7 @@ from models_registry.catalog.lookups import WorkerView
 
 def spec(enabled: bool = True, tasks: tuple[str, ...] = ("embed",)) -> Any:
     """A registered model as assess reads one."""
-    return SimpleNamespace(enabled=enabled, tasks=dict.fromkeys(tasks))
+    return SimpleNamespace(enabled=enabled, tasks=dict.fromkeys(tasks), base="")
 
 
 def worker(serves: tuple[str, ...] = (), draining: bool = False) -> Any:
@@ -67,3 +67,10 @@ def test_a_model_whose_only_worker_drains_is_not_ready() -> None:
 def test_without_live_workers_nothing_is_meant_and_nothing_served() -> None:
     fleet = assess({"a": spec()}, view({}))
     assert fleet.not_served == ["a"] and fleet.serves_all_meant and not fleet.serves_any
+
+
+def test_an_adapter_is_ready_where_its_base_is_and_never_waited_for_alone() -> None:
+    specs = {"base": spec(), "lora": SimpleNamespace(enabled=True, tasks=dict.fromkeys(("embed",)), base="base")}
+    fleet = assess(specs, view({"base": {"state": "ready"}}, worker()))
+    assert fleet == FleetReadiness(ready=["base"], on_demand=[], not_ready=[], not_served=[])
+    assert fleet.serves_all_meant

@@ -63,3 +63,16 @@ def test_empty_and_invalid_lengths() -> None:
     assert plan_packing([]) == []
     with pytest.raises(ValueError):
         plan_packing([3, 0])
+
+
+def test_grouped_inputs_never_share_a_row_and_all_are_placed() -> None:
+    lengths = [5, 30, 7, 12, 3, 40, 9, 9, 2, 17]
+    groups = [0, 1, 2, 1, 0, 3, 2, 1, 0, 3]  # each input's adapter slot
+    forwards = plan_packing(lengths, row_tokens=64, groups=groups)
+    placed = [index for forward in forwards for members in forward.rows for index in members]
+    assert sorted(placed) == list(range(len(lengths)))
+    for forward in forwards:
+        for members in forward.rows:
+            assert len({groups[i] for i in members}) == 1
+            assert sum(lengths[i] for i in members) <= 64
+    assert len(plan_packing(lengths, row_tokens=64)) == 1 and sum(len(f.rows) for f in forwards) >= 4

@@ -1,5 +1,6 @@
-"""observe.tracing's web side on the SDK's own tracer: the SERVER span continues a client's traceparent, records
-the status and what annotate() names, writes its context into the wire message; a client's unsampled trace records nothing."""
+"""observe.server_span on the SDK's own tracer: the SERVER span continues a client's traceparent, is the OpenTelemetry
+context's current span, records the status and what annotate() names, and its W3C context goes into the wire
+message; a client's unsampled trace records nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
-from models_registry.observe import tracing
+from models_registry.observe import server_span, tracing
 from tests.unit.tracing_setup import traced_by
 
 TRACE_ID, CLIENT_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
@@ -38,13 +39,12 @@ async def _serve(headers: list[tuple[bytes, bytes]], status: int = 200) -> tuple
         sent.append(message)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        context = tracing.current_context()  # the wire's bytes, read here as the traceparent they pack
-        seen["wire"] = f"00-{context[:16].hex()}-{context[16:24].hex()}-{context[24:].hex()}"
+        seen["wire"], seen["state"] = tracing.wire_context()
         seen["trace_id"] = tracing.annotate("bert", 2, 7, "" if status < 400 else "overloaded", inputs=1)
         await send({"type": "http.response.start", "status": status, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    await tracing.serve_traced({"type": "http", "method": "POST", "path": "/models/bert", "headers": headers},
+    await server_span.serve_traced({"type": "http", "method": "POST", "path": "/models/bert", "headers": headers},
                                None, send, app)
     return sent, seen
 
@@ -60,8 +60,14 @@ async def test_a_clients_traceparent_is_continued_and_the_span_names_what_it_ser
         "http.response.status_code": 503, "hosting.model": "bert", "hosting.model_version": 2,
         "hosting.token_id": 7, "error.type": "overloaded", "hosting.inputs": 1}
     assert span.status.status_code == trace.StatusCode.ERROR
-    assert seen == {"wire": f"00-{TRACE_ID}-{span.context.span_id:016x}-01", "trace_id": TRACE_ID}
+    assert seen == {"wire": f"00-{TRACE_ID}-{span.context.span_id:016x}-01", "state": "", "trace_id": TRACE_ID}
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+
+
+async def test_a_clients_tracestate_travels_on_with_its_traceparent(finished: InMemorySpanExporter) -> None:
+    _, seen = await _serve([(b"traceparent", f"00-{TRACE_ID}-{CLIENT_SPAN}-01".encode()), (b"tracestate", b"vendor=x")])
+    (span,) = finished.get_finished_spans()
+    assert span.context.trace_state.get("vendor") == "x" and seen["state"] == "vendor=x"
 
 
 async def test_a_tracestate_without_traceparent_starts_a_trace(finished: InMemorySpanExporter) -> None:
@@ -85,7 +91,7 @@ async def test_an_error_in_the_app_is_recorded_on_the_span_and_raised_and_the_co
         raise RuntimeError("the app broke")
 
     with pytest.raises(RuntimeError, match="the app broke"):
-        await tracing.serve_traced({"type": "http", "method": "POST", "path": "/models/bert", "headers": []},
+        await server_span.serve_traced({"type": "http", "method": "POST", "path": "/models/bert", "headers": []},
                                    None, None, app)
     (span,) = finished.get_finished_spans()
     assert span.status.status_code == trace.StatusCode.ERROR
@@ -95,8 +101,8 @@ async def test_an_error_in_the_app_is_recorded_on_the_span_and_raised_and_the_co
 
 
 def test_a_paths_route_is_kept_and_the_kept_ones_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tracing, "MAX_ROUTES", 3)
-    monkeypatch.setattr(tracing, "_routes", {})
-    routes = [tracing.http_route(f"/models/m{n}/fill-mask") for n in range(5)]
+    monkeypatch.setattr(server_span, "MAX_ROUTES", 3)
+    monkeypatch.setattr(server_span, "_routes", {})
+    routes = [server_span.http_route(f"/models/m{n}/fill-mask") for n in range(5)]
     assert routes == ["/models/{name}/{task}"] * 5
-    assert len(tracing._routes) <= 3
+    assert len(server_span._routes) <= 3

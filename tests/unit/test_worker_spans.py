@@ -1,6 +1,6 @@
-"""observe.tracing's worker side on the SDK's own tracer: a batch's spans join its sampled requests' traces and
-link them; a request whose trace was not sampled costs no span and no link where the sampler would record
-nothing under it, and still gets its spans where the sampler decides for itself."""
+"""worker.batch_spans on the SDK's own tracer: a batch's spans join its sampled requests' traces and link them; a
+request whose trace was not sampled costs no recorded span and no link under a parent-based sampler, and still
+gets its spans where the sampler decides for itself; a malformed traceparent is no trace."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 
-from models_registry.observe import tracing
-from models_registry.observe.trace_context import pack_context, parent_of, parse_traceparent, wire_context
+from models_registry.broker import messages
+from models_registry.worker import batch_spans
 from tests.unit.tracing_setup import traced_by
 
 SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -41,52 +40,66 @@ def provider_of(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Sampler],
         provider.shutdown()
 
 
-def _record(parents: list[Any]) -> Any:
-    """A batch of requests whose wire messages carried these traces (a web's traceparent, as an older web wrote
-    it, or the bytes observe.trace_context packs), read as broker.messages reads them."""
-    contexts = [wire_context(parent) for parent in parents]
-    batch = tracing.record_batch([(context, 100.0) for context in contexts], 100.001, 100.002, 100.010, ATTRIBUTES)
-    if batch is not None:
-        tracing.record_reply(batch, len(parents), 100.010, 100.011)
-    return batch
+def _record(parents: list[Any], state: str = "") -> batch_spans.BatchTrace:
+    """A batch of requests whose wire messages carried these traceparents, read as broker.messages reads them."""
+    requests = []
+    for parent in parents:
+        wire = messages.WorkRequest("r", "c", "m", "t", [], {}, 1.0).to_wire()
+        wire.update(traceparent=parent, tracestate=state)
+        read = messages.WorkRequest.from_wire(wire)
+        assert read is not None
+        requests.append((read.traceparent, read.tracestate, 100.0))
+    traced = batch_spans.BatchTrace()
+    batch_spans.record_batch(traced, requests, 100.001, 100.002, 100.010, ATTRIBUTES)
+    batch_spans.record_reply(traced, len(parents), 100.010, 100.011)
+    return traced
 
 
-def _hex(span: Any) -> tuple[str, str]:
-    return f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}"
+def _ids(traceparent: str) -> tuple[str, str]:
+    return traceparent.split("-")[1], traceparent.split("-")[2]
 
 
 def test_sampled_requests_get_queue_spans_in_their_traces_and_one_linked_batch(provider_of: Any) -> None:
     finished = provider_of(ParentBased(ALWAYS_ON))
-    assert _record([SAMPLED, RANDOM_SAMPLED, ""]) is not None  # "": a request that came without a trace
+    assert _record([SAMPLED, RANDOM_SAMPLED, ""]).context is not None  # "": a request that came without a trace
     spans = finished.get_finished_spans()
     queues = [s for s in spans if s.name == "inference.queue"]
-    assert sorted(f"{s.parent.trace_id:032x}-{s.parent.span_id:016x}" for s in queues) == [
-        "-".join(SAMPLED.split("-")[1:3]), "-".join(RANDOM_SAMPLED.split("-")[1:3])]
+    assert sorted((f"{s.parent.trace_id:032x}", f"{s.parent.span_id:016x}") for s in queues) == [
+        _ids(SAMPLED), _ids(RANDOM_SAMPLED)]
     assert all(s.parent.is_remote and s.attributes["hosting.model"] == "bert" for s in queues)
+    assert all((s.start_time, s.end_time) == (100_000_000_000, 100_002_000_000) for s in queues)
     (batch,) = [s for s in spans if s.name == "inference.batch"]
     assert [(f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") for link in batch.links] == [
-        tuple(SAMPLED.split("-")[1:3]), tuple(RANDOM_SAMPLED.split("-")[1:3])]
-    assert dict(batch.attributes) == ATTRIBUTES and _hex(batch)[0] == SAMPLED.split("-")[1]
+        _ids(SAMPLED), _ids(RANDOM_SAMPLED)]
+    assert dict(batch.attributes) == ATTRIBUTES and f"{batch.context.trace_id:032x}" == _ids(SAMPLED)[0]
+    assert (batch.start_time, batch.end_time) == (100_001_000_000, 100_010_000_000)
     for child in ("inference.forward", "inference.reply"):
         (span,) = [s for s in spans if s.name == child]
         assert span.parent.span_id == batch.context.span_id
 
 
+def test_a_tracestate_is_kept_on_the_workers_spans(provider_of: Any) -> None:
+    finished = provider_of(ParentBased(ALWAYS_ON))
+    _record([SAMPLED], state="vendor=x")
+    (queue,) = [s for s in finished.get_finished_spans() if s.name == "inference.queue"]
+    assert queue.context.trace_state.get("vendor") == "x"
+
+
 @pytest.mark.parametrize("sampler", [ParentBased(ALWAYS_ON), ParentBased(TraceIdRatioBased(1.0)), ALWAYS_OFF])
 def test_an_unsampled_trace_costs_the_worker_no_span_and_no_link(provider_of: Any, sampler: Sampler) -> None:
     finished = provider_of(sampler)
-    assert _record([UNSAMPLED, UNSAMPLED]) is None
+    assert _record([UNSAMPLED, UNSAMPLED]).context is None
     assert finished.get_finished_spans() == ()
     if sampler is not ALWAYS_OFF:
         _record([UNSAMPLED, SAMPLED])
         (batch,) = [s for s in finished.get_finished_spans() if s.name == "inference.batch"]
-        assert [f"{link.context.trace_id:032x}" for link in batch.links] == [SAMPLED.split("-")[1]]
+        assert [f"{link.context.trace_id:032x}" for link in batch.links] == [_ids(SAMPLED)[0]]
         assert len([s for s in finished.get_finished_spans() if s.name == "inference.queue"]) == 1
 
 
 def test_a_sampler_that_decides_for_itself_still_gets_an_unsampled_parents_spans(provider_of: Any) -> None:
     finished = provider_of(ALWAYS_ON)  # not parent-based: the SDK would record under any parent
-    assert _record([UNSAMPLED]) is not None
+    assert _record([UNSAMPLED]).context is not None
     names = sorted(s.name for s in finished.get_finished_spans())
     assert names == ["inference.batch", "inference.forward", "inference.queue", "inference.reply"]
 
@@ -97,40 +110,7 @@ def test_a_sampler_that_decides_for_itself_still_gets_an_unsampled_parents_spans
                                     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-zz",
                                     "00-00000000000000000000000000000000-b7ad6b7169203331-01",
                                     "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
-                                    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b71692033-01"])
-def test_a_malformed_traceparent_is_no_trace(provider_of: Any, parent: str) -> None:
-    assert wire_context(parent) == b""
+                                    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b71692033-01", 7, None, b"\x01" * 25])
+def test_a_malformed_traceparent_is_no_trace(provider_of: Any, parent: Any) -> None:
     finished = provider_of(ALWAYS_ON)
-    assert _record([parent]) is None and finished.get_finished_spans() == ()
-
-
-def _bytes(traceparent: str) -> bytes:
-    parent = parse_traceparent(traceparent)
-    return pack_context(parent.trace_id, parent.span_id, parent.flags)  # type: ignore[union-attr]
-
-
-@pytest.mark.parametrize("context", [_bytes(SAMPLED)[:24], _bytes(SAMPLED) + b"\x00", bytes(16) + _bytes(SAMPLED)[16:],
-                                     _bytes(SAMPLED)[:16] + bytes(8) + b"\x01", 7, None, ["x"]],
-                         ids=["short", "long", "no trace id", "no span id", "an int", "none", "a list"])
-def test_a_malformed_wire_context_is_no_trace(provider_of: Any, context: Any) -> None:
-    finished = provider_of(ALWAYS_ON)
-    assert wire_context(context) == b""
-    assert _record([context]) is None and finished.get_finished_spans() == ()
-
-
-def test_a_wire_context_names_the_same_parent_as_its_traceparent() -> None:
-    for traceparent in (SAMPLED, RANDOM_SAMPLED, UNSAMPLED):
-        assert wire_context(_bytes(traceparent)) == wire_context(traceparent) == _bytes(traceparent)
-        assert parent_of(_bytes(traceparent)) == parse_traceparent(traceparent)
-
-
-@pytest.mark.parametrize(("sampler", "wires", "traced"), [
-    (ParentBased(ALWAYS_ON), [UNSAMPLED, "", UNSAMPLED], False), (ParentBased(ALWAYS_ON), [UNSAMPLED, SAMPLED], True),
-    (ParentBased(ALWAYS_ON), [RANDOM_SAMPLED], True), (ALWAYS_OFF, [SAMPLED], True), (ALWAYS_ON, [UNSAMPLED], True),
-    (ALWAYS_ON, ["", ""], False)])
-def test_a_batch_is_traced_only_when_a_request_could_get_a_span(provider_of: Any, sampler: Sampler, wires: list[str],
-                                                                traced: bool) -> None:
-    provider_of(sampler)
-    assert tracing.batch_traced([wire_context(wire) for wire in wires]) is traced
-    if not traced:  # what the worker then skips would have recorded nothing
-        assert _record(wires) is None
+    assert _record([parent]).context is None and finished.get_finished_spans() == ()

@@ -28,10 +28,12 @@ def _model_summary(spec: ModelSpec, state: dict[str, str] | None) -> dict[str, A
     status, error = shown_state(spec.enabled, state)
     if status == ModelState.ERROR:
         error = sources.LOAD_FAILED
+    adapter = spec.adapter
     return {
         "name": spec.name,
-        "source": sources.public_source(spec.source),
-        "revision": spec.revision,
+        **({"base": spec.base} if adapter is not None else {}),
+        "source": sources.public_source(adapter.source if adapter is not None else spec.source),
+        "revision": adapter.revision if adapter is not None else spec.revision,
         "device": spec.device,
         "dtype": spec.dtype,
         "backend": spec.backend,
@@ -151,7 +153,7 @@ def _versions(spec: ModelSpec, workers: list[Any]) -> list[dict[str, Any]]:
     for number, role in roles.items():
         if not number:
             continue
-        reports = [(w.models_state or {}).get(wire_name(spec.name, number)) for w in workers]
+        reports = [(w.models_state or {}).get(wire_name(spec.served_as, number)) for w in workers]
         failed = [r for r in reports if r and r.get("state") == ModelState.ERROR]
         state, error = shown_state(spec.enabled, failed[0] if failed and role != "live" else best_report(reports))
         if state == ModelState.ERROR and not output_shape.public(error):

@@ -24,7 +24,7 @@ from models_registry.api.openai import batch_schemas, generation_schemas, respon
 from models_registry.api.openapi import openapi_per_model
 from models_registry.api.shapes import request_schemas, response_schemas
 from models_registry.api.tei import sparse_route
-from models_registry.api.openai import usage_route
+from models_registry.api.openai import transcriptions, usage_route
 from models_registry.api.server.django_views import api_view
 from models_registry.core import paths
 from models_registry.core.conf import conf
@@ -174,6 +174,7 @@ def operations(max_inputs: int) -> list[Operation]:
                   tags=("operations",), public=True, media="text/html"),
         *batch_schemas.operations(Operation),
         usage_route.operation(Operation),
+        transcriptions.operation(Operation, errors),
     ]
 
 

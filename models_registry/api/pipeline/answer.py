@@ -42,6 +42,17 @@ def json_answer(data: Any, status: int = 200, headers: dict[str, str] | None = N
     return Answer(status, dump_json(data), dict(headers or {}))
 
 
+class PlainText(str):
+    """A route's body sent as text/plain, not JSON (a transcription's response_format "text")."""
+
+
+def body_answer(data: Any, headers: dict[str, str] | None = None) -> Answer:
+    """A 200 with data as the body: text/plain for PlainText, else JSON."""
+    if isinstance(data, PlainText):
+        return Answer(200, data.encode(), dict(headers or {}), content_type="text/plain; charset=utf-8")
+    return json_answer(data, 200, headers)
+
+
 def to_django(answer: Answer) -> HttpResponse:
     """The same answer as a Django response (for the views Django's handler serves)."""
     response: HttpResponse

@@ -57,6 +57,7 @@ class ApiCall:
     # tokens are off): the route takes it from here instead of checking it again.
     token_checked: bool = False
     grant: TokenGrant | None = None
+    content_type_header: str = ""  # the Content-Type as sent, its parameters too (a multipart form's boundary)
 
 
 def header(scope: dict[str, Any], name: bytes) -> str | None:
@@ -75,13 +76,14 @@ def media_type(header: str) -> str:
 def from_scope(scope: dict[str, Any]) -> ApiCall:
     """The call of an ASGI HTTP scope, its headers read in one pass (the front door sets body once it is read)."""
     authorization = priority = host = length = request_id = None
-    content_type = ""
+    content_type = content_type_header = ""
     chunked = False
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             authorization = value.decode("latin-1")
         elif name == b"content-type":
-            content_type = media_type(value.decode("latin-1"))
+            content_type_header = value.decode("latin-1")
+            content_type = media_type(content_type_header)
         elif name == b"x-priority":
             priority = value.decode("latin-1")
         elif name == b"host":
@@ -93,7 +95,8 @@ def from_scope(scope: dict[str, Any]) -> ApiCall:
         elif name == b"x-request-id":
             request_id = value.decode("latin-1")
     return ApiCall(request_id_from(request_id), scope["method"], scope["path"], b"", content_type, authorization,
-                   priority, host=host, server=scope.get("server"), content_length=length, chunked=chunked)
+                   priority, host=host, server=scope.get("server"), content_length=length, chunked=chunked,
+                   content_type_header=content_type_header)
 
 
 def from_django(request: HttpRequest) -> ApiCall:
@@ -104,4 +107,5 @@ def from_django(request: HttpRequest) -> ApiCall:
         raise TooLarge(f"request body is over the limit of {conf.MAX_BODY_BYTES} bytes") from None
     request_id = getattr(request, "request_id", None) or request_id_from(request.headers.get("X-Request-Id"))
     return ApiCall(request_id, request.method or "GET", request.path, body, request.content_type or "",
-                   request.headers.get("Authorization"), request.headers.get("X-Priority"))
+                   request.headers.get("Authorization"), request.headers.get("X-Priority"),
+                   content_type_header=request.headers.get("Content-Type", ""))

@@ -13,7 +13,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from models_registry.api.pipeline.answer import Answer, json_answer
+from models_registry.api.pipeline.answer import Answer, body_answer
 from models_registry.broker import deferred
 from models_registry.core.errors import HostingError
 from models_registry.media import item as media_item
@@ -63,7 +63,7 @@ def served_answer(request_id: str, route: str, model: str, task: str, body: Any,
     timings False: no queue, compute or batch headers (the web computed it: nothing was queued).
     """
     result = served.result
-    answer = json_answer(body, headers={
+    answer = body_answer(body, headers={
         **({"X-Queue-Time-Ms": f"{result.queue_ms:.2f}", "X-Inference-Time-Ms": f"{result.compute_ms:.2f}",
             "X-Batch-Size": str(result.batch_size)} if timings else {}),
         **({VERSION_HEADER: str(result.version)} if result.version else {}),

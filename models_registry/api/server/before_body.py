@@ -147,13 +147,14 @@ def _mark(spec: ModelSpec, task: str) -> queue_state.Full | None:
     one answering: the workers' view, a database read when stale, is not asked here, so the
     503 stays as cheap as /health); with a canary, only when the canary's queue is full too.
     """
+    name = spec.served_as  # an adapter joins its base's queue
     if not spec.version:
-        return queue_state.known_full(spec.name, task)
+        return queue_state.known_full(name, task)
     rollout = spec.rollout
-    marks = [queue_state.known_full(wire_name(spec.name, v), task) for v in (rollout.target, rollout.live) if v]
+    marks = [queue_state.known_full(wire_name(name, v), task) for v in (rollout.target, rollout.live) if v]
     mark = next((m for m in marks if m is not None), None)
     if mark is not None and rollout.mode == CANARY and rollout.candidate:
-        return mark if queue_state.known_full(wire_name(spec.name, rollout.candidate), task) else None
+        return mark if queue_state.known_full(wire_name(name, rollout.candidate), task) else None
     return mark
 
 

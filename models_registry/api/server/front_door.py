@@ -40,7 +40,7 @@ from models_registry.api.pipeline.call import ApiCall, from_scope
 from models_registry.api.pipeline.error_answers import error_response_for
 from models_registry.core.conf import conf
 from models_registry.core.errors import TooLarge
-from models_registry.observe import ledger_flush, tracing
+from models_registry.observe import ledger_flush, server_span, tracing
 
 class BodyTooLarge(Exception):
     """The body grew past the route's limit while it was read."""
@@ -111,7 +111,7 @@ class ApiASGIHandler(ASGIHandler):
         if tracing.tracer is None:
             await self.handle(scope, receive, send)
         else:  # the request's SERVER span around all of it, a stream's until its last event
-            await tracing.serve_traced(scope, receive, send, self.handle)
+            await server_span.serve_traced(scope, receive, send, self.handle)
 
     async def handle(self, scope, receive, send):  # type: ignore[no-untyped-def]
         """Django's handle(), minus the request_started hop, with an inline close."""

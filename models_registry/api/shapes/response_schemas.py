@@ -135,6 +135,7 @@ class ModelSummary(TypedDict):
     """A registered model in GET /models."""
 
     name: str
+    base: NotRequired[Annotated[str, Field(description="an adapter's base model (its source: the adapter's)")]]
     source: str
     revision: NotRequired[str]
     device: NotRequired[str]
@@ -176,6 +177,7 @@ class ModelDetail(TypedDict):
     """GET /models/{name}."""
 
     name: str
+    base: NotRequired[Annotated[str, Field(description="an adapter's base model (its source: the adapter's)")]]
     source: str
     revision: NotRequired[str]
     device: NotRequired[str]

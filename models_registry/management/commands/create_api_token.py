@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from models_registry.models import ApiToken, RegisteredModel
+from models_registry.models import Adapter, ApiToken, RegisteredModel
 
 LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute", "tokens_per_day")
 
@@ -25,7 +25,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         scope = parser.add_mutually_exclusive_group()
-        scope.add_argument("--models", default="", help="comma-separated model names (default: every model for a "
+        scope.add_argument("--models", default="", help="comma-separated model and adapter names (default: every model for a "
                                                         "new token; a rotated token keeps its models)")
         scope.add_argument("--all-models", action="store_true", help="every model, present and future")
         parser.add_argument("--requests-per-minute", type=int, help="requests per minute (default: no limit)")
@@ -37,7 +37,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         names = [n.strip() for n in options["models"].split(",") if n.strip()]
         models = list(RegisteredModel.objects.filter(name__in=names))
-        unknown = sorted(set(names) - {m.name for m in models})
+        adapters = list(Adapter.objects.filter(name__in=names))  # granted by name like models
+        unknown = sorted(set(names) - {m.name for m in models} - {a.name for a in adapters})
         if unknown:
             raise CommandError(f"unknown model(s): {', '.join(unknown)}")
         token = ApiToken.objects.filter(name=options["name"]).first() or ApiToken(name=options["name"])
@@ -60,6 +61,7 @@ class Command(BaseCommand):
         token.save()
         if names or token.all_models:
             token.allowed_models.set(models)  # all_models: the list is cleared, not kept for later
+            token.allowed_adapters.set(adapters)
         allowed = token.scope()
         scope = "every model" if allowed is None else ", ".join(sorted(allowed)) or "no model"
         limits = ", ".join(f"{f.replace('_', ' ')} {getattr(token, f)}" for f in LIMIT_FIELDS if getattr(token, f))

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('models_registry', '0020_heartbeat_serve_models'),
+        ('models_registry', '0021_adapters'),
     ]
 
     operations = [

@@ -1,0 +1,100 @@
+"""LoRA adapters of a registered model: served beside their base, asked for by their own name."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from models_registry.core import adapter_files, model_files, sources
+from models_registry.models.registered import RegisteredModel
+
+# The base tasks whose forwards an adapter's layers change here (decoder LoRA is a later step).
+ADAPTER_TASKS = ("feature-extraction", "text-classification", "text-ranking")
+# Backends that run a fixed copy of the base's graph: they serve the base only.
+FIXED_GRAPH = "onnxruntime"
+
+
+class Adapter(models.Model):
+    """A PEFT LoRA adapter of a base model; its name goes wherever a model name goes (unique among both)."""
+
+    name = models.SlugField(max_length=100, unique=True,
+                            help_text="Used like a model name: /models/<name>, model=<name>. Unique among models too.")
+    base = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="adapters")
+    source = models.CharField(max_length=500, help_text="A PEFT adapter directory (adapter_config.json and "
+                                                        "adapter_model.safetensors), or its hub id.")
+    revision = models.CharField(max_length=100, blank=True, help_text="Hub revision (branch, tag or commit).")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (adapter of {self.base_id and self.base.name})"
+
+    def clean(self) -> None:
+        """Refuse a name a model has, a source that is not there, and files that do not fit the base."""
+        errors: dict[str, str] = {}
+        if self.name and RegisteredModel.objects.filter(name=self.name).exists():
+            errors["name"] = f"A registered model is named {self.name!r}: adapters and models share one namespace."
+        problem = sources.source_problem(self.source) if self.source else "Give the adapter's directory or hub id."
+        if problem:
+            errors["source"] = problem
+        if errors:
+            raise ValidationError(errors)
+        if self.base_id is None:
+            return
+        base = self.base
+        if base.backend == FIXED_GRAPH or base.dtype == "int8":
+            raise ValidationError({"base": f"{base.name} runs on ONNX Runtime (backend {base.backend}, dtype "
+                                           f"{base.dtype}), which serves the base only: set its backend to auto "
+                                           "or torch (and its dtype to other than int8) to serve adapters."})
+        kinds = set(base.tasks.values_list("task", flat=True))
+        if kinds and not kinds & set(ADAPTER_TASKS):
+            raise ValidationError({"base": f"{base.name}'s tasks ({', '.join(sorted(kinds))}) take no adapters here; "
+                                           f"adapters serve {', '.join(ADAPTER_TASKS)}."})
+        try:
+            check_files(self.source, self.revision, base.source, base.revision)
+        except adapter_files.AdapterProblem as error:
+            raise ValidationError({"source": str(error)}) from None
+
+
+def check_files(source: str, revision: str, base_source: str, base_revision: str) -> adapter_files.AdapterManifest | None:
+    """The adapter's manifest, checked against the base checkpoint's layers (hub ids: this machine's cache only).
+
+    None: the base is a hub id whose weights this machine has not cached (the worker's load checks it).
+    """
+    try:
+        manifest = adapter_files.read_manifest(*adapter_paths(source, revision), where=source)
+    except OSError as error:  # not cached, or unreadable here
+        raise adapter_files.AdapterProblem(f"cannot read the adapter's files here: {error}") from None
+    try:
+        shapes = base_shapes(base_source, base_revision or None)
+    except model_files.FilesNotCached:
+        return None
+    adapter_files.check_against_base(manifest, shapes)
+    return manifest
+
+
+def adapter_paths(source: str, revision: str, cached_only: bool = True) -> tuple[str | None, str | None]:
+    """Local paths of an adapter's config and weights (None: missing)."""
+    return (model_files.file_path(source, revision or None, adapter_files.CONFIG_FILE, cached_only),
+            model_files.file_path(source, revision or None, adapter_files.WEIGHTS_FILE, cached_only))
+
+
+def base_shapes(source: str, revision: str | None) -> dict[str, tuple[int, ...]]:
+    """The base checkpoint's parameter shapes by name, from its safetensors headers (one file, or its shards)."""
+    single = model_files.file_path(source, revision, adapter_files.BASE_WEIGHTS, cached_only=True)
+    if single is not None:
+        return adapter_files.tensor_shapes(single)
+    index = model_files.file_path(source, revision, adapter_files.BASE_INDEX, cached_only=True)
+    if index is None:
+        raise adapter_files.AdapterProblem(f"the base model has no {adapter_files.BASE_WEIGHTS} (nor "
+                                           f"{adapter_files.BASE_INDEX}) to check the adapter against")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name in adapter_files.shard_names(index):
+        found = model_files.file_path(source, revision, name, cached_only=True)
+        if found is not None:
+            shapes.update(adapter_files.tensor_shapes(found))
+    return shapes
