@@ -2,7 +2,7 @@
 
 The stub answers every request with the same token events: a `<think>` block, text, and a Hermes
 call cut across tokens. What is tested is the web side: the chat request that reaches the worker,
-the Response items and events, the store per token, GET and DELETE.
+the Response items and events, the store per token, GET, DELETE and the expiry sweep.
 """
 
 from __future__ import annotations
@@ -10,13 +10,17 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.utils import timezone
 
 from models_registry.broker import messages
-from models_registry.models import RegisteredModel
+from models_registry.jobs import retention
+from models_registry.models import RegisteredModel, StoredResponse
 from models_registry.policy import serving
 from tests.asgi_client import AsyncClient
 
@@ -148,3 +152,14 @@ async def test_store_false_keeps_nothing_and_a_bad_field_is_named(tokens: tuple[
     assert (await AsyncClient().get(f"/v1/responses/{body['id']}", headers=bearer(tokens[0]))).status_code == 404
     bad = await create(tokens[0], {"model": "qwen", "input": "Hi", "max_output_tokens": 0})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_output_tokens"
+
+
+async def test_an_expired_response_is_hidden_then_swept(tokens: tuple[str, str], worker: list[dict[str, Any]]) -> None:
+    body = (await create(tokens[0], {"model": "qwen", "input": "Hi"})).json()
+    stored = await StoredResponse.objects.aget(public_id=body["id"])
+    assert stored.expires_at is not None and stored.conversation[0] == {"type": "message", "role": "user",
+                                                                         "content": "Hi"}
+    await StoredResponse.objects.filter(id=stored.id).aupdate(expires_at=timezone.now() - timedelta(seconds=1))
+    assert (await AsyncClient().get(f"/v1/responses/{body['id']}", headers=bearer(tokens[0]))).status_code == 404
+    assert await sync_to_async(retention.sweep)() == 1
+    assert not await StoredResponse.objects.filter(id=stored.id).aexists()

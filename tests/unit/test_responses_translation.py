@@ -145,3 +145,17 @@ def test_an_empty_answer_is_still_one_message() -> None:
     built = ResponseEvents(model="m", echo=responses_requests.echo({"model": "m", "input": "x"}))
     final = Response.model_validate(built.finished(2, 0, 0, truncated=False)[-1]["response"])
     assert final.output_text == "" and [item.type for item in final.output] == ["message"]
+
+
+def test_a_previous_output_handed_back_as_input_is_read_without_its_reasoning() -> None:
+    output = [{"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "hm"}]},
+              {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "Let me look.", "annotations": []}]},
+              {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
+               "arguments": '{"city": "Paris"}', "status": "completed"}]
+    read = responses_requests.read({"model": "m", "tools": [WEATHER], "input": [
+        {"role": "user", "content": "Weather?"}, *output,
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]})
+    user, assistant, tool = read.chat.messages or []
+    assert assistant["content"] == "Let me look." and assistant["tool_calls"][0]["id"] == "call_1"
+    assert tool["tool_call_id"] == "call_1" and "hm" not in json.dumps(read.chat.messages)

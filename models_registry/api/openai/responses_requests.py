@@ -113,7 +113,9 @@ def input_items(value: Any) -> list[dict[str, Any]]:
         raise invalid("'input' is required: a string or a non-empty list of items", "input")
     if len(value) > generation_requests.MAX_MESSAGES:
         raise invalid(f"{len(value)} input items: at most {generation_requests.MAX_MESSAGES}", "input")
-    return [_item(item, n) for n, item in enumerate(value)]
+    # A reasoning item handed back (a previous response's output as input) is not sent to the model again.
+    return [_item(item, n) for n, item in enumerate(value)
+            if not (isinstance(item, dict) and item.get("type") == "reasoning")]
 
 
 def _item(item: Any, n: int) -> dict[str, Any]:
@@ -136,7 +138,8 @@ def _item(item: Any, n: int) -> dict[str, Any]:
         if not isinstance(item.get("call_id"), str) or not item["call_id"]:
             raise invalid(f"{where} is a function_call_output: it needs the call_id of the call it answers", "input")
         return {"type": "function_call_output", "call_id": item["call_id"], "output": _text(output, where)}
-    raise invalid(f"{where}.type {kind!r} is not supported: message, function_call or function_call_output",
+    raise invalid(f"{where}.type {kind!r} is not supported: message, function_call, function_call_output or "
+                  "reasoning",
                   "input")
 
 

@@ -25,7 +25,7 @@ from models_registry.api.openai.responses_requests import ResponsesRequest
 from models_registry.api.openai.responses_shapes import ResponseEvents
 from models_registry.api.pipeline.answer import Answer, dump_json
 from models_registry.api.pipeline.call import ApiCall
-from models_registry.api.pipeline.error_answers import openai_error_answer
+from models_registry.api.pipeline.error_answers import openai_error_answer, openai_error_body
 from models_registry.api.pipeline.inference_route import Streaming, Work
 from models_registry.api.pipeline.request_record import StreamTally
 from models_registry.broker.stream_handoff import Stream
@@ -126,8 +126,9 @@ class ResponseStream:
 
     def error_event(self, error: HostingError) -> bytes:
         """Responses' error event."""
-        event = {"type": "error", "code": error.error_type, "message": error.message,
-                 "param": getattr(error, "param", None), "sequence_number": self.built.sequence}
+        told = openai_error_body(error)["error"]
+        event = {"type": "error", "code": told["code"], "message": told["message"], "param": told["param"],
+                 "sequence_number": self.built.sequence}
         return _sse(event)
 
     def tally(self) -> StreamTally:

@@ -28,6 +28,18 @@ class MessageItem(TypedDict, total=False):
     type: Literal["message"]
     role: Required[Literal["user", "assistant", "system", "developer"]]
     content: Required[str | list[InputText]]
+    id: str
+    status: str
+
+
+class ReasoningItem(TypedDict, total=False):
+    """A reasoning item handed back from an earlier output: accepted, not sent to the model again."""
+
+    type: Required[Literal["reasoning"]]
+    id: str
+    summary: list[Any]
+    content: list[Any]
+    status: str
 
 
 class FunctionCallItem(TypedDict, total=False):
@@ -70,7 +82,7 @@ class TextConfig(TypedDict, total=False):
 
 ResponseRequest = with_config(SHAPE_CONFIG)(TypedDict("ResponseRequest", {  # type: ignore[operator]
     "model": Required[Annotated[str, Field(min_length=1, description="a text-generation model id from GET /v1/models")]],
-    "input": Required[Annotated[str | Annotated[list[MessageItem | FunctionCallItem | FunctionCallOutputItem], Field(
+    "input": Required[Annotated[str | Annotated[list[MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem], Field(
         min_length=1, max_length=MAX_MESSAGES)], Field(description="a user message, or items")]],
     "instructions": NotRequired[Annotated[str | None, Field(description="a system message before the input")]],
     "tools": NotRequired[Annotated[list[FunctionTool] | None, Field(max_length=MAX_TOOLS)]],
