@@ -8,8 +8,8 @@ from pydantic import Field, with_config
 from typing_extensions import NotRequired, Required, TypedDict
 
 from models_registry.api.openai.generation_requests import MAX_MESSAGES
-from models_registry.api.openai.generation_schemas import MaxTokens
-from models_registry.api.openai.tool_schemas import MAX_TOOLS
+from models_registry.api.openai.generation_schemas import CHAT_CONFIG, JsonObjectFormat, MaxTokens, TextFormat
+from models_registry.api.openai.tool_schemas import MAX_TOOLS, NAME
 from models_registry.api.shapes.response_schemas import OPEN
 from models_registry.tasks.task_parameters import SHAPE_CONFIG
 
@@ -63,30 +63,52 @@ class FunctionCallOutputItem(TypedDict, total=False):
     status: str
 
 
+@with_config(SHAPE_CONFIG)
 class FunctionTool(TypedDict, total=False):
     """Responses' flat function tool."""
 
     type: Required[Literal["function"]]
-    name: Required[str]
-    description: str | None
-    parameters: dict[str, Any] | None
+    name: Required[Annotated[str, Field(pattern=NAME.pattern)]]
+    description: str
+    parameters: Annotated[dict[str, Any], Field(description=(
+        "a JSON Schema of its arguments, within response_format's bounds (all the tools' together)"))]
     strict: bool | None
 
 
-class TextConfig(TypedDict, total=False):
-    """text.format: text, json_object, or {"type": "json_schema", "name", "schema", "strict"}."""
+@with_config(SHAPE_CONFIG)
+class NamedToolChoice(TypedDict):
+    """One function the answer must call."""
 
-    format: dict[str, Any] | None
+    type: Literal["function"]
+    name: str
+
+
+@with_config(SHAPE_CONFIG)
+class JsonSchemaTextFormat(TypedDict, total=False):
+    """JSON that follows a schema (Responses' flat json_schema format)."""
+
+    type: Required[Literal["json_schema"]]
+    name: Required[Annotated[str, Field(min_length=1, max_length=64)]]
+    schema: dict[str, Any]
+    strict: bool | None
+    description: str
+
+
+@with_config(SHAPE_CONFIG)
+class TextConfig(TypedDict, total=False):
+    """text.format: chat's response_format in Responses' shape."""
+
+    format: TextFormat | JsonObjectFormat | JsonSchemaTextFormat | None
     verbosity: Any
 
 
-ResponseRequest = with_config(SHAPE_CONFIG)(TypedDict("ResponseRequest", {  # type: ignore[operator]
+ResponseRequest = with_config(CHAT_CONFIG)(TypedDict("ResponseRequest", {  # type: ignore[operator]
     "model": Required[Annotated[str, Field(min_length=1, description="a text-generation model id from GET /v1/models")]],
     "input": Required[Annotated[str | Annotated[list[MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem], Field(
         min_length=1, max_length=MAX_MESSAGES)], Field(description="a user message, or items")]],
     "instructions": NotRequired[Annotated[str | None, Field(description="a system message before the input")]],
     "tools": NotRequired[Annotated[list[FunctionTool] | None, Field(max_length=MAX_TOOLS)]],
-    "tool_choice": NotRequired[Any],
+    "tool_choice": NotRequired[Literal["none", "auto", "required"] | NamedToolChoice | None],
     "parallel_tool_calls": NotRequired[bool | None],
     "text": NotRequired[TextConfig | None],
     "max_output_tokens": NotRequired[MaxTokens],
