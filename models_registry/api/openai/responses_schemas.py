@@ -118,8 +118,8 @@ ResponseRequest = with_config(CHAT_CONFIG)(TypedDict("ResponseRequest", {  # typ
                                                                     "response.completed)")]],
     "store": NotRequired[Annotated[bool | None, Field(description="keep it for GET and previous_response_id "
                                                                   "(default true)")]],
-    "previous_response_id": NotRequired[Annotated[str | None, Field(description="a stored response this one "
-                                                                                "continues")]],
+    "previous_response_id": NotRequired[Annotated[Annotated[str, Field(min_length=1)] | None, Field(
+        description="a stored response this one continues")]],
     **{name: NotRequired[Annotated[Any, Field(description="accepted and ignored")]]
        for name in ("metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier", "truncation",
                     "reasoning")},
