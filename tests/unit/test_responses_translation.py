@@ -156,6 +156,6 @@ def test_a_previous_output_handed_back_as_input_is_read_without_its_reasoning() 
     read = responses_requests.read({"model": "m", "tools": [WEATHER], "input": [
         {"role": "user", "content": "Weather?"}, *output,
         {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]})
-    user, assistant, tool = read.chat.messages or []
+    _, assistant, tool = read.chat.messages or []
     assert assistant["content"] == "Let me look." and assistant["tool_calls"][0]["id"] == "call_1"
     assert tool["tool_call_id"] == "call_1" and "hm" not in json.dumps(read.chat.messages)

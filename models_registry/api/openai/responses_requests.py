@@ -18,10 +18,11 @@ from models_registry.api.openai.generation_requests import GenerationRequest
 from models_registry.api.pipeline.error_answers import invalid
 from models_registry.core.errors import InvalidInput
 
+# Bookkeeping and hints: accepted, no effect here (metadata is echoed).
+IGNORED = ("metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier", "truncation", "reasoning")
 # Responses fields this server reads; the rest of OpenAI's are refused by name.
 FIELDS = ("model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text",
-          "max_output_tokens", "temperature", "top_p", "stream", "store", "previous_response_id", "metadata",
-          "user", "service_tier", "prompt_cache_key", "safety_identifier", "truncation", "reasoning")
+          "max_output_tokens", "temperature", "top_p", "stream", "store", "previous_response_id", *IGNORED)
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text")
 # A chat field's name in a Responses body, for the 400s of the chat reader.

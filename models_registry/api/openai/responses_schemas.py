@@ -9,6 +9,7 @@ from typing_extensions import NotRequired, Required, TypedDict
 
 from models_registry.api.openai.generation_requests import MAX_MESSAGES
 from models_registry.api.openai.generation_schemas import CHAT_CONFIG, JsonObjectFormat, MaxTokens, TextFormat
+from models_registry.api.openai.responses_requests import IGNORED
 from models_registry.api.openai.tool_schemas import MAX_TOOLS, NAME
 from models_registry.api.shapes.response_schemas import OPEN
 from models_registry.tasks.task_parameters import SHAPE_CONFIG
@@ -120,9 +121,7 @@ ResponseRequest = with_config(CHAT_CONFIG)(TypedDict("ResponseRequest", {  # typ
                                                                   "(default true)")]],
     "previous_response_id": NotRequired[Annotated[Annotated[str, Field(min_length=1)] | None, Field(
         description="a stored response this one continues")]],
-    **{name: NotRequired[Annotated[Any, Field(description="accepted and ignored")]]
-       for name in ("metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier", "truncation",
-                    "reasoning")},
+    **{name: NotRequired[Annotated[Any, Field(description="accepted and ignored")]] for name in IGNORED},
 }))
 ResponseRequest.__doc__ = "OpenAI's Responses request, run as a chat generation."
 
