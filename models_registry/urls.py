@@ -7,7 +7,7 @@ the other paths name their views here.
 from django.urls import path
 
 from models_registry.api.hf import model_views
-from models_registry.api.openai import batch_routes, openai_routes, usage_route
+from models_registry.api.openai import batch_routes, openai_routes, responses_views, usage_route
 from models_registry.api.openapi import openapi
 from models_registry.api.operations import metrics_view, probes
 from models_registry.api.server import route_table
@@ -29,6 +29,7 @@ VIEWS = {
     "openai-batch": batch_routes.batch_detail,
     "openai-batch-cancel": batch_routes.batch_cancel,
     "openai-usage": usage_route.usage,
+    "openai-response": responses_views.response_detail,
     "health": probes.health,
     "ready": probes.ready,
     "openapi-schema": openapi.schema_view,

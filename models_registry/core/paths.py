@@ -20,6 +20,8 @@ ROUTES: dict[str, str] = {
     "openai-models": "v1/models",
     "openai-chat-completions": "v1/chat/completions",
     "openai-completions": "v1/completions",
+    "openai-responses": "v1/responses",
+    "openai-response": "v1/responses/<str:response_id>",  # a stored response (GET, DELETE)
     "openai-audio-transcriptions": "v1/audio/transcriptions",
     "openai-files": "v1/files",
     "openai-file": "v1/files/<str:file_id>",

@@ -1,4 +1,4 @@
-"""Deleting expired files (inputs, outputs, error files): the job drivers sweep on their loop.
+"""Deleting expired files (inputs, outputs, error files) and stored responses: the job drivers sweep on their loop.
 
 A file past its expires_at is hidden from the API at once and deleted by the next sweep
 of any worker's driver (every SWEEP_EVERY_S), unless a running batch still reads it: an
@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.db.models import Q
 from django.utils import timezone
 
-from models_registry.jobs import files
+from models_registry.jobs import files, response_store
 from models_registry.models import BatchFile, BatchJob
 from models_registry.catalog.lookups import fresh_connection
 
@@ -40,7 +40,7 @@ def in_use(batch_file: BatchFile) -> str | None:
 
 
 def sweep(now: datetime | None = None) -> int:
-    """Delete expired files that no active batch reads; how many were deleted."""
+    """Delete expired files that no active batch reads, and expired stored responses; how many were deleted."""
     now = now or timezone.now()
     expired = (BatchFile.objects.filter(deleted_at__isnull=True, expires_at__lte=now)
                .exclude(jobs__status__in=BatchJob.ACTIVE).order_by("expires_at")[:SWEEP_BATCH])
@@ -50,7 +50,7 @@ def sweep(now: datetime | None = None) -> int:
         count += 1
     if count:
         logger.info("deleted %d expired batch file(s)", count)
-    return count
+    return count + response_store.sweep(now)
 
 
 async def maybe_sweep() -> None:

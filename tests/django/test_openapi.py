@@ -47,6 +47,7 @@ def test_every_spec_route_is_described(schema: dict[str, Any]) -> None:
         ("/v1/files/{file_id}", "delete"),
         ("/v1/files/{file_id}/content", "get"), ("/v1/batches", "post"), ("/v1/batches", "get"),
         ("/v1/batches/{batch_id}", "get"), ("/v1/batches/{batch_id}/cancel", "post"), ("/v1/usage", "get"),
+        ("/v1/responses", "post"), ("/v1/responses/{response_id}", "get"), ("/v1/responses/{response_id}", "delete"),
         ("/v1/audio/transcriptions", "post"),
     }
     assert schema["openapi"] == "3.1.0"
@@ -62,7 +63,7 @@ def test_every_reference_resolves(schema: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(("path", "method"), [
     ("/models/{name}", "post"), ("/models/{name}/{task}", "post"), ("/v1/embeddings", "post"),
-    ("/v1/chat/completions", "post"), ("/v1/completions", "post"),
+    ("/v1/chat/completions", "post"), ("/v1/completions", "post"), ("/v1/responses", "post"),
 ])
 def test_inference_routes_document_every_error_and_both_bodies(schema: dict[str, Any], path: str,
                                                                 method: str) -> None:

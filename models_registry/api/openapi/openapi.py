@@ -20,7 +20,7 @@ from django.template.loader import render_to_string
 from pydantic import Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
-from models_registry.api.openai import batch_schemas, generation_schemas
+from models_registry.api.openai import batch_schemas, generation_schemas, responses_schemas
 from models_registry.api.openapi import openapi_per_model
 from models_registry.api.shapes import request_schemas, response_schemas
 from models_registry.api.tei import sparse_route
@@ -149,6 +149,7 @@ def operations(max_inputs: int) -> list[Operation]:
                   r.EmbeddingResponse, errors, request_schemas.embedding_request(max_inputs), ("openai",),
                   openai=True, timings=True, example={"model": DEMO_MODEL, "input": "hello"}),
         *generation_schemas.operations(Operation, errors),
+        *responses_schemas.operations(Operation, errors),
         Operation("openai-models", "get", "OpenAI-compatible list of the embedding and text-generation model ids this "
                   "token may use.", r.OpenAIModelList, listing, tags=("openai",), openai=True),
         Operation("tei-tokenize", "post",

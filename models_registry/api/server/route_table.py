@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from models_registry.api.hf import hf_route
-from models_registry.api.openai import openai_generation, openai_routes, transcriptions
+from models_registry.api.openai import openai_generation, openai_routes, responses_route, transcriptions
 from models_registry.api.tei import sparse_route, tei_routes, tokenize_route
 from models_registry.api.pipeline.inference_route import InferenceRoute
 from models_registry.core import paths
@@ -18,6 +18,7 @@ ROUTES: dict[str, InferenceRoute] = {
     "openai-embeddings": openai_routes.EMBEDDINGS,
     "openai-chat-completions": openai_generation.CHAT,
     "openai-completions": openai_generation.COMPLETIONS,
+    "openai-responses": responses_route.RESPONSES,
     "openai-audio-transcriptions": transcriptions.TRANSCRIPTIONS,
     "tei-rerank": tei_routes.RERANK,
     "tei-tokenize": tokenize_route.TOKENIZE,
