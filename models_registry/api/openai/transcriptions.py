@@ -157,7 +157,7 @@ FORM = {"required": True, "content": {"multipart/form-data": {"schema": {
     "type": "object", "required": ["file", "model"],
     "properties": {
         "file": {"type": "string", "format": "binary", "description": "the audio file (WAV, FLAC, MP3, OGG...)"},
-        "model": {"type": "string", "description": "a model with an automatic-speech-recognition task"},
+        "model": {"type": "string", "minLength": 1, "description": "a model with an automatic-speech-recognition task"},
         "response_format": {"enum": list(FORMATS), "default": "json"},
         "language": {"type": "string", "description": "echoed in verbose_json"},
         "prompt": {"type": "string", "description": "accepted, not used"},
