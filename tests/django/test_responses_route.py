@@ -7,7 +7,6 @@ the Response items and events, the store per token, GET, DELETE and the expiry s
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -15,14 +14,13 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from models_registry.broker import messages
 from models_registry.jobs import retention
 from models_registry.models import RegisteredModel, StoredResponse
 from models_registry.policy import serving
 from tests.asgi_client import AsyncClient
+from tests.django import stub_generator
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
 
@@ -43,29 +41,8 @@ def models(make_model: Callable[..., RegisteredModel], monkeypatch: pytest.Monke
 @pytest.fixture
 async def worker(models: None) -> AsyncIterator[list[dict[str, Any]]]:
     """A stub worker pulling the model's channel: PIECES as token events, the last with TGI's details."""
-    layer = get_channel_layer()
-    pulled: list[dict[str, Any]] = []
-
-    async def serve() -> None:
-        while True:
-            found = await layer.pull([messages.model_channel("qwen")], "w1", 10)
-            if not found:
-                await asyncio.sleep(0.01)
-            for _, message, _ in found:
-                request = messages.WorkRequest.from_wire(message)
-                assert request is not None
-                pulled.append(message)
-                events = [{"token": {"id": n, "text": piece, "logprob": 0.0, "special": False}}
-                          for n, piece in enumerate(PIECES)]
-                events[-1].update(generated_text="".join(PIECES), details={
-                    "finish_reason": "eos_token", "input_length": 9, "generated_tokens": len(PIECES)})
-                for seq, event in enumerate(events):
-                    await layer.send(request.reply, messages.TokenEvents(id=request.id, seq=seq, events=[event],
-                                                                         source="w1").to_wire())
-
-    task = asyncio.ensure_future(serve())
-    yield pulled
-    task.cancel()
+    async with stub_generator.generating(["qwen"], PIECES) as pulled:
+        yield pulled
 
 
 @pytest.fixture

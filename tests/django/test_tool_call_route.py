@@ -20,11 +20,12 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from models_registry.api.openapi import openapi
-from models_registry.broker import deferred, messages
+from models_registry.broker import deferred
 from models_registry.models import RegisteredModel, UsageRecord
 from models_registry.observe import ledger_flush
 from models_registry.policy import serving
 from tests.asgi_client import AsyncClient
+from tests.django import stub_generator
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker")]
 
@@ -47,30 +48,8 @@ def models(make_model: Callable[..., RegisteredModel], monkeypatch: pytest.Monke
 @pytest.fixture
 async def worker(models: None) -> AsyncIterator[list[dict[str, Any]]]:
     """A stub worker pulling both models' channels: PIECES as token events, the last with TGI's details."""
-    layer = get_channel_layer()
-    pulled: list[dict[str, Any]] = []
-    channels = [messages.model_channel(name) for name in ("qwen", "plain")]
-
-    async def serve() -> None:
-        while True:
-            found = await layer.pull(channels, "w1", 10)
-            if not found:
-                await asyncio.sleep(0.01)
-            for _, message, _ in found:
-                request = messages.WorkRequest.from_wire(message)
-                assert request is not None
-                pulled.append(message)
-                events = [{"token": {"id": n, "text": piece, "logprob": 0.0, "special": False}}
-                          for n, piece in enumerate(PIECES)]
-                events[-1].update(generated_text="".join(PIECES), details={
-                    "finish_reason": "eos_token", "input_length": 9, "generated_tokens": len(PIECES)})
-                for seq, event in enumerate(events):
-                    await layer.send(request.reply, messages.TokenEvents(id=request.id, seq=seq, events=[event],
-                                                                         source="w1").to_wire())
-
-    task = asyncio.ensure_future(serve())
-    yield pulled
-    task.cancel()
+    async with stub_generator.generating(["qwen", "plain"], PIECES) as pulled:
+        yield pulled
 
 
 @pytest.fixture
