@@ -16,6 +16,7 @@ against xgrammar and outlines-core on a 50,257-token vocabulary).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import llguidance
@@ -44,11 +45,17 @@ def compile_canonical(text: str) -> str:
 
     Blocks for up to about 0.1 s within the bounds; llguidance drops the GIL while it compiles.
     """
-    problem = no_finite_instance(orjson.loads(text))
+    return checked(orjson.loads(text), lambda: llguidance.LLMatcher.grammar_from_json_schema(text, defaults=COMPACT))
+
+
+def checked(schema: Any, build: Callable[[], str]) -> str:
+    """The grammar build() makes for schema, refused (SchemaError) when schema has no finite instance, the engine
+    rejects it, or it cannot write its first bytes: the one sequence every grammar of ours goes through."""
+    problem = no_finite_instance(schema)
     if problem:
         raise SchemaError(problem)
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=COMPACT)
+        grammar = build()
     except ValueError as error:
         raise SchemaError(engine_reason(str(error))) from None
     problem = probe(grammar)

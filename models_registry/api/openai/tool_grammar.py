@@ -20,9 +20,7 @@ import orjson
 
 from models_registry.api.openai.tool_calls import HERMES_CLOSE, HERMES_OPEN, MISTRAL_MARKER, ToolCallFormat
 from models_registry.api.openai.tool_schemas import ToolRequest, call_schema
-from models_registry.tasks.json_grammar import COMPACT, engine_reason, probe
-from models_registry.tasks.schema_bounds import SchemaError
-from models_registry.tasks.schema_instances import no_finite_instance
+from models_registry.tasks.json_grammar import COMPACT, checked
 
 
 
@@ -50,18 +48,8 @@ def lark_of(tool_format: str, parallel: bool, schema: dict[str, Any]) -> str:
 def compile_source(text: str) -> str:
     """The grammar of a grammar_source text; SchemaError when it cannot be used (blocks: run it off the loop)."""
     source = orjson.loads(text)
-    problem = no_finite_instance(source["schema"])
-    if problem:
-        raise SchemaError(problem)
-    try:
-        grammar = llguidance.LLMatcher.grammar_from_lark(lark_of(source["format"], source["parallel"],
-                                                                 source["schema"]))
-    except ValueError as error:
-        raise SchemaError(engine_reason(str(error))) from None
-    problem = probe(grammar)
-    if problem:
-        raise SchemaError(problem)
-    return grammar
+    return checked(source["schema"], lambda: llguidance.LLMatcher.grammar_from_lark(
+        lark_of(source["format"], source["parallel"], source["schema"])))
 
 
 def _literal(text: str) -> str:
