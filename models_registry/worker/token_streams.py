@@ -165,7 +165,8 @@ class TokenStreams:
     async def _cancel_abandoned(self) -> None:
         by_task: dict[tuple[str, str], list[StreamSink]] = {}
         for sink in list(self._open.values()):
-            by_task.setdefault((sink.model, sink.task), []).append(sink)
+            if not sink.cancelled():  # a gone client is told once: its row ends at its next step
+                by_task.setdefault((sink.model, sink.task), []).append(sink)
         for (model, task), sinks in by_task.items():
             try:
                 wanted = await admission.still_wanted(self.layer, model, task, [s.request_id for s in sinks])

@@ -55,3 +55,21 @@ async def test_closing_sends_what_was_put_and_counts_the_messages_of_each_stream
     assert sorted((m.id, m.seq) for m in sent) == [("a", 0), ("a", 1), ("b", 0)]  # type: ignore[union-attr]
     # Both flushes queued before the sender's first turn: one round trip carries them together.
     assert len(layer.trips) == 1
+
+
+async def test_a_gone_client_is_cancelled_and_asked_about_once(monkeypatch: Any) -> None:
+    asked: list[list[str]] = []
+
+    async def still_wanted(layer: Any, model: str, task: str, request_ids: list[str]) -> set[str]:
+        asked.append(list(request_ids))
+        return {"kept"}
+
+    monkeypatch.setattr("models_registry.worker.token_streams.admission.still_wanted", still_wanted)
+    streams = TokenStreams(FakeLayer())  # type: ignore[arg-type]
+    gone, kept = streams.open(Batch(("m", "t"), [streamed("gone"), streamed("kept")], "test"))
+    assert gone is not None and kept is not None
+    await streams._cancel_abandoned()
+    await streams._cancel_abandoned()
+    assert gone.cancelled() and not kept.cancelled()
+    assert asked == [["gone", "kept"], ["kept"]]  # the second check leaves the cancelled one out
+    streams.close([gone, kept])
