@@ -6,6 +6,12 @@ yields the rest as they arrive. Token messages carry a sequence number (the brok
 deliver two of one round trip in either order); the request's final result message
 may overtake the last tokens: it says how many token messages went before it, and the
 stream waits for every one (it ends on the event that carries the text).
+
+A worker that dies mid-generation leaves its request leased: another worker takes it
+again and generates it from its prompt (broker.message_leases), under its own name. A
+whole answer then starts over unseen; a stream goes on once the new generation has
+repeated every token its client already has (greedy and seeded rows repeat them), and
+ends with a retry error where it says something else.
 """
 
 from __future__ import annotations
@@ -35,11 +41,22 @@ class Opening:
     parameters: dict[str, Any]
 
 
-class Stream:
-    """One streamed request: its reply queue, and the events in order."""
+def _token(event: dict[str, Any]) -> tuple[Any, Any]:
+    """What a repeated generation must say again: the event's token id and text."""
+    token = event.get("token") or {}
+    return token.get("id"), token.get("text")
 
-    def __init__(self, layer: WorkLayer, model: str, task: str, key: str, reply: str, timeout_s: float) -> None:
+
+class Stream:
+    """One streamed request: its reply queue, and the events in order.
+
+    whole: the events make one answer sent once they all came (not each as it comes).
+    """
+
+    def __init__(self, layer: WorkLayer, model: str, task: str, key: str, reply: str, timeout_s: float,
+                 whole: bool = False) -> None:
         self.layer = layer
+        self.whole = whole
         self.model, self.task, self.key, self.reply = model, task, key, reply
         self.timeout_s = timeout_s
         # Its reply channel's messages, read (broker.messages.read_reply): the layer fills it once the request is sent.
@@ -53,6 +70,10 @@ class Stream:
         self.closed = False
         self.source: str | None = None  # the worker generating it (its first token message says)
         self.text: str | None = None  # the whole generated text, once its last event came (a shadow compares it)
+        self.gone: set[str] = set()  # workers that died generating it: their late messages are dropped
+        self.starts = 0  # how many times it started over on another worker
+        self.sent: list[tuple[Any, Any]] = []  # the tokens handed out, that a new generation must repeat first
+        self.repeated = 0  # how many of them the generation now running has repeated
 
     async def next_events(self) -> list[dict[str, Any]] | None:
         """The next events in order; None at the end. Raises the worker's error, or Timeout when it goes quiet."""
@@ -65,7 +86,7 @@ class Stream:
                 self.finished = self.finished or any(e.get("generated_text") is not None for e in events)
                 if self.finished and self.text is None and events:
                     self.text = events[-1].get("generated_text")  # the last event is the one with the text
-                return events
+                return self._unseen(events)
             if self.result is not None and self.result.error_type:
                 raise from_wire(self.result.error_type, self.result.error or "generation failed")
             if self.finished or (late_until is not None and time.time() >= late_until):
@@ -84,16 +105,52 @@ class Stream:
                 raise Timeout(f"no token within {self.timeout_s:g} s") from None
             self._keep_admitted()
             if isinstance(reply, messages.TokenEvents):
+                if reply.source in self.gone:
+                    continue  # sent before its worker died, delivered after another took over
                 self.source = self.source or reply.source
                 if reply.source != self.source:  # requeued after its worker died: it starts over
-                    raise Unavailable("the worker generating this stream went away; send the request again",
-                                      headers={"Retry-After": "1"})
+                    self._start_over(reply.source)
                 self.waiting[reply.seq] = reply.events
             else:
                 self.result = reply
 
+    def _start_over(self, source: str) -> None:
+        """Follow the generation another worker started from the prompt after this one's worker died."""
+        assert self.source is not None
+        self.gone.add(self.source)
+        self.source, self.next_seq, self.waiting, self.finished, self.text = source, 0, {}, False, None
+        self.starts += 1
+        self.repeated = 0
+
+    def _unseen(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """events less those a new generation repeats of what the client has; Unavailable where it differs."""
+        if self.whole:
+            return events  # nothing was handed out: events() keeps only the last generation's
+        unseen = []
+        for event in events:
+            if self.repeated < len(self.sent):
+                if _token(event) != self.sent[self.repeated] or event.get("generated_text") is not None:
+                    raise Unavailable("the worker generating this stream went away and its new generation "
+                                      "differs from what was sent; send the request again",
+                                      headers={"Retry-After": "1"})
+                self.repeated += 1
+                continue
+            self.sent.append(_token(event))
+            self.repeated += 1
+            unseen.append(event)
+        return unseen
+
     async def events(self) -> AsyncIterator[dict[str, Any]]:
-        """Every event: the first ones, then the rest as they come."""
+        """Every event: the first ones, then the rest as they come (a whole answer's: all once they came)."""
+        if self.whole:
+            kept, starts = list(self.first), self.starts
+            while (events := await self.next_events()) is not None:
+                if self.starts != starts:  # what the dead worker generated is not the answer
+                    kept, starts = [], self.starts
+                kept.extend(events)
+            for event in kept:
+                yield event
+            return
         for event in self.first:
             yield event
         while (events := await self.next_events()) is not None:
@@ -138,12 +195,13 @@ async def _extend(layer: WorkLayer, model: str, task: str, key: str, deadline: f
 
 
 async def _start(layer: WorkLayer, opening: Opening, charge: enqueue.ChargePlan | None, *, model: str, task: str,
-                 timeout_s: float, max_queue_size: int, drain_rate: float, priority: str, client: str) -> Stream:
+                 timeout_s: float, max_queue_size: int, drain_rate: float, priority: str, client: str,
+                 whole: bool) -> Stream:
     """Charge, admit and send one prompt in one round trip (handoff.enqueue_request); its Stream, listening."""
     deadline = time.time() + timeout_s
     key = uuid.uuid4().hex
     reply = await layer.new_channel()
-    stream = Stream(layer, model, task, key, reply, timeout_s)
+    stream = Stream(layer, model, task, key, reply, timeout_s, whole)
     traceparent, tracestate = tracing.wire_context() if tracing.tracer is not None else ("", "")
     message = messages.WorkRequest(
         id=key, reply=reply, model=model, task=task, inputs=[opening.text],
@@ -166,8 +224,10 @@ async def _start(layer: WorkLayer, opening: Opening, charge: enqueue.ChargePlan 
 
 async def open_streams(openings: list[Opening], charge: enqueue.ChargePlan | None, *, model: str, task: str,
                        timeout_s: float, max_queue_size: int, drain_rate: float = 0.0, priority: str = "interactive",
-                       client: str = "") -> list[Stream]:
+                       client: str = "", whole: bool = False) -> list[Stream]:
     """One stream per opening, returned once each has its first events; all closed if any fails.
+
+    whole: the streams make one answer, sent once they ended (a generation that starts over is not seen).
 
     The first is sent with the request's charge in its script (a refusal raises ChargeRefused
     before anything is queued); the others are sent once it was admitted, together.
@@ -178,7 +238,7 @@ async def open_streams(openings: list[Opening], charge: enqueue.ChargePlan | Non
     async def start(index: int, plan: enqueue.ChargePlan | None) -> None:
         streams[index] = await _start(layer, openings[index], plan, model=model, task=task, timeout_s=timeout_s,
                                       max_queue_size=max_queue_size, drain_rate=drain_rate, priority=priority,
-                                      client=client)
+                                      client=client, whole=whole)
 
     try:
         await start(0, charge)

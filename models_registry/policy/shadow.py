@@ -75,7 +75,7 @@ async def _copy_streams(spec: ModelSpec, task: TaskSpec, openings: list[Opening]
                         version: int) -> Compared | None:
     streams = await stream_handoff.open_streams(
         openings, None, model=wire_name(spec.name, version), task=task.name, timeout_s=task.timeout_s,
-        max_queue_size=_copy_queue_size(task), priority="batch")
+        max_queue_size=_copy_queue_size(task), priority="batch", whole=True)
     try:
         for stream in streams:
             async for _ in stream.events():

@@ -1,4 +1,4 @@
-"""The view side of a stream: token messages in order, the result that overtakes them, a worker that changes."""
+"""The view side of a stream: token messages in order, the result that overtakes them, a worker that dies."""
 
 from __future__ import annotations
 
@@ -75,15 +75,47 @@ async def test_an_error_result_raises_the_workers_error() -> None:
         await stream.next_events()
 
 
-async def test_a_second_worker_starting_over_ends_the_stream() -> None:
-    layer = FakeLayer()
-    stream = Stream(layer, "m", "t", "r", "reply!3", timeout_s=5)  # type: ignore[arg-type]
+async def test_a_stream_goes_on_once_another_worker_repeated_what_its_client_has() -> None:
+    stream = Stream(FakeLayer(), "m", "t", "r", "reply!3", timeout_s=5)  # type: ignore[arg-type]
     queue = stream.queue
-    queue.put_nowait(messages.read_reply(tokens(0, "a")))
-    assert [e["token"]["text"] for e in await stream.next_events() or []] == ["a"]
-    queue.put_nowait(messages.read_reply(tokens(0, "x", source="w2")))
+    queue.put_nowait(messages.read_reply(tokens(0, "a", "b")))
+    assert [e["token"]["text"] for e in await stream.next_events() or []] == ["a", "b"]
+    # The first worker died; the second generates from the prompt again, and a late message of the first comes.
+    for message in (tokens(0, "a", source="w2"), tokens(1, "c", source="w1"), tokens(1, "b", "c", source="w2"),
+                    tokens(2, "d", final=True, source="w2")):
+        queue.put_nowait(messages.read_reply(message))
+    assert await asyncio.wait_for(collect(stream), 2) == ["c", "d"]
+    assert stream.text == "d" and stream.starts == 1
+
+
+async def test_a_new_generation_that_says_something_else_ends_the_stream() -> None:
+    stream = Stream(FakeLayer(), "m", "t", "r", "reply!3", timeout_s=5)  # type: ignore[arg-type]
+    queue = stream.queue
+    queue.put_nowait(messages.read_reply(tokens(0, "a", "b")))
+    assert await stream.next_events()
+    queue.put_nowait(messages.read_reply(tokens(0, "a", "x", source="w2")))  # a sampled row: another answer
     with pytest.raises(Unavailable, match="went away"):
         await stream.next_events()
+
+
+async def test_a_new_generation_that_ends_before_what_was_sent_ends_the_stream() -> None:
+    stream = Stream(FakeLayer(), "m", "t", "r", "reply!3", timeout_s=5)  # type: ignore[arg-type]
+    stream.queue.put_nowait(messages.read_reply(tokens(0, "a", "b")))
+    assert await stream.next_events()
+    stream.queue.put_nowait(messages.read_reply(tokens(0, "a", final=True, source="w2")))
+    with pytest.raises(Unavailable, match="differs"):
+        await stream.next_events()
+
+
+async def test_a_whole_answer_is_the_last_generation_alone() -> None:
+    stream = Stream(FakeLayer(), "m", "t", "r", "reply!7", timeout_s=5, whole=True)  # type: ignore[arg-type]
+    queue = stream.queue
+    queue.put_nowait(messages.read_reply(tokens(0, "a", "b")))
+    stream.first = await stream.next_events() or []  # as open_streams does
+    for message in (tokens(1, "c"), tokens(0, "x", source="w2"), tokens(1, "y", final=True, source="w2")):
+        queue.put_nowait(messages.read_reply(message))
+    assert await asyncio.wait_for(collect(stream), 2) == ["x", "y"]
+    assert stream.text == "y"  # the final event's text, as the new worker sent it
 
 
 async def test_close_forgets_the_channel_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -169,7 +169,8 @@ async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpe
     try:
         streams = await stream_handoff.open_streams(
             streaming.openings, admission.plan, model=target.wire, task=task.name, timeout_s=task.timeout_s,
-            drain_rate=target.drain_rate, max_queue_size=queue_limit, priority=klass, client=admission.client)
+            drain_rate=target.drain_rate, max_queue_size=queue_limit, priority=klass, client=admission.client,
+            whole=not streaming.shape.sse)
         headers = gate.passed(admission)
     except BaseException as error:
         gate.failed(admission, error)  # a rate limit's 429 raises here; else its tokens are refunded
