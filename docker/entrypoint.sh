@@ -28,7 +28,8 @@ case "$role" in
         # the guarded protocol closes slow clients (HOSTING_HEADER_TIMEOUT_S,
         # HOSTING_BODY_TIMEOUT_S, HOSTING_MAX_CONNECTIONS; see hosting/http_protocol.py)
         # Web processes on the port: WEB_CONCURRENCY (uvicorn's), else HOSTING_WEB_PROCESSES, else
-        # one per core, at most 8 (as `manage.py serve`: models_registry.capacity.sizing.web_processes).
+        # one per core, at most 8: this container runs no worker (`manage.py serve`, whose workers share
+        # the cores, takes one per two: models_registry.capacity.sizing.web_processes).
         if [ -z "${WEB_CONCURRENCY:-}" ]; then
             if [ "${HOSTING_WEB_PROCESSES:-0}" -gt 0 ]; then
                 WEB_CONCURRENCY=$HOSTING_WEB_PROCESSES

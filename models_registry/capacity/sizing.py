@@ -13,9 +13,10 @@ from dataclasses import dataclass
 # every operation, and a web or Redis process taking a core stalls them all; separate
 # processes do not. Capped because every worker holds its own copy of every model.
 MAX_AUTO_WORKERS = 4
-# Web processes share one port (uvicorn --workers). One per core: on 2 cores two web processes
-# served the tiny model at 1.1-1.8x one's rate (`python -m bench.tiny --webs 2`), because a
-# single one saturates first; capped because each holds its own Django and connections.
+# Web processes share one port (uvicorn --workers). One per two cores: the workers take a
+# core each, and on 2 cores one web process served the tiny model at 1.11x two's rate at 16
+# clients and 1.15x at 64 (docs/bench/tiny-2core-webs.md: `python -m bench.tiny --webs 2
+# --baseline HEAD --baseline-webs 1`); capped because each holds its own Django and connections.
 MAX_AUTO_WEBS = 8
 # An accelerator's workers (accelerator_workers): one per CORES_PER_ACCELERATOR_WORKER host
 # cores, at least two; each needs ACCELERATOR_WORKER_BYTES of device memory (a CUDA context,
@@ -95,7 +96,7 @@ def accelerator_memory_bytes(device: str) -> int:
 
 
 def web_processes(cores: int, setting: int = 0) -> int:
-    """Web server processes: the setting when > 0, else one per core up to MAX_AUTO_WEBS."""
+    """Web server processes: the setting when > 0, else one per two cores (at least one) up to MAX_AUTO_WEBS."""
     if setting > 0:
         return setting
-    return max(1, min(cores, MAX_AUTO_WEBS))
+    return max(1, min(cores // 2, MAX_AUTO_WEBS))

@@ -47,7 +47,7 @@ def test_serve_registers_the_demo_model_restarts_a_dead_worker_and_stops_everyth
             lambda: (stack.workdir / "var" / "credentials.json").exists(), 60, "credentials") else {}
         token = credentials["api_token"]
         wait_until(lambda: http_json("GET", base + "/ready", timeout=2)[0] == 200, 120, "serve to be ready")
-        # One web process per core: the one that answered /ready may not be the one that takes
+        # Several web processes (one per two cores): the one that answered /ready may not be the one that takes
         # the POST, and each reads the workers' states at most HOSTING_CONFIG_REFRESH_S late.
         answers: list[tuple[int, object]] = []
         wait_until(lambda: answers.append(http_json("POST", base + "/models/all-minilm-l6-v2",

@@ -53,9 +53,10 @@ def test_an_explicit_worker_count_shares_the_cores_out() -> None:
     assert default_layout(16, device="cuda", workers=2) == WorkerLayout(workers=2, threads=8)
 
 
-def test_web_processes_are_one_per_core_capped_unless_set() -> None:
+def test_web_processes_are_one_per_two_cores_capped_unless_set() -> None:
     assert web_processes(1) == 1
-    assert web_processes(2) == 2
+    assert web_processes(2) == 1
+    assert web_processes(4) == 2
     assert web_processes(64) == MAX_AUTO_WEBS
     assert web_processes(64, setting=3) == 3
 
