@@ -72,10 +72,9 @@ class ModelSpec:
     adapters: tuple[AdapterSpec, ...] = ()
     base: str = ""
 
-    def load_key(self) -> tuple[str, str, str, str, int, str, bool]:
-        """What forces a reload when it changes (a first adapter too: the base then loads adapter-ready)."""
-        return (self.source, self.revision, self.device, self.dtype, self.load_generation, self.backend,
-                bool(self.adapters))
+    def load_key(self) -> tuple[str, str, str, str, int, str]:
+        """What forces a reload when it changes; adapters never do (they hook the loaded base's eager layers)."""
+        return (self.source, self.revision, self.device, self.dtype, self.load_generation, self.backend)
 
     @property
     def served_as(self) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from models_registry.catalog.specs import ADAPTER_TASKS, AdapterSpec, TaskSpec
 from models_registry.core.errors import Conflict
-from models_registry.inference import encoder_tasks, ranking
+from models_registry.inference import encoder_tasks, onnx_logits, ranking
 from models_registry.inference.adapter_cache import AdapterBudget, AdapterCache, cache_for
 from models_registry.inference.batched_lora import BatchRows
 from models_registry.inference.decoder_ranking import DecoderRanker
@@ -28,8 +28,6 @@ def refusal(loaded: LoadedModel, kind: str) -> str | None:
         return f"adapters serve {', '.join(ADAPTER_TASKS)} tasks, not {kind}"
     if spec.backend == "onnxruntime" or spec.dtype == "int8":
         return f"model {spec.name!r} runs on ONNX Runtime, which serves the base only"
-    if not loaded.adapter_ready:
-        return f"model {spec.name!r} was loaded before it had adapters; it reloads adapter-ready within seconds"
     if kind == "feature-extraction" and (loaded.multi_vector is not None or loaded.sparse):
         return "adapters of multi-vector or sparse embedding models are not served"
     if kind == "text-ranking" and isinstance(loaded.pipelines.get(kind), DecoderRanker):
@@ -62,8 +60,9 @@ def run(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[Any], params
     """The task's outputs for a batch whose rows name adapters (the caller holds rows(...) and inference mode)."""
     if task.task == "feature-extraction":
         return embed(loaded, pipe, task, texts, params, batch_rows)
-    if task.task == "text-ranking":
-        return ranking.text_ranking(pipe, texts, params, batch_rows)
-    # The pipeline pads every input into one forward, in input order (batch_size = the inputs).
-    batch_rows.for_inputs(range(len(texts)))
-    return encoder_tasks.text_classification(pipe, texts, params)
+    with onnx_logits.eager(pipe.model):  # base batches may run its logits on ONNX Runtime; these rows need the hooks
+        if task.task == "text-ranking":
+            return ranking.text_ranking(pipe, texts, params, batch_rows)
+        # The pipeline pads every input into one forward, in input order (batch_size = the inputs).
+        batch_rows.for_inputs(range(len(texts)))
+        return encoder_tasks.text_classification(pipe, texts, params)

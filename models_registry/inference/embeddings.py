@@ -75,8 +75,10 @@ def embed(loaded: LoadedModel, pipe: Any, task: TaskSpec, texts: list[str], para
         dense=loaded.dense,
     )
     direction = (params.get("truncation_direction") or "right").lower()
-    if loaded.packed_encoder is not None:  # set at load exactly where packing reproduces the model's outputs
-        return _embed_packed(loaded, loaded.packed_encoder, pipe, recipe, texts, direction, rows)
+    # Set at load exactly where packing reproduces the model's outputs; adapter rows take the eager one (LoRA hooks).
+    encoder = loaded.packed_encoder if rows is None else loaded.eager_encoder
+    if encoder is not None:
+        return _embed_packed(loaded, encoder, pipe, recipe, texts, direction, rows)
     # Sorted by length and run in micro-batches: each forward pads only to its own
     # longest input, where one padded forward would pad every input to the batch's longest.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))

@@ -80,8 +80,9 @@ class LoadedModel:
     layout: model_layout.ModelLayout = field(default_factory=model_layout.ModelLayout)
     dense: sentence_head.DenseHead | None = None
     multi_vector: multi_vector.MultiVectorModel | None = None  # a ColBERT-style model: token vectors, MaxSim
-    # Loaded adapter-ready (the spec listed adapters): torch eager forwards, whose Linear layers take LoRA hooks.
-    adapter_ready: bool = False
+    # The packed encoder a batch with adapter rows runs: the model's own eager forward, whose Linear layers take
+    # the LoRA hooks, beside packed_encoder (a trace or ONNX Runtime runs a fixed graph: base rows only).
+    eager_encoder: PackedEncoder | None = None
     adapter_caches: dict[str, Any] = field(default_factory=dict)  # task kind -> inference.adapter_cache.AdapterCache
 
     @property
@@ -178,9 +179,6 @@ def load_model(spec: ModelSpec, default_device: str, packing: bool, torchscript:
     """
     device = resolve_device(spec.device or default_device)
     loaded = LoadedModel(spec=spec, device=device)
-    if spec.adapters and spec.backend != "onnxruntime" and spec.dtype != "int8":
-        # Adapters change the forward's layers per row: no fixed graph (a trace, ONNX Runtime) runs it.
-        loaded.adapter_ready, torchscript, ort = True, False, None
     shared: dict[str, Any] = {}  # one loaded copy of a CLIP-style model for its text and image tasks
     for task in sorted({t.task for t in spec.tasks.values()}):
         if media_models.serves(task, spec.source, spec.revision or None):
@@ -297,6 +295,8 @@ def _prepare_packing(loaded: LoadedModel, embedder: Any, torchscript: bool, ort:
     loaded.pack_position_offset = packed_position_offset(embedder.model, embedder.tokenizer)
     logger.info("model %s: sequence packing %s", name,
                 "on" if loaded.pack_position_offset is not None else "off (outputs differ; padded batches)")
+    if loaded.pack_position_offset is not None:  # adapter rows run eager whatever base rows run: no reload for one
+        loaded.eager_encoder = EagerEncoder(embedder.model)
     encoder, report = onnx_backend.choose_encoder(loaded.spec, loaded.device, embedder, loaded.pack_position_offset, ort)
     loaded.backend = {**loaded.backend, **report.as_state()}  # the embeddings' backend is the model's headline
     logger.info("model %s: packed embeddings on %s%s", name, report.backend, f" ({report.reason})" if report.reason else "")
@@ -305,7 +305,7 @@ def _prepare_packing(loaded: LoadedModel, embedder: Any, torchscript: bool, ort:
         return
     if loaded.pack_position_offset is None:
         return
-    loaded.packed_encoder = EagerEncoder(embedder.model)
+    loaded.packed_encoder = loaded.eager_encoder
     if torchscript:
         traced_encoder = trace.trace_packed_encoder(embedder.model, embedder.tokenizer, loaded.pack_position_offset)
         logger.info("model %s: TorchScript packed encoder %s", name, "on" if traced_encoder is not None else "off (eager)")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,5 +95,16 @@ def use_onnxruntime(spec: Any, task: str, device: str, model: Any, tokenizer: An
     except Exception as error:  # noqa: BLE001 - an export or check that fails keeps torch, with the reason logged
         logger.warning("model %s/%s: ONNX Runtime not used (%s: %s)", spec.name, task, type(error).__name__, error)
         return f"torch ({type(error).__name__}: {error})"
-    model.forward = forward
+    model.forward = forward  # on the instance: the class's own forward stays there for eager()
     return "onnxruntime"
+
+
+@contextmanager
+def eager(model: Any) -> Iterator[None]:
+    """The model's torch forward while the block runs, where use_onnxruntime swapped it (rows its hooks change)."""
+    swapped = model.__dict__.pop("forward", None)
+    try:
+        yield
+    finally:
+        if swapped is not None:
+            model.forward = swapped

@@ -31,6 +31,7 @@ from models_registry.worker import heap_freeze
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.delivery import Delivery
 from models_registry.worker.replies import Replies
+from models_registry.worker.slot_change import SlotChange, slot_change
 
 if TYPE_CHECKING:
     from models_registry.inference.loading import LoadedModel  # torch: not imported at run time
@@ -75,6 +76,7 @@ class ModelSlots:
         self.sizes: dict[str, int] = {}  # measured bytes per model, kept after an unload
         self.backlog: dict[str, int] = {}  # requests waiting in each held model's channel (the placer's last survey)
         self.stats = LoadStats()
+        self.refreshes = 0  # registry views reconciled so far
         self.in_compute: Callable[[Callable[[], Any]], Awaitable[Any]] = self._in_loader  # the engine's compute thread
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader")
 
@@ -129,18 +131,20 @@ class ModelSlots:
     async def reconcile(self, specs: dict[str, ModelSpec]) -> None:
         """Bring held models and queue settings in line with the registry; load what must and may load now."""
         self.specs = {name: spec for name, spec in specs.items() if self.wanted(spec)}
+        self.refreshes += 1  # requests waiting for an adapter this view did not list look again (worker.adapter_waits)
         for name in list(self.slots):
             spec = self.specs.get(name)
             slot = self.slots[name]
             if spec is None and self._retiring(name, slot):
                 continue
             slot.retired_at = None  # listed again (a rollback to it): served as any other
-            if spec is None or spec.load_key() != slot.spec.load_key():
+            change = slot_change(slot.spec, spec)
+            if change == SlotChange.RELOAD:
                 self._unload(name, "was disabled or changed")
                 self.sizes.pop(name, None)
                 for task_name in slot.spec.tasks:
                     self.memory.forget(TaskKey(name, task_name))
-            elif spec != slot.spec:
+            elif change == SlotChange.APPLY and spec is not None:
                 self._apply_tasks(slot, spec)
         # Without a count limit every model that fits loads at start, as it always has; with
         # one, the placer spreads models over the workers (it knows who holds what).

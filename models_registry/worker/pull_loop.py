@@ -22,7 +22,7 @@ from models_registry.core.batch_types import QueueFull, UnknownKey
 from models_registry.core.errors import HostingError, Internal, Overloaded, Unavailable
 from models_registry.core.task_key import TaskKey
 from models_registry.inference.containment import contained, describe
-from models_registry.worker import intake
+from models_registry.worker import adapter_waits, intake
 from models_registry.worker.delivery import Delivery, Lease
 from models_registry.worker.engine import InferenceEngine
 
@@ -52,11 +52,13 @@ class PullLoop:
         self.layer = layer
         self.engine = engine
         self.turns = 0  # the channel a turn's pull starts with
+        self.waits = adapter_waits.AdapterWaits()  # requests whose adapter this worker does not list yet
 
     async def run(self) -> None:
         """Turn until the engine drains; a broker away is retried, and service resumes by itself."""
         backoff = BACKOFF_FIRST_S
         while not self.engine.draining:
+            self.take_waiting()
             room = self.room()
             if room.count <= 0 or not room.channels:
                 await self.engine.batch_loop.wait_for_room(IDLE_WAIT_S if room.channels else NO_MODEL_WAIT_S)
@@ -102,12 +104,33 @@ class PullLoop:
             if request is None:
                 logger.warning("dropped a malformed inference message: %.200r", message)
                 engine.replies.release(lease)
-            elif engine.models.on_demand(request.model) and not engine.draining:
-                self.send_back(request, lease)  # unloaded (or reloading) while it was pulled: it waits for a holder
             else:
-                queued = self.queue(request, lease) or queued
+                queued = self.take_one(request, lease) or queued
         if queued:
             engine.batch_loop.wake()
+
+    def take_waiting(self) -> None:
+        """Look again at the requests waiting for their adapter, once per registry refresh."""
+        refreshes = self.engine.models.refreshes
+        queued = False
+        for waiting in self.waits.due(refreshes):
+            queued = self.take_one(waiting.request, waiting.lease, waiting.since) or queued
+        if queued:
+            self.engine.batch_loop.wake()
+
+    def take_one(self, request: WorkRequest, lease: Lease, since: int | None = None) -> bool:
+        """Queue one request, send it back, hold it for its adapter, or answer it; whether it was queued."""
+        engine = self.engine
+        refreshes = engine.models.refreshes
+        since = refreshes if since is None else since
+        if engine.models.on_demand(request.model) and not engine.draining:
+            self.send_back(request, lease)  # unloaded (or reloading) while it was pulled: it waits for a holder
+            return False
+        if not engine.draining and adapter_waits.waits_for_listing(request, engine.models.get(request.model), since,
+                                                                   refreshes):
+            self.waits.hold(request, lease, since, refreshes)  # registered after this worker's last refresh
+            return False
+        return self.queue(request, lease)
 
     def queue(self, request: WorkRequest, lease: Lease) -> bool:
         """Admit request and queue it, or answer it with the error that refused it; whether it was queued."""

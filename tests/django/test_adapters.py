@@ -141,15 +141,27 @@ def test_a_disabled_adapter_is_listed_disabled_and_its_base_does_not_load_it(fil
 
 
 
-def test_a_first_adapter_reloads_its_base_adapter_ready_and_later_ones_do_not(files: dict[str, Path]) -> None:
+def test_registering_replacing_or_removing_adapters_never_reloads_their_base(files: dict[str, Path]) -> None:
     from models_registry.catalog.specs import read_specs
+    from models_registry.models import Adapter
+    from models_registry.worker.slot_change import SlotChange, slot_change
 
     register_base(files["base"])
-    before = read_specs()["cls"].load_key()
-    register("a", "--base", "cls", "--source", str(files["a"]))
-    first = read_specs()["cls"].load_key()
+    views = [read_specs()["cls"]]
+    register("a", "--base", "cls", "--source", str(files["a"]))  # the base's first adapter
+    views.append(read_specs()["cls"])
     register("b", "--base", "cls", "--source", str(files["b"]))
-    assert before != first == read_specs()["cls"].load_key()
+    views.append(read_specs()["cls"])
+    register("b", "--base", "cls", "--source", str(files["a"]))  # replaced: other files under the same name
+    views.append(read_specs()["cls"])
+    Adapter.objects.filter(name="a").delete()
+    views.append(read_specs()["cls"])
+    Adapter.objects.filter(name="b").delete()  # the last one
+    views.append(read_specs()["cls"])
+    assert [len(v.adapters) for v in views] == [0, 1, 2, 2, 1, 0]
+    assert views[2].find_adapter("b") != views[3].find_adapter("b")
+    assert {v.load_key() for v in views} == {views[0].load_key()}
+    assert [slot_change(old, new) for old, new in zip(views, views[1:])] == [SlotChange.APPLY] * 5
 
 
 def test_the_admin_form_says_why_an_adapter_does_not_fit(files: dict[str, Path], admin_client: Any) -> None:

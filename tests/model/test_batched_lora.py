@@ -86,7 +86,7 @@ def test_a_mixed_batch_gives_each_row_its_merged_adapters_vector(embedder: tuple
     base, adapters = embedder
     runner = PipelineRunner(packing=packing, torchscript=False)
     loaded = runner.load(spec(base, "feature-extraction", adapters))
-    assert loaded.adapter_ready and (loaded.packed_encoder is not None) == packing
+    assert (loaded.eager_encoder is not None) == (loaded.packed_encoder is not None) == packing
     # every row an adapter of its own (and the base), shuffled so sorting and packing move them around
     names: list[str | None] = [None, *ADAPTERS, "alpha"]
     rows = [(TEXTS[i], names[(i * 5) % len(names)]) for i in range(len(TEXTS))] * 2
@@ -154,7 +154,6 @@ def test_onnx_backed_bases_refuse_adapter_rows_and_keep_base_rows(embedder: tupl
     base, adapters = embedder
     runner = PipelineRunner(packing=False, torchscript=False)
     loaded = runner.load(spec(base, "feature-extraction", {"alpha": adapters["alpha"]}, backend="onnxruntime"))
-    assert not loaded.adapter_ready
     outputs = runner.run(loaded, loaded.spec.tasks["feature-extraction"], TEXTS[:2], [{}, {}],
                          adapters=[None, loaded.spec.adapters[0]])
     assert not isinstance(outputs[0], ItemFailure)
@@ -185,3 +184,50 @@ def test_a_mixed_reranking_batch_scores_each_pair_as_peft_merged(tmp_path: Path)
     encoded = tokenizer("which worker answers?", TEXTS[0], return_tensors="pt")
     with torch.inference_mode():  # the adapter changes the score (so equal scores above mean something)
         assert abs(float(models["alpha"](**encoded).logits[0, 0]) - float(models[None](**encoded).logits[0, 0])) > 1e-3
+
+
+@pytest.mark.parametrize("fixed_graph", ["trace", "onnxruntime"])
+def test_a_base_loaded_before_its_adapters_on_a_fixed_graph_serves_them_in_place(
+        embedder: tuple[Path, dict[str, Path]], classifier: tuple[Path, dict[str, Path]], fixed_graph: str,
+        tmp_path: Path) -> None:
+    """Issue 54's hot changes: no reload for a first adapter; its rows run the eager forward, base rows the graph."""
+    if fixed_graph == "onnxruntime":
+        pytest.importorskip("onnxruntime")
+        from models_registry.inference.onnx_backend import OrtEncoder, OrtSettings
+
+        runner = PipelineRunner(packing=True, torchscript=False, ort=OrtSettings(tmp_path))
+    else:
+        runner = PipelineRunner(packing=True, torchscript=True)
+    base, adapters = embedder
+    loaded = runner.load(spec(base, "feature-extraction", {}))  # registered without adapters: as a base first loads
+    assert loaded.eager_encoder is not None and loaded.packed_encoder is not loaded.eager_encoder
+    if fixed_graph == "onnxruntime":
+        assert isinstance(loaded.packed_encoder, OrtEncoder)
+    alpha = AdapterSpec("alpha", str(adapters["alpha"]))
+    task_spec = loaded.spec.tasks["feature-extraction"]
+    got = vectors_of(runner.run(loaded, task_spec, TEXTS[:3], [{}] * 3, adapters=[None, alpha, alpha]))
+    want_base, want_alpha = reference_vectors(base, None), reference_vectors(base, adapters["alpha"])
+    assert float(torch.dot(got[0], want_base[0])) >= 0.9999
+    for position in (1, 2):
+        assert float(torch.dot(got[position], want_alpha[position])) >= 0.9999
+    plain = vectors_of(runner.run(loaded, task_spec, TEXTS[:3], [{}] * 3))  # base rows alone: the fixed graph again
+    assert all(float(torch.dot(plain[i], want_base[i])) >= 0.9999 for i in range(3))
+    if fixed_graph == "onnxruntime":  # classification logits on ONNX Runtime: adapter rows on the torch forward
+        cls_base, cls_adapters = classifier
+        scored = runner.load(spec(cls_base, "text-classification", {}))
+        assert scored.backend.get("task_backends", {}).get("text-classification") == "onnxruntime", scored.backend
+        beta = AdapterSpec("beta", str(cls_adapters["beta"]))
+        outputs = runner.run(scored, scored.spec.tasks["text-classification"], TEXTS[:2], [{}, {}],
+                             adapters=[None, beta])
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(cls_base))
+        for text, name, output in zip(TEXTS[:2], (None, "beta"), outputs):
+            model = (adapter_layouts.merged_model(cls_base, cls_adapters["beta"], "SEQ_CLS") if name
+                     else adapter_layouts.base_model(cls_base, "SEQ_CLS"))
+            with torch.inference_mode():
+                probs = torch.softmax(model(**tokenizer(text, return_tensors="pt")).logits[0], dim=-1)
+            got_scores = {entry["label"]: entry["score"] for entry in output}
+            for index, label in model.config.id2label.items():
+                assert abs(got_scores[label] - float(probs[index])) <= 1e-4, (name, text)
+        assert "forward" in vars(scored.pipelines["text-classification"].model)  # the ONNX forward is back
