@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models_registry.api.openai import generation_requests
+from models_registry.api.openai.generation_bodies import MAX_MESSAGES
 from models_registry.api.openai.generation_requests import GenerationRequest
 from models_registry.api.pipeline.error_answers import invalid
 from models_registry.core.errors import InvalidInput
@@ -112,8 +113,8 @@ def input_items(value: Any) -> list[dict[str, Any]]:
         return [{"type": "message", "role": "user", "content": value}]
     if not isinstance(value, list) or not value:
         raise invalid("'input' is required: a string or a non-empty list of items", "input")
-    if len(value) > generation_requests.MAX_MESSAGES:
-        raise invalid(f"{len(value)} input items: at most {generation_requests.MAX_MESSAGES}", "input")
+    if len(value) > MAX_MESSAGES:
+        raise invalid(f"{len(value)} input items: at most {MAX_MESSAGES}", "input")
     # A reasoning item handed back (a previous response's output as input) is not sent to the model again.
     return [_item(item, n) for n, item in enumerate(value)
             if not (isinstance(item, dict) and item.get("type") == "reasoning")]

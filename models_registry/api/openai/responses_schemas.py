@@ -7,8 +7,13 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, with_config
 from typing_extensions import NotRequired, Required, TypedDict
 
-from models_registry.api.openai.generation_requests import MAX_MESSAGES
-from models_registry.api.openai.generation_schemas import CHAT_CONFIG, JsonObjectFormat, MaxTokens, TextFormat
+from models_registry.api.openai.generation_bodies import (
+    CHAT_CONFIG,
+    MAX_MESSAGES,
+    JsonObjectFormat,
+    MaxTokens,
+    TextFormat,
+)
 from models_registry.api.openai.responses_requests import IGNORED
 from models_registry.api.openai.tool_schemas import MAX_TOOLS, NAME
 from models_registry.api.shapes.response_schemas import OPEN
