@@ -45,7 +45,7 @@ def _valid_text(value: Any) -> Any:
 
 Stop = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS, pattern="^[^\ufffd]*$"),
                  BeforeValidator(_valid_text)]
-MaxTokens = Annotated[integer(1, MAX_NEW_TOKENS) | None, Says(f"be an integer from 1 to {MAX_NEW_TOKENS}")]
+MaxTokens = integer(1, MAX_NEW_TOKENS) | None
 
 
 @with_config(LENIENT)
@@ -183,7 +183,7 @@ def _no_op_check(neutrals: tuple[Any, ...]) -> Any:
     return BeforeValidator(check)
 
 
-def _no_op(name: str, neutrals: tuple[Any, ...]) -> Any:
+def _no_op(neutrals: tuple[Any, ...]) -> Any:
     """The type that admits null and exactly the no-op values of an unimplemented field."""
     shapes: list[Any] = []
     for value in neutrals:
@@ -225,7 +225,7 @@ def _common() -> dict[str, Any]:
         "stream_options": NotRequired[Annotated[StreamOptions | None, Says(
             'be an object like {"include_usage": true}')]],
         "response_format": NotRequired[ResponseFormat],
-        **{name: NotRequired[_no_op(name, neutrals)] for name, neutrals in NO_OPS.items()},
+        **{name: NotRequired[_no_op(neutrals)] for name, neutrals in NO_OPS.items()},
         **{name: NotRequired[Annotated[Any, Field(description="accepted and ignored")]] for name in IGNORED},
     }
 
@@ -235,7 +235,6 @@ FORCED_NEEDS_TOOLS = {"if": {"required": ["tool_choice"], "properties": {"tool_c
     {"const": "required"}, {"type": "object"}]}}}, "then": {"required": ["tools"], "properties": {"tools": {
         "type": "array", "minItems": 1}}}}
 CHAT_CONFIG = ConfigDict(**SHAPE_CONFIG, json_schema_extra=FORCED_NEEDS_TOOLS)
-TOOL_CHOICE = 'be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}'
 ChatCompletionRequest = with_config(CHAT_CONFIG)(TypedDict("ChatCompletionRequest", {  # type: ignore[operator]
     **_common(),
     "messages": Required[Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES, description=(
@@ -253,7 +252,8 @@ ChatCompletionRequest = with_config(CHAT_CONFIG)(TypedDict("ChatCompletionReques
         "digits, '_', '-' or '.'")]],
     "tool_choice": NotRequired[Annotated[Literal["none", "auto", "required"] | NamedChatToolChoice | None, Field(
         description="none: no tools rendered or read; auto (the default with tools); required or a named function: "
-                    "a grammar forces a call, its arguments valid for the function's schema"), Says(TOOL_CHOICE)]],
+                    "a grammar forces a call, its arguments valid for the function's schema"),
+        Says('be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}')]],
     "parallel_tool_calls": NotRequired[Annotated[bool | None, Field(description="false: one call at most")]],
 }))
 ChatCompletionRequest.__doc__ = "OpenAI's chat completions request."
@@ -300,8 +300,9 @@ def explain(payload: Any, error: ValidationError, chat: bool) -> InvalidInput:
     if field == "messages" and isinstance(value, list) and len(value) > MAX_MESSAGES:
         return invalid(f"{len(value)} messages: at most {MAX_MESSAGES}", field)
     if field == "messages" and isinstance(value, list) and value:
-        return invalid(f"{_where(errors, field, payload)} must be an object with a role ({', '.join(ROLES)}) and content: "
-                       "a string, text parts or null" + _detail(errors, field, payload), field)
+        where = _where(errors, field, payload)
+        return invalid(f"{where} must be an object with a role ({', '.join(ROLES)}) and content: a string, text "
+                       "parts or null" + _detail(errors, field, payload), field)
     if field == "messages":
         return invalid("'messages' is required: a non-empty list of {\"role\", \"content\"} objects", field)
     if field == "prompt":
