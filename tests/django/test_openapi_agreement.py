@@ -291,3 +291,14 @@ def test_the_generation_bodies_are_documented_by_the_shapes_that_validate_them()
         assert bodies[route] is shape and generation_bodies.ADAPTERS[chat] is adapter(shape)
         assert schemas[shape.__name__] == openapi.schemas_of({"body": shape})[1][shape.__name__]
         assert set(schemas[shape.__name__]["properties"]) == set(keys(shape))
+
+
+def test_the_responses_body_is_documented_by_the_shape_that_validates_it() -> None:
+    from models_registry.api.openai import responses_bodies, responses_schemas
+    from models_registry.tasks.shape_errors import adapter
+
+    bodies = {(op.route, op.method): op.body for op in responses_schemas.operations(openapi.Operation, ())}
+    shape = responses_bodies.ResponseRequest
+    assert bodies[("openai-responses", "post")] is shape and responses_bodies.ADAPTER is adapter(shape)
+    assert document()["components"]["schemas"]["ResponseRequest"] == openapi.schemas_of({"body": shape})[1][
+        "ResponseRequest"]

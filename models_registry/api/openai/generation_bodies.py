@@ -21,7 +21,7 @@ from models_registry.api.openai.tool_schemas import MAX_TOOLS, NAME
 from models_registry.api.pipeline.error_answers import invalid
 from models_registry.core.errors import InvalidInput
 from models_registry.tasks.parameter_types import SHAPE_CONFIG, Says, integer
-from models_registry.tasks.shape_errors import adapter, phrase, unknown_keys
+from models_registry.tasks.shape_errors import adapter, deepest, detail, phrase, unknown_keys
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
 MAX_CHOICES = 8  # n, and prompts of a completions request: each choice (prompt x n) is one generated stream
@@ -302,12 +302,12 @@ def explain(payload: Any, error: ValidationError, chat: bool) -> InvalidInput:
     if field == "messages" and isinstance(value, list) and value:
         where = _where(errors, field, payload)
         return invalid(f"{where} must be an object with a role ({', '.join(ROLES)}) and content: a string, text "
-                       "parts or null" + _detail(errors, field, payload), field)
+                       "parts or null" + detail(errors, field, payload), field)
     if field == "messages":
         return invalid("'messages' is required: a non-empty list of {\"role\", \"content\"} objects", field)
     if field == "prompt":
         return _explain_prompt(value)
-    return invalid(f"{field!r} must {phrase(SHAPES[chat], field)}" + _detail(errors, field, payload), field)
+    return invalid(f"{field!r} must {phrase(SHAPES[chat], field)}" + detail(errors, field, payload), field)
 
 
 def _explain_prompt(value: Any) -> InvalidInput:
@@ -318,32 +318,7 @@ def _explain_prompt(value: Any) -> InvalidInput:
     return invalid("'prompt' is required: a string or a non-empty list of strings", "prompt")
 
 
-def _path(error: Any, payload: dict[str, Any]) -> str:
-    """Where an error is, as a JSON path of the body (messages[0].content), read along the body itself so that
-    pydantic's names of union members are left out."""
-    path, node = "", payload
-    for n, part in enumerate(error["loc"]):
-        if isinstance(part, int) and isinstance(node, list) and part < len(node):
-            path, node = f"{path}[{part}]", node[part]
-        elif isinstance(part, str) and isinstance(node, dict) and (part in node or (
-                error["type"] == "missing" and n == len(error["loc"]) - 1)):
-            path, node = f"{path}.{part}" if path else part, node.get(part)
-    return path
-
-
-def _deepest(errors: list[Any], field: str, payload: dict[str, Any]) -> tuple[str, str]:
-    """The path and pydantic's words of the deepest error in field (the most precise one)."""
-    error = max((e for e in errors if e["loc"][:1] == (field,)), key=lambda e: len(_path(e, payload)))
-    return _path(error, payload), error["msg"]
-
-
 def _where(errors: list[Any], field: str, payload: dict[str, Any]) -> str:
     """The failing item of a list field (messages[2]), or the field."""
-    path, _ = _deepest(errors, field, payload)
+    path, _ = deepest(errors, field, payload)
     return path[:path.index("]") + 1] if "[" in path else field
-
-
-def _detail(errors: list[Any], field: str, payload: dict[str, Any]) -> str:
-    """What failed inside a list or an object (its path and pydantic's words); nothing for a top-level value."""
-    path, words = _deepest(errors, field, payload)
-    return f" ({path}: {words})" if path != field else ""
