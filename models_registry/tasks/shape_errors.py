@@ -123,3 +123,28 @@ def _explain(shape: Shape, what: str, errors: list[Any], hint: str) -> InvalidIn
             and deeper[0]["loc"][0] in set(keys(inner)) | set(unknown_keys(deeper)):
         return _explain(inner, key, deeper, "")
     return InvalidInput(f"parameter {key!r} must {phrase(shape, key)}")
+
+
+def json_path(error: Any, payload: Any) -> str:
+    """Where a pydantic error is, as a JSON path of the payload (messages[0].content), read along the payload
+    itself so that pydantic's names of union members are left out."""
+    path, node = "", payload
+    for n, part in enumerate(error["loc"]):
+        if isinstance(part, int) and isinstance(node, list) and part < len(node):
+            path, node = f"{path}[{part}]", node[part]
+        elif isinstance(part, str) and isinstance(node, dict) and (part in node or (
+                error["type"] == "missing" and n == len(error["loc"]) - 1)):
+            path, node = f"{path}.{part}" if path else part, node.get(part)
+    return path
+
+
+def deepest(errors: list[Any], key: str, payload: Any) -> tuple[str, str]:
+    """The path and pydantic's words of the deepest error under a top-level key (the most precise one)."""
+    error = max((e for e in errors if e["loc"][:1] == (key,)), key=lambda e: len(json_path(e, payload)))
+    return json_path(error, payload), error["msg"]
+
+
+def detail(errors: list[Any], key: str, payload: Any) -> str:
+    """What failed inside a list or an object under key, as " (path: words)"; nothing for a top-level value."""
+    path, words = deepest(errors, key, payload)
+    return f" ({path}: {words})" if path != key else ""

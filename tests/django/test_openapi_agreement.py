@@ -279,64 +279,26 @@ async def test_a_stream_is_one_prompt_in_the_models_document(generation_token: s
     assert "text/event-stream" in doc["paths"]["/models/gen"]["post"]["responses"]["200"]["content"]
 
 
-GENERATION_EDGES: list[tuple[bool, Any]] = [
-    (True, {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-            "temperature": 0, "top_p": 1, "n": 8, "seed": -5, "stop": ["a", "b"], "stream": True,
-            "stream_options": {"include_usage": True}, "max_completion_tokens": 512, "user": "u"}),
-    (True, {"model": "m", "messages": []}),
-    (True, {"model": "m", "messages": [{"role": "robot", "content": "x"}]}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 2.5}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": 0}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 9}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ""}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 513}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": True}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}]}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "bogus": 1}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "none",
-            "parallel_tool_calls": False, "logit_bias": {}, "response_format": {"type": "text"},
-            "presence_penalty": 0, "frequency_penalty": 0.0, "modalities": ["text"], "prompt_cache_key": "k"}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 20}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {
-        "type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object"}, "strict": True}}}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {
-        "type": "json_schema", "json_schema": {"schema": {"type": "object"}}}}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {
-        "type": "json_schema", "json_schema": {"name": "p", "strict": "yes"}}}),
-    (False, {"model": "m", "prompt": "x", "response_format": {"type": "json_object"}}),
-    (False, {"model": "m", "prompt": "x", "logprobs": 5}),
-    (False, {"model": "m", "prompt": "x", "logprobs": 6}),
-    (False, {"model": "m", "prompt": "x", "logprobs": True}),
-    (False, {"model": "m", "prompt": "x", "top_logprobs": 2}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": 2}}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "modalities": ["audio"]}),
-    (True, {"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}),
-    (True, {"messages": [{"role": "user", "content": "x"}]}),
-    (False, {"model": "m", "prompt": "x", "echo": False, "best_of": 1}),
-    (False, {"model": "m", "prompt": ["x", "y"]}),
-    (False, {"model": "m", "prompt": []}),
-    (False, {"model": "m", "prompt": ["x"] * 8, "n": 8}),
-    (False, {"model": "m", "prompt": ["x"] * 9}),
-    (False, {"model": "m", "prompt": "x", "echo": True}),
-    (False, {"model": "m", "prompt": "x", "messages": []}),
-]
+def test_the_generation_bodies_are_documented_by_the_shapes_that_validate_them() -> None:
+    """One definition: the chat and completions operations name the shapes whose adapters the routes validate with."""
+    from models_registry.api.openai import generation_bodies, generation_schemas
+    from models_registry.tasks.shape_errors import adapter
+
+    bodies = {op.route: op.body for op in generation_schemas.operations(openapi.Operation, ())}
+    schemas = document()["components"]["schemas"]
+    for chat, route in ((True, "openai-chat-completions"), (False, "openai-completions")):
+        shape = generation_bodies.SHAPES[chat]
+        assert bodies[route] is shape and generation_bodies.ADAPTERS[chat] is adapter(shape)
+        assert schemas[shape.__name__] == openapi.schemas_of({"body": shape})[1][shape.__name__]
+        assert set(schemas[shape.__name__]["properties"]) == set(keys(shape))
 
 
-@pytest.mark.parametrize(("chat", "body"), GENERATION_EDGES)
-def test_generation_bodies_agree(chat: bool, body: Any) -> None:
-    from models_registry.api.openai import generation_requests
+def test_the_responses_body_is_documented_by_the_shape_that_validates_it() -> None:
+    from models_registry.api.openai import responses_bodies, responses_schemas
+    from models_registry.tasks.shape_errors import adapter
 
-    name = "ChatCompletionRequest" if chat else "CompletionRequest"
-    documented = validator({"$ref": f"#/components/schemas/{name}"}).is_valid(body)
-    try:
-        generation_requests.read(body, chat)
-        accepted = True
-    except InvalidInput:
-        accepted = False
-    assert documented == accepted, f"document says {documented} for {body!r}"
+    bodies = {(op.route, op.method): op.body for op in responses_schemas.operations(openapi.Operation, ())}
+    shape = responses_bodies.ResponseRequest
+    assert bodies[("openai-responses", "post")] is shape and responses_bodies.ADAPTER is adapter(shape)
+    assert document()["components"]["schemas"]["ResponseRequest"] == openapi.schemas_of({"body": shape})[1][
+        "ResponseRequest"]

@@ -119,3 +119,29 @@ def test_a_stop_sequence_cuts_the_whole_text_reasoning_included() -> None:
     pieces = [choice.take({"token": {"text": t, "special": False}}) for t in ("<think>why</think>Par", "is STOP x")]
     assert pieces == [Pieces(reasoning="why", content="Par"), Pieces(content="is ")]
     assert choice.finish_reason == "stop" and (choice.reasoning, choice.content) == ("why", "Paris ")
+
+
+def test_the_shape_says_what_the_hand_written_reader_did() -> None:
+    """api.openai.generation_bodies: JSON's whole-number floats are integers, false is not 0, echoed keys pass."""
+    wanted = read({**CHAT, "max_tokens": 5.0, "n": 2.0, "seed": 3.0, "logprobs": True, "top_logprobs": 2.0},
+                  chat=True)
+    assert (wanted.parameters, wanted.n, wanted.seed, wanted.logprobs) == ({"max_new_tokens": 5}, 2, 3, 2)
+    with pytest.raises(InvalidInput) as caught:
+        read({**CHAT, "max_tokens": 5.5}, chat=True)
+    assert caught.value.param == "max_tokens"  # type: ignore[attr-defined]
+    for no_op in ({"frequency_penalty": False}, {"echo": 0}):
+        with pytest.raises(InvalidInput) as caught:
+            read({"model": "m", "prompt": "a", **no_op}, chat=False)
+        assert caught.value.param == next(iter(no_op))  # type: ignore[attr-defined]
+    echoed = {"role": "assistant", "content": "hi", "refusal": None, "annotations": []}  # an answer handed back
+    assert read({**CHAT, "messages": [echoed]}, chat=True).messages == [{"role": "assistant", "content": "hi"}]
+
+
+def test_a_bad_item_is_named_by_its_path() -> None:
+    with pytest.raises(InvalidInput, match=r"messages\[1\] must be .*messages\[1\]\.content\[0\]\.type"):
+        read({**CHAT, "messages": [CHAT["messages"][0], {"role": "user", "content": [{"type": "image_url"}]}]},
+             chat=True)
+    with pytest.raises(InvalidInput, match=r"response_format\.json_schema: Extra inputs"):
+        read({**CHAT, "response_format": {"type": "text", "json_schema": {}}}, chat=True)
+    with pytest.raises(InvalidInput, match="surrogate"):
+        read({**CHAT, "stop": ["ok", "\udc80"]}, chat=True)

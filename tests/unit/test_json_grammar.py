@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from models_registry.api.openai.generation_requests import read, worker_parameters
-from models_registry.api.openai.openai_options import read_response_format
 from models_registry.api.openai.structured_output import GrammarCompiles
 from models_registry.core.errors import InvalidInput
 from models_registry.tasks.json_grammar import compile_canonical, compile_schema, engine_reason, probe
@@ -94,8 +93,8 @@ def test_the_engines_words_are_one_line_without_its_state() -> None:
     json_schema(PERSON, bogus=1), json_schema({"enum": list(range(1001))}),
 ])
 def test_bad_response_formats_name_the_field(value: Any) -> None:
-    with pytest.raises(InvalidInput) as caught:
-        read_response_format(value)
+    with pytest.raises(InvalidInput) as caught:  # the shape (api.openai.generation_bodies), then the bounds
+        read({**CHAT, "response_format": value}, chat=True)
     assert caught.value.param == "response_format"  # type: ignore[attr-defined]
 
 

@@ -81,9 +81,22 @@ def test_text_format_becomes_a_response_format() -> None:
     ({"model": "m", "input": "x", "n": 2}, "n"),
     ({"model": "m", "input": "x", "store": "yes"}, "store"),
     ({"input": "x"}, "model"),
+    ({"model": "m", "input": "x", "text": {"formats": {}}}, "text"),
+    ({"model": "m", "input": [{"type": "function_call", "call_id": "", "name": "f", "arguments": ""}]}, "input"),
+    ({"model": "m", "input": "x", "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
 ])
 def test_a_bad_body_is_a_400_naming_the_responses_field(body: dict[str, Any], param: str) -> None:
     assert param_of(body) == param
+
+
+def test_an_item_is_named_by_its_path_and_an_echoed_one_keeps_its_extra_keys() -> None:
+    with pytest.raises(InvalidInput, match=r"input\[1\] must be .*input\[1\]\.content\[0\]\.type"):
+        responses_requests.read({"model": "m", "input": [{"role": "user", "content": "a"},
+                                                         {"role": "user", "content": [{"type": "input_image"}]}]})
+    handed_back = {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed", "extra": 1,
+                   "content": [{"type": "output_text", "text": "Hi", "annotations": [], "logprobs": []}]}
+    assert responses_requests.read({"model": "m", "input": [handed_back]}).chat.messages == [
+        {"role": "assistant", "content": "Hi"}]
 
 
 def test_history_goes_after_the_new_instructions_and_before_the_input() -> None:

@@ -9,6 +9,7 @@ import llguidance
 import pytest
 
 from models_registry.api.openai import tool_grammar
+from models_registry.api.openai.generation_requests import read
 from models_registry.api.openai.tool_calls import parse
 from models_registry.api.openai.tool_schemas import read_tools, tool_turn, with_result_names
 from models_registry.core.errors import InvalidInput
@@ -25,8 +26,9 @@ TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
 
 
 def param_of(payload: dict[str, Any]) -> tuple[str | None, str]:
+    """The 400 of a chat body with payload's tool fields: its shape (api.openai.generation_bodies), then read_tools."""
     with pytest.raises(InvalidInput) as raised:
-        read_tools(payload)
+        read({"model": "m", "messages": [{"role": "user", "content": "hi"}], **payload}, chat=True)
     return getattr(raised.value, "param", None), raised.value.message
 
 
@@ -49,7 +51,7 @@ def test_tools_are_read_with_their_choice_and_parallelism() -> None:
     ({"tools": [{"type": "function", "function": {"name": "has space"}}]}, "tools", "1-64 letters"),
     ({"tools": [WEATHER, WEATHER]}, "tools", "declared twice"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "object"}}]}, "tools", "JSON Schema"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "extra": 1}}]}, "tools", "must be an object"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "extra": 1}}]}, "tools", "function.extra"),
     ({"tools": [WEATHER], "tool_choice": "always"}, "tool_choice", "must be"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice",
      "not one of the tools"),

@@ -1,33 +1,22 @@
-"""OpenAI's chat and completions bodies, validated into what a text-generation worker takes (pure: no I/O).
+"""OpenAI's chat and completions bodies, read into what a text-generation worker takes (pure: no I/O).
 
-Every bad value is a 400 that names its field (OpenAI's `param`). Sampling follows
-OpenAI: temperature 0 is greedy, above it samples; without temperature the model's own
-generation config decides (as `transformers serve`). Fields the openai SDK and
-huggingface_hub may send as null are taken as absent.
+The body is validated by its shape (api.openai.generation_bodies, which the OpenAPI document
+shows); this turns the validated values into a GenerationRequest. Sampling follows OpenAI:
+temperature 0 is greedy, above it samples; without temperature the model's own generation config
+decides (as `transformers serve`). Fields the openai SDK and huggingface_hub may send as null are
+taken as absent.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from models_registry.api.pipeline.error_answers import invalid
-from models_registry.api.openai.tool_schemas import FIELDS as TOOL_FIELDS
+from models_registry.api.openai import generation_bodies
+from models_registry.api.openai.openai_options import read_logprobs, read_response_format
 from models_registry.api.openai.tool_schemas import ToolRequest, read_tools, tool_turn, with_result_names
-from models_registry.api.openai.openai_options import NO_OPS, check_no_ops, read_logprobs, read_response_format
-from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
-MAX_CHOICES = 8  # n, and prompts of a completions request: each choice (prompt x n) is one generated stream
-MAX_STOPS = 4  # OpenAI's limit
-MAX_STOP_CHARS = 256
-MAX_MESSAGES = 256
 MIN_TEMPERATURE = 0.01  # below it: greedy, as temperature 0
-ROLES = ("system", "user", "assistant", "developer", "tool")
-# Bookkeeping and caching hints: accepted, no effect here.
-IGNORED = ("user", "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier")
-COMMON = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "seed", "n", "stream",
-          "stream_options", "logprobs", "response_format")
 
 
 @dataclass(frozen=True)
@@ -57,36 +46,17 @@ class GenerationRequest:
 
 def read(payload: Any, chat: bool) -> GenerationRequest:
     """Validate a POST /v1/chat/completions (chat) or /v1/completions body."""
-    if not isinstance(payload, dict):
-        raise invalid('request body must be a JSON object like {"model": "...", '
-                      + ('"messages": [...]}' if chat else '"prompt": "..."}'), None)
-    own = ("messages", "top_logprobs", *TOOL_FIELDS) if chat else ("prompt",)
-    known = set(COMMON) | set(NO_OPS) | set(IGNORED) | set(own)
-    unknown = sorted(set(payload) - known)
-    if unknown:
-        raise invalid(f"unrecognized request argument(s): {', '.join(unknown)}", unknown[0])
-    check_no_ops(payload, skip=TOOL_FIELDS if chat else ())
-    model = payload.get("model")
-    if not isinstance(model, str) or not model:
-        raise invalid("'model' is required: a model id from GET /v1/models", "model")
-    messages = _messages(payload.get("messages")) if chat else None
-    prompts = [m["content"] for m in messages] if messages else _prompts(payload.get("prompt"))
-    n = _integer(payload, "n", 1, MAX_CHOICES, 1)
-    stream = payload.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise invalid("'stream' must be true or false", "stream")
-    options = payload.get("stream_options")
-    if options is not None and (not isinstance(options, dict) or set(options) - {"include_usage",
-                                                                                  "continuous_usage_stats"}):
-        raise invalid("'stream_options' must be an object like {\"include_usage\": true}", "stream_options")
-    include_usage = bool((options or {}).get("include_usage"))  # read with "stream": true only
-    seed = _integer(payload, "seed", -(2**63), 2**63 - 1, None)
-    return GenerationRequest(model=model, chat=chat, prompts=prompts, messages=messages, n=n,
-                             parameters=_sampling(payload), stops=_stops(payload.get("stop")),
-                             stream=bool(stream), include_usage=include_usage, seed=seed,
-                             logprobs=read_logprobs(payload, chat),
-                             schema=read_response_format(payload.get("response_format")),
-                             tools=read_tools(payload) if chat else None)
+    body = generation_bodies.validate(payload, chat)
+    messages = _messages(body["messages"]) if chat else None
+    prompt = body.get("prompt")
+    prompts = [m["content"] for m in messages] if messages else [prompt] if isinstance(prompt, str) else prompt
+    options = body.get("stream_options") or {}
+    return GenerationRequest(model=body["model"], chat=chat, prompts=prompts, messages=messages,
+                             n=body.get("n") or 1, parameters=_sampling(body), stops=_stops(body.get("stop")),
+                             stream=bool(body.get("stream")), include_usage=bool(options.get("include_usage")),
+                             seed=body.get("seed"), logprobs=read_logprobs(body, chat),
+                             schema=read_response_format(body.get("response_format")),
+                             tools=read_tools(body) if chat else None)
 
 
 def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]:
@@ -105,101 +75,33 @@ def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]
     return parameters
 
 
-def _messages(value: Any) -> list[dict[str, Any]]:
-    if not isinstance(value, list) or not value:
-        raise invalid("'messages' is required: a non-empty list of {\"role\", \"content\"} objects", "messages")
-    if len(value) > MAX_MESSAGES:
-        raise invalid(f"{len(value)} messages: at most {MAX_MESSAGES}", "messages")
+def _messages(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Validated messages as the chat template takes them: text parts joined, a turn with no content empty."""
     messages = []
     for n, message in enumerate(value):
-        if not isinstance(message, dict) or message.get("role") not in ROLES:
-            raise invalid(f"messages[{n}] must be an object with a role ({', '.join(ROLES)}) and content",
-                          "messages")
         content = message.get("content")
-        if isinstance(content, list):  # OpenAI's content parts: text parts only
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                       for p in content):
-                raise invalid(f"messages[{n}].content: only text parts are supported", "messages")
+        if isinstance(content, list):  # OpenAI's content parts: text parts only (the shape says so)
             content = "".join(p["text"] for p in content)
-        if content is None:  # an assistant turn that only called tools, say
-            content = ""
-        if not isinstance(content, str):
-            raise invalid(f"messages[{n}].content must be a string", "messages")
-        messages.append({"role": message["role"], "content": content, **tool_turn(message, n)})
+        messages.append({"role": message["role"], "content": content or "", **tool_turn(message, n)})
     return with_result_names(messages)
 
 
-def _prompts(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and value and all(isinstance(p, str) for p in value):
-        if len(value) > MAX_CHOICES:
-            raise invalid(f"{len(value)} prompts: at most {MAX_CHOICES}", "prompt")
-        return list(value)
-    if isinstance(value, list) and value and all(isinstance(p, int) and not isinstance(p, bool) for p in value):
-        raise invalid("token-id prompts are not supported: send text", "prompt")
-    raise invalid("'prompt' is required: a string or a non-empty list of strings", "prompt")
+def _stops(value: str | list[str] | None) -> list[str]:
+    return [] if value is None else [value] if isinstance(value, str) else value
 
 
-def _stops(value: Any) -> list[str]:
-    if value is None:
-        return []
-    stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise invalid("'stop' must be a string or a list of strings", "stop")
-    if len(stops) > MAX_STOPS:
-        raise invalid(f"{len(stops)} stop sequences: at most {MAX_STOPS}", "stop")
-    for stop in stops:
-        if not stop:
-            raise invalid("a stop sequence must not be empty", "stop")
-        if len(stop) > MAX_STOP_CHARS:
-            raise invalid(f"a stop sequence has at most {MAX_STOP_CHARS} characters", "stop")
-        if "\ufffd" in stop or any(0xD800 <= ord(c) <= 0xDFFF for c in stop):
-            raise invalid("a stop sequence must be valid text (no replacement or surrogate characters)", "stop")
-    return stops
-
-
-def _number(payload: dict[str, Any], name: str, low: float, high: float) -> float | None:
-    value = payload.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise invalid(f"{name!r} must be a number from {low:g} to {high:g}", name)
-    if not low <= value <= high:
-        raise invalid(f"{name!r} must be from {low:g} to {high:g}, not {value!r}", name)
-    return float(value)
-
-
-def _integer(payload: dict[str, Any], name: str, low: int, high: int, default: int | None) -> int | None:
-    value = payload.get(name)
-    if value is None:
-        return default
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(f"{name!r} must be an integer from {low} to {high}", name)
-    if not low <= value <= high:
-        raise invalid(f"{name!r} must be from {low} to {high}, not {value}", name)
-    return value
-
-
-def _sampling(payload: dict[str, Any]) -> dict[str, Any]:
+def _sampling(body: dict[str, Any]) -> dict[str, Any]:
     """max_new_tokens and sampling in the worker's terms (transformers' generate)."""
     parameters: dict[str, Any] = {}
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = _integer(payload, name, 1, MAX_NEW_TOKENS, None)
-        if value is not None:
-            parameters["max_new_tokens"] = value
-            break
-    temperature = _number(payload, "temperature", 0, 2)
-    top_p = _number(payload, "top_p", 0, 1)
-    if top_p == 0:
-        raise invalid("'top_p' must be above 0 (1 keeps every token)", "top_p")
+    tokens = body.get("max_completion_tokens") or body.get("max_tokens")  # OpenAI's newer name wins
+    if tokens is not None:
+        parameters["max_new_tokens"] = tokens
+    temperature, top_p = body.get("temperature"), body.get("top_p")
     if temperature is not None and temperature < MIN_TEMPERATURE:
         parameters["do_sample"] = False  # OpenAI's greedy (a tinier divisor would overflow the logits)
     elif temperature is not None:
         parameters["do_sample"] = True
-        parameters["temperature"] = temperature
+        parameters["temperature"] = float(temperature)
     if top_p is not None and top_p < 1 and parameters.get("do_sample") is not False:
-        parameters["top_p"] = top_p
+        parameters["top_p"] = float(top_p)
     return parameters

@@ -1,10 +1,11 @@
-"""OpenAI's Responses body translated into a chat body and validated by the chat reader (pure: no I/O).
+"""OpenAI's Responses body translated into a chat body and read by the chat reader (pure: no I/O).
 
-`input` (a string or items: messages, `function_call`, `function_call_output`), `instructions`,
-the flat `tools`, `text.format` and `max_output_tokens` become chat's messages, tools,
-response_format and max_completion_tokens; generation_requests.read then applies every chat
-check and bound, and its 400s are told in the Responses field's name. A stored response's
-conversation (previous_response_id) is put before the input once the route has read it.
+The body is validated by its shape (api.openai.responses_bodies, which the OpenAPI document
+shows). `input` (a string or items: messages, `function_call`, `function_call_output`),
+`instructions`, the flat `tools`, `text.format` and `max_output_tokens` become chat's messages,
+tools, response_format and max_completion_tokens; generation_requests.read then applies every
+chat rule, and its 400s are told in the Responses field's name. A stored response's conversation
+(previous_response_id) is put before the input once the route has read it.
 """
 
 from __future__ import annotations
@@ -13,18 +14,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from models_registry.api.openai import generation_requests
+from models_registry.api.openai import generation_requests, responses_bodies
 from models_registry.api.openai.generation_requests import GenerationRequest
 from models_registry.api.pipeline.error_answers import invalid
 from models_registry.core.errors import InvalidInput
 
-# Bookkeeping and hints: accepted, no effect here (metadata is echoed).
-IGNORED = ("metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier", "truncation", "reasoning")
-# Responses fields this server reads; the rest of OpenAI's are refused by name.
-FIELDS = ("model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text",
-          "max_output_tokens", "temperature", "top_p", "stream", "store", "previous_response_id", *IGNORED)
-ROLES = ("user", "assistant", "system", "developer")
-TEXT_PARTS = ("input_text", "output_text", "text")
 # A chat field's name in a Responses body, for the 400s of the chat reader.
 RENAMED = {"messages": "input", "max_completion_tokens": "max_output_tokens", "response_format": "text.format"}
 
@@ -41,26 +35,13 @@ class ResponsesRequest:
     previous_id: str | None
 
 
-def read(body: Any) -> ResponsesRequest:
-    """Validate a POST /v1/responses body: every chat check applies, named by the Responses field."""
-    if not isinstance(body, dict):
-        raise invalid('request body must be a JSON object like {"model": "...", "input": "..."}', None)
-    unknown = sorted(set(body) - set(FIELDS))
-    if unknown:
-        raise invalid(f"unrecognized request argument(s): {', '.join(unknown)}", unknown[0])
-    items = input_items(body.get("input"))
-    previous = body.get("previous_response_id")
-    if previous is not None and (not isinstance(previous, str) or not previous):
-        raise invalid("'previous_response_id' must be a response id (resp_...)", "previous_response_id")
-    store = body.get("store")
-    if store is not None and not isinstance(store, bool):
-        raise invalid("'store' must be true or false", "store")
-    instructions = body.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise invalid("'instructions' must be a string", "instructions")
-    payload = chat_payload(body, items)
-    return ResponsesRequest(chat=read_chat(payload), payload=payload, items=items, echo=echo(body),
-                            store=store is not False, previous_id=previous)
+def read(payload: Any) -> ResponsesRequest:
+    """Validate a POST /v1/responses body: its shape, then every chat rule, named by the Responses field."""
+    body = responses_bodies.validate(payload)
+    items = input_items(body["input"])
+    chat = chat_payload(body, items)
+    return ResponsesRequest(chat=read_chat(chat), payload=chat, items=items, echo=echo(body),
+                            store=body.get("store") is not False, previous_id=body.get("previous_response_id"))
 
 
 def with_history(request: ResponsesRequest, history: list[dict[str, Any]]) -> ResponsesRequest:
@@ -106,52 +87,26 @@ def chat_payload(body: dict[str, Any], items: list[dict[str, Any]]) -> dict[str,
     return chat
 
 
-def input_items(value: Any) -> list[dict[str, Any]]:
-    """The input as Responses items: a string is one user message; each item checked and its text joined."""
+def input_items(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The validated input as Responses items: a string is one user message; each item's text joined."""
     if isinstance(value, str):
         return [{"type": "message", "role": "user", "content": value}]
-    if not isinstance(value, list) or not value:
-        raise invalid("'input' is required: a string or a non-empty list of items", "input")
-    if len(value) > generation_requests.MAX_MESSAGES:
-        raise invalid(f"{len(value)} input items: at most {generation_requests.MAX_MESSAGES}", "input")
     # A reasoning item handed back (a previous response's output as input) is not sent to the model again.
-    return [_item(item, n) for n, item in enumerate(value)
-            if not (isinstance(item, dict) and item.get("type") == "reasoning")]
+    return [_item(item) for item in value if item.get("type") != "reasoning"]
 
 
-def _item(item: Any, n: int) -> dict[str, Any]:
-    where = f"input[{n}]"
-    if not isinstance(item, dict):
-        raise invalid(f"{where} must be an object: a message, a function_call or a function_call_output", "input")
+def _item(item: dict[str, Any]) -> dict[str, Any]:
     kind = item.get("type", "message")
     if kind == "message":
-        if item.get("role") not in ROLES:
-            raise invalid(f"{where}.role must be one of {', '.join(ROLES)}", "input")
-        return {"type": "message", "role": item["role"], "content": _text(item.get("content"), where)}
+        return {"type": "message", "role": item["role"], "content": _text(item["content"])}
     if kind == "function_call":
-        for name in ("call_id", "name", "arguments"):
-            if not isinstance(item.get(name), str) or not item[name] and name != "arguments":
-                raise invalid(f"{where} is a function_call: it needs call_id, name and arguments (strings)", "input")
         return {"type": "function_call", "call_id": item["call_id"], "name": item["name"],
                 "arguments": item["arguments"] or "{}"}
-    if kind == "function_call_output":
-        output = item.get("output")
-        if not isinstance(item.get("call_id"), str) or not item["call_id"]:
-            raise invalid(f"{where} is a function_call_output: it needs the call_id of the call it answers", "input")
-        return {"type": "function_call_output", "call_id": item["call_id"], "output": _text(output, where)}
-    raise invalid(f"{where}.type {kind!r} is not supported: message, function_call, function_call_output or "
-                  "reasoning",
-                  "input")
+    return {"type": "function_call_output", "call_id": item["call_id"], "output": _text(item["output"])}
 
 
-def _text(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") in TEXT_PARTS
-                                         and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content)
-    raise invalid(f"{where}.content must be a string or a list of input_text parts (only text is supported)",
-                  "input")
+def _text(content: str | list[dict[str, Any]]) -> str:
+    return content if isinstance(content, str) else "".join(p["text"] for p in content)
 
 
 def messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -173,44 +128,21 @@ def messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return chat
 
 
-def chat_tools(value: Any) -> Any:
-    """Responses' flat functions ({"type", "name", "description", "parameters", "strict"}) as chat's tools."""
-    if not isinstance(value, list):
-        return value  # the chat reader's 400
-    tools = []
-    for n, tool in enumerate(value):
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            raise invalid(f"tools[{n}] must be {{\"type\": \"function\", \"name\", ...}}: only functions are "
-                          "supported", "tools")
-        extra = sorted(set(tool) - {"type", "name", "description", "parameters", "strict"})
-        if extra:
-            raise invalid(f"tools[{n}] takes no {extra[0]!r}", "tools")
-        tools.append({"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}})
-    return tools
+def chat_tools(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Responses' validated flat functions ({"type", "name", "description", "parameters", "strict"}) as chat's."""
+    return [{"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}} for tool in value]
 
 
-def chat_tool_choice(value: dict[str, Any]) -> Any:
+def chat_tool_choice(value: dict[str, Any]) -> dict[str, Any]:
     """Responses' {"type": "function", "name"} as chat's {"type": "function", "function": {"name"}}."""
-    if value.get("type") == "function" and isinstance(value.get("name"), str):
-        return {"type": "function", "function": {"name": value["name"]}}
-    if value.get("type") == "allowed_tools" or value.get("type") not in ("function", None):
-        raise invalid('\'tool_choice\' must be "none", "auto", "required" or {"type": "function", "name": ...}',
-                      "tool_choice")
-    return value
+    return {"type": "function", "function": {"name": value["name"]}}
 
 
-def text_format(value: Any) -> dict[str, Any] | None:
-    """text.format ({"type": "json_schema", "name", "schema", "strict"}, json_object, text) as a response_format."""
-    if value is None:
-        return None
-    if not isinstance(value, dict) or set(value) - {"format", "verbosity"}:
-        raise invalid("'text' must be an object like {\"format\": {\"type\": \"text\"}}", "text")
-    fmt = value.get("format")
-    if fmt is None:
-        return None
-    if not isinstance(fmt, dict):
-        raise invalid("'text.format' must be an object with a type: text, json_object or json_schema", "text.format")
-    if fmt.get("type") != "json_schema":
+def text_format(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A validated text.format ({"type": "json_schema", "name", "schema", "strict"}, json_object, text) as a
+    response_format."""
+    fmt = (value or {}).get("format")
+    if fmt is None or fmt["type"] != "json_schema":
         return fmt
     return {"type": "json_schema", "json_schema": {k: v for k, v in fmt.items() if k != "type"}}
 

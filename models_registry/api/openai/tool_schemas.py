@@ -1,11 +1,13 @@
-"""OpenAI's tools, tool_choice and parallel_tool_calls validated, and the tool turns of a conversation (pure).
+"""OpenAI's tools, tool_choice and parallel_tool_calls read, and the tool turns of a conversation (pure).
 
-Every bad value is a 400 naming its field. The functions' parameter schemas are bounded as a
-response_format schema is (tasks.schema_bounds, on the event loop): all of them together, as the
-one schema of a call ({"name": one of the names, "arguments": that function's parameters}), which
-is also what a forced call's grammar is compiled from (api.openai.tool_grammar). Assistant turns'
-`tool_calls` reach the chat template as transformers documents them, with the arguments decoded
-into an object; a `tool` turn keeps its `tool_call_id` (and `name`).
+Their shapes are api.openai.generation_bodies'; here what no shape says, each a 400 naming its
+field: names declared once, a named choice among them, calls on assistant turns only. The
+functions' parameter schemas are bounded as a response_format schema is (tasks.schema_bounds, on
+the event loop): all of them together, as the one schema of a call ({"name": one of the names,
+"arguments": that function's parameters}), which is also what a forced call's grammar is compiled
+from (api.openai.tool_grammar). Assistant turns' `tool_calls` reach the chat template as
+transformers documents them, with the arguments decoded into an object; a `tool` turn keeps its
+`tool_call_id` (and `name`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from models_registry.tasks.schema_bounds import SchemaError, canonical, closed
 
 MAX_TOOLS = 128  # OpenAI's limit
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # OpenAI's function names (and a dot, which some models use)
-CHOICES = ("none", "auto", "required")
 FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
@@ -45,13 +46,11 @@ class ToolRequest:
         return self.choice not in ("none", "auto")
 
 
-def read_tools(payload: dict[str, Any]) -> ToolRequest | None:
-    """The request's tools; None where it declares none (or tool_choice is none: nothing is rendered or parsed)."""
-    tools = _tools(payload.get("tools"))
-    choice = _choice(payload.get("tool_choice"), [t["function"]["name"] for t in tools])
-    parallel = payload.get("parallel_tool_calls")
-    if parallel is not None and not isinstance(parallel, bool):
-        raise invalid("'parallel_tool_calls' must be true or false", "parallel_tool_calls")
+def read_tools(body: dict[str, Any]) -> ToolRequest | None:
+    """A validated chat body's tools (api.openai.generation_bodies); None where it declares none (or tool_choice is
+    none: nothing is rendered or parsed). 400 for what no shape says: a name declared twice, a choice of none."""
+    tools = _tools(body.get("tools") or [])
+    choice = _choice(body.get("tool_choice"), [t["function"]["name"] for t in tools])
     if not tools:
         if choice not in (None, "none", "auto"):
             raise invalid("'tool_choice' needs 'tools': declare the functions the model may call", "tool_choice")
@@ -59,7 +58,7 @@ def read_tools(payload: dict[str, Any]) -> ToolRequest | None:
     if choice == "none":
         return None
     call_schema(tools)  # bounded on the loop, all of them together: a fast 400 naming tools
-    return ToolRequest(tools, choice or "auto", parallel is not False)
+    return ToolRequest(tools, choice or "auto", body.get("parallel_tool_calls") is not False)
 
 
 def call_schema(tools: list[dict[str, Any]], arguments_key: str = "arguments", only: str | None = None) -> str:
@@ -80,72 +79,43 @@ def _parameters(function: dict[str, Any]) -> Any:
     return closed(parameters) if function.get("strict") else parameters
 
 
-def _tools(value: Any) -> list[dict[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise invalid("'tools' must be a list of {\"type\": \"function\", \"function\": {\"name\", \"description\", "
-                      "\"parameters\"}} objects", "tools")
-    if len(value) > MAX_TOOLS:
-        raise invalid(f"{len(value)} tools: at most {MAX_TOOLS}", "tools")
+def _tools(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
     tools, names = [], set()
     for n, tool in enumerate(value):
-        if not isinstance(tool, dict) or tool.get("type") != "function" or set(tool) - {"type", "function"}:
-            raise invalid(f"tools[{n}] must be {{\"type\": \"function\", \"function\": {{...}}}}: only functions are "
-                          "supported", "tools")
-        function = tool.get("function")
-        if not isinstance(function, dict) or set(function) - {"name", "description", "parameters", "strict"}:
-            raise invalid(f"tools[{n}].function must be an object with name, and optionally description, parameters "
-                          "and strict", "tools")
-        name = function.get("name")
-        if not isinstance(name, str) or not NAME.match(name):
-            raise invalid(f"tools[{n}].function.name must be 1-64 letters, digits, '_', '-' or '.'", "tools")
+        name = tool["function"]["name"]
         if name in names:
             raise invalid(f"tools[{n}].function.name {name!r} is declared twice", "tools")
         names.add(name)
-        description = function.get("description")
-        if description is not None and not isinstance(description, str):
-            raise invalid(f"tools[{n}].function.description must be a string", "tools")
-        parameters = function.get("parameters")
-        if parameters is not None and not isinstance(parameters, dict):
-            raise invalid(f"tools[{n}].function.parameters must be a JSON Schema object", "tools")
-        strict = function.get("strict")
-        if strict is not None and not isinstance(strict, bool):
-            raise invalid(f"tools[{n}].function.strict must be true or false", "tools")
-        shaped = {k: v for k, v in function.items() if v is not None}  # in the client's order: the template shows it
+        shaped = {k: v for k, v in tool["function"].items() if v is not None}
         shaped.setdefault("parameters", NO_PARAMETERS)
         tools.append({"type": "function", "function": shaped})
     return tools
 
 
-def _choice(value: Any, names: list[str]) -> str | None:
-    if value is None or value in CHOICES:
+def _choice(value: str | dict[str, Any] | None, names: list[str]) -> str | None:
+    if not isinstance(value, dict):
         return value
-    function = value.get("function") if isinstance(value, dict) and value.get("type") == "function" else None
-    name = function.get("name") if isinstance(function, dict) else None
-    if not isinstance(name, str):
-        raise invalid('\'tool_choice\' must be "none", "auto", "required" or {"type": "function", "function": '
-                      '{"name": ...}}', "tool_choice")
+    name = value["function"]["name"]
     if name not in names:
         raise invalid(f"'tool_choice' names {name!r}, which is not one of the tools", "tool_choice")
     return name
 
 
 def tool_turn(message: dict[str, Any], n: int) -> dict[str, Any]:
-    """The tool fields of messages[n] as the chat template takes them: an assistant's calls, a tool result's id."""
-    role, extra = message.get("role"), {}
+    """The tool fields of a validated messages[n] as the chat template takes them: an assistant's calls, a tool
+    result's id; 400 for a role they do not belong to."""
+    role, extra = message["role"], {}
     calls = message.get("tool_calls")
     if calls is not None:
-        if role != "assistant" or not isinstance(calls, list):
-            raise invalid(f"messages[{n}].tool_calls must be a list, on an assistant message", "messages")
+        if role != "assistant":
+            raise invalid(f"messages[{n}].tool_calls must be on an assistant message", "messages")
         extra["tool_calls"] = [_template_call(call, n, k) for k, call in enumerate(calls)]
     if role == "tool":
-        call_id = message.get("tool_call_id")
-        if not isinstance(call_id, str) or not call_id:
+        if not message.get("tool_call_id"):
             raise invalid(f"messages[{n}] is a tool result: it needs the tool_call_id of the call it answers",
                           "messages")
-        extra["tool_call_id"] = call_id
-        if isinstance(message.get("name"), str):
+        extra["tool_call_id"] = message["tool_call_id"]
+        if "name" in message:
             extra["name"] = message["name"]
     return extra
 
@@ -157,22 +127,18 @@ def with_result_names(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             and m.get("tool_call_id") in names else m for m in messages]
 
 
-def _template_call(call: Any, n: int, k: int) -> dict[str, Any]:
-    """One call of an assistant turn, its arguments decoded (transformers' templates read them as an object)."""
-    where = f"messages[{n}].tool_calls[{k}]"
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise invalid(f"{where} must be {{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}",
-                      "messages")
+def _template_call(call: dict[str, Any], n: int, k: int) -> dict[str, Any]:
+    """One validated call of an assistant turn, its arguments decoded (transformers' templates read an object)."""
+    function = call["function"]
     arguments = function.get("arguments", "{}")
     try:
         decoded = json.loads(arguments) if isinstance(arguments, str) else arguments
     except ValueError:
-        raise invalid(f"{where}.function.arguments must be a JSON object as text", "messages") from None
+        decoded = None
     if not isinstance(decoded, dict):
-        raise invalid(f"{where}.function.arguments must be a JSON object as text", "messages")
+        raise invalid(f"messages[{n}].tool_calls[{k}].function.arguments must be a JSON object as text", "messages")
     shaped = {"type": "function", "function": {"name": function["name"], "arguments": decoded}}
-    if isinstance(call.get("id"), str):
+    if "id" in call:
         shaped["id"] = call["id"]
     return shaped
 
