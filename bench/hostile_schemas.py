@@ -1,6 +1,6 @@
 """`python -m bench.hostile_schemas`: issue 50's hostile grammars for a bounded time, and what others wait meanwhile.
 
-Two workers serve a tiny chat model and the demo embedder. Two hostile clients send, in
+Two workers serve a tiny chat model and the demo embedder. Two hostile clients (processes of their own) send, in
 turn and without pause, issue 50's schemas (a 100,000-value enum, 20,000 properties, an
 anyOf of 5,000 objects, a $ref loop, a required self-recursive object, each with a fresh
 property name so that no cache helps) as `response_format` and as a forced tool's
@@ -11,19 +11,22 @@ turn. Printed: each attack's answers by status, and the probes' p50, p99 and max
 from __future__ import annotations
 
 import argparse
-import itertools
+import json
+import multiprocessing
 import statistics
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tests import model_factory
 from tests.stack import Stack, http_json
 
 CHAT, EMBED = "chat", "minilm"
+FRESH = "__fresh__"  # replaced in each request's bytes by a new property name
 
 
 def schemas(fresh: str) -> dict[str, dict[str, Any]]:
@@ -49,6 +52,24 @@ def attack_body(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
         body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
         body["tool_choice"] = "required"
     return body
+
+
+def hostile_client(url: str, token: str, seconds: float, client: int, out: Any) -> None:
+    """Send every attack in turn for seconds, each with a fresh name (in a process of its own: its JSON
+    encoding must not hold the probes' interpreter); put its Counter of (field, schema, status) on out."""
+    bodies = {(kind, name): json.dumps(attack_body(kind, schema)).encode()
+              for kind in ("response_format", "tools") for name, schema in schemas(FRESH).items()}
+    answers: Counter[tuple[str, str, int]] = Counter()
+    until, sent = time.monotonic() + seconds, 0
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    with httpx.Client(timeout=120) as http:
+        while time.monotonic() < until:
+            for (kind, name), raw in bodies.items():
+                sent += 1
+                body = raw.replace(FRESH.encode(), f"c{client}n{sent}".encode())
+                answers[(kind, name, http.post(f"{url}/v1/chat/completions", content=body, headers=headers)
+                         .status_code)] += 1
+    out.put(answers)
 
 
 def percentiles(times: list[float]) -> str:
@@ -77,25 +98,21 @@ def main(argv: list[str] | None = None) -> None:
         stack.start_worker()
         stack.start_web()
         stack.wait_ready([CHAT, EMBED])
-        until = time.monotonic() + args.seconds
-        answers: Counter[tuple[str, str, int]] = Counter()
-        names = itertools.count()
-
-        def hostile() -> None:
-            while time.monotonic() < until:
-                for kind in ("response_format", "tools"):
-                    for name, schema in schemas(f"p{next(names)}").items():
-                        status = http_json("POST", f"{stack.url}/v1/chat/completions", attack_body(kind, schema),
-                                           token=stack.tokens["hostile"], timeout=120)[0]
-                        answers[(kind, name, status)] += 1
-
-        threads = [threading.Thread(target=hostile, daemon=True) for _ in range(args.clients)]
-        for thread in threads:
-            thread.start()
+        results: Any = multiprocessing.Queue()
+        clients = [multiprocessing.Process(target=hostile_client, daemon=True,
+                                           args=(stack.url, stack.tokens["hostile"], args.seconds, n, results))
+                   for n in range(args.clients)]
+        for client in clients:
+            client.start()
         embeddings: list[float] = []
         health: list[float] = []
         refused = {"embeddings": 0, "health": 0}
-        while any(thread.is_alive() for thread in threads):
+        answers: Counter[tuple[str, str, int]] = Counter()
+        done = 0
+        while done < len(clients):
+            while not results.empty():
+                answers += results.get()
+                done += 1
             started = time.perf_counter()
             status = http_json("POST", f"{stack.url}/models/{EMBED}", {"inputs": "a short sentence"},
                                token=stack.tokens["tenant"], timeout=60)[0]
@@ -106,6 +123,8 @@ def main(argv: list[str] | None = None) -> None:
             health.append(time.perf_counter() - started)
             refused["health"] += status != 200
             time.sleep(0.05)
+        for client in clients:
+            client.join(10)
         print(f"\n## {args.clients} hostile clients for {args.seconds:g} s\n")
         print("| field | schema | answers |\n|---|---|---|")
         for (kind, name) in sorted({(k, n) for k, n, _ in answers}):
