@@ -163,7 +163,8 @@ class Choices:
         self.choices = [Choice(index=i, stops=wanted.stops,
                                logprobs=Released([]) if wanted.logprobs is not None else None,
                                splitter=ReasoningSplitter(reasoning) if reasoning != "none" else None,
-                               caller=ToolCallStream(tool_format, wanted.tools.parallel) if wanted.tools else None)
+                               caller=ToolCallStream(tool_format, wanted.tools.parallel, wanted.tools.forced)
+                               if wanted.tools else None)
                         for i in range(wanted.choices)]
 
     async def events(self, streams: list[Stream]) -> AsyncGenerator[bytes, None]:
@@ -190,7 +191,7 @@ class Choices:
                 if pieces.content:
                     yield _sse(shaper.chunk(index, pieces.content, None, wanted.include_usage,
                                             choice.new_logprobs()))
-                for call in choice.new_calls():  # a whole call at a time: its opening, then its arguments
+                for call in choice.new_calls():  # its opening, then its arguments (a forced call's as they come)
                     yield _sse(shaper.chunk(index, "", None, wanted.include_usage, choice.new_logprobs(), call=call))
                 if choice.finish_reason is not None:
                     yield _sse(shaper.chunk(index, "", choice.finish_reason, wanted.include_usage,
