@@ -187,6 +187,8 @@ def test_a_forced_call_cut_short_is_what_it_released() -> None:
     assert (content, call.name, call.arguments) == ("", "f", '{"a":"ab')
     assert "".join(d["function"]["arguments"] for d in deltas) == call.arguments
     assert parse('<tool_call>\n{"name":"f","arguments":{"a":"ab', "hermes", forced=True).calls[0].arguments == '{"a":"ab'
+    assert _streamed('<tool_call>\n{"name":"f', "hermes", 3) == ("", [], [])  # cut before its name: no call, no text
+    assert parse('[TOOL_CALLS][{"name":', "mistral", forced=True) == parse("", "mistral")
 
 
 def test_a_forced_answer_keeps_one_call_without_parallel_and_text_outside_the_grammar_as_content() -> None:

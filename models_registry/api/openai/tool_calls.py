@@ -267,7 +267,7 @@ class ToolCallStream:
         return found
 
     def _forced_call(self) -> Found:
-        """The call the scanner read (its deltas already sent), or, where it never showed a name, its text read whole."""
+        """The call the scanner read (its deltas already sent), or where it never showed a name its text read whole."""
         scanner, self.scanner = self.scanner, None
         assert scanner is not None
         if scanner.name is not None:
@@ -277,11 +277,13 @@ class ToolCallStream:
         return Found(content=scanner.text) if calls is None else self._kept(calls)
 
     def _forced_end(self, held: str) -> Found:
-        """A forced answer's end: a call cut short is what it released (OpenAI's finish_reason "length")."""
-        if self.scanner is not None:
-            if self.scanner.name is not None:
-                return self._forced_call()
-            held, self.scanner = self.scanner.text, None
+        """A forced answer's end: a call cut short is what it released (OpenAI's finish_reason "length").
+
+        One cut before its name was read released nothing and is dropped: it is the grammar's call, never content.
+        """
+        if self.scanner is not None and self.scanner.name is not None:
+            return self._forced_call()
+        self.scanner = None
         return Found(content=_unmarked(held))
 
 
