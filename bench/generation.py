@@ -17,7 +17,8 @@ a shared 1,000-token system prompt against unshared heads, a short whole answer 
 ones (and on the static server), the fairness flood (three runs), 16 chats of 1 MB and a batch
 job of generation lines, with the demo encoder on the same worker probed throughout; a table
 says where the run stands against the issue's targets. `level` takes extra body fields and
-collects answers: the structured-output level plugs in there. Appends each run to docs/bench/generation-cpu-2core.md.
+collects answers: the structured-output and tools levels plug in there (bench.generation_structured,
+bench.generation_tools). Appends each run to docs/bench/generation-cpu-2core.md.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 import httpx
 
 from bench import generation_structured
+from bench import generation_tools
 from bench import generation_levels
 from bench.generation_peer import Server, start_serve
 from bench.stack_setup import stopped_on_failure
@@ -64,6 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", default="", help="servers to run: continuous,static,transformers-serve")
     parser.add_argument("--structured", type=int, default=1,
                         help="1: the structured-output level (json_schema vs free rows at 8 streams, continuous)")
+    parser.add_argument("--tools", type=int, default=1,
+                        help="1: the tools level (tool_choice required vs auto chats at 8 streams, continuous)")
     parser.add_argument("--issue-levels", default="shared,whole,flood,hostile",
                         help="issue 34's levels to run on the continuous server (empty: none)")
     parser.add_argument("--flood-runs", type=int, default=3)
@@ -93,7 +97,9 @@ def build_model(dest: Path) -> Path:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=model_factory.EOS,
                                         eos_token=model_factory.EOS, pad_token=model_factory.EOS,
                                         model_max_length=1024)
-    tokenizer.chat_template = model_factory.CHAT_TEMPLATE  # the flood's and the 1 MB prompts' chats
+    # The flood's and the 1 MB prompts' chats; it renders tools too (hermes), for the tools level, and without
+    # them it renders what CHAT_TEMPLATE does.
+    tokenizer.chat_template = model_factory.TOOLS_TEMPLATE
     tokenizer.add_tokens([f"<w{i}>" for i in range(50257 - len(tokenizer))])
     eos = tokenizer.convert_tokens_to_ids(model_factory.EOS)
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=1024, n_embd=768, n_layer=12, n_head=12,
@@ -111,46 +117,66 @@ def build_model(dest: Path) -> Path:
 
 async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, tokens: int, counted: list[float],
                      firsts: list[float] | None = None, extra: dict[str, Any] | None = None,
-                     answers: list[tuple[str, str | None]] | None = None) -> tuple[float | None, float, int]:
+                     answers: list[tuple[str, str | None]] | None = None,
+                     chat: bool = False) -> tuple[float | None, float, int]:
     """(time to first token, total time, tokens) of one streamed completion.
 
     counted gets each token's arrival time, firsts the time to first token as soon as it comes
     (a request still running at the window's end counts too); extra: more body fields (a level's
-    response_format, say); answers gets (text, finish_reason) of each completion.
+    response_format, say); answers gets (text, finish_reason) of each completion. chat: the prompt as a
+    user message to /v1/chat/completions, each chunk of content or of a tool call's arguments a token, and
+    the generated tokens no chunk carried counted when the usage chunk says them.
     """
-    body = {"model": server.model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True,
-            **(extra or {})}
+    asked: dict[str, Any] = {"prompt": prompt}
+    if chat:  # usage at the end: the tokens no chunk carried (a forced call's markers and name) count then
+        asked = {"messages": [{"role": "user", "content": prompt}], "stream_options": {"include_usage": True}}
+    body = {"model": server.model, **asked, "max_tokens": tokens, "temperature": 0, "stream": True, **(extra or {})}
+    route = "/v1/chat/completions" if chat else "/v1/completions"
     started = time.perf_counter()
     first, count, text, reason = None, 0, "", None
-    async with client.stream("POST", f"{server.url}/v1/completions", json=body, headers=server.headers) as response:
+    async with client.stream("POST", f"{server.url}{route}", json=body, headers=server.headers) as response:
         if response.status_code != 200:
             raise RuntimeError(f"{server.name}: {response.status_code} {(await response.aread())[:200]!r}")
         async for line in response.aiter_lines():
             if not line.startswith("data: {"):
                 continue
-            choices = json.loads(line[6:]).get("choices") or []
+            chunk = json.loads(line[6:])
+            choices = chunk.get("choices") or []
             reason = (choices[0].get("finish_reason") if choices else None) or reason
-            if choices and choices[0].get("text"):
+            generated = (chunk.get("usage") or {}).get("completion_tokens") or 0
+            if generated > count:
+                counted.extend([time.perf_counter()] * (generated - count))
+                count = generated
+            piece = (_chat_piece(choices[0]) if chat else choices[0].get("text")) if choices else None
+            if piece:
                 now = time.perf_counter()
                 if first is None:
                     first = now - started
                     if firsts is not None:
                         firsts.append(first)
                 count += 1
-                text += choices[0]["text"]
+                text += piece
                 counted.append(now)
     if answers is not None:
         answers.append((text, reason))
     return first, time.perf_counter() - started, count
 
 
+def _chat_piece(choice: dict[str, Any]) -> str:
+    """A chat chunk's content, else its tool call's arguments ("" for neither, as a call's opening)."""
+    delta = choice.get("delta") or {}
+    calls = delta.get("tool_calls") or [{}]
+    return str(delta.get("content") or (calls[0].get("function") or {}).get("arguments") or "")
+
+
 async def level(server: Server, streams: int, args: argparse.Namespace, extra: dict[str, Any] | None = None,
                 answers: list[tuple[str, str | None]] | None = None,
-                plan: list[tuple[str, int]] | None = None, probe_every_s: float | None = 0.5) -> dict[str, Any]:
+                plan: list[tuple[str, int]] | None = None, probe_every_s: float | None = 0.5,
+                chat: bool = False) -> dict[str, Any]:
     """streams closed-loop clients for the window, and the 4-token probe beside them.
 
     The hook of other levels: extra body fields for every request, answers collected, a plan of
-    (prompt, max_tokens) instead of the seeded short prompts, no probe (probe_every_s None).
+    (prompt, max_tokens) instead of the seeded short prompts, no probe (probe_every_s None), chats (chat).
     """
     rng = random.Random(streams)
     plan = list(plan) if plan is not None else [(rng.choice(PROMPTS), rng.randint(args.min_tokens, args.max_tokens))
@@ -169,7 +195,7 @@ async def level(server: Server, streams: int, args: argparse.Namespace, extra: d
             while plan and time.perf_counter() < until:
                 prompt, tokens = plan.pop()
                 try:
-                    await one_stream(client, server, prompt, tokens, token_times, ttfts, extra, answers)
+                    await one_stream(client, server, prompt, tokens, token_times, ttfts, extra, answers, chat)
                     finished.append(1)
                 except Exception as error:  # noqa: BLE001 - reported in the table
                     errors.append(str(error)[:200])
@@ -277,6 +303,7 @@ def main(argv: list[str] | None = None) -> None:
     skipped: dict[str, str] = {}
     load = os.getloadavg()[0]
     structured: dict[str, Any] | None = None
+    tools: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="bench-generation-") as tmp:
         model_dir = build_model(Path(tmp) / "gpt2-small-random")
         log_dir = ROOT / "bench-results"
@@ -310,6 +337,9 @@ def main(argv: list[str] | None = None) -> None:
             if args.structured and "continuous" in chosen:
                 structured = asyncio.run(generation_structured.pair(chosen["continuous"], args, level))
                 print("structured", structured, flush=True)
+            if args.tools and "continuous" in chosen:
+                tools = asyncio.run(generation_tools.pair(chosen["continuous"], args, level))
+                print("tools", tools, flush=True)
             if "continuous" in servers and args.issue_levels:
                 issue = asyncio.run(issue_levels(stack, servers, args, model_dir))
         finally:
@@ -320,6 +350,8 @@ def main(argv: list[str] | None = None) -> None:
     report = table(results, solo) + ("\n\n" + issue_table(results, solo, issue, args) if issue else "")
     if structured is not None:
         report += "\n\n## Structured output\n\n" + generation_structured.table(structured)
+    if tools is not None:
+        report += "\n\n## Tool calls\n\n" + generation_tools.table(tools)
     print(report)
     notes = "".join(f"\n- {name} skipped: {why}" for name, why in skipped.items())
     out = Path(args.out)

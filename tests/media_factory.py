@@ -176,6 +176,48 @@ def build_ctc_recognizer(dest: Path) -> Path:
     return _save(dest, Wav2Vec2ForCTC(config).eval(), processor)
 
 
+def build_tiny_whisper(dest: Path, languages: tuple[str, ...] = ("en", "fr")) -> Path:
+    """A tiny random WhisperForConditionalGeneration: a byte-level vocabulary, Whisper's special tokens, 8 mel bins."""
+    import torch
+    from transformers import (WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration,
+                              WhisperProcessor, WhisperTokenizer)
+
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    # GPT-2's byte alphabet (what a byte-level BPE writes each byte as), with no merges.
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shown = {b: b for b in printable} | {b: 256 + n for n, b in enumerate(b for b in range(256) if b not in printable)}
+    vocab = {chr(shown[b]): b for b in range(256)}
+    specials = ["<|endoftext|>", "<|startoftranscript|>", *(f"<|{code}|>" for code in languages), "<|translate|>",
+                "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nospeech|>", "<|notimestamps|>"]
+    ids = {token: len(vocab) + n for n, token in enumerate(specials)}
+    (dest / "vocab.json").write_text(json.dumps({**vocab, **ids}))
+    (dest / "merges.txt").write_text("#version: 0.2\n")
+    end = ids["<|endoftext|>"]
+    tokenizer = WhisperTokenizer(str(dest / "vocab.json"), str(dest / "merges.txt"), unk_token="<|endoftext|>",
+                                 bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    features = WhisperFeatureExtractor(feature_size=8, sampling_rate=SAMPLING_RATE, chunk_length=2, hop_length=160,
+                                       n_fft=64)
+    config = WhisperConfig(vocab_size=len(vocab) + len(ids), num_mel_bins=8, d_model=16, encoder_layers=1,
+                           decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                           decoder_ffn_dim=32, max_source_positions=100, max_target_positions=64, pad_token_id=end,
+                           bos_token_id=end, eos_token_id=end, decoder_start_token_id=ids["<|startoftranscript|>"],
+                           suppress_tokens=[], begin_suppress_tokens=[])
+    torch.manual_seed(0)
+    model = WhisperForConditionalGeneration(config).eval()
+    generation = model.generation_config
+    generation.lang_to_id = {f"<|{code}|>": ids[f"<|{code}|>"] for code in languages}
+    generation.task_to_id = {"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]}
+    generation.is_multilingual = True
+    generation.no_timestamps_token_id = ids["<|notimestamps|>"]
+    generation.forced_decoder_ids = None
+    generation.max_new_tokens = 6
+    generation._from_model_config = False  # else loading rebuilds it from the model's config, without the languages
+    return _save(dest, model, WhisperProcessor(feature_extractor=features, tokenizer=tokenizer))
+
+
 # Media made in the tests.
 
 def png(width: int = 48, height: int = 40, mode: str = "RGB", fmt: str = "PNG", **save: object) -> bytes:

@@ -146,3 +146,27 @@ def test_the_document_describes_tool_calls() -> None:
     assert validator.is_valid(answer)
     answer["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = {}
     assert not validator.is_valid(answer)
+
+
+FORCED_PIECES = ["<tool_call>\n", '{"name":"get_', 'weather","arguments":{"ci', 'ty":"Ro', 'me {', '}"}}', "\n</tool_call>"]
+
+
+async def test_a_forced_call_streams_its_arguments_as_generated_and_joins_to_the_whole_call(
+        token: str, models: None) -> None:
+    forced = {"model": "qwen", **CHAT, "tool_choice": "required"}
+    async with stub_generator.generating(["qwen"], FORCED_PIECES):
+        whole = (await chat(token, forced)).json()["choices"][0]
+        response = await chat(token, {**forced, "stream": True})
+        body = b"".join([chunk async for chunk in response.streaming_content]).decode()
+    [call] = whole["message"]["tool_calls"]
+    assert whole["finish_reason"] == "tool_calls" and whole["message"]["content"] is None
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city":"Rome {}"}'}  # as the model wrote it
+    chunks = [json.loads(line[6:]) for line in body.split("\n\n") if line.startswith("data: {")]
+    deltas = [d["tool_calls"][0] for c in chunks if c["choices"] for d in [c["choices"][0]["delta"]]
+              if "tool_calls" in d]
+    assert deltas[0]["function"] == {"name": "get_weather", "arguments": ""} and deltas[0]["id"].startswith("call_")
+    pieces = [d["function"]["arguments"] for d in deltas[1:]]
+    assert pieces == ['{"ci', 'ty":"Ro', 'me {', '}"}']  # one delta per token, as generated
+    assert "".join(pieces) == call["function"]["arguments"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]] \
+        == ["tool_calls"]

@@ -27,6 +27,11 @@ def test_the_sdks_form_is_read() -> None:
     wanted = read_form(form({"model": "asr", "response_format": "verbose_json", "language": "en"}), TYPE)
     assert wanted == TranscriptionRequest("asr", b"RIFF....", "verbose_json", "en")
     assert read_form(form({"model": "asr"}), TYPE).response_format == "json"
+    asked = read_form(form({"model": "asr", "language": "FR", "temperature": "0.4", "prompt": "Bonjour"}), TYPE)
+    assert (asked.language, asked.temperature) == ("fr", 0.4)
+    assert asked.parameters() == {"language": "fr", "temperature": 0.4}
+    assert read_form(form({"model": "asr", "temperature": "0"}), TYPE).parameters() == {"temperature": 0.0}
+    assert read_form(form({"model": "asr"}), TYPE).parameters() == {}
 
 
 @pytest.mark.parametrize(("body", "content_type", "param", "says"), [
@@ -36,6 +41,11 @@ def test_the_sdks_form_is_read() -> None:
     (form({"model": "asr", "response_format": "xml"}), TYPE, "response_format", "must be one of"),
     (form({"model": "asr", "colour": "red"}), TYPE, "colour", "unrecognized"),
     (form({"model": "asr", "stream": "true"}), TYPE, "stream", "not supported"),
+    (form({"model": "asr", "language": "english"}), TYPE, "language", "ISO-639-1"),
+    (form({"model": "asr", "language": "e1"}), TYPE, "language", "ISO-639-1"),
+    (form({"model": "asr", "temperature": "hot"}), TYPE, "temperature", "from 0 to 1"),
+    (form({"model": "asr", "temperature": "1.5"}), TYPE, "temperature", "from 0 to 1"),
+    (form({"model": "asr", "temperature": "nan"}), TYPE, "temperature", "from 0 to 1"),
     (b'{"model": "asr"}', "application/json", None, "multipart/form-data"),
     (b"--xyz\r\ngarbage", TYPE, "file", "'file' is required"),
 ])

@@ -409,6 +409,8 @@ def test_openai_transcriptions_answer_what_the_hf_route_answers(media_stack: Sta
     verbose = client.audio.transcriptions.create(model=ASR, file=("clip.wav", clip), response_format="verbose_json",
                                                  language="en")
     assert verbose.text == hf["text"] and verbose.language == "en" and abs(verbose.duration - 0.5) < 0.01
+    steered = client.audio.transcriptions.create(model=ASR, file=("clip.wav", clip), language="fr", temperature=0.8)
+    assert steered.text == hf["text"]  # a CTC model has no decoder to steer: both are left unused
 
 
 def test_openai_transcriptions_refuse_what_they_cannot_serve(media_stack: Stack, token: str) -> None:
@@ -418,6 +420,10 @@ def test_openai_transcriptions_refuse_what_they_cannot_serve(media_stack: Stack,
     with pytest.raises(openai.BadRequestError, match="not supported here") as refused:
         client.audio.transcriptions.create(model=ASR, file=("clip.wav", media_factory.tone(0.2)), response_format="srt")
     assert refused.value.body["param"] == "response_format"  # type: ignore[index]
+    for field, value in (("language", "english"), ("temperature", 2.0)):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.audio.transcriptions.create(model=ASR, file=("clip.wav", media_factory.tone(0.2)), **{field: value})
+        assert refused.value.body["param"] == field  # type: ignore[index]
     with pytest.raises(openai.BadRequestError, match="audio"):  # a picture is not a clip
         client.audio.transcriptions.create(model=ASR, file=("x.png", media_factory.png()))
     with pytest.raises(openai.NotFoundError, match="no automatic-speech-recognition task"):

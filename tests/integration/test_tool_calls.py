@@ -96,6 +96,9 @@ def test_required_forces_a_valid_call_whole_and_streamed(client: Any) -> None:
     [streamed] = joined(chunks)
     assert (streamed["name"], json.loads(streamed["arguments"])) == (name, arguments)
     assert streamed["arguments"] == choice.message.tool_calls[0].function.arguments
+    pieces = [d.function.arguments for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []
+              if d.function.arguments]
+    assert len(pieces) > 1  # the arguments came as they were generated, not at once
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ""
     assert chunks[-1].usage.completion_tokens == answer.usage.completion_tokens

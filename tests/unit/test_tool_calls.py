@@ -142,3 +142,62 @@ def test_a_call_inside_the_reasoning_is_not_read_and_one_after_it_is() -> None:
     assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Rome"}'}
     assert [d.get("id") for d in deltas] == [call["id"], None]
     assert deltas[1]["function"]["arguments"] == '{"city": "Rome"}'
+
+
+# A forced call's text, as its grammar writes it (api.openai.tool_grammar: compact JSON).
+FORCED = {"hermes": '<tool_call>\n{"name":"get_weather","arguments":{"city":"Rome {x}","q":"\\"}"}}\n</tool_call>\n'
+                    '<tool_call>\n{"name":"add","arguments":{"a":[1,{"b":2}]}}\n</tool_call>',
+          "mistral": '[TOOL_CALLS][{"name":"get_weather","arguments":{"city":"Rome"}},{"name":"add","arguments":{}}]',
+          "llama3-json": '{"name":"get_weather","parameters":{"city":"Rome"}}; {"name":"add","parameters":{"a":1}}'}
+
+ARGUMENTS = {"hermes": ['{"city":"Rome {x}","q":"\\"}"}', '{"a":[1,{"b":2}]}'],
+             "mistral": ['{"city":"Rome"}', "{}"], "llama3-json": ['{"city":"Rome"}', '{"a":1}']}
+
+
+def _streamed(text: str, fmt: str, size: int, parallel: bool = True) -> tuple[str, list, list[dict]]:
+    """(content, calls, deltas) of a forced answer fed size characters at a time."""
+    stream = ToolCallStream(fmt, parallel, forced=True)  # type: ignore[arg-type]
+    found = [stream.feed(text[at:at + size]) for at in range(0, len(text), size)] + [stream.finish()]
+    return ("".join(f.content for f in found), [c for f in found for c in f.calls],
+            [d for f in found for d in f.deltas])
+
+
+@pytest.mark.parametrize("fmt", list(FORCED))
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 1000])
+def test_a_forced_answer_streams_its_arguments_as_they_come_and_they_join_to_the_whole_call(fmt: str,
+                                                                                           size: int) -> None:
+    text = FORCED[fmt]
+    whole = parse(text, fmt, forced=True)  # type: ignore[arg-type]
+    content, made, deltas = _streamed(text, fmt, size)
+    assert whole.content is None and content == ""
+    assert [c.name for c in made] == [c.name for c in whole.calls] == ["get_weather", "add"]
+    for index, call in enumerate(made):
+        mine = [d for d in deltas if d["index"] == index]
+        assert mine[0] == {"index": index, "id": call.id, "type": "function",
+                           "function": {"name": call.name, "arguments": ""}}
+        assert all(set(d) == {"index", "function"} and set(d["function"]) == {"arguments"} for d in mine[1:])
+        assert "".join(d["function"]["arguments"] for d in mine[1:]) == call.arguments == whole.calls[index].arguments
+        assert call.arguments == ARGUMENTS[fmt][index]  # exactly as the model wrote them
+        if size == 1 and call.arguments != "{}":
+            assert len(mine) > 2  # the arguments came in more than one piece
+
+
+def test_a_forced_call_cut_short_is_what_it_released() -> None:
+    content, [call], deltas = _streamed('<tool_call>\n{"name":"f","arguments":{"a":"ab', "hermes", 4)
+    assert (content, call.name, call.arguments) == ("", "f", '{"a":"ab')
+    assert "".join(d["function"]["arguments"] for d in deltas) == call.arguments
+    assert parse('<tool_call>\n{"name":"f","arguments":{"a":"ab', "hermes", forced=True).calls[0].arguments == '{"a":"ab'
+    assert _streamed('<tool_call>\n{"name":"f', "hermes", 3) == ("", [], [])  # cut before its name: no call, no text
+    assert parse('[TOOL_CALLS][{"name":', "mistral", forced=True) == parse("", "mistral")
+
+
+def test_a_forced_answer_keeps_one_call_without_parallel_and_text_outside_the_grammar_as_content() -> None:
+    content, made, deltas = _streamed(FORCED["hermes"], "hermes", 3, parallel=False)
+    assert [c.name for c in made] == ["get_weather"] and {d["index"] for d in deltas} == {0}
+    content, made, _ = _streamed('Let me check.\n<tool_call>\n{"arguments": {}, "name": "f"}\n</tool_call>', "hermes", 2)
+    assert content == "Let me check." and [(c.name, c.arguments) for c in made] == [("f", "{}")]
+
+
+def test_a_forced_mistral_call_has_a_mistral_id() -> None:
+    _, made, _ = _streamed(FORCED["mistral"], "mistral", 7)
+    assert all(len(c.id) == 9 for c in made)

@@ -63,15 +63,15 @@ def test_bad_values_are_400s_naming_the_field(payload: dict[str, Any], field: st
     assert param == field and words in message
 
 
-def test_huge_or_deep_parameter_schemas_are_fast_400s_naming_tools() -> None:
+def test_huge_or_deep_parameter_schemas_are_fast_400s_naming_the_tool() -> None:
     deep: dict[str, Any] = {"type": "string"}
     for _ in range(MAX_DEPTH + 2):
         deep = {"type": "object", "properties": {"x": deep}}
     param, message = param_of({"tools": [{"type": "function", "function": {"name": "f", "parameters": deep}}]})
-    assert param == "tools" and "levels deep" in message
+    assert param == "tools[0].function.parameters" and "levels deep" in message
     wide = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(2_000)}}
-    param, message = param_of({"tools": [{"type": "function", "function": {"name": "f", "parameters": wide}}]})
-    assert param == "tools" and "properties" in message
+    param, message = param_of({"tools": [WEATHER, {"type": "function", "function": {"name": "f", "parameters": wide}}]})
+    assert param == "tools[1].function.parameters" and "properties" in message
 
 
 def test_tool_turns_reach_the_template_as_transformers_takes_them() -> None:
@@ -127,8 +127,30 @@ def test_a_forced_calls_grammar_writes_a_call_the_parser_reads(fmt: str, choice:
     text = _written(grammar)
     parsed = parse(text, fmt)  # type: ignore[arg-type]
     assert len(parsed.calls) == 1 and parsed.content is None, text
+    forced = parse(text, fmt, forced=True)  # type: ignore[arg-type]  # as the route reads it: the model's text
+    assert forced.content is None and [(c.name, json.loads(c.arguments)) for c in forced.calls] == [
+        (c.name, json.loads(c.arguments)) for c in parsed.calls]
     name, arguments = parsed.calls[0].name, json.loads(parsed.calls[0].arguments)
     if choice != "required":
         assert (name, arguments) == ("get_time", {"zone": "UTC"})
     else:
         assert name in tools.names and set(arguments) == ({"city", "days"} if name == "get_weather" else {"zone"})
+
+
+# pydantic's shape: $defs at the parameters' root, and a $ref to the root itself.
+PYDANTIC = {"type": "function", "function": {"name": "plan", "parameters": {
+    "$defs": {"City": {"type": "object", "properties": {"name": {"const": "Rome"}}, "required": ["name"]}},
+    "type": "object", "properties": {"city": {"$ref": "#/$defs/City"}, "next": {"anyOf": [{"type": "null"},
+                                                                                          {"$ref": "#"}]}},
+    "required": ["city"]}}}
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "mistral", "llama3-json"])
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "plan"}}])
+def test_a_forced_call_of_parameters_with_local_refs_compiles_where_they_now_sit(fmt: str, choice: Any) -> None:
+    tools = read_tools({"tools": [TIME, PYDANTIC], "tool_choice": choice, "parallel_tool_calls": False})
+    assert tools is not None
+    text = _written(tool_grammar.compile_source(tool_grammar.grammar_source(tools, fmt)))  # type: ignore[arg-type]
+    [call] = parse(text, fmt, forced=True).calls  # type: ignore[arg-type]
+    if call.name == "plan":
+        assert json.loads(call.arguments)["city"] == {"name": "Rome"}

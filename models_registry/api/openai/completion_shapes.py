@@ -53,7 +53,7 @@ class Choice:
     said: str = ""  # the content released so far (with a splitter or a caller)
     caller: ToolCallStream | None = None  # a chat answer's tool calls apart from its content (after the reasoning)
     calls: list[ToolCall] = field(default_factory=list)  # the calls released so far (with a caller)
-    sent_calls: int = 0  # of them already streamed
+    call_deltas: list[dict[str, Any]] = field(default_factory=list)  # their stream deltas not yet sent
 
     def take(self, event: dict[str, Any]) -> Pieces:
         """Add one worker event; the new reasoning and content the client may see now (new calls: new_calls)."""
@@ -71,6 +71,7 @@ class Choice:
             if ended:
                 found += self.caller.finish()
             self.calls.extend(found.calls)
+            self.call_deltas.extend(found.deltas)
             pieces = Pieces(pieces.reasoning, found.content)
             if ended and self.calls and self.finish_reason == "stop":
                 self.finish_reason = "tool_calls"
@@ -107,9 +108,9 @@ class Choice:
                                                                                               True)[0]
 
     def new_calls(self) -> list[dict[str, Any]]:
-        """The stream deltas of the calls released since the last call (api.openai.tool_calls.ToolCall.deltas)."""
-        deltas = [d for i in range(self.sent_calls, len(self.calls)) for d in self.calls[i].deltas(i)]
-        self.sent_calls = len(self.calls)
+        """The stream deltas of the calls released since the last call (api.openai.tool_calls: a forced call's
+        opening and arguments as they come, a chosen one's whole)."""
+        deltas, self.call_deltas = self.call_deltas, []
         return deltas
 
     def new_logprobs(self) -> list[TokenLogprob] | None:

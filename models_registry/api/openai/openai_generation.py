@@ -24,18 +24,18 @@ from models_registry.api.openai import generation_requests, structured_output
 from models_registry.api.pipeline.answer import Answer, dump_json
 from models_registry.api.pipeline.call import ApiCall
 from models_registry.api.openai.completion_shapes import Choice, Shaper
-from models_registry.api.pipeline.error_answers import openai_error_answer, openai_error_body
+from models_registry.api.pipeline.error_answers import invalid, openai_error_answer, openai_error_body
 from models_registry.api.openai.generation_requests import GenerationRequest
 from models_registry.api.pipeline.inference_route import Streaming, Work
 from models_registry.api.openai.logprob_shapes import Released
 from models_registry.api.openai import tool_grammar
 from models_registry.api.openai.tool_calls import ToolCallStream
-from models_registry.api.openai.tool_schemas import unusable
+from models_registry.api.openai.tool_schemas import forced_field, unusable
 from models_registry.api.openai.openai_routes import json_body, model_task
 from models_registry.api.openai.reasoning_split import ReasoningSplitter
 from models_registry.api.pipeline.request_record import StreamTally
 from models_registry.broker.stream_handoff import Opening, Stream
-from models_registry.core.errors import HostingError, NotFound
+from models_registry.core.errors import HostingError, InvalidInput, NotFound
 from models_registry.core.task_key import TaskKey
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.tasks.task_parameters import ReasoningFormat, ToolCallFormat
@@ -75,8 +75,11 @@ async def with_tools(wanted: GenerationRequest, tool_format: ToolCallFormat) -> 
         return wanted
     if wanted.schema is not None:
         raise unusable("a forced tool_choice and a response_format cannot both shape the answer: send one")
-    return dataclasses.replace(wanted, grammar=await structured_output.tool_grammar_of(
-        tool_grammar.grammar_source(tools, tool_format)))
+    try:
+        grammar = await structured_output.tool_grammar_of(tool_grammar.grammar_source(tools, tool_format))
+    except InvalidInput as error:  # the grammar refused: name the function's schema where it is one
+        raise invalid(error.message, forced_field(tools)) from None
+    return dataclasses.replace(wanted, grammar=grammar)
 
 
 class GenerationRoute:
@@ -163,7 +166,8 @@ class Choices:
         self.choices = [Choice(index=i, stops=wanted.stops,
                                logprobs=Released([]) if wanted.logprobs is not None else None,
                                splitter=ReasoningSplitter(reasoning) if reasoning != "none" else None,
-                               caller=ToolCallStream(tool_format, wanted.tools.parallel) if wanted.tools else None)
+                               caller=ToolCallStream(tool_format, wanted.tools.parallel, wanted.tools.forced)
+                               if wanted.tools else None)
                         for i in range(wanted.choices)]
 
     async def events(self, streams: list[Stream]) -> AsyncGenerator[bytes, None]:
@@ -190,7 +194,7 @@ class Choices:
                 if pieces.content:
                     yield _sse(shaper.chunk(index, pieces.content, None, wanted.include_usage,
                                             choice.new_logprobs()))
-                for call in choice.new_calls():  # a whole call at a time: its opening, then its arguments
+                for call in choice.new_calls():  # its opening, then its arguments (a forced call's as they come)
                     yield _sse(shaper.chunk(index, "", None, wanted.include_usage, choice.new_logprobs(), call=call))
                 if choice.finish_reason is not None:
                     yield _sse(shaper.chunk(index, "", choice.finish_reason, wanted.include_usage,

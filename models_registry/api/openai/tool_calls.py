@@ -8,9 +8,15 @@ before the marker is content; "llama3-json": the whole answer is `{"name": ..., 
 (several joined by `;`), optionally after `<|python_tag|>`. The worker leaves special tokens out of the
 text, so where `[TOOL_CALLS]` or `<|python_tag|>` is one, an answer that starts with `[` (mistral) or `{`
 (llama3-json) is read as the calls it would introduce. A call that does not parse is content, as written.
-While streaming, text that could still become a marker is held back, and a call goes out once it is
-whole: its opening delta (index, id, type, name, empty arguments), then its arguments. A call's id is
-OpenAI's `call_...`, except for mistral, whose templates take back only 9-character ids (as vLLM's).
+While streaming, text that could still become a marker is held back. A call's deltas are OpenAI's: its
+opening (index, id, type, name, empty arguments), then its arguments. A forced call (tool_choice
+"required" or a named function: api.openai.tool_grammar) is the grammar's text, so it always parses: its
+opening goes out once its name is read and its arguments piece by piece as generated
+(api.openai.call_scanner), exactly as the model writes them, whole answer and stream alike (a call cut
+by max_tokens is the part written, with finish_reason "length", as OpenAI's). A call the model chose
+(tool_choice "auto") goes out whole once it has closed: until then it may turn out not to parse, and
+then it is content, which pieces already sent could not become. A call's id is OpenAI's `call_...`,
+except for mistral, whose templates take back only 9-character ids (as vLLM's).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from models_registry.api.openai.call_scanner import CallScanner
 from models_registry.core.model_layout import MISTRAL_TOOL_CALLS, PYTHON_TAG, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from models_registry.tasks.task_parameters import ToolCallFormat
 
@@ -43,6 +50,16 @@ def mistral_call_id() -> str:
     return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
 
 
+def opening_delta(index: int, call_id: str, name: str) -> dict[str, Any]:
+    """A streamed call's first delta, as OpenAI sends it: its index, id, type and name, and empty arguments."""
+    return {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+
+
+def arguments_delta(index: int, arguments: str) -> dict[str, Any]:
+    """A streamed call's next piece of arguments."""
+    return {"index": index, "function": {"arguments": arguments}}
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """One call the model made: the function's name and its arguments as JSON text."""
@@ -57,20 +74,20 @@ class ToolCall:
 
     def deltas(self, index: int) -> list[dict[str, Any]]:
         """The call streamed, as OpenAI sends it: its opening (id, type, name, empty arguments), then the arguments."""
-        opening = {"index": index, "id": self.id, "type": "function",
-                   "function": {"name": self.name, "arguments": ""}}
-        return [opening, {"index": index, "function": {"arguments": self.arguments}}] if self.arguments else [opening]
+        opening = opening_delta(index, self.id, self.name)
+        return [opening, arguments_delta(index, self.arguments)] if self.arguments else [opening]
 
 
 @dataclass(frozen=True)
 class Found:
-    """What one piece of the answer released: content text, and the calls completed in it."""
+    """What one piece of the answer released: content text, the calls completed in it, and their stream deltas."""
 
     content: str = ""
     calls: tuple[ToolCall, ...] = ()
+    deltas: tuple[dict[str, Any], ...] = ()  # what a stream sends of the calls now (a forced one: as it comes)
 
     def __add__(self, other: Found) -> Found:
-        return Found(self.content + other.content, self.calls + other.calls)
+        return Found(self.content + other.content, self.calls + other.calls, self.deltas + other.deltas)
 
 
 def call_of(value: Any, arguments_key: str = "arguments", make_id: Callable[[], str] = new_call_id) -> ToolCall | None:
@@ -127,22 +144,29 @@ def _partial_tail(text: str, tag: str) -> int:
 class ToolCallStream:
     """Fed the answer's content piece by piece; returns what each piece makes visible as content and as calls.
 
-    parallel false keeps the first call only (OpenAI's parallel_tool_calls).
+    parallel false keeps the first call only (OpenAI's parallel_tool_calls); forced: the answer is a forced
+    call's grammar's text, whose calls are streamed as they come.
     """
 
-    def __init__(self, tool_format: ToolCallFormat, parallel: bool = True) -> None:
+    def __init__(self, tool_format: ToolCallFormat, parallel: bool = True, forced: bool = False) -> None:
         self.format = tool_format
         self.parallel = parallel
+        self.forced = forced and tool_format != "none"
         self.marker = MARKERS.get(tool_format, "")
         self.state = "start"  # start: nothing but whitespace yet; text; call: inside a call (or held to the end)
         self.held = ""
         self.gap = ""  # the whitespace before the marker of the call being read: content again if it is no call
         self.made = 0
+        self.scanner: CallScanner | None = None  # a forced answer's call being read
+        self.call_id = ""  # its id
+        self.make_id = mistral_call_id if tool_format == "mistral" else new_call_id
 
     def feed(self, text: str) -> Found:
         """The content and calls that text (the next piece) releases."""
         if self.format == "none":
             return Found(content=text)
+        if self.forced:
+            return self._forced(text)
         buffer, found = self.held + text, Found()
         self.held = ""
         while buffer:
@@ -186,6 +210,8 @@ class ToolCallStream:
     def finish(self) -> Found:
         """What was held back, once the answer has ended: the calls it holds, else its text as content."""
         held, self.held = self.held, ""
+        if self.forced:
+            return self._forced_end(held)
         if self.state == "call" and self.format != "hermes":
             return self._closed(held)
         if self.made and not held.strip():
@@ -202,9 +228,70 @@ class ToolCallStream:
         calls, gap, self.gap = calls_of(body, self.format), self.gap, ""
         if calls is None:
             return Found(content=gap + region)
+        return self._kept(calls)
+
+    def _kept(self, calls: list[ToolCall]) -> Found:
+        """The calls a closed region holds, as many as parallel_tool_calls allows, with their deltas (whole)."""
         kept = calls if self.parallel else calls[:max(0, 1 - self.made)]
+        deltas = tuple(d for k, call in enumerate(kept) for d in call.deltas(self.made + k))
         self.made += len(kept)
-        return Found(calls=tuple(kept))
+        return Found(calls=tuple(kept), deltas=deltas)
+
+    def _forced(self, text: str) -> Found:
+        """A forced answer's next piece: each call opened once its name is read, its arguments as they come.
+
+        Between calls is the grammar's punctuation (markers, newlines, `[`, `,`, `;`): held, and dropped at the
+        next call; any other text there (a worker that did not apply the grammar) is content, as written.
+        """
+        found = Found()
+        while text:
+            if self.scanner is None:
+                if self.made and not self.parallel:
+                    return found  # one call only: what follows it is not read
+                start = text.find("{")
+                if start < 0:
+                    self.held += text
+                    return found
+                between, self.held = self.held + text[:start], ""
+                found += Found(content=_unmarked(between))
+                self.scanner, self.call_id, text = CallScanner(), self.make_id(), text[start:]
+            read = self.scanner.feed(text)
+            if read.name is not None:
+                found += Found(deltas=(opening_delta(self.made, self.call_id, read.name),))
+            if read.arguments:
+                found += Found(deltas=(arguments_delta(self.made, read.arguments),))
+            if read.rest is None:
+                return found
+            found += self._forced_call()
+            text = read.rest
+        return found
+
+    def _forced_call(self) -> Found:
+        """The call the scanner read (its deltas already sent), or where it never showed a name its text read whole."""
+        scanner, self.scanner = self.scanner, None
+        assert scanner is not None
+        if scanner.name is not None:
+            self.made += 1
+            return Found(calls=(ToolCall(scanner.name, scanner.arguments, self.call_id),))
+        calls = calls_of(scanner.text, self.format)
+        return Found(content=scanner.text) if calls is None else self._kept(calls)
+
+    def _forced_end(self, held: str) -> Found:
+        """A forced answer's end: a call cut short is what it released (OpenAI's finish_reason "length").
+
+        One cut before its name was read released nothing and is dropped: it is the grammar's call, never content.
+        """
+        if self.scanner is not None and self.scanner.name is not None:
+            return self._forced_call()
+        self.scanner = None
+        return Found(content=_unmarked(held))
+
+
+def _unmarked(text: str) -> str:
+    """The text between a forced answer's calls less the grammar's markers and punctuation."""
+    for marker in (HERMES_OPEN, HERMES_CLOSE, MISTRAL_MARKER, PYTHON_TAG):
+        text = text.replace(marker, "")
+    return text.strip(" \t\r\n[],;")
 
 
 @dataclass(frozen=True)
@@ -215,8 +302,8 @@ class Parsed:
     calls: list[ToolCall]
 
 
-def parse(text: str, tool_format: ToolCallFormat, parallel: bool = True) -> Parsed:
+def parse(text: str, tool_format: ToolCallFormat, parallel: bool = True, forced: bool = False) -> Parsed:
     """A whole answer's content and calls (what the stream of it releases, at once)."""
-    stream = ToolCallStream(tool_format, parallel)
+    stream = ToolCallStream(tool_format, parallel, forced)
     found = stream.feed(text) + stream.finish()
     return Parsed(found.content if found.content.strip() or not found.calls else None, list(found.calls))

@@ -27,7 +27,8 @@ from models_registry.tasks.json_grammar import COMPACT, checked
 def grammar_source(tools: ToolRequest, tool_format: ToolCallFormat) -> str:
     """The text a forced call's grammar is compiled from (and cached by): the format, the parallelism, the schema."""
     key = "parameters" if tool_format == "llama3-json" else "arguments"
-    schema = call_schema(tools.tools, key, None if tools.choice == "required" else tools.choice)
+    schema = call_schema(tools.tools, key, None if tools.choice == "required" else tools.choice,
+                         "/items" if tool_format == "mistral" else "")  # mistral's calls are an array's items
     return orjson.dumps({"format": tool_format, "parallel": tools.parallel}).decode()[:-1] + f',"schema":{schema}}}'
 
 

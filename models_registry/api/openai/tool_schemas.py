@@ -17,14 +17,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from models_registry.api.pipeline.error_answers import invalid
 from models_registry.core.errors import InvalidInput
 from models_registry.tasks.schema_bounds import SchemaError, canonical, closed
+from models_registry.tasks.schema_instances import no_finite_instance
 
 MAX_TOOLS = 128  # OpenAI's limit
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # OpenAI's function names (and a dot, which some models use)
 FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+VALUES = ("enum", "const", "default", "examples", "required")  # keys of a schema whose values are data
 
 
 @dataclass(frozen=True)
@@ -61,16 +65,62 @@ def read_tools(body: dict[str, Any]) -> ToolRequest | None:
     return ToolRequest(tools, choice or "auto", body.get("parallel_tool_calls") is not False)
 
 
-def call_schema(tools: list[dict[str, Any]], arguments_key: str = "arguments", only: str | None = None) -> str:
-    """The canonical schema of one call of the tools (of the function `only`, when named); a 400 over the bounds."""
+def call_schema(tools: list[dict[str, Any]], arguments_key: str = "arguments", only: str | None = None,
+                at: str = "") -> str:
+    """The canonical schema of one call of the tools (of the function `only`, when named); a 400 over the bounds.
+
+    Each function's parameters sit inside the call's schema (itself at JSON pointer `at` of the grammar's
+    schema), so their local `$ref`s (pydantic's `#/$defs/...`, `#` itself) are re-rooted to where they sit.
+    """
+    chosen = [t["function"] for t in tools if only is None or t["function"]["name"] == only]
     try:
-        branches = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
-                                                      arguments_key: _parameters(t["function"])},
+        branches = [{"type": "object", "properties": {"name": {"const": function["name"]}, arguments_key: rerooted(
+            _parameters(function), at + (f"/anyOf/{b}" if len(chosen) > 1 else "") + f"/properties/{arguments_key}")},
                      "required": ["name", arguments_key], "additionalProperties": False}
-                    for t in tools if only is None or t["function"]["name"] == only]
+                    for b, function in enumerate(chosen)]
         return canonical({"anyOf": branches} if len(branches) > 1 else branches[0])
     except SchemaError as error:
         raise invalid(f"the tools' parameter schemas cannot be used: {error}", "tools") from None
+
+
+def rerooted(schema: Any, at: str) -> Any:
+    """schema with its local $refs ("#...") pointing into it where it sits at JSON pointer `at` of another schema."""
+    if isinstance(schema, list):
+        return [rerooted(sub, at) for sub in schema]
+    if not isinstance(schema, dict):
+        return schema
+    moved: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "$ref" and isinstance(value, str) and value.startswith("#"):
+            moved[key] = "#" + at + value[1:]
+        elif key in VALUES:  # data, not subschemas: a "$ref" in them is a value as sent
+            moved[key] = value
+        else:
+            moved[key] = rerooted(value, at)
+    return moved
+
+
+def forced_field(tools: ToolRequest) -> str:
+    """The field a forced call's grammar refusal names: the one function's parameters it forces, else tools."""
+    names = tools.names
+    if tools.choice in names:
+        return parameters_field(names.index(tools.choice))
+    return parameters_field(0) if len(names) == 1 else "tools"
+
+
+def parameters_field(n: int) -> str:
+    """The request field of tools[n]'s parameters schema (OpenAI's `param`)."""
+    return f"tools[{n}].function.parameters"
+
+
+def _checked_parameters(parameters: dict[str, Any], n: int) -> None:
+    """A 400 naming tools[n].function.parameters where the schema is over the bounds or describes no finite JSON."""
+    try:
+        problem = no_finite_instance(orjson.loads(canonical(parameters)))
+    except SchemaError as error:
+        problem = str(error)
+    if problem:
+        raise invalid(f"{parameters_field(n)} cannot be used: {problem}", parameters_field(n))
 
 
 def _parameters(function: dict[str, Any]) -> Any:
@@ -86,7 +136,10 @@ def _tools(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if name in names:
             raise invalid(f"tools[{n}].function.name {name!r} is declared twice", "tools")
         names.add(name)
-        shaped = {k: v for k, v in tool["function"].items() if v is not None}
+        function = tool["function"]
+        if function.get("parameters") is not None:
+            _checked_parameters(function["parameters"], n)
+        shaped = {k: v for k, v in function.items() if v is not None}
         shaped.setdefault("parameters", NO_PARAMETERS)
         tools.append({"type": "function", "function": shaped})
     return tools

@@ -5,12 +5,17 @@ read with Django's own multipart parser; the file is checked as the HF route che
 body (its header, its length within HOSTING_MAX_AUDIO_SECONDS) and batched with the task's other
 requests. `json` answers `{"text"}`, `text` the text alone, `verbose_json` also the language
 asked, the clip's duration and one segment spanning it (the task's pipeline gives no per-segment
-times here). `srt` and `vtt` are refused with a 400 that says so.
+times here). `srt` and `vtt` are refused with a 400 that says so. `language` (an ISO-639-1 code, as
+OpenAI's) and `temperature` (0 to 1) reach the worker as the task's parameters, where a Whisper model
+generates with them (inference.audio_tasks) and a CTC model, which has no decoder to steer, ignores
+them; `prompt` is accepted and not used.
 """
 
 from __future__ import annotations
 
 import io
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +45,7 @@ FORMATS = ("json", "text", "verbose_json")
 REFUSED_FORMATS = ("srt", "vtt")
 FIELDS = ("file", "model", "response_format", "language", "prompt", "temperature", "timestamp_granularities[]",
           "include[]", "stream", "chunking_strategy")
+LANGUAGE = re.compile(r"^[a-z]{2,3}$")  # ISO-639-1, and the few three-letter codes Whisper knows (haw, yue)
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,12 @@ class TranscriptionRequest:
     audio: bytes
     response_format: str
     language: str | None
+    temperature: float | None = None
+
+    def parameters(self) -> dict[str, object]:
+        """What the worker's speech-recognition run takes of the form (inference.audio_tasks)."""
+        asked = {"language": self.language, "temperature": self.temperature}
+        return {key: value for key, value in asked.items() if value is not None}
 
 
 def read_form(body: bytes, content_type: str) -> TranscriptionRequest:
@@ -78,7 +90,30 @@ def read_form(body: bytes, content_type: str) -> TranscriptionRequest:
         raise invalid(f"response_format must be one of {', '.join(FORMATS)}", "response_format")
     if _field(form, "stream") not in (None, "", "false"):
         raise invalid("streamed transcriptions are not supported: leave 'stream' out", "stream")
-    return TranscriptionRequest(model, upload.read(), response_format, _field(form, "language") or None)
+    return TranscriptionRequest(model, upload.read(), response_format, _language(_field(form, "language")),
+                                _temperature(_field(form, "temperature")))
+
+
+def _language(value: str | None) -> str | None:
+    """The language code asked, lower-cased; a 400 naming language for anything but an ISO-639-1 code."""
+    if not value:
+        return None
+    if not LANGUAGE.match(value.lower()):
+        raise invalid(f"'language' must be an ISO-639-1 code such as en or fr, not {value[:40]!r}", "language")
+    return value.lower()
+
+
+def _temperature(value: str | None) -> float | None:
+    """The sampling temperature asked; a 400 naming temperature unless it is a number from 0 to 1."""
+    if not value:
+        return None
+    try:
+        temperature = float(value)
+    except ValueError:
+        temperature = math.nan
+    if not 0.0 <= temperature <= 1.0:
+        raise invalid("'temperature' must be a number from 0 to 1", "temperature")
+    return temperature
 
 
 def _field(form: QueryDict, name: str) -> str | None:
@@ -137,7 +172,7 @@ class TranscriptionRoute:
             text = output.get("text", "") if isinstance(output, dict) else str(output)
             return shaped(text, wanted, clip)
 
-        return Work([clip.wire()], dict(task.parameters), 1, shape=shape)
+        return Work([clip.wire()], {**task.parameters, **wanted.parameters()}, 1, shape=shape)
 
     def error(self, error: HostingError, request_id: str) -> Answer:
         """OpenAI's error shape."""
@@ -159,9 +194,12 @@ FORM = {"required": True, "content": {"multipart/form-data": {"schema": {
         "file": {"type": "string", "format": "binary", "description": "the audio file (WAV, FLAC, MP3, OGG...)"},
         "model": {"type": "string", "minLength": 1, "description": "a model with an automatic-speech-recognition task"},
         "response_format": {"enum": list(FORMATS), "default": "json"},
-        "language": {"type": "string", "description": "echoed in verbose_json"},
+        "language": {"type": "string", "pattern": "^[A-Za-z]{2,3}$",
+                     "description": "the audio's language, ISO-639-1 (Whisper models; CTC models ignore it); echoed "
+                                    "in verbose_json"},
         "prompt": {"type": "string", "description": "accepted, not used"},
-        "temperature": {"type": "number", "description": "accepted, not used"},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 1,
+                        "description": "sampling temperature, 0 greedy (Whisper models; CTC models ignore it)"},
     },
 }}}}
 
