@@ -6,9 +6,9 @@ a temp dir) is served three ways in the same run: this product with continuous b
 before), and two peers, each in its own venv under bench-results/ and skipped with the reason
 (in the table) when it cannot be installed or started: `transformers serve --continuous-batching`
 (packages pinned in requirements-bench-generation.txt) and vLLM's CPU backend, `vllm serve`
-(bench.vllm_peer; requirements-bench-vllm.txt); `--peers` picks them. All compute in the same dtype (`--dtype`; by default
-bfloat16 where the CPU computes it in hardware, as an operator would register the model there,
-else float32). Each level keeps 1, 8 or 32 streams open (closed
+(bench.vllm_peer; requirements-bench-vllm.txt); `--peers` picks them. All compute in the same
+dtype (`--dtype`; by default bfloat16 where the CPU computes it in hardware, as an operator would
+register the model there, else float32). Each level keeps 1, 8 or 32 streams open (closed
 loop; each asks /v1/completions for 16-256 new tokens, the same seeded sequence for
 every server), bounded by a window in seconds and a request count. Reported: aggregate
 generated tokens/s (tokens received in the window / window), time to first token p50 and
@@ -333,7 +333,10 @@ def main(argv: list[str] | None = None) -> None:
         processes: list[Any] = []
         try:
             for name in (peer for peer in peers if peer in wanted):
-                process, server, why = start_peer(name, model_dir, args, log_dir)
+                try:
+                    process, server, why = start_peer(name, model_dir, args, log_dir)
+                except Exception as error:  # noqa: BLE001 - ours still run; the reason goes in the table
+                    process, server, why = None, None, f"it did not start: {str(error)[:300]}"
                 if server is None:
                     skipped[name] = why
                     print(f"{name} skipped: {why}", flush=True)
