@@ -182,6 +182,11 @@ def chat_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict
         raise InvalidInput(f"the model's chat template does not take these messages: {error}") from None
 
 
+def decode_batch_only(params: dict[str, Any]) -> bool:
+    """Whether a request's parameters need the decode batch (logprobs, a grammar: this static path has neither)."""
+    return params.get("logprobs") is not None or bool(params.get("grammar"))
+
+
 def generate(task: str, loaded: Any, texts: list[str], params: dict[str, Any],
              sinks: list[TokenSink | None]) -> list[dict[str, Any]]:
     """Generate for every prompt in one batch; stream each to its sink; TGI's answer (with details) per prompt.
@@ -195,7 +200,7 @@ def generate(task: str, loaded: Any, texts: list[str], params: dict[str, Any],
     if seq2seq:
         prefix, defaults, _ = task_settings(task, ModelBundle(model=model, tokenizer=tokenizer), params)
         options = {**defaults, **options}
-    if params.get("logprobs") is not None or params.get("grammar"):  # OpenAI's options: rows of a decode batch only
+    if decode_batch_only(params):  # OpenAI's options
         raise InvalidInput("logprobs and response_format need continuous batching, which this model does not run "
                            "(seq2seq, sliding-window attention, or HOSTING_CONTINUOUS_BATCHING=0)")
     texts = [chat_prompt(tokenizer, params["messages"], params.get("tools"))

@@ -23,6 +23,7 @@ from models_registry.core.errors import HostingError, Internal, TooLarge, Unavai
 from models_registry.inference import generation_check
 from models_registry.inference.containment import contained, describe
 from models_registry.inference.generation_batch import GenerationBatch, Row
+from models_registry.inference.streaming import decode_batch_only
 from models_registry.worker.batcher import Batcher
 from models_registry.worker.generation_schedule import GenerationSchedule, Entry
 from models_registry.worker.delivery import Delivery
@@ -85,6 +86,14 @@ class GenerationLoop:
         # A request redelivered after a worker died is computed alone, in the static path (worker.suspects).
         mine = [i for i in batch.items if not i.request.delivery.suspect]
         rest = [i for i in batch.items if i.request.delivery.suspect]
+        # Logprobs and grammars are the decode batch's alone: such a request, redelivered, is told to send
+        # again (a 503), not refused as though it asked for what this model does not serve (the static path's 400).
+        unserved = [i for i in rest if decode_batch_only(i.request.delivery.parameters)]
+        if unserved:
+            self._finish(batch.key, [(i, None, ItemFailure(Unavailable(
+                "the worker generating this request went away; send the request again",
+                headers={"Retry-After": "1"}))) for i in unserved])
+            rest = [i for i in rest if not decode_batch_only(i.request.delivery.parameters)]
         return (Batch(batch.key, mine, batch.reason) if mine else None,
                 Batch(batch.key, rest, batch.reason) if rest else None)
 

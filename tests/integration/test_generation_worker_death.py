@@ -48,9 +48,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 class Chat(threading.Thread):
     """One chat (streamed or whole) in a thread: its status, text, finish reason and when it ended."""
 
-    def __init__(self, stack: Stack, model: str, tokens: int, stream: bool, token: str = "all") -> None:
+    def __init__(self, stack: Stack, model: str, tokens: int, stream: bool, token: str = "all",
+                 logprobs: bool = False) -> None:
         super().__init__(daemon=True)
         self.stack, self.model, self.tokens, self.stream, self.token = stack, model, tokens, stream, token
+        self.logprobs = logprobs
         self.status = 0
         self.text = ""
         self.finish_reason: str | None = None
@@ -60,8 +62,9 @@ class Chat(threading.Thread):
         self.ended_at = 0.0
 
     def body(self) -> dict[str, Any]:
-        return {"model": self.model, "max_tokens": self.tokens, "temperature": 0, "stream": self.stream,
+        body = {"model": self.model, "max_tokens": self.tokens, "temperature": 0, "stream": self.stream,
                 "messages": [{"role": "user", "content": "The cat sees"}]}
+        return {**body, "logprobs": True} if self.logprobs else body
 
     def run(self) -> None:
         headers = {"Authorization": f"Bearer {self.stack.tokens[self.token]}"}
@@ -106,7 +109,9 @@ def test_chats_through_a_worker_kill_are_answered_in_full_or_told_to_retry(stack
     reference.run()
     assert reference.status == 200 and reference.finish_reason == "length", reference.error_message
     chats = [Chat(stack, CHAT, TOKENS, stream=index % 2 == 0) for index in range(16)]
-    for chat in chats:
+    # Logprobs are the decode batch's alone: one redelivered is told to send again, never refused with a 400.
+    with_logprobs = [Chat(stack, CHAT, TOKENS, stream=False, logprobs=True) for _ in range(4)]
+    for chat in chats + with_logprobs:
         chat.start()
     assert all(chat.streaming.wait(60) for chat in chats if chat.stream)
     victim = stack.workers[0]
@@ -115,7 +120,7 @@ def test_chats_through_a_worker_kill_are_answered_in_full_or_told_to_retry(stack
     assert victim.wait(10) == -signal.SIGKILL
     short = Chat(stack, OTHER, 4, stream=False, token="tenant")
     short.run()
-    for chat in chats:
+    for chat in chats + with_logprobs:
         chat.join(120)
         assert not chat.is_alive()
     outcomes = [(c.stream, c.status, c.finish_reason, c.error_message[:60], round(c.ended_at - killed_at, 1))
@@ -129,3 +134,6 @@ def test_chats_through_a_worker_kill_are_answered_in_full_or_told_to_retry(stack
                for c in chats if not c.stream), outcomes
     for chat in (c for c in chats if c.stream):
         assert chat.text == reference.text or "send the request again" in chat.error_message, outcomes
+    for chat in with_logprobs:
+        assert (chat.status == 200 and chat.text == reference.text) or (
+            chat.status == 503 and "send the request again" in chat.error_message), (chat.status, chat.error_message)
