@@ -85,14 +85,17 @@ class Message(TypedDict, total=False):
     tool_call_id: Annotated[str, Field(description="a tool turn: the id of the call it answers (required there)")]
 
 
+ToolParameters = Annotated[dict[str, Any] | None, Field(description=(
+    "a JSON Schema of its arguments, within response_format's bounds (all the tools' together)"))]
+
+
 @with_config(SHAPE_CONFIG)
 class FunctionSpec(TypedDict, total=False):
     """A function the model may call."""
 
     name: Required[Annotated[str, Field(pattern=NAME.pattern)]]
     description: str | None
-    parameters: Annotated[dict[str, Any] | None, Field(description=(
-        "a JSON Schema of its arguments, within response_format's bounds (all the tools' together)"))]
+    parameters: ToolParameters
     strict: bool | None
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models_registry.core.model_layout import THINK_END as END
-from models_registry.core.model_layout import THINK_START as START
+from models_registry.core.chat_template_formats import THINK_END as END
+from models_registry.core.chat_template_formats import THINK_START as START
 from models_registry.tasks.task_parameters import ReasoningFormat
 
 

@@ -19,6 +19,7 @@ from models_registry.api.openai.generation_bodies import (
     JsonObjectFormat,
     MaxTokens,
     TextFormat,
+    ToolParameters,
 )
 from models_registry.api.openai.tool_schemas import MAX_TOOLS, NAME
 from models_registry.api.pipeline.error_answers import invalid
@@ -107,8 +108,7 @@ class FunctionTool(TypedDict, total=False):
     type: Required[Literal["function"]]
     name: Required[Annotated[str, Field(pattern=NAME.pattern)]]
     description: str | None
-    parameters: Annotated[dict[str, Any] | None, Field(description=(
-        "a JSON Schema of its arguments, within response_format's bounds (all the tools' together)"))]
+    parameters: ToolParameters
     strict: bool | None
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models_registry.api.openai.call_scanner import CallScanner
-from models_registry.core.model_layout import MISTRAL_TOOL_CALLS, PYTHON_TAG, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from models_registry.core.chat_template_formats import MISTRAL_TOOL_CALLS, PYTHON_TAG, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from models_registry.tasks.task_parameters import ToolCallFormat
 
 HERMES_OPEN, HERMES_CLOSE, MISTRAL_MARKER = TOOL_CALL_OPEN, TOOL_CALL_CLOSE, MISTRAL_TOOL_CALLS
