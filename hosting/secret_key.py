@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 from hosting import var_dir
@@ -23,15 +24,28 @@ def load(var: Path, configured: str) -> str:
     var_dir.prepare(var)
     key_file = var / "secret_key"
     if not key_file.exists():
-        # O_EXCL: two processes starting at once must agree on one key.
-        try:
-            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_urlsafe(50))
-        except FileExistsError:
-            pass
+        _create(key_file)
     var_dir.private_file(key_file)
     return key_file.read_text().strip()
+
+
+def _create(key_file: Path) -> None:
+    """Write a new key beside key_file and link it into place whole.
+
+    Two processes starting at once must agree on one key, and neither may read a file still being
+    written: the key is complete in its temporary file before os.link makes it key_file, and a
+    link that finds key_file already there leaves the other process's key.
+    """
+    fd, temporary = tempfile.mkstemp(prefix=".secret_key.", dir=key_file.parent)  # 0600
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+        try:
+            os.link(temporary, key_file)
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(temporary)
 
 
 def weakness(key: str) -> str | None:

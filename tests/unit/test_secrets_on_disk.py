@@ -68,3 +68,16 @@ def test_an_older_install_is_tightened(tmp_path: Path) -> None:
     var_dir.prepare(var)
     var_dir.private_file(database)
     assert (mode(var), mode(database)) == (0o700, 0o600)
+
+
+def test_processes_starting_together_read_one_whole_key(tmp_path: Path) -> None:
+    """Eight processes creating the key at once all read the same full key (none reads a file being written)."""
+    var = tmp_path / "var"
+    script = "import sys; from pathlib import Path; from hosting import secret_key; " \
+             "print(secret_key.load(Path(sys.argv[1]), ''))"
+    started = [subprocess.Popen([sys.executable, "-c", script, str(var)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+               for _ in range(8)]
+    keys = {process.communicate(timeout=60)[0].strip() for process in started}
+    assert len(keys) == 1 and secret_key.weakness(keys.pop()) is None
+    assert [p.name for p in var.iterdir() if p.name.startswith(".secret_key")] == []
+    assert mode(var / "secret_key") == 0o600
