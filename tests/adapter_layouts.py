@@ -34,11 +34,17 @@ def build_adapter(base_dir: Path, dest: Path, seed: int, task_type: str | None =
     return dest
 
 
-def base_model(base_dir: Path, task_type: str | None = None) -> Any:
-    """The base as the adapter is trained on it: a BertModel, or a sequence classifier for SEQ_CLS."""
-    from transformers import AutoModel, AutoModelForSequenceClassification
+# GPT-2's attention and MLP layers (Conv1D: peft saves their adapters with fan_in_fan_out).
+GPT2_TARGETS = ("c_attn", "c_proj", "c_fc")
 
-    model_class = AutoModelForSequenceClassification if task_type == "SEQ_CLS" else AutoModel
+
+def base_model(base_dir: Path, task_type: str | None = None) -> Any:
+    """The base as the adapter is trained on it: a BertModel, a sequence classifier for SEQ_CLS, a causal LM for
+    CAUSAL_LM."""
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    model_class = {"SEQ_CLS": AutoModelForSequenceClassification,
+                   "CAUSAL_LM": AutoModelForCausalLM}.get(task_type or "", AutoModel)
     return model_class.from_pretrained(str(base_dir)).eval()
 
 

@@ -43,7 +43,7 @@ class AdapterSpec:
 
 
 # The base tasks an adapter changes (models.adapters.ADAPTER_TASKS: the registry is not imported here).
-ADAPTER_TASKS = ("feature-extraction", "text-classification", "text-ranking")
+ADAPTER_TASKS = ("feature-extraction", "text-classification", "text-ranking", "text-generation")
 
 
 @dataclass(frozen=True)

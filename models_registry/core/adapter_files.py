@@ -61,6 +61,7 @@ class AdapterManifest:
     layers: dict[str, LoraLayer]
     saved: dict[str, SavedModule] = field(default_factory=dict)
     base_model: str = ""  # adapter_config's base_model_name_or_path (informative only)
+    fan_in_fan_out: bool = False  # the targets store their weight in x out (GPT-2's Conv1D), as peft's flag says
 
     @property
     def paths(self) -> list[str]:
@@ -124,7 +125,8 @@ def manifest_of(config: Mapping[str, object], shapes: Mapping[str, tuple[int, ..
     saved = _saved_modules({k: s for k, s in shapes.items() if ".lora_" not in k})
     if not layers and not saved:
         raise AdapterProblem(f"{WEIGHTS_FILE} holds no LoRA weights (keys ending {LORA_A!r})")
-    return AdapterManifest(layers, saved, str(config.get("base_model_name_or_path") or ""))
+    return AdapterManifest(layers, saved, str(config.get("base_model_name_or_path") or ""),
+                           bool(config.get("fan_in_fan_out")))
 
 
 def _saved_modules(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, SavedModule]:
@@ -200,7 +202,8 @@ def resolve_path(path: str, modules: Iterable[str], prefix: str = "") -> str | N
 def check_against_base(manifest: AdapterManifest, shapes: Mapping[str, tuple[int, ...]], prefix: str = "") -> None:
     """Refuse an adapter whose target modules the base lacks, or whose A/B shapes do not fit the base's layers.
 
-    shapes: the base's parameter shapes by name (`<module path>.weight`: out x in for a Linear).
+    shapes: the base's parameter shapes by name (`<module path>.weight`: out x in for a Linear, in x out for
+    GPT-2's Conv1D, whose adapters peft saves with fan_in_fan_out).
     """
     linears = {name[:-len(".weight")]: shape for name, shape in shapes.items()
                if name.endswith(".weight") and len(shape) == 2}
@@ -208,7 +211,7 @@ def check_against_base(manifest: AdapterManifest, shapes: Mapping[str, tuple[int
         found = resolve_path(layer.path, linears, prefix)
         if found is None:
             raise AdapterProblem(f"target module {layer.path!r} is not a Linear layer of the base model")
-        out_features, in_features = linears[found]
+        out_features, in_features = linears[found][::-1] if manifest.fan_in_fan_out else linears[found]
         if (layer.in_features, layer.out_features) != (in_features, out_features):
             raise AdapterProblem(
                 f"module {layer.path!r}: lora_A is {layer.rank} x {layer.in_features} and lora_B "

@@ -47,7 +47,8 @@ def read_weights(adapter: AdapterSpec, lora: BatchedLora) -> LoraWeights:
     model = lora.model
     parameter = next(model.parameters())
     prefix = str(getattr(model, "base_model_prefix", "") or "")
-    linears = {path: (m.out_features, m.in_features) for path in lora.modules if (m := lora.linear(path)) is not None}
+    linears = {path: shape for path in lora.modules if (shape := lora.linear_shape(path)) is not None}
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     weights = LoraWeights(adapter.name, (adapter.source, adapter.revision))
     place = {"device": parameter.device, "dtype": parameter.dtype}
     for layer in manifest.layers.values():
@@ -55,6 +56,9 @@ def read_weights(adapter: AdapterSpec, lora: BatchedLora) -> LoraWeights:
         if path is None or linears[path] != (layer.out_features, layer.in_features):
             raise adapter_files.AdapterProblem(f"{adapter.name}: target module {layer.path!r} is not a Linear layer "
                                                f"of {layer.out_features} x {layer.in_features} in the loaded base")
+        if head is not None and lora.modules[path] is head:  # a decoder keeps only some positions' logits
+            raise adapter_files.AdapterProblem(f"{adapter.name}: adapters of the LM head ({layer.path!r}) are not "
+                                               "served; target the attention and MLP layers")
         key = adapter_files.KEY_PREFIX + layer.path
         weights.layers[path] = (tensors[key + adapter_files.LORA_A].to(**place),
                                 tensors[key + adapter_files.LORA_B].to(**place), layer.scaling)
@@ -63,6 +67,8 @@ def read_weights(adapter: AdapterSpec, lora: BatchedLora) -> LoraWeights:
         if path is None or linears[path] != (module.out_features, module.in_features):
             raise adapter_files.AdapterProblem(f"{adapter.name}: modules_to_save {module.path!r} does not fit the "
                                                "loaded base's Linear layer")
+        if head is not None and lora.modules[path] is head:
+            raise adapter_files.AdapterProblem(f"{adapter.name}: a saved LM head ({module.path!r}) is not served")
         key = adapter_files.KEY_PREFIX + module.path
         bias = tensors.get(key + ".bias")
         weights.saved[path] = (tensors[key + ".weight"].to(**place), bias.to(**place) if bias is not None else None)

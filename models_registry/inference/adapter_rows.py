@@ -30,6 +30,9 @@ def refusal(loaded: LoadedModel, kind: str) -> str | None:
         return f"model {spec.name!r} runs on ONNX Runtime, which serves the base only"
     if kind == "feature-extraction" and (loaded.multi_vector is not None or loaded.sparse):
         return "adapters of multi-vector or sparse embedding models are not served"
+    if kind == "text-generation":  # its rows join the decode batch (inference.generation_batch), never this path
+        return ("adapters generate text in the continuous batch only; this worker runs this model's generation "
+                "in static batches (HOSTING_CONTINUOUS_BATCHING off, or an architecture it does not serve)")
     if kind == "text-ranking" and isinstance(loaded.pipelines.get(kind), DecoderRanker):
         return "adapters of decoder rerankers are not served (decoder LoRA is not built yet)"
     return None

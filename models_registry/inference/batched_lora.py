@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers.pytorch_utils import Conv1D
 
 BASE_SLOT = 0  # the slot of rows that no adapter computes
 
@@ -167,8 +168,18 @@ class BatchRows:
         return flat.view(output.shape)
 
 
+def linear_shape(module: torch.nn.Module | None) -> tuple[int, int] | None:
+    """(out, in) of a Linear or of GPT-2's Conv1D (x @ W + b, W in x out), read from their sizes, not their
+    weights (a packed layer's weight is emptied: inference.cpu_packing); None for any other module."""
+    if isinstance(module, torch.nn.Linear):
+        return module.out_features, module.in_features
+    if isinstance(module, Conv1D):
+        return module.nf, module.nx
+    return None
+
+
 class BatchedLora:
-    """The hooks on one model's target Linear layers, and the batch they read (none between batches)."""
+    """The hooks on one model's target linear layers (Linear, or GPT-2's Conv1D: the same x @ A.T @ B.T delta), and the batch they read (none between batches)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
@@ -176,10 +187,9 @@ class BatchedLora:
         self.hooked: dict[str, Any] = {}
         self.active: BatchRows | None = None
 
-    def linear(self, path: str) -> torch.nn.Linear | None:
-        """The model's Linear layer at path (None: no such module, or not a Linear)."""
-        module = self.modules.get(path)
-        return module if isinstance(module, torch.nn.Linear) else None
+    def linear_shape(self, path: str) -> tuple[int, int] | None:
+        """(out, in) of the model's linear layer at path: a Linear, or GPT-2's Conv1D (None: neither)."""
+        return linear_shape(self.modules.get(path))
 
     def hook(self, paths: Sequence[str]) -> None:
         """Install the hook on each of these layers not hooked yet (once per layer, for any number of adapters)."""

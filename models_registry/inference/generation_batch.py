@@ -9,13 +9,17 @@ system prompt, the n choices of one prompt, a preempted row coming back) starts 
 (inference.slot_table). Short prompts that join together are computed whole in one step
 (JOIN_TOKENS); a row asking a few tokens that riding the batch would make late takes a fast
 lane (inference.fast_lane). Rows draw their tokens in inference.row_drawing, each with its own
-parameters. Events and answers are TGI's, built as inference.streaming builds them.
+parameters. A row may name a LoRA adapter of the model: the step's one forward computes every row
+with its own adapter (inference.batched_lora, per position), and rows share cached heads only with
+rows of the same adapter. Events and answers are TGI's, built as inference.streaming builds them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,9 +27,12 @@ import torch
 from transformers import LogitsProcessorList
 
 from models_registry.catalog.readable_text import readable_chars
+from models_registry.catalog.specs import AdapterSpec
 from models_registry.core.batch_types import ItemFailure
-from models_registry.core.errors import HostingError, InvalidInput
+from models_registry.core.errors import Conflict, HostingError, InvalidInput
 from models_registry.inference import fast_lane, generation_step, kv_slots, row_drawing
+from models_registry.inference.adapter_cache import AdapterCache
+from models_registry.inference.batched_lora import LoraWeights
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
 from models_registry.inference.intake_tokens import TokenizedText
 from models_registry.inference.kv_slots import SlotCache
@@ -66,6 +73,12 @@ class Row:
     shaping: RowShaping | None = None  # OpenAI's logprobs and structured output (inference.row_shaping)
     joined: float = field(default_factory=time.perf_counter)  # when it arrived (perf_counter)
     failure: HostingError | None = None  # why it ended without finishing (its grammar could not go on)
+    adapter: LoraWeights | None = None  # the LoRA adapter that computes it (None: the base)
+
+    @property
+    def tag(self) -> str:
+        """Whose weights compute its keys and values: its adapter's identity ("" for the base)."""
+        return "" if self.adapter is None else "\0".join((self.adapter.name, *self.adapter.identity))
 
     @property
     def tokens(self) -> int:
@@ -105,8 +118,10 @@ class Row:
 class GenerationBatch:
     """The rows of one model and the cache they share; every method blocks (the compute thread)."""
 
-    def __init__(self, pipe: Any, max_rows: int = 64, kv_bytes: int | None = None) -> None:
+    def __init__(self, pipe: Any, max_rows: int = 64, kv_bytes: int | None = None,
+                 adapters: AdapterCache | None = None) -> None:
         self.model, self.tokenizer = pipe.model, pipe.tokenizer
+        self.adapters = adapters  # the model's LoRA adapters (None: it serves the base only)
         self.rows: list[Row] = []
         self.eos = eos_token_ids(self.model, self.tokenizer)
         self.limit = max_positions(self.model, self.tokenizer)
@@ -131,8 +146,13 @@ class GenerationBatch:
         return 2 * self.layers * self.kv_heads * self.head_dim * size
 
     def prepare(self, request_id: str, text: str, params: dict[str, Any], sink: TokenSink | None,
-                waited_s: float = 0.0) -> Row:
-        """A row for one prompt, checked (400 when it does not fit the model); waited_s: its wait so far."""
+                waited_s: float = 0.0, adapter: AdapterSpec | None = None) -> Row:
+        """A row for one prompt, checked (400 when it does not fit the model); waited_s: its wait so far.
+
+        adapter: the LoRA adapter that computes it, loaded now where this model does not hold it (a
+        HostingError when it cannot be: this row's alone).
+        """
+        weights = self._adapter(adapter) if adapter is not None else None
         ids = self._prompt_ids(text, params)
         if not ids:
             ids = [next(iter(self.eos))] if self.eos else [0]  # an empty prompt starts from EOS, as TGI
@@ -161,7 +181,18 @@ class GenerationBatch:
         return Row(id=request_id, prompt=str(text), ids=list(ids), max_new_tokens=max_new, decoder=decoder,
                    sequence=sequence, processors=logits_processors(config, params, sample), sample=sample,
                    generator=generator, full_text=full_text, details=details, shaping=shaping,
-                   joined=time.perf_counter() - max(0.0, waited_s))
+                   joined=time.perf_counter() - max(0.0, waited_s), adapter=weights)
+
+    def _adapter(self, adapter: AdapterSpec) -> LoraWeights:
+        """The adapter's weights; the least recently used others unloaded past the budget (never a running row's).
+
+        A row keeps its adapter's tensors: one unloaded while it runs is held by it until it leaves.
+        """
+        if self.adapters is None:
+            raise Conflict(f"adapter {adapter.name!r}: this model's decode batch serves the base only")
+        weights = self.adapters.get(adapter)
+        self.adapters.evict([adapter.name, *(r.adapter.name for r in self.rows if r.adapter is not None)])
+        return weights
 
     def step(self, joining: list[Row] | tuple[()] = (), preempted: list[Row] | tuple[()] = ()) -> list[Row]:
         """One step: preempted rows leave, joining rows take slots, one forward; the rows that finished (gone)."""
@@ -198,7 +229,7 @@ class GenerationBatch:
     def _seat(self, row: Row) -> None:
         """row takes a slot, starting from the longest cached head of what it must compute."""
         row.fill = row.history[:-1] if row.history else row.ids  # a preempted row computes its tokens again
-        seat = self.table.take(row.fill, {r.slot: r.held() for r in self.rows})
+        seat = self.table.take(row.fill, {r.slot: r.held() for r in self.rows if r.tag == row.tag}, row.tag)
         self.cache.reserve(seat.slot + 1, row.tokens)
         if seat.source is not None:
             self.cache.copy(seat.source, seat.slot, seat.reused)
@@ -209,7 +240,7 @@ class GenerationBatch:
         for row in rows:
             if row in self.rows:
                 self.rows.remove(row)
-                self.table.give_back(row.slot, row.held())
+                self.table.give_back(row.slot, row.held(), row.tag)
             row.slot, row.cached = -1, 0
 
     def _lane_first(self) -> bool:
@@ -243,7 +274,7 @@ class GenerationBatch:
         device = self.model.device
         plan = step.plan(self.cache, device)
         started = time.perf_counter()
-        with kv_slots.slot_attention(self.configs):
+        with kv_slots.slot_attention(self.configs), self._adapter_rows(step):
             logits = self.model(input_ids=torch.tensor([step.ids], device=device), position_ids=plan.positions[None],
                                 use_cache=False, logits_to_keep=torch.tensor(step.keep, dtype=torch.long, device=device),
                                 slot_plan=plan).logits[0]
@@ -263,6 +294,20 @@ class GenerationBatch:
             return
         self.step_s = _smoothed(self.step_s, took)
         self.seconds_per_token = _smoothed(self.seconds_per_token, took / len(step.ids))  # a decode token: a prompt's
+
+    def _adapter_rows(self, step: generation_step.Step) -> Any:
+        """The step's adapters active on the model, each position computed by its row's (nothing: base rows only)."""
+        rows = [*step.decoding, *(row for row, _, _ in step.chunks)]
+        if self.adapters is None or all(r.adapter is None for r in rows):
+            return contextlib.nullcontext()
+        distinct: list[LoraWeights] = []
+        for row in rows:
+            if row.adapter is not None and all(row.adapter is not d for d in distinct):
+                distinct.append(row.adapter)
+        slots = [0 if r.adapter is None else 1 + next(i for i, d in enumerate(distinct) if d is r.adapter)
+                 for r in rows]
+        counts = [1] * len(step.decoding) + [count for _, count, _ in step.chunks]  # positions, in step.ids' order
+        return _positions_of(self.adapters, distinct, slots, counts, self.model.device)
 
     def _prefill_budget(self) -> int:
         if self.seconds_per_token is None:
@@ -293,6 +338,15 @@ class GenerationBatch:
     def _draw(self, rows: list[Row], logits: torch.Tensor) -> None:
         """Each row's next token from its row of logits (generation_check watches this)."""
         row_drawing.draw(rows, logits)
+
+
+@contextlib.contextmanager
+def _positions_of(adapters: AdapterCache, distinct: list[LoraWeights], slots: list[int], counts: list[int],
+                  device: Any) -> Iterator[None]:
+    """distinct active on the model; the k-th row of the step (slots[k]: 0 the base) owns counts[k] positions."""
+    with adapters.lora.rows(distinct, slots) as batch_rows:
+        batch_rows.for_tokens(torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts)).to(device))
+        yield
 
 
 def _smoothed(old: float | None, new: float) -> float:

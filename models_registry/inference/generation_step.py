@@ -111,14 +111,17 @@ def prefilling(rows: list[Any], cache: SlotCache) -> list[Any]:
     """Rows with prompt left to compute, in joining order; one waits while another computes a head they share."""
     planned: list[Any] = []
     for row in (r for r in rows if r.cached < len(r.fill)):
-        live = ((common_prefix(row.fill, other.held()), other.slot) for other in rows if other is not row)
+        # Keys and values are those of a row's own weights: heads are shared among rows of one adapter (tag).
+        live = ((common_prefix(row.fill, other.held()), other.slot) for other in rows
+                if other is not row and other.tag == row.tag)
         shared, source = max(live, default=(0, -1))
         reuse = min(shared, len(row.fill) - 1)
         if reuse >= row.cached + COPY_GAIN or reuse == len(row.fill) - 1 > row.cached:  # more of its head (or all)
             cache.copy(source, row.slot, reuse)
             row.cached = reuse
         if len(row.fill) - row.cached >= WAIT_FOR_HEAD and any(
-                common_prefix(row.fill, other.fill) - row.cached >= WAIT_FOR_HEAD for other in planned):
+                common_prefix(row.fill, other.fill) - row.cached >= WAIT_FOR_HEAD for other in planned
+                if other.tag == row.tag):
             continue  # the other's prefill computes it once; this one copies it afterwards
         planned.append(row)
     return planned

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from models_registry.core.batch_types import ItemFailure
-from models_registry.core.errors import HostingError, Internal, Timeout
+from models_registry.core.errors import Conflict, HostingError, Internal, Timeout
 from models_registry.inference import (
     adapter_rows,
     compute_deadline,
@@ -107,7 +107,11 @@ class PipelineRunner:
                 for position in positions:
                     outputs[position] = ItemFailure(Timeout("stopped: past its deadline before compute"))
                 continue
-            if task.task in streaming.TASKS and (params.get("stream") or params.get("details")):
+            if task.task in streaming.TASKS and any(row_adapters[p] for p in positions):
+                # Adapters generate in the decode batch alone (worker.generation_loop); never the base here.
+                why = adapter_rows.refusal(loaded, task.task) or "adapters do not generate text in static batches"
+                results = [ItemFailure(Conflict(why))] * len(positions)
+            elif task.task in streaming.TASKS and (params.get("stream") or params.get("details")):
                 group_sinks = [sinks[p] if sinks else None for p in positions]
                 results = self._run_streamed(loaded, task, batch, params, group_sinks)
             else:

@@ -5,7 +5,9 @@ another row takes it: a row whose prompt starts with those tokens (a system prom
 request of a service sends, the n choices of one prompt, a preempted row coming back)
 takes that slot and skips computing them, as vLLM's prefix caching does. A running row's
 slot is a source too: its head is copied into the new row's slot. At least one prompt
-token is always computed, so the row has logits to draw its first token from.
+token is always computed, so the row has logits to draw its first token from. Keys and values
+are those of the weights that computed them: a head is reused only by a row of the same tag (its
+LoRA adapter's identity, "" for the base).
 """
 
 from __future__ import annotations
@@ -47,12 +49,15 @@ class SlotTable:
 
     def __init__(self) -> None:
         self.used: set[int] = set()
-        self.kept: dict[int, list[int]] = {}  # free slots and the tokens whose keys and values they still hold
+        # Free slots: the tag of the weights that computed them, and the tokens whose keys and values they hold.
+        self.kept: dict[int, tuple[str, list[int]]] = {}
 
-    def take(self, fill: Sequence[int], live: Mapping[int, Sequence[int]]) -> Seat:
-        """A slot for a row that must have fill in its cache before it decodes; live: tokens of slots in use."""
+    def take(self, fill: Sequence[int], live: Mapping[int, Sequence[int]], tag: str = "") -> Seat:
+        """A slot for a row that must have fill in its cache before it decodes; live: tokens of the slots in use
+        whose rows have the same tag (the caller's to choose)."""
         most = len(fill) - 1  # its last token is computed: its logits give the row's next token
-        kept = max(((common_prefix(fill, tokens), slot) for slot, tokens in self.kept.items()), default=(0, -1))
+        kept = max(((common_prefix(fill, tokens), slot) for slot, (kept_tag, tokens) in self.kept.items()
+                    if kept_tag == tag), default=(0, -1))
         running = max(((common_prefix(fill, tokens), slot) for slot, tokens in live.items()), default=(0, -1))
         if min(kept[0], most) >= MIN_REUSE and kept[0] >= running[0]:
             slot, reused, source = kept[1], min(kept[0], most), None
@@ -65,10 +70,10 @@ class SlotTable:
         self.used.add(slot)
         return Seat(slot, source, reused)
 
-    def give_back(self, slot: int, tokens: Sequence[int]) -> None:
-        """slot's row left; its cache still holds tokens (reusable until the slot is taken again)."""
+    def give_back(self, slot: int, tokens: Sequence[int], tag: str = "") -> None:
+        """slot's row (of tag) left; its cache still holds tokens (reusable until the slot is taken again)."""
         self.used.discard(slot)
-        self.kept[slot] = list(tokens)
+        self.kept[slot] = (tag, list(tokens))
 
     def clear(self) -> None:
         """Every slot free and empty (the cache was released)."""

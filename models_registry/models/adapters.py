@@ -8,8 +8,8 @@ from django.db import models
 from models_registry.core import adapter_files, model_files, sources
 from models_registry.models.registered import RegisteredModel
 
-# The base tasks whose forwards an adapter's layers change here (decoder LoRA is a later step).
-ADAPTER_TASKS = ("feature-extraction", "text-classification", "text-ranking")
+# The base tasks whose forwards an adapter's layers change here (text-generation: in the continuous batch).
+ADAPTER_TASKS = ("feature-extraction", "text-classification", "text-ranking", "text-generation")
 # Backends that run a fixed copy of the base's graph: they serve the base only.
 FIXED_GRAPH = "onnxruntime"
 

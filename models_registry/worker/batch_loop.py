@@ -56,7 +56,7 @@ class BatchLoop:
         self.streams = TokenStreams(layer)
         # Text-generation on decoder models joins a running batch per token step (worker.generation_loop).
         self.decoding = GenerationLoop(batcher, slots, replies, self.streams, self.memory, self.in_compute_thread,
-                                   enabled=conf.CONTINUOUS_BATCHING, stats=stats)
+                                   enabled=conf.CONTINUOUS_BATCHING, stats=stats, adapters=runner.adapter_budget)
 
     def wake(self) -> None:
         """Look at the queues again now (new work, or new policies)."""
@@ -227,7 +227,7 @@ class BatchLoop:
                     else None for item in batch.items]
         with computing_until(deadline), self.slots.using(slot):  # not evicted while it computes
             if any(sinks):  # streamed generation: each such item's tokens go to its client as they come
-                return self.runner.run(slot.loaded, task, texts, params, sinks=sinks)
+                return self.runner.run(slot.loaded, task, texts, params, sinks=sinks, adapters=adapters)
             if any(adapters):
                 return self.memory.run(batch.key, costs, lambda at: self.runner.run(
                     slot.loaded, task, [texts[p] for p in at], [params[p] for p in at],

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models_registry.capacity.batch_memory import BatchMemory
+from models_registry.catalog.specs import AdapterSpec
 from models_registry.core.batch_types import Batch, Item, ItemFailure, Key
 from models_registry.core.errors import HostingError, Internal, TooLarge, Unavailable
-from models_registry.inference import generation_check
+from models_registry.inference import adapter_rows, generation_check
+from models_registry.inference.adapter_cache import AdapterBudget
 from models_registry.inference.containment import contained, describe
 from models_registry.inference.generation_batch import GenerationBatch, Row
 from models_registry.inference.streaming import decode_batch_only
@@ -62,8 +64,10 @@ class GenerationLoop:
 
     def __init__(self, batcher: Batcher[Delivery], slots: ModelSlots, replies: Replies, streams: TokenStreams,
                  memory: BatchMemory, compute: Callable[[Callable[[], Any]], Awaitable[Any]],
-                 enabled: bool = True, stats: EngineStats | None = None) -> None:
+                 enabled: bool = True, stats: EngineStats | None = None,
+                 adapters: AdapterBudget | None = None) -> None:
         self.batcher, self.slots, self.replies, self.streams = batcher, slots, replies, streams
+        self.adapter_budget = adapters or AdapterBudget()  # the LoRA adapters each decode batch's model holds
         self.memory = memory
         self.stats = stats or EngineStats()  # its steps count as the worker's busy time, its answers as drained
         self.compute = compute
@@ -86,14 +90,14 @@ class GenerationLoop:
         # A request redelivered after a worker died is computed alone, in the static path (worker.suspects).
         mine = [i for i in batch.items if not i.request.delivery.suspect]
         rest = [i for i in batch.items if i.request.delivery.suspect]
-        # Logprobs and grammars are the decode batch's alone: such a request, redelivered, is told to send
-        # again (a 503), not refused as though it asked for what this model does not serve (the static path's 400).
-        unserved = [i for i in rest if decode_batch_only(i.request.delivery.parameters)]
+        # Logprobs, grammars and adapters are the decode batch's alone: such a request, redelivered, is told to
+        # send again (a 503), not refused as though it asked for what this model does not serve (the static path's).
+        unserved = [i for i in rest if _decode_batch_only(i.request.delivery)]
         if unserved:
             self._finish(batch.key, [(i, None, ItemFailure(Unavailable(
                 "the worker generating this request went away; send the request again",
                 headers={"Retry-After": "1"}))) for i in unserved])
-            rest = [i for i in rest if not decode_batch_only(i.request.delivery.parameters)]
+            rest = [i for i in rest if not _decode_batch_only(i.request.delivery)]
         return (Batch(batch.key, mine, batch.reason) if mine else None,
                 Batch(batch.key, rest, batch.reason) if rest else None)
 
@@ -110,15 +114,20 @@ class GenerationLoop:
             running = self.running[batch.key] = self._start(batch.key, pipe)
         sinks = self.streams.open(batch, every=True)  # a whole answer's is quiet: it stops when its client leaves
         model, task_name = batch.key
-        task = self.slots.get(model).spec.tasks[task_name]  # type: ignore[union-attr]
+        spec = self.slots.get(model).spec  # type: ignore[union-attr]
+        task = spec.tasks[task_name]
+        # Each row's adapter as this worker's view lists it now; one removed since its intake keeps its name
+        # and no source: its row fails (inference.adapter_cache), never runs on the base.
+        adapters = [(spec.find_adapter(name) or AdapterSpec(name, "")) if (name := item.request.delivery.adapter)
+                    else None for item in batch.items]
 
         def read() -> list[Row | HostingError]:
             rows: list[Row | HostingError] = []
-            for item, sink in zip(batch.items, sinks):
+            for item, sink, adapter in zip(batch.items, sinks, adapters):
                 params = {**task.parameters, **item.request.delivery.parameters}
                 try:
                     rows.append(running.batch.prepare(item.request.id, item.payload, params, sink,
-                                                      waited_s=time.time() - item.request.arrival))
+                                                      waited_s=time.time() - item.request.arrival, adapter=adapter))
                 except HostingError as error:
                     rows.append(error)
             return rows
@@ -196,7 +205,10 @@ class GenerationLoop:
         kv_bytes = None
         if self.memory.enabled and self.memory.budget_bytes:
             kv_bytes = int(self.memory.available() // KV_COPIES)
-        batch = GenerationBatch(pipe, max_rows=rows, kv_bytes=kv_bytes)
+        slot = self.slots.get(key[0])
+        adapters = adapter_rows.cache_of(slot.loaded, TASK, self.adapter_budget) \
+            if slot is not None and slot.loaded is not None else None
+        batch = GenerationBatch(pipe, max_rows=rows, kv_bytes=kv_bytes, adapters=adapters)
         budget = kv_bytes // batch.bytes_per_token() if kv_bytes is not None else 0
         logger.info("decode batch for %s: up to %d rows, KV budget %s tokens", key, rows, budget or "unbounded")
         return Running(pipe=pipe, batch=batch, schedule=GenerationSchedule(rows, budget))
@@ -221,6 +233,11 @@ class GenerationLoop:
             finished = self.batcher.complete(Batch(key, [item], "decode"), [output])
             if finished:
                 self.replies.batch(finished, started, time.time() - started, sent)
+
+
+def _decode_batch_only(delivery: Delivery) -> bool:
+    """Whether only the decode batch computes this request (logprobs, a grammar, an adapter)."""
+    return bool(delivery.adapter) or decode_batch_only(delivery.parameters)
 
 
 def _slot_pipe(slot: ModelSlot | None, task_name: str) -> Any:

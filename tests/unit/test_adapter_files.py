@@ -91,3 +91,14 @@ def test_modules_to_save_must_be_linear_and_fit(tmp_path: Path) -> None:
 def test_missing_files_say_what_an_adapter_directory_holds() -> None:
     with pytest.raises(AdapterProblem, match="adapter_config.json and adapter_model.safetensors"):
         adapter_files.read_manifest(None, None, where="/tmp/nowhere")
+
+
+def test_gpt2s_conv1d_weights_are_in_x_out_where_the_adapter_says_fan_in_fan_out(tmp_path: Path) -> None:
+    """GPT-2 stores c_attn's weight as in x out (Conv1D); peft saves such an adapter with fan_in_fan_out."""
+    base = {"transformer.h.0.attn.c_attn.weight": (32, 96)}
+    tensors = lora("transformer.h.0.attn.c_attn", 4, 32, 96)
+    flagged = adapter_files.read_manifest(*write(tmp_path / "a", {"r": 4, "fan_in_fan_out": True}, tensors))
+    adapter_files.check_against_base(flagged, base)
+    plain = adapter_files.read_manifest(*write(tmp_path / "b", {"r": 4}, tensors))
+    with pytest.raises(AdapterProblem, match="A must be r x 96 and B 32 x r"):
+        adapter_files.check_against_base(plain, base)

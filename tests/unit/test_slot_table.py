@@ -42,3 +42,18 @@ def test_a_free_slot_that_still_holds_the_head_is_taken_as_it_is() -> None:
     table.give_back(seat.slot, HEAD)
     other = table.take([5, 6, 7], {1: [7, 8]})  # no head in common: the lowest free slot, its tokens forgotten
     assert other.slot == 0 and table.kept == {}
+
+
+def test_a_kept_head_is_reused_only_by_a_row_of_the_same_adapter() -> None:
+    """Keys and values depend on the weights: an adapter's row never starts from the base's head, nor the other way."""
+    table = SlotTable()
+    first = table.take(HEAD + [1], {}, tag="alpha")
+    table.give_back(first.slot, HEAD + [1], tag="alpha")
+    base = table.take(HEAD + [2], {})
+    assert (base.source, base.reused) == (None, 0)
+    table.give_back(base.slot, HEAD + [2])
+    again = table.take(HEAD + [3], {}, tag="alpha")
+    assert (again.source, again.reused) == (None, 0)  # the base's head is kept there now: computed anew
+    table.give_back(again.slot, HEAD + [3], tag="alpha")
+    last = table.take(HEAD + [4], {}, tag="alpha")
+    assert (last.slot, last.reused) == (again.slot, len(HEAD))
