@@ -196,7 +196,7 @@ async def _extend(layer: WorkLayer, model: str, task: str, key: str, deadline: f
 
 async def _start(layer: WorkLayer, opening: Opening, charge: enqueue.ChargePlan | None, *, model: str, task: str,
                  timeout_s: float, max_queue_size: int, drain_rate: float, priority: str, client: str,
-                 whole: bool) -> Stream:
+                 whole: bool, adapter: str) -> Stream:
     """Charge, admit and send one prompt in one round trip (handoff.enqueue_request); its Stream, listening."""
     deadline = time.time() + timeout_s
     key = uuid.uuid4().hex
@@ -206,7 +206,7 @@ async def _start(layer: WorkLayer, opening: Opening, charge: enqueue.ChargePlan 
     message = messages.WorkRequest(
         id=key, reply=reply, model=model, task=task, inputs=[opening.text],
         parameters={**opening.parameters, "stream": True}, deadline=deadline, priority=priority, client=client,
-        traceparent=traceparent, tracestate=tracestate,
+        traceparent=traceparent, tracestate=tracestate, adapter=adapter,
     ).to_wire()
     channel = messages.model_channel(model)
     places = admission.places(layer, model, task, key, 1, deadline, max_queue_size)
@@ -224,10 +224,11 @@ async def _start(layer: WorkLayer, opening: Opening, charge: enqueue.ChargePlan 
 
 async def open_streams(openings: list[Opening], charge: enqueue.ChargePlan | None, *, model: str, task: str,
                        timeout_s: float, max_queue_size: int, drain_rate: float = 0.0, priority: str = "interactive",
-                       client: str = "", whole: bool = False) -> list[Stream]:
+                       client: str = "", whole: bool = False, adapter: str = "") -> list[Stream]:
     """One stream per opening, returned once each has its first events; all closed if any fails.
 
     whole: the streams make one answer, sent once they ended (a generation that starts over is not seen).
+    adapter: the LoRA adapter of model that generates them ("": the base).
 
     The first is sent with the request's charge in its script (a refusal raises ChargeRefused
     before anything is queued); the others are sent once it was admitted, together.
@@ -238,7 +239,7 @@ async def open_streams(openings: list[Opening], charge: enqueue.ChargePlan | Non
     async def start(index: int, plan: enqueue.ChargePlan | None) -> None:
         streams[index] = await _start(layer, openings[index], plan, model=model, task=task, timeout_s=timeout_s,
                                       max_queue_size=max_queue_size, drain_rate=drain_rate, priority=priority,
-                                      client=client, whole=whole)
+                                      client=client, whole=whole, adapter=adapter)
 
     try:
         await start(0, charge)

@@ -187,7 +187,7 @@ async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpe
         streams = await stream_handoff.open_streams(
             streaming.openings, admission.plan, model=target.wire, task=task.name, timeout_s=task.timeout_s,
             drain_rate=target.drain_rate, max_queue_size=queue_limit, priority=klass, client=admission.client,
-            whole=not streaming.shape.sse)
+            whole=not streaming.shape.sse, adapter=spec.name if spec.base else "")
         headers = gate.passed(admission)
     except BaseException as error:
         gate.failed(admission, error)  # a rate limit's 429 raises here; else its tokens are refunded
@@ -201,7 +201,8 @@ async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpe
         texts = [stream.text for stream in streams]
         for stream in streams:
             stream.close()
-        if target.copy_to and failure is None and not gone and None not in texts:  # a shadow sees streams too
+        # A shadow sees streams too (of a base's versions: an adapter's copy is a later step, as in policy.dispatch).
+        if target.copy_to and not spec.base and failure is None and not gone and None not in texts:
             shadow.compare_streams_soon(spec, task, streaming.openings, texts, target.copy_to)  # type: ignore[arg-type]
         tally = shape.tally()
         gate.settle(admission, tally.tokens)
