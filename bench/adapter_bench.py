@@ -3,13 +3,15 @@
 The demo model (all-MiniLM-L6-v2) loaded as a worker does, adapter-ready (torch eager, packed), with N random
 peft adapters (r 8 on query, key, value, dense; made here with peft, a test dependency); batches of 32
 mixed-length sentences on one torch thread: all on the base, all on one adapter, and every row an adapter of
-its own among the N. Prints a table, then each adapter's bytes against the whole model's.
+its own among the N, in interleaved rounds. Prints a table (medians; ratios to the base of the same round),
+then each adapter's bytes against the whole model's.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -42,6 +44,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(prog="python -m bench.adapter_bench", description=__doc__)
     parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the three cases")
     parser.add_argument("--adapters", type=int, default=8)
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--padded", action="store_true",
@@ -75,11 +78,15 @@ def main() -> None:
         f"{len(adapters)} adapters mixed (+ base rows)": lambda b: [
             None if (i + b) % (len(adapters) + 1) == 0 else adapters[(i + b) % len(adapters)] for i in range(32)],
     }
-    rates = {name: timed(run, batches, of) for name, of in cases.items()}
-    base_rate = rates["all rows on the base"]
-    print(f"{'case (batches of 32, 1 thread, ' + ('padded)' if args.padded else 'packed)'):48} {'batches/s':>10} {'sentences/s':>12} {'vs base':>8}")
-    for name, rate in rates.items():
-        print(f"{name:48} {rate:10.1f} {rate * 32:12.0f} {rate / base_rate:8.2f}")
+    # Interleaved rounds: each ratio is to the base measured in the same round, its median printed with its range.
+    rounds = [{name: timed(run, batches, of) for name, of in cases.items()} for _ in range(args.rounds)]
+    print(f"{'case (batches of 32, 1 thread, ' + ('padded)' if args.padded else 'packed)'):48} {'batches/s':>10} "
+          f"{'sentences/s':>12} {'vs base':>8} {'range':>10}")
+    for name in cases:
+        rate = statistics.median(r[name] for r in rounds)
+        ratios = [r[name] / r["all rows on the base"] for r in rounds]
+        print(f"{name:48} {rate:10.1f} {rate * 32:12.0f} {statistics.median(ratios):8.2f} "
+              f"{min(ratios):5.2f}-{max(ratios):.2f}")
     cache = loaded.adapter_caches["feature-extraction"]
     model_bytes = sum(p.numel() * p.element_size() for p in loaded.pipelines["feature-extraction"].model.parameters())
     per_adapter = cache.nbytes / max(1, len(cache.held))

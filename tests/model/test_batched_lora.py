@@ -129,7 +129,7 @@ def test_a_mixed_classification_batch_scores_each_row_as_peft_merged(classifier:
 
 
 def test_the_lora_product_equals_peft_merged_weights() -> None:
-    """The masked batched product: each row gets only its adapter's scaled B @ A (base rows nothing)."""
+    """The segmented product: each row gets only its adapter's scaled B @ A (base rows nothing)."""
     torch.manual_seed(0)
     layer = torch.nn.Linear(6, 5)
     adapters = [batched_lora.LoraWeights(f"a{k}", ("", ""), {"layer": (torch.randn(r, 6), torch.randn(5, r), s)})
@@ -138,7 +138,8 @@ def test_the_lora_product_equals_peft_merged_weights() -> None:
     slots = torch.tensor([0, 1, 2, 1, 0, 2, 2])
     stack = batched_lora.stack_layer(adapters, "layer")
     assert stack is not None
-    got = layer(x) + batched_lora.lora_delta(x, slots, stack)
+    with torch.no_grad():
+        got = batched_lora.add_by_segment(layer(x), x, batched_lora.segments(slots), stack)
     by_row = layer(x) + batched_lora.lora_delta_by_row(x.unsqueeze(1), slots, stack)[:, 0]  # one position per row
     assert torch.allclose(by_row, got, atol=1e-5)
     for row, slot in enumerate(slots.tolist()):
