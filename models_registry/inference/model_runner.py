@@ -99,6 +99,14 @@ class PipelineRunner:
         groups: dict[str, list[int]] = {}
         for position, params in enumerate(parameters):
             groups.setdefault(json.dumps(params, sort_keys=True), []).append(position)
+        if task.task in streaming.TASKS and any(row_adapters):
+            # Adapters generate in the decode batch alone (worker.generation_loop); never the base's tokens here.
+            why = adapter_rows.refusal(loaded, task.task) or "adapters do not generate text in static batches"
+            for position, adapter in enumerate(row_adapters):
+                if adapter is not None:
+                    outputs[position] = ItemFailure(Conflict(why))
+            groups = {key: kept for key, positions in groups.items()
+                      if (kept := [p for p in positions if row_adapters[p] is None])}
         for positions in groups.values():
             params = parameters[positions[0]]
             batch = [texts[p] for p in positions]
@@ -107,11 +115,7 @@ class PipelineRunner:
                 for position in positions:
                     outputs[position] = ItemFailure(Timeout("stopped: past its deadline before compute"))
                 continue
-            if task.task in streaming.TASKS and any(row_adapters[p] for p in positions):
-                # Adapters generate in the decode batch alone (worker.generation_loop); never the base here.
-                why = adapter_rows.refusal(loaded, task.task) or "adapters do not generate text in static batches"
-                results = [ItemFailure(Conflict(why))] * len(positions)
-            elif task.task in streaming.TASKS and (params.get("stream") or params.get("details")):
+            if task.task in streaming.TASKS and (params.get("stream") or params.get("details")):
                 group_sinks = [sinks[p] if sinks else None for p in positions]
                 results = self._run_streamed(loaded, task, batch, params, group_sinks)
             else:

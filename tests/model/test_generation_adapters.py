@@ -121,3 +121,26 @@ def test_a_budget_of_one_adapter_keeps_every_running_rows_weights(pipe: Any, dir
         batch.step()
     for name, row in zip(ADAPTERS, rows):
         assert row.sequence.ids == reference(dirs, name, PROMPTS[3], 8), name
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_static_batches_refuse_an_adapters_generation_and_never_answer_the_bases_tokens(
+        dirs: dict[str, Path], streamed: bool) -> None:
+    """Generation in static batches (continuous batching off) has no adapter rows: 409, the base's rows answered."""
+    from models_registry.catalog.specs import ModelSpec, TaskSpec
+    from models_registry.core.batch_types import BatchPolicy, ItemFailure
+    from models_registry.inference.model_runner import PipelineRunner
+
+    task = TaskSpec(name="text-generation", task="text-generation", parameters={}, pooling=None, normalize=False,
+                    policy=BatchPolicy(), timeout_s=30.0)
+    model = ModelSpec(name="base", source=str(dirs["base"]), revision="", device="cpu", dtype="float32", enabled=True,
+                      tasks={"text-generation": task}, default_task="text-generation",
+                      adapters=(spec(dirs, "alpha"),))
+    runner = PipelineRunner(packing=False, torchscript=False)
+    loaded = runner.load(model)
+    params = {"max_new_tokens": 3, **({"stream": True} if streamed else {})}
+    outputs = runner.run(loaded, task, [PROMPTS[1], PROMPTS[1]], [params, params], sinks=None,
+                         adapters=[None, model.adapters[0]])
+    assert not isinstance(outputs[0], ItemFailure)
+    assert isinstance(outputs[1], ItemFailure) and isinstance(outputs[1].error, Conflict)
+    assert "continuous batch" in outputs[1].error.message
