@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
@@ -163,10 +164,41 @@ class RegisteredModelAdmin(TestInputPage, VersionActions, PlacementColumns, admi
 class AdapterAdmin(admin.ModelAdmin):
     """LoRA adapters of registered models: the form checks the files against the base (Adapter.clean)."""
 
-    list_display = ("name", "base", "source", "revision", "enabled", "updated_at")
+    list_display = ("name", "base", "version", "source", "revision", "canary_percent", "enabled", "updated_at")
     list_filter = ("enabled", "base")
     search_fields = ("name", "source")
-    fields = ("name", "base", "source", "revision", "enabled")
+    fields = ("name", "base", "source", "revision", "enabled", "version", "previous_source", "previous_revision",
+              "canary_source", "canary_revision", "canary_percent")
+    # A canary starts from `register_adapter NAME --source DIR --canary PERCENT`; here it is shown, promoted, dropped.
+    readonly_fields = ("version", "previous_source", "previous_revision", "canary_source", "canary_revision",
+                       "canary_percent")
+    actions = ("promote_canary", "roll_back")
+
+    def save_model(self, request: Any, obj: Adapter, form: Any, change: bool) -> None:
+        """Files edited here replace the live ones as register_adapter does: the next version, the old kept."""
+        if change and {"source", "revision"} & set(form.changed_data):
+            before = Adapter.objects.get(pk=obj.pk)
+            obj.previous_source, obj.previous_revision = before.source, before.revision
+            obj.version = before.version + 1
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="Promote the canary (its files become live)")
+    def promote_canary(self, request: Any, queryset: Any) -> None:
+        self._each(request, queryset, Adapter.promote)
+
+    @admin.action(description="Roll back (drop the canary; with none, the files live before)")
+    def roll_back(self, request: Any, queryset: Any) -> None:
+        self._each(request, queryset, Adapter.rollback)
+
+    def _each(self, request: Any, queryset: Any, change: Any) -> None:
+        for adapter in queryset:
+            try:
+                change(adapter)
+            except ValidationError as error:
+                self.message_user(request, f"{adapter.name}: {' '.join(error.messages)}", level=messages.WARNING)
+                continue
+            adapter.save()
+            self.message_user(request, f"{adapter.name}: now v{adapter.version}")
 
 
 @admin.register(ApiToken)

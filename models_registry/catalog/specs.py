@@ -37,9 +37,12 @@ class TaskSpec:
 class AdapterSpec:
     """A LoRA adapter a base model serves: its name (a client's model name) and where its files are."""
 
-    name: str
+    name: str  # a canary's is its wire name, "<adapter>.v<N>" (catalog.rollout.wire_name)
     source: str
     revision: str = ""
+    version: int = 0  # its files' number (models.Adapter.version; a canary's is the next)
+    canary_of: str = ""  # a canary: the adapter whose requests it answers a share of
+    percent: int = 0  # a canary: that share, 0-100
 
 
 # The base tasks an adapter changes (models.adapters.ADAPTER_TASKS: the registry is not imported here).
@@ -86,6 +89,11 @@ class ModelSpec:
         """The adapter an adapter's entry stands for (None: a model)."""
         return self.adapters[0] if self.base else None
 
+    @property
+    def adapter_canary(self) -> AdapterSpec | None:
+        """An adapter entry's canary: new files answering a share of its requests (None: none, or a model)."""
+        return self.adapters[1] if self.base and len(self.adapters) > 1 else None
+
     def find_adapter(self, name: str) -> AdapterSpec | None:
         """One of this base's adapters by name."""
         return next((a for a in self.adapters if a.name == name), None)
@@ -122,8 +130,12 @@ def read_specs() -> dict[str, ModelSpec]:
     adapters: dict[int, list[AdapterSpec]] = {}
     disabled: dict[int, list[AdapterSpec]] = {}  # listed (and answered 503 disabled), never loaded
     for adapter in Adapter.objects.order_by("name"):
-        (adapters if adapter.enabled else disabled).setdefault(adapter.base_id, []).append(
-            AdapterSpec(adapter.name, adapter.source, adapter.revision))
+        listed = (adapters if adapter.enabled else disabled).setdefault(adapter.base_id, [])
+        listed.append(AdapterSpec(adapter.name, adapter.source, adapter.revision, adapter.version))
+        if adapter.canary_source:  # workers list it under its wire name beside the live files
+            listed.append(AdapterSpec(wire_name(adapter.name, adapter.version + 1), adapter.canary_source,
+                                      adapter.canary_revision, adapter.version + 1, adapter.name,
+                                      adapter.canary_percent))
     specs: dict[str, ModelSpec] = {}
     for model in RegisteredModel.objects.prefetch_related("tasks", "versions"):
         rollout = _rollout(model)
@@ -175,6 +187,7 @@ def adapter_entries(base: ModelSpec) -> dict[str, ModelSpec]:
     """Each adapter of base as an entry of its own: a client's model name, answered by the base's workers."""
     tasks = {name: task for name, task in base.tasks.items() if task.task in ADAPTER_TASKS}
     default = base.default_task if base.default_task in tasks else next(iter(tasks), "")
-    return {adapter.name: replace(base, name=adapter.name, base=base.name, adapters=(adapter,), tasks=tasks,
-                                  default_task=default)
-            for adapter in base.adapters}
+    canaries = {a.canary_of: a for a in base.adapters if a.canary_of}
+    return {adapter.name: replace(base, name=adapter.name, base=base.name, tasks=tasks, default_task=default,
+                                  adapters=(adapter, canaries[adapter.name]) if adapter.name in canaries else (adapter,))
+            for adapter in base.adapters if not adapter.canary_of}

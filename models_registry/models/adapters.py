@@ -24,6 +24,15 @@ class Adapter(models.Model):
                                                         "adapter_model.safetensors), or its hub id.")
     revision = models.CharField(max_length=100, blank=True, help_text="Hub revision (branch, tag or commit).")
     enabled = models.BooleanField(default=True)
+    version = models.PositiveIntegerField(default=1, help_text="The live files' number: each change of source or "
+                                                               "revision, promotion and rollback makes the next.")
+    previous_source = models.CharField(max_length=500, blank=True, help_text="The live files before the last change: "
+                                                                             "a rollback returns to them.")
+    previous_revision = models.CharField(max_length=100, blank=True)
+    canary_source = models.CharField(max_length=500, blank=True, help_text="New files answering canary_percent of "
+                                                                           "the adapter's requests beside the live ones.")
+    canary_revision = models.CharField(max_length=100, blank=True)
+    canary_percent = models.PositiveSmallIntegerField(default=0, help_text="The canary's share of requests, 0-100.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -33,6 +42,39 @@ class Adapter(models.Model):
     def __str__(self) -> str:
         return f"{self.name} (adapter of {self.base_id and self.base.name})"
 
+    def replace_files(self, source: str, revision: str) -> None:
+        """New live files at once (the next version); the old ones kept for a rollback. A canary is dropped."""
+        if (source, revision) != (self.source, self.revision):
+            self.previous_source, self.previous_revision = self.source, self.revision
+            self.source, self.revision = source, revision
+            self.version += 1
+        self.drop_canary()
+
+    def start_canary(self, source: str, revision: str, percent: int) -> None:
+        """New files answering percent of the requests beside the live ones (the version after live's)."""
+        self.canary_source, self.canary_revision, self.canary_percent = source, revision, percent
+
+    def drop_canary(self) -> None:
+        """No canary: every request answered by the live files."""
+        self.canary_source, self.canary_revision, self.canary_percent = "", "", 0
+
+    def promote(self) -> None:
+        """The canary's files become live (the next version); refused when there is no canary."""
+        if not self.canary_source:
+            raise ValidationError({"canary_source": f"adapter {self.name!r} has no canary to promote"})
+        self.replace_files(self.canary_source, self.canary_revision)
+
+    def rollback(self) -> None:
+        """Drop the canary; with none, return to the files live before the last change (the next version)."""
+        if self.canary_source:
+            self.drop_canary()
+            return
+        if not self.previous_source:
+            raise ValidationError({"previous_source": f"adapter {self.name!r} has no earlier files to roll back to"})
+        previous = (self.previous_source, self.previous_revision)
+        self.replace_files(*previous)
+        self.previous_source, self.previous_revision = "", ""  # a second rollback does not flip back
+
     def clean(self) -> None:
         """Refuse a name a model has, a source that is not there, and files that do not fit the base."""
         errors: dict[str, str] = {}
@@ -41,6 +83,10 @@ class Adapter(models.Model):
         problem = sources.source_problem(self.source) if self.source else "Give the adapter's directory or hub id."
         if problem:
             errors["source"] = problem
+        if self.canary_source and (canary_problem := sources.source_problem(self.canary_source)):
+            errors["canary_source"] = canary_problem
+        if self.canary_percent > 100 or (self.canary_source and not self.canary_percent):
+            errors["canary_percent"] = "A canary answers 1-100 percent of the requests."
         if errors:
             raise ValidationError(errors)
         if self.base_id is None:
@@ -54,10 +100,14 @@ class Adapter(models.Model):
         if kinds and not kinds & set(ADAPTER_TASKS):
             raise ValidationError({"base": f"{base.name}'s tasks ({', '.join(sorted(kinds))}) take no adapters here; "
                                            f"adapters serve {', '.join(ADAPTER_TASKS)}."})
-        try:
-            check_files(self.source, self.revision, base.source, base.revision)
-        except adapter_files.AdapterProblem as error:
-            raise ValidationError({"source": str(error)}) from None
+        for field, source, revision in (("source", self.source, self.revision),
+                                        ("canary_source", self.canary_source, self.canary_revision)):
+            if not source:
+                continue
+            try:
+                check_files(source, revision, base.source, base.revision)
+            except adapter_files.AdapterProblem as error:
+                raise ValidationError({field: str(error)}) from None
 
 
 def check_files(source: str, revision: str, base_source: str, base_revision: str) -> adapter_files.AdapterManifest | None:

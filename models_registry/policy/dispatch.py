@@ -29,7 +29,7 @@ async def to_worker(request_id: str, spec: ModelSpec, task: TaskSpec, inputs: li
             request_id=request_id, model=wire, task=task.name, inputs=inputs,
             parameters=parameters, timeout_s=task.timeout_s, max_queue_size=queue_limit,
             drain_rate=target.drain_rate, served=ServedVersion(spec.served_as, wire, version), priority=klass,
-            charge=charge, version=version, adapter=spec.name if spec.base else "",
+            charge=charge, version=version, adapter=target.adapter_wire,
         )
     except HostingError as error:
         if version:  # a refusal or failure of one version says which

@@ -116,7 +116,8 @@ async def admit(ask: Ask) -> Admission:
         await _charge_alone(layer, admission, ask)
         return admission
     assert ask.workers is not None, "a request sent to the workers is admitted with their view"
-    if queued.cache_ttl_s and not ask.streamed:  # the cache may answer: charged alone, first
+    # The cache may answer: charged alone, first. Not while an adapter's canary splits its answers between files.
+    if queued.cache_ttl_s and not ask.streamed and spec.adapter_canary is None:
         await _charge_alone(layer, admission, ask)
         try:
             await _ask_cache(layer, admission, ask, spec, queued)
@@ -221,7 +222,8 @@ async def keep(admission: Admission, ask: Ask, result: InferenceResult) -> Serve
         layer = get_channel_layer()  # the key is the live version's: never a canary's answer
         await _store(layer.connection(0), layer.prefix, key, result, task.cache_ttl_s,
                      ask.grant.token_id if ask.grant else None)
-    return Served(result, admission.headers, admission.metered)
+    adapter = admission.target.adapter_headers() if admission.target is not None else {}
+    return Served(result, {**admission.headers, **adapter}, admission.metered)
 
 
 async def _lookup(conn: Any, key: str) -> response_cache.CachedResult | None:

@@ -6,12 +6,13 @@ import random
 from dataclasses import dataclass
 
 from models_registry.catalog import lookups, rollout
-from models_registry.catalog.specs import ModelSpec
+from models_registry.catalog.specs import AdapterSpec, ModelSpec
 from models_registry.core import sources
 from models_registry.core.errors import Conflict, HostingError, ModelDisabled, Unavailable
 from models_registry.core.model_state import ModelState, servable
 
 VERSION_HEADER = "X-Model-Version"
+ADAPTER_VERSION_HEADER = "X-Adapter-Version"  # the adapter files' version that answered (its canary's, or live's)
 FIXED_GRAPH = "onnxruntime"  # a backend that serves a base only (an adapter changes the graph's layers)
 LOADING_RETRY_AFTER_S = 2  # a first load takes seconds: ask again soon, not at once
 
@@ -24,6 +25,28 @@ class Target:
     version: int  # 0: a model without versions
     drain_rate: float  # items/s the task's queue drains at (the Retry-After of a 503)
     copy_to: int = 0  # a shadow version that gets a copy of the answer (policy.shadow), else 0
+    adapter: AdapterSpec | None = None  # an adapter's request: the files that answer it (live's, or its canary's)
+
+    @property
+    def adapter_wire(self) -> str:
+        """The adapter name the worker knows those files by ("": the base answers)."""
+        return self.adapter.name if self.adapter is not None else ""
+
+    def adapter_headers(self) -> dict[str, str]:
+        """The adapter files' version that answered, as a response header (none for the base)."""
+        return {ADAPTER_VERSION_HEADER: str(self.adapter.version)} if self.adapter and self.adapter.version else {}
+
+    def headers(self) -> dict[str, str]:
+        """The versions that answered, as response headers."""
+        return {**({VERSION_HEADER: str(self.version)} if self.version else {}), **self.adapter_headers()}
+
+
+def adapter_files(spec: ModelSpec, share: float) -> AdapterSpec | None:
+    """The adapter files that answer one request of an adapter entry: its canary for its share, else live's."""
+    canary = spec.adapter_canary
+    if canary is not None and share * 100 < canary.percent:
+        return canary
+    return spec.adapter
 
 
 def serving_rate(spec: ModelSpec, task_name: str, wire: str, workers: lookups.WorkerView) -> float:
@@ -57,8 +80,11 @@ def target(spec: ModelSpec, task_name: str, workers: lookups.WorkerView, sticky_
                        "serves the base only. Its operator can set the base's backend to auto or torch.")
     version, wire, copy_to = rollout.pick(spec.served_as, spec.rollout, workers.ready.get(spec.served_as, set()),
                                           sticky_key, random.random(), random.random())
+    # A canary of the adapter's files splits as the base's does: by token when the base's rollout is sticky.
+    share = rollout.draw(sticky_key if spec.rollout.sticky else None, random.random())
     try:
-        return Target(wire, version, serving_rate(spec, task_name, wire, workers), copy_to)
+        return Target(wire, version, serving_rate(spec, task_name, wire, workers), copy_to,
+                      adapter_files(spec, share) if spec.base else None)
     except HostingError as error:
         if version:  # a refusal of one version says which
             error.headers.setdefault(VERSION_HEADER, str(version))

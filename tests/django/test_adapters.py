@@ -1,5 +1,7 @@
 """Adapters in the registry: register_adapter checks the files against the base, tokens are granted adapters by
-name, and a request naming an adapter goes to its base's queue with the adapter's name in the message."""
+name, a request naming an adapter goes to its base's queue with the adapter's name in the message, and versions of
+an adapter: new files replace the live ones (the next version, the old kept for a rollback), a canary answers its
+share beside them until promoted or dropped, and the specs list the canary under its wire name."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from models_registry.broker.messages import WorkRequest
+from models_registry.catalog.specs import AdapterSpec, read_specs
 from models_registry.models import Adapter, ApiToken, ModelTask, RegisteredModel
+from models_registry.policy import serving
 from tests.asgi_client import AsyncClient
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -201,3 +205,57 @@ async def test_the_usage_ledger_and_the_metrics_name_the_adapter(files: dict[str
     counted = REGISTRY.get_sample_value("hosting_inference_requests_total",
                                         {"model": "a", "task": "text-classification", "status": "200"})
     assert counted is not None and counted >= 2
+
+
+def live(name: str = "a") -> tuple[int, str, str]:
+    adapter = Adapter.objects.get(name=name)
+    return adapter.version, Path(adapter.source).name, Path(adapter.previous_source).name if adapter.previous_source \
+        else ""
+
+
+def test_new_files_a_canary_its_promotion_and_rollbacks_number_the_versions(files: dict[str, Path]) -> None:
+    register_base(files["base"])
+    assert "(v1)" in register("a", "--base", "cls", "--source", str(files["a"]))
+    assert "(v2)" in register("a", "--source", str(files["b"]))  # replaced at once
+    assert live() == (2, "b", "a")
+    assert "(v2, canary v3 at 25%)" in register("a", "--source", str(files["a"]), "--canary", "25")
+    assert live() == (2, "b", "a")  # the live files are untouched
+    assert "canary v3 at 60%" in register("a", "--canary", "60")
+    register("a", "--promote")
+    assert live() == (3, "a", "b") and not Adapter.objects.get(name="a").canary_source
+    register("a", "--rollback")
+    assert live() == (4, "b", "")
+    with pytest.raises(CommandError, match="no earlier files to roll back to"):
+        register("a", "--rollback")
+    with pytest.raises(CommandError, match="no canary to promote"):
+        register("a", "--promote")
+    register("a", "--source", str(files["a"]), "--canary", "10")
+    register("a", "--rollback")  # with a canary: only the canary goes
+    assert live() == (4, "b", "") and not Adapter.objects.get(name="a").canary_source
+
+
+def test_a_canarys_files_are_checked_against_the_base_and_its_share_must_be_some(files: dict[str, Path]) -> None:
+    register_base(files["base"])
+    register("a", "--base", "cls", "--source", str(files["a"]))
+    with pytest.raises(CommandError, match=r"canary_source: .*lora_A is 4 x 48"):
+        register("a", "--source", str(files["wide-adapter"]), "--canary", "20")
+    with pytest.raises(CommandError, match="1-100 percent"):
+        register("a", "--source", str(files["b"]), "--canary", "0")
+    with pytest.raises(CommandError, match="has no canary"):
+        register("a", "--canary", "30")
+
+
+def test_the_specs_list_a_canary_under_its_wire_name_and_requests_split_by_its_share(files: dict[str, Path]) -> None:
+    register_base(files["base"])
+    register("a", "--base", "cls", "--source", str(files["a"]))
+    register("a", "--source", str(files["b"]), "--canary", "30")
+    specs = read_specs()
+    canary = AdapterSpec("a.v2", str(files["b"]), "", 2, "a", 30)
+    assert specs["cls"].adapters == (AdapterSpec("a", str(files["a"]), "", 1), canary)
+    assert "a.v2" not in specs  # clients never name it
+    entry = specs["a"]
+    assert entry.adapter_canary == canary and specs["cls"].find_adapter("a.v2") == canary
+    assert serving.adapter_files(entry, 0.29) == canary
+    assert serving.adapter_files(entry, 0.30) == entry.adapter
+    target = serving.Target("cls", 0, 0.0, adapter=canary)
+    assert target.adapter_wire == "a.v2" and target.headers() == {serving.ADAPTER_VERSION_HEADER: "2"}

@@ -115,3 +115,56 @@ def test_adapters_registered_replaced_and_removed_under_load_fail_no_request_and
     assert base_loads(stack) == loads, stack.logs()
     assert "model embed unloaded" not in stack.logs()
     print(f"{len(client.statuses)} base requests, all 200; base loads {loads} before and after")
+
+
+def versioned_answers(stack: Stack, name: str, count: int) -> list[tuple[str, list[list[float]]]]:
+    """count answers of the adapter, each with the X-Adapter-Version that answered it."""
+    answers = []
+    for _ in range(count):
+        status, headers, vectors = http_json("POST", f"{stack.url}/models/{name}", {"inputs": TEXTS},
+                                             token=stack.tokens["all"], timeout=ANSWER_DEADLINE_S)
+        assert status == 200, vectors
+        answers.append((headers.get("X-Adapter-Version") or headers.get("x-adapter-version") or "", vectors))
+    return answers
+
+
+def until_version(stack: Stack, name: str, version: str) -> None:
+    """Until the adapter answers from that version (web and worker each up to a refresh behind)."""
+    deadline = time.monotonic() + ANSWER_DEADLINE_S
+    while (answered := versioned_answers(stack, name, 1)[0][0]) != version:
+        assert time.monotonic() < deadline, f"{name} answers v{answered}, never v{version}"
+        time.sleep(0.2)
+
+
+def settled(stack: Stack, name: str) -> None:
+    """Past the web's registry refresh: a stale view is read once more and refreshed behind it (catalog.lookups)."""
+    time.sleep(3.0)
+    versioned_answers(stack, name, 4)
+    time.sleep(1.5)
+
+
+def test_an_adapters_canary_answers_its_share_then_promotion_and_rollback_switch_its_files(
+        stack: Stack, dirs: dict[str, Path]) -> None:
+    loads = base_loads(stack)
+    want = {"alpha": reference(dirs, "alpha"), "beta": reference(dirs, "beta")}
+    stack.manage("register_adapter", "gamma", "--base", "embed", "--source", str(dirs["alpha"]))
+    assert_close(first_answer(stack, "gamma"), want["alpha"])
+    stack.manage("register_adapter", "gamma", "--source", str(dirs["beta"]), "--canary", "50")
+    deadline = time.monotonic() + ANSWER_DEADLINE_S
+    seen: dict[str, int] = {}
+    while len(seen) < 2:  # both sides answer once the web lists the canary; each answer is its side's files
+        assert time.monotonic() < deadline, seen
+        for version, vectors in versioned_answers(stack, "gamma", 8):
+            assert_close(vectors, want["beta" if version == "2" else "alpha"])
+            seen[version] = seen.get(version, 0) + 1
+    assert set(seen) == {"1", "2"}, seen
+    stack.manage("register_adapter", "gamma", "--promote")
+    settled(stack, "gamma")
+    for version, vectors in versioned_answers(stack, "gamma", 4):  # the canary's v2 is live: no v1 answers
+        assert version == "2"
+        assert_close(vectors, want["beta"])
+    stack.manage("register_adapter", "gamma", "--rollback")  # v1's files again, as the next version
+    until_version(stack, "gamma", "3")
+    assert_close(versioned_answers(stack, "gamma", 1)[0][1], want["alpha"])
+    assert base_loads(stack) == loads
+    print(f"\ncanary answers by version: {seen}; promoted (v2), rolled back (v3); base loads {loads}")

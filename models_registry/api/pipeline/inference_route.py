@@ -32,7 +32,6 @@ from models_registry.core.errors import HostingError, MethodNotAllowed, internal
 from models_registry.broker import stream_handoff
 from models_registry.catalog import lookups
 from models_registry.policy import auth, dispatch, gate, shadow
-from models_registry.policy.serving import VERSION_HEADER
 from models_registry.catalog.specs import ModelSpec, TaskSpec
 from models_registry.media import item as media_item
 
@@ -187,7 +186,7 @@ async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpe
         streams = await stream_handoff.open_streams(
             streaming.openings, admission.plan, model=target.wire, task=task.name, timeout_s=task.timeout_s,
             drain_rate=target.drain_rate, max_queue_size=queue_limit, priority=klass, client=admission.client,
-            whole=not streaming.shape.sse, adapter=spec.name if spec.base else "")
+            whole=not streaming.shape.sse, adapter=target.adapter_wire)
         headers = gate.passed(admission)
     except BaseException as error:
         gate.failed(admission, error)  # a rate limit's 429 raises here; else its tokens are refunded
@@ -195,7 +194,7 @@ async def _streamed(call: ApiCall, grant: auth.TokenGrant | None, spec: ModelSpe
     first_token_s = time.perf_counter() - started
     shape = streaming.shape
     headers = {**headers, "X-Time-To-First-Token-Ms": f"{first_token_s * 1000:.2f}",
-               **({VERSION_HEADER: str(target.version)} if target.version else {})}
+               **target.headers()}
 
     def finish(failure: HostingError | None, gone: bool, record: bool = True) -> None:
         texts = [stream.text for stream in streams]
