@@ -14,6 +14,7 @@ from models_registry.broker.layer import HostingChannelLayer
 from models_registry.capacity.memory_budget import MemoryConfig
 from models_registry.catalog.specs import AdapterSpec, ModelSpec, TaskSpec
 from models_registry.core.batch_types import BatchPolicy
+from models_registry.inference.adapter_cache import AdapterBudget
 from models_registry.worker.adapter_waits import WAIT_REFRESHES
 from models_registry.worker.engine import InferenceEngine
 from models_registry.worker.pull_loop import PullLoop
@@ -27,6 +28,7 @@ class Runner:
     """Answers each input with the adapter that computed it ("base" for none); counts its loads."""
 
     default_device = "cpu"
+    adapter_budget = AdapterBudget()  # the decode loop's, as ModelRunner's
 
     def __init__(self) -> None:
         self.loads = 0

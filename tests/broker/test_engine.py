@@ -13,9 +13,10 @@ import pytest
 from models_registry.broker import messages
 from models_registry.broker.layer import HostingChannelLayer
 from models_registry.capacity.memory_budget import MemoryConfig
-from models_registry.core.batch_types import BatchPolicy
 from models_registry.catalog.compute_cost import TokenCounter
 from models_registry.catalog.specs import ModelSpec, TaskSpec
+from models_registry.core.batch_types import BatchPolicy
+from models_registry.inference.adapter_cache import AdapterBudget
 from models_registry.worker.batch_loop import ABANDON_CHECK_AFTER_S
 from models_registry.worker.engine import InferenceEngine
 from models_registry.worker.pull_loop import PullLoop
@@ -47,6 +48,7 @@ class Runner:
     """Upper-cases its inputs and remembers every batch it ran."""
 
     default_device = "cpu"
+    adapter_budget = AdapterBudget()  # the decode loop's, as ModelRunner's
 
     def __init__(self) -> None:
         self.batches: list[list[Any]] = []

@@ -11,8 +11,9 @@ from models_registry.broker import messages, model_holders
 from models_registry.broker.layer import HostingChannelLayer
 from models_registry.capacity.memory_budget import MemoryConfig
 from models_registry.capacity.placement_plan import MIN_IDLE_S
-from models_registry.core.batch_types import BatchPolicy
 from models_registry.catalog.specs import ModelSpec, TaskSpec
+from models_registry.core.batch_types import BatchPolicy
+from models_registry.inference.adapter_cache import AdapterBudget
 from models_registry.worker.engine import InferenceEngine
 from models_registry.worker.pull_loop import PullLoop
 
@@ -32,6 +33,7 @@ class Runner:
     """Loads anything, answers upper-cased inputs."""
 
     default_device = "cpu"
+    adapter_budget = AdapterBudget()  # the decode loop's, as ModelRunner's
 
     def load(self, spec: ModelSpec) -> Loaded:
         return Loaded()
