@@ -7,6 +7,8 @@ of attention and MLP; made here with peft, a test dependency). The continuous ba
 fills its rows, then times decode steps: all rows on the base, all on one adapter, and the rows spread over the N
 adapters (row k on adapter k mod N). Rounds interleave the three; the table gives the median of the rounds and the
 ratio to the base measured in the same round. Then each adapter's bytes against the whole model's.
+`--http` measures the same through the product instead: a real stack (Redis, one worker, the web), closed-loop
+/v1/completions streams on the base or spread over the adapters (bench.generation's streams), interleaved rounds.
 """
 
 from __future__ import annotations
@@ -48,6 +50,64 @@ def decode_rate(pipe: Any, cache: Any, adapters: list[Any], rows: int, steps: in
     return rate
 
 
+async def streams_rate(url: str, token: str, models: list[str], streams: int, args: argparse.Namespace) -> float:
+    """Tokens/s of closed-loop /v1/completions streams through HTTP, stream k on models[k % len(models)]."""
+    import asyncio
+
+    from bench.generation import level
+    from bench.generation_peer import Server
+
+    per_model = [sum(1 for k in range(streams) if k % len(models) == m) for m in range(len(models))]
+    headers = {"Authorization": f"Bearer {token}"}
+    rows = await asyncio.gather(*(level(Server(name, url, name, headers), count, args, probe_every_s=None)
+                                  for name, count in zip(models, per_model) if count))
+    errors = [e for row in rows for e in row["errors"]]
+    if errors:
+        raise RuntimeError(f"streams failed: {errors[:2]}")
+    return sum(row["tokens_s"] for row in rows)
+
+
+def through_http(base: Path, dirs: list[Path], args: argparse.Namespace) -> None:
+    """The same comparison through the product: one continuous-batching worker, streams on the base or spread over
+    the adapters (`--http`)."""
+    import asyncio
+
+    from bench.stack_setup import stopped_on_failure
+    from tests.stack import Stack
+
+    stack = Stack.create({"HOSTING_TORCH_THREADS": "1", "HOSTING_WORKER_NICE": "0"})
+    try:
+        with stopped_on_failure(stack):
+            stack.manage("register_model", "gen", "--source", str(base), "--task", "text-generation",
+                         "--max-batch-size", "40", "--timeout", "600", "--max-queue-size", "256", "--dtype", args.dtype)
+            names = [f"a{i}" for i in range(len(dirs))]
+            for name, path in zip(names, dirs):
+                stack.manage("register_adapter", name, "--base", "gen", "--source", str(path))
+            token = stack.create_token("all")
+            stack.start_worker()
+            url = stack.start_web()
+            stack.wait_ready(["gen", *names])
+        mixes = {"all on the base": ["gen"], f"{len(names)} adapters mixed": names}
+        rates: dict[str, list[float]] = {name: [] for name in mixes}
+        ratios: dict[str, list[float]] = {name: [] for name in mixes}
+        for _ in range(args.rounds):
+            measured = {name: asyncio.run(streams_rate(url, token, models, args.rows, args)) for name, models in
+                        mixes.items()}
+            for name, rate in measured.items():
+                rates[name].append(rate)
+                ratios[name].append(rate / measured["all on the base"])
+    finally:
+        stack.stop()
+    print(f"Through HTTP: {args.rows} /v1/completions streams (closed loop, {args.seconds:.0f} s windows, "
+          f"{args.min_tokens}-{args.max_tokens} tokens each), one worker, {args.dtype}, {args.rounds} rounds")
+    print()
+    print("| streams on | tokens/s (median) | range | x base (same round, median) |")
+    print("|---|---:|---:|---:|")
+    for name in mixes:
+        print(f"| {name} | {statistics.median(rates[name]):.1f} | {min(rates[name]):.1f}-{max(rates[name]):.1f} | "
+              f"{statistics.median(ratios[name]):.2f} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Build the model and adapters, time the three mixes in interleaved rounds, print the tables."""
     import torch
@@ -65,11 +125,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--adapters", type=int, default=8)
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument("--http", action="store_true", help="through the product: streams against a real stack")
+    parser.add_argument("--seconds", type=float, default=30.0, help="--http: window per mix and round")
+    parser.add_argument("--max-requests", type=int, default=200, help="--http: requests per mix, model and round")
+    parser.add_argument("--min-tokens", type=int, default=64, help="--http: tokens asked per request, at least")
+    parser.add_argument("--max-tokens", type=int, default=256, help="--http: at most")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="adapter-generation-bench-"))
     base = build_model(work / "gpt2")
     dirs = build_adapters(base, work, args.adapters, args.rank)
+    if args.http:
+        through_http(base, dirs, args)
+        return
     pipe = load_pipeline("text-generation", str(base), None, "cpu", DTYPES[args.dtype])
     whole = sum(p.numel() * p.element_size() for p in pipe.model.parameters())
     packed = cpu_packing.pack(pipe.model)
