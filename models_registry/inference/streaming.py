@@ -101,9 +101,13 @@ class StepDecoder(BaseStreamer, StoppingCriteria):
         done = [s.finish_reason is not None or (s.sink is not None and s.sink.cancelled()) for s in self.sequences]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
-    def take(self, row: int, sequence: GeneratedSequence, token_id: int) -> None:
-        """Add the token row drew to its sequence: its text, its event, and whether it ends the sequence."""
-        logprob = float(self.logprobs.last[row, token_id]) if self.logprobs.last is not None else 0.0
+    def take(self, row: int, sequence: GeneratedSequence, token_id: int, logprob: float | None = None) -> None:
+        """Add the token row drew to its sequence: its text, its event, and whether it ends the sequence.
+
+        logprob: the token's, when the caller has it (the decode batch); else read from the keeper (generate()).
+        """
+        if logprob is None:
+            logprob = float(self.logprobs.last[row, token_id]) if self.logprobs.last is not None else 0.0
         special = token_id in self.special_ids
         sequence.ids.append(token_id)
         if not special:
