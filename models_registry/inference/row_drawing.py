@@ -19,6 +19,7 @@ import torch
 from models_registry.core.errors import GrammarStalled
 
 CHUNK = 16  # rows log-softmaxed at once: a temporary of ~10 MB at Qwen2's 151,936 tokens, not 156 MB at 256 rows
+BLOCK = 1024  # first_max's span: the maxima of spans of this many logits, then the max within the winning span
 
 
 def draw(rows: list[Any], logits: torch.Tensor) -> None:
@@ -76,7 +77,7 @@ def take(row: Any, token: int, logprob: float | None) -> None:
 
 def _draw_greedy(rows: list[Any], logits: torch.Tensor, at: list[int]) -> None:
     """Greedy rows (at: theirs among logits' rows): one max over them, logprobs for those that report them."""
-    tokens = _rows(logits, at).max(dim=-1).indices.tolist()
+    tokens = first_max(_rows(logits, at)).tolist()
     told = [n for n, row in enumerate(rows) if reports(row)]
     logprobs = dict(zip(told, _logprobs_at(logits, [at[n] for n in told], [tokens[n] for n in told])))
     for n, (row, token) in enumerate(zip(rows, tokens)):
@@ -94,6 +95,30 @@ def _draw_sampled(rows: list[Any], logits: torch.Tensor, at: list[int]) -> None:
         chosen += logprobs.gather(1, tokens)[:, 0].tolist()
     for row, token, logprob in zip(rows, drawn, chosen):
         take(row, token, logprob if reports(row) else None)
+
+
+def first_max(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's index of its first maximum, as `logits.max(dim=-1).indices` gives it, in a quarter of its time.
+
+    max with indices is a scalar loop on a CPU (~380 us a row of 151,936), amax a vectorized one (~80 us):
+    amax over spans of BLOCK logits, the first span holding the row's maximum (max over the spans' maxima
+    gives the first of equal ones), then max within that span only; a value's first index is the same.
+    """
+    rows, size = logits.shape
+    spans = size // BLOCK
+    if spans < 2:
+        return logits.max(dim=-1).indices
+    whole = spans * BLOCK
+    blocks = logits[:, :whole].reshape(rows, spans, BLOCK)  # a view: rows of logits are contiguous
+    maxima = blocks.amax(dim=-1)
+    if whole < size:
+        maxima = torch.cat([maxima, logits[:, whole:].amax(dim=-1, keepdim=True)], dim=1)
+    span = maxima.max(dim=-1).indices
+    within = blocks[torch.arange(rows, device=logits.device), span.clamp(max=spans - 1)].max(dim=-1).indices
+    first = span * BLOCK + within
+    if whole < size:  # a row whose maximum first comes in the tail after the last whole span
+        first = torch.where(span == spans, logits[:, whole:].max(dim=-1).indices + whole, first)
+    return first
 
 
 def _logprobs_at(logits: torch.Tensor, at: list[int], tokens: list[int]) -> list[float]:

@@ -151,3 +151,21 @@ def test_unseeded_sampled_rows_draw_from_their_softmax_and_report_its_logprob() 
         assert logprob == float(torch.log_softmax(row_logits[None], dim=-1)[0, token])
         if n != 3:
             assert token == int(picks[n])
+
+
+@pytest.mark.parametrize("size", [50_257, VOCAB, 3 * row_drawing.BLOCK, 1000])
+def test_first_max_is_the_first_index_of_each_rows_maximum_as_max_gives_it(size: int) -> None:
+    logits = torch.randn(12, size, generator=torch.Generator().manual_seed(size))
+    top = float(logits.max()) + 1
+    logits[0, 5] = logits[0, size - 2] = top  # ties, across spans and in the tail
+    logits[1, size - 1] = top  # the maximum in the tail
+    logits[2, (row_drawing.BLOCK - 1) % size] = logits[2, row_drawing.BLOCK % size] = top  # either side of an edge
+    logits[3] = 0.0  # all equal
+    logits[4, :] = float("-inf")
+    logits[5, 1 + size // 2] = top
+    logits[5, size // 2] = top
+    logits[6, (2 * row_drawing.BLOCK + 3) % size] = top
+    logits[6, 3] = top
+    logits[7, 9] = logits[7, size - 1] = float("nan")  # max gives the first nan
+    assert torch.equal(row_drawing.first_max(logits), logits.max(dim=-1).indices)
+    assert torch.equal(row_drawing.first_max(logits[3:9]), logits[3:9].max(dim=-1).indices)
