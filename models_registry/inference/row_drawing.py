@@ -4,10 +4,11 @@ Every row samples with its own parameters and, with a seed, its own generator: a
 answer does not depend on what else runs beside it, and greedy answers equal `generate()`'s.
 
 Rows that need nothing of their own (no processors, no grammar or OpenAI logprobs, no seed) draw
-together: greedy ones with one max over all their logits, unseeded sampled ones with one
-multinomial; the same kernels over the same rows, so every value equals the one-row draw's. A
-token's logprob (TGI's details) costs a log-softmax over the vocabulary, computed only for the
-rows whose answer or stream reports it.
+together: greedy ones with one first_max over all their logits (max's first index, vectorized),
+unseeded sampled ones with one multinomial a CHUNK of rows; log_softmax is computed row by row
+inside its kernel, so every value equals the one-row draw's. A token's logprob (TGI's details)
+costs a log-softmax over the vocabulary, computed only for the rows whose answer or stream
+reports it (a row answering without details reports none: its tokens' logprobs are left 0.0).
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def draw_one(row: Any, logits: torch.Tensor) -> None:
     logprobs = torch.log_softmax(scores, dim=-1) if row.sample or reports(row) else None
     if row.sample:
         token = int(torch.multinomial(logprobs.exp(), 1, generator=row.generator)[0, 0])
-    else:  # max, not argmax: both give the first of equal maxima, and CPU argmax over 50,257 costs 2.7x max
-        token = int(scores.max(dim=-1).indices[0])
+    else:  # the first of equal maxima, as max and argmax give it (and generate()), at a quarter of max's cost
+        token = int(first_max(scores)[0])
     if row.shaping is not None:
         row.decoder.token_extras = row.shaping.chosen(token)
     take(row, token, float(logprobs[0, token]) if logprobs is not None and reports(row) else None)
