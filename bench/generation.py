@@ -91,8 +91,9 @@ def default_dtype() -> str:
     return "bfloat16" if bfloat16_in_hardware() else "float32"
 
 
-def build_model(dest: Path) -> Path:
-    """GPT-2 small's shape with random weights; a byte-level BPE padded with added tokens to its 50,257."""
+def build_model(dest: Path, vocab: int = 50257, layers: int = 12, hidden: int = 768, heads: int = 12) -> Path:
+    """GPT-2 small's shape with random weights (or the one given); a byte-level BPE padded with added tokens to
+    its vocabulary (50,257): every id the model can draw decodes."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -105,9 +106,9 @@ def build_model(dest: Path) -> Path:
     # The flood's and the 1 MB prompts' chats; it renders tools too (hermes), for the tools level, and without
     # them it renders what CHAT_TEMPLATE does.
     tokenizer.chat_template = model_factory.TOOLS_TEMPLATE
-    tokenizer.add_tokens([f"<w{i}>" for i in range(50257 - len(tokenizer))])
+    tokenizer.add_tokens([f"<w{i}>" for i in range(vocab - len(tokenizer))])
     eos = tokenizer.convert_tokens_to_ids(model_factory.EOS)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=1024, n_embd=768, n_layer=12, n_head=12,
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=1024, n_embd=hidden, n_layer=layers, n_head=heads,
                         bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).eval()

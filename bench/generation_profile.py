@@ -5,6 +5,11 @@ linear layers packed for oneDNN as a worker packs them, one torch thread. Rows p
 its own length, as in a busy batch); the median of timed steps is split into the model's forward
 and what follows it (sampling and bookkeeping per row), and torch.profiler's table of one step
 says what the forward spends on: the matmuls of the layers, the LM head, attention, cache writes.
+
+`--tiny-vocab` is a tiny model (2 layers, 64 wide) with Qwen2's 151,936-token vocabulary: the forward is
+small and what a step spends beside it (each row's drawing over the whole vocabulary, its text, its
+events) is measured as host time per row per step (a step less its forward, over the rows).
+`--details` has every row report its tokens' logprobs (TGI's details), as streams and OpenAI's answers do.
 """
 
 from __future__ import annotations
@@ -27,7 +32,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--top", type=int, default=14, help="profiler rows shown")
     parser.add_argument("--spread", type=int, default=256, help="the rows' lengths spread over about this many")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the model's weights")
+    parser.add_argument("--vocab", type=int, default=50257, help="the vocabulary (GPT-2's by default)")
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--tiny-vocab", action="store_true",
+                        help="--vocab 151936 --layers 2 --hidden 64 --heads 2: Qwen2's vocabulary, a tiny forward")
+    parser.add_argument("--details", action="store_true", help="rows ask TGI's details (each token's logprob)")
     args = parser.parse_args(argv)
+    if args.tiny_vocab:
+        args.vocab, args.layers, args.hidden, args.heads = 151936, 2, 64, 2
     torch.set_num_threads(args.threads)
     from bench.generation import PROMPTS, build_model
     from models_registry.inference import cpu_packing
@@ -35,10 +49,11 @@ def main(argv: list[str] | None = None) -> None:
     from models_registry.inference.loading import DTYPES, load_pipeline
 
     with tempfile.TemporaryDirectory(prefix="decode-profile-") as tmp:
-        pipe = load_pipeline("text-generation", str(build_model(Path(tmp) / "gpt2")), None, "cpu", DTYPES[args.dtype])
+        model_dir = build_model(Path(tmp) / "gpt2", args.vocab, args.layers, args.hidden, args.heads)
+        pipe = load_pipeline("text-generation", str(model_dir), None, "cpu", DTYPES[args.dtype])
     packed = cpu_packing.pack(pipe.model)
     batch = GenerationBatch(pipe, max_rows=args.rows)
-    rows = [batch.prepare(f"r{n}", PROMPTS[n % len(PROMPTS)], {"max_new_tokens": 1000}, None)
+    rows = [batch.prepare(f"r{n}", PROMPTS[n % len(PROMPTS)], {"max_new_tokens": 1000, "details": args.details}, None)
             for n in range(args.rows)]
     for row in rows:  # one joins every few steps: lengths spread as in a busy batch (bench.generation's 16-256)
         batch.step([row])
@@ -54,18 +69,25 @@ def main(argv: list[str] | None = None) -> None:
         return out
 
     batch.model.forward = timed  # type: ignore[method-assign]
-    steps = []
+    steps, hosts = [], []
     for _ in range(args.steps):
+        before = len(forward_s)
         started = time.perf_counter()
         batch.step()
         steps.append(time.perf_counter() - started)
+        hosts.append(steps[-1] - sum(forward_s[before:]))  # beside this step's forwards
     del batch.model.forward
     step, forward = statistics.median(steps), statistics.median(forward_s)
+    host = sorted(1e6 * h / args.rows for h in hosts)
     print(f"{args.rows} rows decoding (lengths {min(r.cached for r in rows)}-{max(r.cached for r in rows)}, mean "
           f"{sum(r.cached for r in rows) // len(rows)}), "
           f"{args.dtype}, {packed} layers packed, torch threads {args.threads}: step p50 {1000 * step:.1f} ms = forward "
           f"{1000 * forward:.1f} ms + sampling and bookkeeping {1000 * (step - forward):.1f} ms "
           f"({1000 * (step - forward) / args.rows:.2f} ms a row)")
+    print(f"host time per row per step (vocab {args.vocab}, {args.rows} rows, details {args.details}): "
+          f"p50 {statistics.median(host):.1f} us (min {host[0]:.1f}, max {host[-1]:.1f}, {args.steps} steps)")
+    if args.top <= 0:
+        return
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
         batch.step()
     vocab = batch.model.config.vocab_size

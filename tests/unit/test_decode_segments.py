@@ -50,3 +50,33 @@ def test_the_split_is_the_cheapest_of_all() -> None:
         got = split(slots, lengths, call_cost)
         assert [first for first, _ in got] == [0] + [end for _, end in got[:-1]] and got[-1][1] == count
         assert cost(got, slots, lengths, call_cost) == min(cost(s, slots, lengths, call_cost) for s in every_split(count))
+
+
+def every_first(slots: list[int], lengths: list[int], call_cost: int) -> list[tuple[int, int]]:
+    """split's search without its pruning: every range end against every range start (the quadratic loop)."""
+    count = len(slots)
+    best, cut = [0] * (count + 1), [0] * (count + 1)
+    for end in range(1, count + 1):
+        longest, cheapest, start_at = 0, -1, 0
+        for first in range(end - 1, -1, -1):
+            longest = max(longest, lengths[first])
+            cost = best[first] + call_cost + (slots[end - 1] - slots[first] + 1) * longest
+            if cheapest < 0 or cost < cheapest:
+                cheapest, start_at = cost, first
+        best[end], cut[end] = cheapest, start_at
+    ranges, end = [], count
+    while end:
+        ranges.append((cut[end], end))
+        end = cut[end]
+    return ranges[::-1]
+
+
+def test_the_pruned_search_finds_the_very_split_the_whole_search_finds() -> None:
+    rng = random.Random(52)
+    for _ in range(400):
+        count = rng.randint(1, 120)
+        slots = sorted(rng.sample(range(count + rng.randint(0, 40)), count))
+        low = rng.choice([1, 20, 200])
+        lengths = [rng.randint(low, low + rng.choice([0, 5, 300])) for _ in range(count)]
+        call_cost = rng.choice([0, 1, 32, 500])
+        assert split(slots, lengths, call_cost) == every_first(slots, lengths, call_cost)
