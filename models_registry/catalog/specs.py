@@ -8,7 +8,7 @@ from typing import Any
 from models_registry.catalog import model_settings
 from models_registry.core import model_layout
 from models_registry.core.batch_types import BatchPolicy
-from models_registry.catalog.rollout import Rollout, wire_name
+from models_registry.catalog.rollout import Rollout, split_wire, wire_name
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,16 @@ class AdapterSpec:
     version: int = 0  # its files' number (models.Adapter.version; a canary's is the next)
     canary_of: str = ""  # a canary: the adapter whose requests it answers a share of
     percent: int = 0  # a canary: that share, 0-100
+
+    @property
+    def wire(self) -> str:
+        """The name workers know these files by, "<adapter>.v<N>" (its name alone when unversioned).
+
+        Each version has its own: a worker whose registry view is a refresh behind the web's does
+        not list the new one yet and holds its requests (worker.adapter_waits) rather than compute
+        them with the files it still lists under the adapter's name.
+        """
+        return wire_name(self.canary_of or self.name, self.version)
 
 
 # The base tasks an adapter changes (models.adapters.ADAPTER_TASKS: the registry is not imported here).
@@ -94,9 +104,27 @@ class ModelSpec:
         """An adapter entry's canary: new files answering a share of its requests (None: none, or a model)."""
         return self.adapters[1] if self.base and len(self.adapters) > 1 else None
 
-    def find_adapter(self, name: str) -> AdapterSpec | None:
-        """One of this base's adapters by name."""
-        return next((a for a in self.adapters if a.name == name), None)
+    def find_adapter(self, wire: str) -> AdapterSpec | None:
+        """One of this base's adapter versions by its wire name (AdapterSpec.wire)."""
+        return next((a for a in self.adapters if a.wire == wire), None)
+
+    def adapter_for(self, wire: str) -> AdapterSpec | None:
+        """The files that compute a request naming wire: that version where listed, else its adapter's live files.
+
+        A web a refresh behind this view names a version replaced since (or a canary dropped since): its
+        request is computed by the live files rather than refused. None: the adapter is not listed at all.
+        """
+        name, _ = split_wire(wire)
+        return self.find_adapter(wire) or next((a for a in self.adapters if a.name == name and not a.canary_of), None)
+
+    def awaits_adapter(self, wire: str) -> bool:
+        """Whether wire names an adapter version this view does not list yet: none of that adapter, or one
+        newer than its live files (a change the web has read before this view)."""
+        if self.find_adapter(wire) is not None:
+            return False
+        name, version = split_wire(wire)
+        live = next((a for a in self.adapters if a.name == name and not a.canary_of), None)
+        return live is None or version > live.version
 
 
 def worker_specs(specs: dict[str, ModelSpec]) -> dict[str, ModelSpec]:

@@ -30,7 +30,7 @@ class Target:
     @property
     def adapter_wire(self) -> str:
         """The adapter name the worker knows those files by ("": the base answers)."""
-        return self.adapter.name if self.adapter is not None else ""
+        return self.adapter.wire if self.adapter is not None else ""
 
     def adapter_headers(self) -> dict[str, str]:
         """The adapter files' version that answered, as a response header (none for the base)."""

@@ -3,7 +3,9 @@
 The web may read a new adapter from the registry up to one refresh before this worker does; its
 first requests wait here (leased, as any request held) rather than answer 503. A request whose
 adapter is still not listed after WAIT_REFRESHES refreshes (removed, or never served here) is taken
-again all the same, and intake answers it the 503 it gives an unknown adapter.
+again all the same, and intake answers it the 503 it gives an unknown adapter. A version newer than
+the live files this view lists waits the same way; one older (replaced since) does not: the live
+files compute it (ModelSpec.adapter_for).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ WAIT_REFRESHES = 3  # web and worker views of the registry are each up to one re
 def waits_for_listing(request: WorkRequest, slot: ModelSlot | None, since: int, refreshes: int) -> bool:
     """Whether request, waiting since refresh since, still waits: its ready base's slot does not list its adapter."""
     unlisted = bool(request.adapter) and slot is not None and slot.state == ModelState.READY \
-        and slot.spec.find_adapter(request.adapter) is None
+        and slot.spec.awaits_adapter(request.adapter)
     return unlisted and refreshes - since < WAIT_REFRESHES
 
 

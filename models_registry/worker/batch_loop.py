@@ -223,7 +223,7 @@ class BatchLoop:
         # Each row's adapter, as the slot's registry view lists it now (None: the base); rows of several
         # adapters and of the base share the batch's forwards (inference.batched_lora).
         # One removed since its intake keeps its name and no source: its rows fail, never run on the base.
-        adapters = [(slot.spec.find_adapter(name) or AdapterSpec(name, "")) if (name := item.request.delivery.adapter)
+        adapters = [(slot.spec.adapter_for(name) or AdapterSpec(name, "")) if (name := item.request.delivery.adapter)
                     else None for item in batch.items]
         with computing_until(deadline), self.slots.using(slot):  # not evicted while it computes
             if any(sinks):  # streamed generation: each such item's tokens go to its client as they come

@@ -118,7 +118,7 @@ class GenerationLoop:
         task = spec.tasks[task_name]
         # Each row's adapter as this worker's view lists it now; one removed since its intake keeps its name
         # and no source: its row fails (inference.adapter_cache), never runs on the base.
-        adapters = [(spec.find_adapter(name) or AdapterSpec(name, "")) if (name := item.request.delivery.adapter)
+        adapters = [(spec.adapter_for(name) or AdapterSpec(name, "")) if (name := item.request.delivery.adapter)
                     else None for item in batch.items]
 
         def read() -> list[Row | HostingError]:

@@ -66,7 +66,7 @@ def check_servable(request: WorkRequest, slot: ModelSlot | None, draining: bool)
 
 def check_adapter(request: WorkRequest, slot: ModelSlot) -> None:
     """503 for an adapter this worker's view of the base does not list (yet, or any more); 409 for a task it does not change."""
-    if slot.spec.find_adapter(request.adapter) is None:
+    if slot.spec.adapter_for(request.adapter) is None:
         raise Unavailable(f"adapter {request.adapter!r} of model {request.model!r} is not served by this worker")
     kind = slot.spec.tasks[request.task].task
     if kind not in ADAPTER_TASKS:

@@ -102,7 +102,7 @@ async def test_a_token_granted_one_adapter_uses_it_and_neither_sees_nor_uses_the
     answer = await post(client, token, "/models/a", {"inputs": "hello"})
     assert answer.status_code == 200, answer.json()
     sent = calls[-1]
-    assert (sent["model"], sent["adapter"], sent["task"]) == ("cls", "a", "text-classification")  # the base's queue
+    assert (sent["model"], sent["adapter"], sent["task"]) == ("cls", "a.v1", "text-classification")  # the base's queue, the version's files
     for path in ("/models/b", "/models/cls"):
         refused = await post(client, token, path, {"inputs": "hello"})
         assert refused.status_code == 403 and refused.json()["error_type"] == "forbidden"
@@ -163,7 +163,7 @@ def test_registering_replacing_or_removing_adapters_never_reloads_their_base(fil
     Adapter.objects.filter(name="b").delete()  # the last one
     views.append(read_specs()["cls"])
     assert [len(v.adapters) for v in views] == [0, 1, 2, 2, 1, 0]
-    assert views[2].find_adapter("b") != views[3].find_adapter("b")
+    assert views[2].find_adapter("b.v1").source != views[3].find_adapter("b.v2").source  # each version its name
     assert {v.load_key() for v in views} == {views[0].load_key()}
     assert [slot_change(old, new) for old, new in zip(views, views[1:])] == [SlotChange.APPLY] * 5
 
@@ -255,7 +255,16 @@ def test_the_specs_list_a_canary_under_its_wire_name_and_requests_split_by_its_s
     assert "a.v2" not in specs  # clients never name it
     entry = specs["a"]
     assert entry.adapter_canary == canary and specs["cls"].find_adapter("a.v2") == canary
+    assert specs["cls"].find_adapter("a.v1") == entry.adapter and specs["cls"].find_adapter("a") is None
     assert serving.adapter_files(entry, 0.29) == canary
     assert serving.adapter_files(entry, 0.30) == entry.adapter
     target = serving.Target("cls", 0, 0.0, adapter=canary)
     assert target.adapter_wire == "a.v2" and target.headers() == {serving.ADAPTER_VERSION_HEADER: "2"}
+    assert serving.Target("cls", 0, 0.0, adapter=entry.adapter).adapter_wire == "a.v1"
+    # A worker's view against a web's a refresh apart: an older version (or a dropped canary) is computed by the
+    # live files; a newer one waits for the refresh that lists it; an adapter not listed at all waits, then 503s.
+    base = specs["cls"]
+    assert base.adapter_for("a.v0") == entry.adapter and not base.awaits_adapter("a.v0")
+    assert base.awaits_adapter("a.v3") and base.adapter_for("a.v3") == entry.adapter
+    assert base.awaits_adapter("zz.v1") and base.adapter_for("zz.v1") is None
+    assert not base.awaits_adapter("a.v2") and base.adapter_for("a.v2") == canary
