@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -196,8 +197,12 @@ class Command(BaseCommand):
                 changed = True
         if changed:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(saved, indent=2))
-            path.chmod(0o600)
+            # Whole or not at all, and 0600 from the start: a reader polling for the file (a script, a test)
+            # never reads it half-written.
+            fd, temporary = tempfile.mkstemp(prefix=".credentials.", dir=path.parent)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(json.dumps(saved, indent=2))
+            os.replace(temporary, path)
         return saved
 
     def _announce(self, host: str, port: int, credentials: dict[str, str]) -> None:
