@@ -114,8 +114,7 @@ class ModelSpec:
         A web a refresh behind this view names a version replaced since (or a canary dropped since): its
         request is computed by the live files rather than refused. None: the adapter is not listed at all.
         """
-        name, _ = split_wire(wire)
-        return self.find_adapter(wire) or next((a for a in self.adapters if a.name == name and not a.canary_of), None)
+        return self.find_adapter(wire) or self._live_adapter(split_wire(wire)[0])
 
     def awaits_adapter(self, wire: str) -> bool:
         """Whether wire names an adapter version this view does not list yet: none of that adapter, or one
@@ -123,8 +122,12 @@ class ModelSpec:
         if self.find_adapter(wire) is not None:
             return False
         name, version = split_wire(wire)
-        live = next((a for a in self.adapters if a.name == name and not a.canary_of), None)
+        live = self._live_adapter(name)
         return live is None or version > live.version
+
+    def _live_adapter(self, name: str) -> AdapterSpec | None:
+        """The adapter's live files (never its canary)."""
+        return next((a for a in self.adapters if a.name == name and not a.canary_of), None)
 
 
 def worker_specs(specs: dict[str, ModelSpec]) -> dict[str, ModelSpec]:

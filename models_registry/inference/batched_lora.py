@@ -233,6 +233,21 @@ class BatchedLora:
         finally:
             self.active = None
 
+    @contextmanager
+    def row_positions(self, row_adapters: Sequence[LoraWeights | None], counts: Sequence[int]) -> Iterator[None]:
+        """The next forward's rows active, row k (adapter row_adapters[k], None the base) owning counts[k] of its
+        flattened positions in order (a decode step: one per decoding row, a chunk per prefilling one)."""
+        distinct: list[LoraWeights] = []
+        for weights in row_adapters:
+            if weights is not None and all(weights is not d for d in distinct):
+                distinct.append(weights)
+        slots = [BASE_SLOT if w is None else 1 + next(i for i, d in enumerate(distinct) if d is w)
+                 for w in row_adapters]
+        with self.rows(distinct, slots) as batch_rows:
+            owner = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(list(counts)))
+            batch_rows.for_tokens(owner.to(batch_rows.input_slots.device))
+            yield
+
     def remove(self) -> None:
         """Take every hook off (the model computes as the base alone again)."""
         for handle in self.hooked.values():

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,14 +299,8 @@ class GenerationBatch:
         rows = [*step.decoding, *(row for row, _, _ in step.chunks)]
         if self.adapters is None or all(r.adapter is None for r in rows):
             return contextlib.nullcontext()
-        distinct: list[LoraWeights] = []
-        for row in rows:
-            if row.adapter is not None and all(row.adapter is not d for d in distinct):
-                distinct.append(row.adapter)
-        slots = [0 if r.adapter is None else 1 + next(i for i, d in enumerate(distinct) if d is r.adapter)
-                 for r in rows]
         counts = [1] * len(step.decoding) + [count for _, count, _ in step.chunks]  # positions, in step.ids' order
-        return _positions_of(self.adapters, distinct, slots, counts, self.model.device)
+        return self.adapters.lora.row_positions([r.adapter for r in rows], counts)
 
     def _prefill_budget(self) -> int:
         if self.seconds_per_token is None:
@@ -338,15 +331,6 @@ class GenerationBatch:
     def _draw(self, rows: list[Row], logits: torch.Tensor) -> None:
         """Each row's next token from its row of logits (generation_check watches this)."""
         row_drawing.draw(rows, logits)
-
-
-@contextlib.contextmanager
-def _positions_of(adapters: AdapterCache, distinct: list[LoraWeights], slots: list[int], counts: list[int],
-                  device: Any) -> Iterator[None]:
-    """distinct active on the model; the k-th row of the step (slots[k]: 0 the base) owns counts[k] positions."""
-    with adapters.lora.rows(distinct, slots) as batch_rows:
-        batch_rows.for_tokens(torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts)).to(device))
-        yield
 
 
 def _smoothed(old: float | None, new: float) -> float:
