@@ -1,24 +1,21 @@
-"""Continuous batching of one decoder model: rows join, are prefilled in chunks, decode together and leave.
+"""Continuous batching of one decoder model, the executor: rows join, are prefilled in chunks, decode together, leave.
 
-Every step is one forward of the model over the tokens of every row flattened into one
-sequence (inference.kv_slots): one token per decoding row, and the next chunk of each
-prompt being prefilled, within a token budget measured so that a step's prefill takes
-about STEP_S (the pace per token of the steps so far). Each row has a slot of a cache
-preallocated for it and written in place; a row whose prompt starts like a cached one (a shared
-system prompt, the n choices of one prompt, a preempted row coming back) starts from that head
-(inference.slot_table). Short prompts that join together are computed whole in one step
-(JOIN_TOKENS); a row asking a few tokens that riding the batch would make late takes a fast
-lane (inference.fast_lane). Rows draw their tokens in inference.row_drawing, each with its own
-parameters. A row may name a LoRA adapter of the model: the step's one forward computes every row
-with its own adapter (inference.batched_lora, per position), and rows share cached heads only with
-rows of the same adapter. Events and answers are TGI's, built as inference.streaming builds them.
+What runs at each step is inference.decode_scheduler's alone (admission, fair share, the
+prefill budget and chunks, prefix reuse, the fast lane): this module prepares each request's
+row, runs the scheduler's plans against the KV cache and the model, and reports how long
+each forward took. Every forward is one pass of the model over the tokens of every row it
+computes, flattened into one sequence (inference.kv_slots, inference.generation_step); each
+row has a slot of a cache preallocated for it and written in place. Rows draw their tokens in
+inference.row_drawing, each with its own parameters. A row may name a LoRA adapter of the model:
+a forward computes every row with its own adapter (inference.batched_lora, per position).
+Events and answers are TGI's, built as inference.streaming builds them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,24 +26,22 @@ from models_registry.catalog.readable_text import readable_chars
 from models_registry.catalog.specs import AdapterSpec
 from models_registry.core.batch_types import ItemFailure
 from models_registry.core.errors import Conflict, HostingError, InvalidInput
-from models_registry.inference import fast_lane, generation_step, kv_slots, row_drawing
+from models_registry.inference import generation_step, kv_slots, row_drawing
 from models_registry.inference.adapter_cache import AdapterCache
 from models_registry.inference.batched_lora import LoraWeights
+from models_registry.inference.decode_plan import Forward
+from models_registry.inference.decode_scheduler import DecodeScheduler
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS
 from models_registry.inference.intake_tokens import TokenizedText
 from models_registry.inference.kv_slots import SlotCache
 from models_registry.inference.row_processors import logits_processors
 from models_registry.inference.row_shaping import RowShaping
-from models_registry.inference.slot_table import SlotTable
 from models_registry.inference.streaming import (GeneratedSequence, LogProbKeeper, StepDecoder, TokenSink,
                                                  chat_prompt, eos_token_ids)
 from models_registry.inference.task_common import max_positions
 from models_registry.tasks.task_parameters import MAX_NEW_TOKENS
 
-STEP_S = 0.05  # the prefill one step computes takes about this long (at least MIN_CHUNK tokens)
-MIN_CHUNK, FIRST_CHUNK = 32, 64  # prefill tokens per step: at least, and before the first measure
 KEEP_IDLE_S = 5.0  # an idle batch keeps its cache (and the heads it holds) this long
-JOIN_TOKENS = 256  # short prompts (each within a chunk) computed whole at one step, beside the chunks
 
 
 @dataclass(eq=False)
@@ -70,7 +65,7 @@ class Row:
     slot: int = -1
     fill: list[int] = field(default_factory=list)  # what its cache must hold before it decodes
     shaping: RowShaping | None = None  # OpenAI's logprobs and structured output (inference.row_shaping)
-    joined: float = field(default_factory=time.perf_counter)  # when it arrived (perf_counter)
+    joined: float = field(default_factory=time.time)  # when it arrived (time.time(): the scheduler's clock)
     failure: HostingError | None = None  # why it ended without finishing (its grammar could not go on)
     adapter: LoraWeights | None = None  # the LoRA adapter that computes it (None: the base)
 
@@ -121,7 +116,6 @@ class GenerationBatch:
                  adapters: AdapterCache | None = None) -> None:
         self.model, self.tokenizer = pipe.model, pipe.tokenizer
         self.adapters = adapters  # the model's LoRA adapters (None: it serves the base only)
-        self.rows: list[Row] = []
         self.eos = eos_token_ids(self.model, self.tokenizer)
         self.limit = max_positions(self.model, self.tokenizer)
         text = self.model.config.get_text_config(decoder=True)
@@ -130,12 +124,9 @@ class GenerationBatch:
         self.layers = text.num_hidden_layers
         self.cache = SlotCache(self.layers, self.kv_heads, self.head_dim, self.model.dtype, self.model.device,
                                self.limit, max_rows, kv_bytes)  # kv_bytes: what it may take (a GPU's is committed)
-        self.table = SlotTable()
         self.configs = kv_slots.configs_of(self.model)
-        self.seconds_per_token: float | None = None  # of prefill, measured
-        self.step_s: float | None = None  # the batch's forward, measured
-        self.lane_times: deque[float] = deque(maxlen=fast_lane.WINDOW)  # the fast lane's last forwards
-        self.lane_at, self.went_first = 0.0, False  # the last lane forward (perf_counter); the last step the lane's
+        budget = kv_bytes // self.bytes_per_token() if kv_bytes is not None else 0  # tokens (0: rows alone bound it)
+        self.scheduler = DecodeScheduler(max_rows, budget)  # what runs at each step
         self.prompts: OrderedDict[str, list[int]] = OrderedDict()  # rendered chat prompts, tokenized once
         self.idle_since: float | None = None  # monotonic time the last row left (None: rows are in)
 
@@ -180,7 +171,7 @@ class GenerationBatch:
         return Row(id=request_id, prompt=str(text), ids=list(ids), max_new_tokens=max_new, decoder=decoder,
                    sequence=sequence, processors=logits_processors(config, params, sample), sample=sample,
                    generator=generator, full_text=full_text, details=details, shaping=shaping,
-                   joined=time.perf_counter() - max(0.0, waited_s), adapter=weights)
+                   joined=time.time() - max(0.0, waited_s), adapter=weights)
 
     def _adapter(self, adapter: AdapterSpec) -> LoraWeights:
         """The adapter's weights; the least recently used others unloaded past the budget (never a running row's).
@@ -193,27 +184,37 @@ class GenerationBatch:
         self.adapters.evict([adapter.name, *(r.adapter.name for r in self.rows if r.adapter is not None)])
         return weights
 
+    def add(self, row: Row, arrival: float | None = None, priority: str = "interactive", client: str = "") -> None:
+        """Queue row for the scheduler (arrival: when its request arrived, time.time(); now when not given)."""
+        self.scheduler.add(row, time.time() if arrival is None else arrival, priority, client)
+
     def step(self, joining: list[Row] | tuple[()] = (), preempted: list[Row] | tuple[()] = ()) -> list[Row]:
-        """One step: preempted rows leave, joining rows take slots, one forward; the rows that finished (gone)."""
-        finished = [r for r in self.rows if r.done]  # cancelled since the last step
-        self._leave(finished + [r for r in preempted if r in self.rows])
+        """One step as the scheduler plans it (joining: rows to queue; preempted: rows told to yield their slots
+        first, waiting again); the rows that ended in it (gone)."""
         for row in joining:
-            if row.done:
-                finished.append(row)
-            else:
-                self._seat(row)
-        if self.rows:
-            with torch.inference_mode():
-                if not self._lane_first():
-                    self._forward(self.rows, self._prefill_budget(), JOIN_TOKENS)
-                    self._fast_lane()
-            done = [r for r in self.rows if r.done]
-            self._leave(done)
-            finished += done
+            self.add(row)
+        for row in preempted:
+            self.scheduler.preempt(row)
+        plan = self.scheduler.schedule(time.time())
+        for row, seat in plan.seats:
+            self.cache.reserve(seat.slot + 1, row.tokens)
+            if seat.source is not None:
+                self.cache.copy(seat.source, seat.slot, seat.reused)
+        forward = plan.forward
+        with torch.inference_mode():
+            while forward is not None:
+                took = self._run(forward)
+                forward = self.scheduler.computed(forward, took, time.time())
+        finished = plan.finished + self.scheduler.settle()
         # Idle: the cache is kept KEEP_IDLE_S (release_idle), so that a head outlives a moment with no rows
         # (closed-loop clients sending one request each, all finished at one step, then the next).
-        self.idle_since = (self.idle_since or time.monotonic()) if not self.rows else None
+        self.idle_since = (self.idle_since or time.monotonic()) if not self.scheduler.busy() else None
         return finished
+
+    @property
+    def rows(self) -> list[Row]:
+        """The rows running (seated in the cache), in the order they joined."""
+        return self.scheduler.rows
 
     def release_idle(self, now: float) -> float | None:
         """Give the cache's memory back once idle KEEP_IDLE_S (monotonic now); when to ask again (None: never)."""
@@ -222,90 +223,34 @@ class GenerationBatch:
         if now - self.idle_since < KEEP_IDLE_S:
             return self.idle_since + KEEP_IDLE_S
         self.cache.release()
-        self.table.clear()
+        self.scheduler.clear()
         return None
 
-    def _seat(self, row: Row) -> None:
-        """row takes a slot, starting from the longest cached head of what it must compute."""
-        row.fill = row.history[:-1] if row.history else row.ids  # a preempted row computes its tokens again
-        seat = self.table.take(row.fill, {r.slot: r.held() for r in self.rows if r.tag == row.tag}, row.tag)
-        self.cache.reserve(seat.slot + 1, row.tokens)
-        if seat.source is not None:
-            self.cache.copy(seat.source, seat.slot, seat.reused)
-        row.slot, row.cached = seat.slot, seat.reused
-        self.rows.append(row)
-
-    def _leave(self, rows: list[Row]) -> None:
-        for row in rows:
-            if row in self.rows:
-                self.rows.remove(row)
-                self.table.give_back(row.slot, row.held(), row.tag)
-            row.slot, row.cached = -1, 0
-
-    def _lane_first(self) -> bool:
-        """Late joining short rows go through the lane alone; never two steps in a row (the long rows would wait)."""
-        now, alone = time.perf_counter(), self._lane_alone()
-        rows = [] if self.went_first else fast_lane.first_rows(self.rows, now, self.step_s, alone)
-        self.went_first = bool(rows)
-        for _ in range(fast_lane.FIRST_FORWARDS):
-            if not (live := [r for r in rows if not r.done]):
-                break
-            self._forward(live, fast_lane.LANE_PROMPT * len(live), 0, lane=True)
-        return bool(rows)
-
-    def _fast_lane(self) -> None:
-        """Short rows that riding the batch would make late decode in forwards of their own (inference.fast_lane)."""
-        for _ in range(fast_lane.FAST_STEPS):
-            rows = fast_lane.lane_rows(self.rows, time.perf_counter(), self.step_s, self._lane_alone())
-            if not rows:
-                return
-            self._forward(rows, 0, 0, lane=True)
-
-    def _lane_alone(self) -> float | None:  # the fastest of the last few lane forwards; None when stale
-        fresh = time.perf_counter() - self.lane_at < fast_lane.FRESH_S
-        return min(self.lane_times) if fresh and self.lane_times else None
-
-    def _forward(self, rows: list[Row], budget: int, join_budget: int, lane: bool = False) -> None:
-        """One forward: a token for every decoding row of rows, the next chunk of prompts being prefilled."""
-        step = generation_step.next_step(rows, self.cache, budget, join_budget)
-        if not step.ids:
-            return
+    def _run(self, forward: Forward) -> float:
+        """Run one planned forward: its heads copied, the model over its tokens, its rows' draws; seconds it took."""
+        for copy in forward.copies:
+            self.cache.copy(copy.source, copy.target, copy.tokens)
         device = self.model.device
-        plan = step.plan(self.cache, device)
+        step = generation_step.inputs(forward, self.cache, device)
         started = time.perf_counter()
-        with kv_slots.slot_attention(self.configs), self._adapter_rows(step):
-            logits = self.model(input_ids=torch.tensor([step.ids], device=device), position_ids=plan.positions[None],
-                                use_cache=False, logits_to_keep=torch.tensor(step.keep, dtype=torch.long, device=device),
-                                slot_plan=plan).logits[0]
-        drawing = list(step.decoding)
-        for row in step.decoding:
-            row.cached += 1
-        for row, count, completes in step.chunks:
-            row.cached += count
-            if completes and not row.history:
-                row.history = list(row.ids)
-                drawing.append(row)
-        self._draw(drawing, logits)
-        took = time.perf_counter() - started
-        if lane:
-            self.lane_times.append(took)
-            self.lane_at = time.perf_counter()
-            return
-        self.step_s = _smoothed(self.step_s, took)
-        self.seconds_per_token = _smoothed(self.seconds_per_token, took / len(step.ids))  # a decode token: a prompt's
+        with kv_slots.slot_attention(self.configs), self._adapter_rows(forward):
+            logits = self.model(input_ids=torch.tensor([step.ids], device=device),
+                                position_ids=step.plan.positions[None], use_cache=False,
+                                logits_to_keep=torch.tensor(step.keep, dtype=torch.long, device=device),
+                                slot_plan=step.plan).logits[0]
+        for chunk in forward.chunks:
+            if chunk.draws:
+                chunk.row.history = list(chunk.row.ids)
+        self._draw(forward.drawing, logits)
+        return time.perf_counter() - started
 
-    def _adapter_rows(self, step: generation_step.Step) -> Any:
-        """The step's adapters active on the model, each position computed by its row's (nothing: base rows only)."""
-        rows = [*step.decoding, *(row for row, _, _ in step.chunks)]
+    def _adapter_rows(self, forward: Forward) -> Any:
+        """The forward's adapters active on the model, each position computed by its row's (nothing: base rows only)."""
+        rows = [*forward.decoding, *(chunk.row for chunk in forward.chunks)]
         if self.adapters is None or all(r.adapter is None for r in rows):
             return contextlib.nullcontext()
-        counts = [1] * len(step.decoding) + [count for _, count, _ in step.chunks]  # positions, in step.ids' order
+        counts = [1] * len(forward.decoding) + [chunk.count for chunk in forward.chunks]  # positions, in token order
         return self.adapters.lora.row_positions([r.adapter for r in rows], counts)
-
-    def _prefill_budget(self) -> int:
-        if self.seconds_per_token is None:
-            return FIRST_CHUNK
-        return max(MIN_CHUNK, int(STEP_S / self.seconds_per_token))
 
     def _prompt_ids(self, text: str, params: dict[str, Any]) -> list[int]:
         """The prompt's tokens: counted at intake, or the chat messages rendered and tokenized once per prompt."""
@@ -333,5 +278,3 @@ class GenerationBatch:
         row_drawing.draw(rows, logits)
 
 
-def _smoothed(old: float | None, new: float) -> float:
-    return new if old is None else 0.7 * old + 0.3 * new

@@ -89,6 +89,7 @@ class BatchLoop:
                 self.replies.release(request.delivery.lease)
             if expired:
                 logger.info("dropped %d expired request(s) before compute", len(expired))
+            await self._hand_over_generation(now)
             batch = self.batcher.next_batch(now, idle=True)
             formed = time.time()
             if batch is not None:
@@ -134,6 +135,21 @@ class BatchLoop:
                 self.replies.batch(finished, started, compute_s, sent, traced)
             if traced is not None:  # the replies' task runs first: they are on their way before the spans are made
                 loop.call_soon(self._trace, traced, batch, formed, started, started + compute_s)
+
+    async def _hand_over_generation(self, now: float) -> None:
+        """Requests for a running decode batch go to its scheduler at once: there they wait in one queue.
+
+        (A redelivered one stays for the static path: worker.suspects.)
+        """
+        for key in self.decoding.keys():
+            handed = self.batcher.hand_over(key, now, lambda item: not item.request.delivery.suspect)
+            if handed is None:
+                continue
+            self._room.set()
+            self.slots.touch(key[0])
+            handed = await self._without_abandoned(handed)
+            if handed.items:
+                await self.decoding.join(handed)
 
     async def _computed(self, loop: asyncio.AbstractEventLoop, batch: Batch[Delivery], sinks: list[Any],
                         slot: ModelSlot | None) -> list[Any]:

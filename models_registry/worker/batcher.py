@@ -169,14 +169,32 @@ class Batcher(Generic[D]):
         _, key = min(due, key=lambda pair: pair[0])
         reason = self.due_reason(key, now, idle) or "idle"
         items = self._take(key, now)
+        # Sorted by length: the runner pads each forward pass to its longest input.
+        items.sort(key=lambda i: (i.cost, i.seq))
+        return self._closed(key, items, reason, now)
+
+    def hand_over(self, key: Key, now: float, keep: Callable[[Item[D]], bool]) -> Batch[D] | None:
+        """Every waiting item of key that keep takes, at once and in arrival order, whatever the batch policy.
+
+        For a queue another scheduler orders (the decode batch's: worker.generation_loop), so that a
+        request waits in one queue under one aging rule; the items are still answered through complete().
+        """
+        queue = self._queues.get(key)
+        items = [i for i in queue or () if keep(i)]
+        if not items:
+            return None
+        taken = {id(i) for i in items}
+        self._queues[key] = [i for i in queue if id(i) not in taken]  # type: ignore[union-attr]
+        return self._closed(key, items, "handover", now)
+
+    def _closed(self, key: Key, items: list[Item[D]], reason: str, now: float) -> Batch[D]:
+        """items leave the queue as one batch: their start time and batch size recorded."""
         for item in items:
             if item.request.started_at is None:
                 item.request.started_at = now
         sizes = len(items)
         for request in _unique_requests(i.request for i in items):
             request.batch_sizes.append(sizes)
-        # Sorted by length: the runner pads each forward pass to its longest input.
-        items.sort(key=lambda i: (i.cost, i.seq))
         return Batch(key, items, reason)
 
     def next_wakeup(self, now: float) -> float | None:

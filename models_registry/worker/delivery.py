@@ -17,7 +17,7 @@ class Delivery:
     lease: Lease | None = None  # released once the request is answered or dropped
     tokens: int = 0  # what the request is charged: the tokens the model computes for it
     suspect: bool = False  # redelivered after a worker died: computed alone (worker.suspects)
-    client: str = ""  # the API token that sent it (worker.generation_schedule)
+    client: str = ""  # the API token that sent it (inference.decode_queue)
     # The web's request span as W3C trace context, when tracing: the worker's spans join its trace (worker.batch_spans).
     traceparent: str = ""
     tracestate: str = ""

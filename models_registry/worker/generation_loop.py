@@ -3,8 +3,8 @@
 The batch loop hands this loop the batches it takes for a decoder model's text-generation,
 streamed or answered whole (HF, TGI, OpenAI, batch-job lines); each request is read (checked,
 its chat prompt rendered and tokenized) in the compute thread and
-waits in the pure GenerationSchedule until it may join. `iterate` runs one token step per
-model in the compute thread (prefilling those that join first) and returns to the event
+queued in the batch's one scheduler (inference.decode_scheduler), which decides when it joins.
+`iterate` runs one token step per model in the compute thread and returns to the event
 loop, which keeps receiving and heart-beating between steps; a request that finished,
 stopped or whose client left is answered and its cache row freed at once.
 """
@@ -27,7 +27,6 @@ from models_registry.inference.containment import contained, describe
 from models_registry.inference.generation_batch import GenerationBatch, Row
 from models_registry.inference.streaming import decode_batch_only
 from models_registry.worker.batcher import Batcher
-from models_registry.worker.generation_schedule import GenerationSchedule, Entry
 from models_registry.worker.delivery import Delivery
 from models_registry.worker.engine_stats import EngineStats
 from models_registry.worker.model_slots import ModelSlot, ModelSlots
@@ -52,11 +51,11 @@ class Waiting:
 
 @dataclass
 class Running:
-    """One model's decode batch and who waits for it."""
+    """One model's decode batch and who waits for it (by row: the scheduler holds the rows)."""
 
     pipe: Any
     batch: GenerationBatch
-    schedule: GenerationSchedule[Waiting]
+    requests: dict[int, Waiting] = field(default_factory=dict)  # id(row) -> its request
 
 
 class GenerationLoop:
@@ -76,7 +75,12 @@ class GenerationLoop:
 
     def busy(self) -> bool:
         """Whether some request waits or decodes."""
-        return any(r.schedule.waiting or r.schedule.running for r in self.running.values())
+        return any(r.batch.scheduler.busy() for r in self.running.values())
+
+    def keys(self) -> list[Key]:
+        """The models and tasks with a decode batch on the loaded model: their requests go to its scheduler as
+        they come (one unloaded since takes the usual way, which loads it again)."""
+        return [key for key, running in self.running.items() if self._pipe(key) is running.pipe]
 
     def split(self, batch: Batch[Delivery], slot: ModelSlot | None) -> tuple[Batch[Delivery] | None,
                                                                              Batch[Delivery] | None]:
@@ -137,15 +141,14 @@ class GenerationLoop:
             if isinstance(row, HostingError):
                 failed.append((item, sink, ItemFailure(row)))
                 continue
-            entry = Entry(id=f"{item.request.id}/{item.index}", tokens=row.tokens, prompt_tokens=len(row.ids),
-                          arrival=item.request.arrival, payload=Waiting(item, sink, row),
-                          priority=item.request.priority, client=item.request.delivery.client)
-            if not running.schedule.fits_alone(entry):
+            scheduler = running.batch.scheduler
+            if not scheduler.fits_alone(row):
                 failed.append((item, sink, ItemFailure(TooLarge(
                     f"the prompt and max_new_tokens need {row.tokens} tokens of KV cache; this worker's memory "
-                    f"budget holds {running.schedule.token_budget}: lower max_new_tokens"))))
+                    f"budget holds {scheduler.queue.token_budget}: lower max_new_tokens"))))
                 continue
-            running.schedule.add(entry)
+            running.requests[id(row)] = Waiting(item, sink, row)
+            running.batch.add(row, item.request.arrival, item.request.priority, item.request.delivery.client)
         self._finish(batch.key, failed)
 
     def release_idle(self) -> float | None:
@@ -158,31 +161,20 @@ class GenerationLoop:
         """One token step of every model with work (those that may join are prefilled first)."""
         now = time.time()
         for key, running in list(self.running.items()):
-            schedule = running.schedule
-            for entry in [*schedule.waiting, *schedule.running.values()]:
-                sink = entry.payload.sink  # a whole answer past its deadline: its view has answered 504
-                if sink is not None and sink.quiet and entry.payload.item.request.deadline <= now:
+            for waiting in running.requests.values():
+                sink = waiting.sink  # a whole answer past its deadline: its view has answered 504
+                if sink is not None and sink.quiet and waiting.item.request.deadline <= now:
                     sink.cancel()
-            for entry in [e for e in schedule.waiting if e.payload.row.done]:  # the client left while it waited
-                schedule.leave(entry.id)
-                self._finish(key, [(entry.payload.item, entry.payload.sink, entry.payload.row.answer())])
-            if not schedule.waiting and not schedule.running:
+            if not running.batch.scheduler.busy():
                 continue
             slot = self.slots.get(key[0])
             if slot is None or slot.loaded is None or self._pipe(key) is not running.pipe:
                 self._fail_all(key, Unavailable("the model was unloaded; send the request again"))
                 continue
-            turn = schedule.next_turn(time.time())
-            for entry in turn.preempted:  # it yields its row: its tokens so far are recomputed when it joins again
-                entry.prompt_tokens = max(1, len(entry.payload.row.history) - 1)
-                logger.info("decode batch %s: request %s of client %r yields its row (fair share)", key, entry.id,
-                            entry.client)
-            preempted = [e.payload.row for e in turn.preempted]
-            joining = [e.payload.row for e in turn.joined]
-            by_row = {id(e.payload.row): e.payload for e in schedule.running.values()}  # the joining ones too
 
             def step() -> list[tuple[Waiting, Any]]:
-                return [(by_row[id(row)], row.answer()) for row in running.batch.step(joining, preempted)]
+                # Every decision is the scheduler's: who yields, who joins, what each forward computes.
+                return [(running.requests.pop(id(row)), row.answer()) for row in running.batch.step()]
 
             self.slots.touch(key[0])
             started = time.time()
@@ -196,8 +188,6 @@ class GenerationLoop:
                 self._fail_all(key, Internal(f"generation failed: {describe(error)}"))
                 continue
             self.stats.record_batch(key, len(finished), 0, time.time() - started)
-            for waiting, _ in finished:
-                schedule.leave(f"{waiting.item.request.id}/{waiting.item.index}")
             self._finish(key, [(w.item, w.sink, output) for w, output in finished])
 
     def _start(self, key: Key, pipe: Any) -> Running:
@@ -209,9 +199,9 @@ class GenerationLoop:
         adapters = adapter_rows.cache_of(slot.loaded, TASK, self.adapter_budget) \
             if slot is not None and slot.loaded is not None else None
         batch = GenerationBatch(pipe, max_rows=rows, kv_bytes=kv_bytes, adapters=adapters)
-        budget = kv_bytes // batch.bytes_per_token() if kv_bytes is not None else 0
-        logger.info("decode batch for %s: up to %d rows, KV budget %s tokens", key, rows, budget or "unbounded")
-        return Running(pipe=pipe, batch=batch, schedule=GenerationSchedule(rows, budget))
+        logger.info("decode batch for %s: up to %d rows, KV budget %s tokens", key, rows,
+                    batch.scheduler.queue.token_budget or "unbounded")
+        return Running(pipe=pipe, batch=batch)
 
     def _pipe(self, key: Key) -> Any:
         model, task_name = key
@@ -221,8 +211,7 @@ class GenerationLoop:
         running = self.running.pop(key, None)
         if running is None:
             return
-        entries = list(running.schedule.waiting) + list(running.schedule.running.values())
-        self._finish(key, [(e.payload.item, e.payload.sink, ItemFailure(error)) for e in entries])
+        self._finish(key, [(w.item, w.sink, ItemFailure(error)) for w in running.requests.values()])
 
     def _finish(self, key: Key, done: list[tuple[Item[Delivery], StreamSink | None, Any]]) -> None:
         """Answer requests that left the decode batch and close their streams."""

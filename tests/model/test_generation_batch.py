@@ -10,7 +10,7 @@ import pytest
 from tests import model_factory
 
 torch = pytest.importorskip("torch")
-from models_registry.inference import fast_lane, generation_batch, generation_check, generation_step, kv_slots
+from models_registry.inference import decode_scheduler, fast_lane, generation_batch, generation_check, kv_slots
 from models_registry.inference.generation_batch import GenerationBatch, Row
 from models_registry.inference.loading import load_pipeline
 
@@ -55,15 +55,18 @@ def alone(pipe: Any, prompt: str, tokens: int) -> list[int]:
 
 def run(batch: GenerationBatch, rows: list[Row], plan: dict[int, tuple[list[Row], list[Row]]] | None = None,
         limit: int = 400) -> list[Row]:
-    """Steps until every row finished; plan: at step n, (rows joining, rows yielding) besides the first join."""
+    """Steps until every row finished; plan: at step n, (rows joining, rows yielding) besides the first join.
+
+    A row that yields its slot waits again in the scheduler's queue and joins at a later step by itself.
+    """
     plan = plan or {}
     finished: list[Row] = []
-    joining, yielding = list(rows), []
+    joining = list(rows)
     for n in range(limit):
         more, yielding = plan.get(n, ([], []))
         finished += batch.step(joining + more, yielding)
-        joining = [r for r in yielding]  # a row that yielded joins again at the next step
-        if len(finished) == len(rows) + sum(len(j) for j, _ in plan.values()) and not joining:
+        joining = []
+        if len(finished) == len(rows) + sum(len(j) for j, _ in plan.values()):
             return finished
     raise AssertionError("the rows did not finish")
 
@@ -107,9 +110,9 @@ def test_a_seeded_row_samples_the_same_whatever_runs_beside_it(gpt2: Any) -> Non
 def test_a_long_prompt_prefilled_in_chunks_beside_decoding_rows_gives_the_same_tokens(
         model: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, computed: list[int]) -> None:
     pipe = request.getfixturevalue(model)
-    monkeypatch.setattr(generation_batch, "FIRST_CHUNK", 7)
-    monkeypatch.setattr(generation_batch, "MIN_CHUNK", 7)
-    monkeypatch.setattr(generation_batch, "STEP_S", 0.0)
+    monkeypatch.setattr(decode_scheduler, "FIRST_CHUNK", 7)
+    monkeypatch.setattr(decode_scheduler, "MIN_CHUNK", 7)
+    monkeypatch.setattr(decode_scheduler, "STEP_S", 0.0)
     batch = GenerationBatch(pipe)
     long_prompt = HEAD * 2
     short = row(batch, PROMPTS[0], 30)
@@ -140,10 +143,10 @@ def test_a_shared_prompt_head_is_computed_once(gpt2: Any, computed: list[int]) -
 @pytest.mark.parametrize("chunk", [32, 64])
 def test_the_choices_of_one_prompt_share_its_prefill(gpt2: Any, monkeypatch: pytest.MonkeyPatch,
                                                      computed: list[int], chunk: int) -> None:
-    monkeypatch.setattr(generation_step, "WAIT_FOR_HEAD", 16)
-    monkeypatch.setattr(generation_batch, "FIRST_CHUNK", chunk)  # a slow step's budget (32) leaves a 16-token tail
-    monkeypatch.setattr(generation_batch, "MIN_CHUNK", chunk)
-    monkeypatch.setattr(generation_batch, "STEP_S", 0.0)
+    monkeypatch.setattr(decode_scheduler, "WAIT_FOR_HEAD", 16)
+    monkeypatch.setattr(decode_scheduler, "FIRST_CHUNK", chunk)  # a slow step's budget (32) leaves a 16-token tail
+    monkeypatch.setattr(decode_scheduler, "MIN_CHUNK", chunk)
+    monkeypatch.setattr(decode_scheduler, "STEP_S", 0.0)
     batch = GenerationBatch(gpt2)
     prompt = HEAD * 2
     choices = [row(batch, prompt, 5, name=f"choice-{n}", do_sample=True, seed=n) for n in range(4)]
@@ -228,9 +231,9 @@ def test_packed_bfloat16_layers_give_the_bfloat16_models_logits(tmp_path: Any, m
 
 def test_a_long_prompt_alone_is_prefilled_over_steps_that_draw_no_token(gpt2: Any, monkeypatch: pytest.MonkeyPatch,
                                                                           computed: list[int]) -> None:
-    monkeypatch.setattr(generation_batch, "FIRST_CHUNK", 10)
-    monkeypatch.setattr(generation_batch, "MIN_CHUNK", 10)
-    monkeypatch.setattr(generation_batch, "STEP_S", 0.0)
+    monkeypatch.setattr(decode_scheduler, "FIRST_CHUNK", 10)
+    monkeypatch.setattr(decode_scheduler, "MIN_CHUNK", 10)
+    monkeypatch.setattr(decode_scheduler, "STEP_S", 0.0)
     batch = GenerationBatch(gpt2)
     alone_row = row(batch, HEAD, 5)
     run(batch, [alone_row])
@@ -270,9 +273,9 @@ def test_the_slot_cache_keeps_what_rows_wrote_and_reads_zeros_where_none_did() -
 
 def test_short_prompts_joining_together_all_draw_their_first_token_at_the_next_step(
         gpt2: Any, monkeypatch: pytest.MonkeyPatch, computed: list[int]) -> None:
-    monkeypatch.setattr(generation_batch, "FIRST_CHUNK", 16)
-    monkeypatch.setattr(generation_batch, "MIN_CHUNK", 16)
-    monkeypatch.setattr(generation_batch, "STEP_S", 0.0)
+    monkeypatch.setattr(decode_scheduler, "FIRST_CHUNK", 16)
+    monkeypatch.setattr(decode_scheduler, "MIN_CHUNK", 16)
+    monkeypatch.setattr(decode_scheduler, "STEP_S", 0.0)
     batch = GenerationBatch(gpt2)
     long_row = row(batch, HEAD * 2, 3, name="long")
     batch.step([long_row])
@@ -330,8 +333,8 @@ def test_a_short_request_that_riding_the_batch_keeps_in_time_rides_it(gpt2: Any,
     longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
     batch.step(longs)
     batch.step()
-    batch.lane_times.append(0.01)  # measured just now: not tried again to measure it
-    batch.lane_at = time.perf_counter()
+    batch.scheduler.lane_times.append(0.01)  # measured just now: not tried again to measure it
+    batch.scheduler.lane_at = time.time()
     short = row(batch, "Paris is", 4, name="short")
     computed.clear()
     while not short.done:
@@ -348,13 +351,13 @@ def test_a_lane_forward_measured_long_ago_is_measured_again(gpt2: Any, computed:
     longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
     batch.step(longs)
     batch.step()
-    batch.lane_times.append(1e6)  # slow, and stale
-    batch.lane_at = time.perf_counter() - 2 * fast_lane.FRESH_S
+    batch.scheduler.lane_times.append(1e6)  # slow, and stale
+    batch.scheduler.lane_at = time.time() - 2 * fast_lane.FRESH_S
     short = row(batch, "Paris is", 4, name="short")
     computed.clear()
     batch.step([short])
     assert computed[:2] == [len(longs) + len(short.ids), 1]  # the lane ran again, to be measured
-    assert min(batch.lane_times) < 1e6
+    assert min(batch.scheduler.lane_times) < 1e6
 
 
 def test_a_short_request_counts_its_time_from_its_arrival(gpt2: Any, computed: list[int]) -> None:
@@ -362,9 +365,9 @@ def test_a_short_request_counts_its_time_from_its_arrival(gpt2: Any, computed: l
     longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
     batch.step(longs)
     batch.step()
-    batch.lane_times.append(0.01)
-    batch.lane_at = time.perf_counter()
-    batch.step_s = 0.001  # riding costs nothing: only the time it waited before it was read makes it late
+    batch.scheduler.lane_times.append(0.01)
+    batch.scheduler.lane_at = time.time()
+    batch.scheduler.step_s = 0.001  # riding costs nothing: only the time it waited before it was read makes it late
     short = batch.prepare("short", "Paris is", {"max_new_tokens": 4}, None, waited_s=1.0)
     computed.clear()
     batch.step([short])
@@ -377,9 +380,9 @@ def test_a_short_request_late_even_riding_one_forward_goes_through_the_lane_befo
     longs = [row(batch, p, 40, name=f"long-{n}") for n, p in enumerate(PROMPTS)]
     batch.step(longs)
     batch.step()
-    batch.lane_times.append(0.01)  # a lane forward alone: 10 ms, measured just now
-    batch.lane_at = time.perf_counter()
-    batch.step_s = 1.0  # a batch forward: 1 s, more than twice the four lane forwards its answer needs
+    batch.scheduler.lane_times.append(0.01)  # a lane forward alone: 10 ms, measured just now
+    batch.scheduler.lane_at = time.time()
+    batch.scheduler.step_s = 1.0  # a batch forward: 1 s, more than twice the four lane forwards its answer needs
     short = row(batch, "Paris is", 4, name="short")
     drawn = [len(r.sequence.ids) for r in longs]
     computed.clear()
@@ -401,7 +404,7 @@ def test_short_requests_joining_at_every_step_never_hold_the_long_rows_two_steps
     batch.step()
     drawn = [len(r.sequence.ids) for r in longs]
     for n in range(4):  # a late short request joins at each of four steps
-        batch.lane_times.append(0.01)
-        batch.lane_at, batch.step_s = time.perf_counter(), 1.0
+        batch.scheduler.lane_times.append(0.01)
+        batch.scheduler.lane_at, batch.scheduler.step_s = time.time(), 1.0
         batch.step([row(batch, "Paris is", 4, name=f"short-{n}")])
     assert [len(r.sequence.ids) for r in longs] == [d + 2 for d in drawn]  # every other step was the batch's

@@ -48,7 +48,7 @@ class Turn(Generic[T]):
     joined: list[Entry[T]] = field(default_factory=list)
 
 
-class GenerationSchedule(Generic[T]):
+class DecodeQueue(Generic[T]):
     """The waiting and running entries of one model's decode batch."""
 
     def __init__(self, max_rows: int, token_budget: int = 0, prefill_tokens: int = 0) -> None:
