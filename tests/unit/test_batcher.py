@@ -159,3 +159,17 @@ def test_removing_a_key_returns_its_waiting_requests() -> None:
     r = submit(batcher, A, "r1", 2, now=0.0)
     assert batcher.remove(A) == [r]
     assert batcher.depth(A) == 0 and A not in batcher.keys()
+
+
+def test_a_queue_another_scheduler_orders_is_handed_over_whole_whatever_the_policy() -> None:
+    batcher = make(quiet=1.0)  # no batch would be due yet: neither size nor delay nor quiet
+    for n in range(6):
+        submit(batcher, A, f"r{n}", 1, now=0.001 * n)
+    submit(batcher, B, "other", 1, now=0.0)
+    batch = batcher.hand_over(A, now=0.006, keep=lambda item: item.request.id != "r3")
+    assert batch is not None and batch.reason == "handover"
+    assert [i.request.id for i in batch.items] == ["r0", "r1", "r2", "r4", "r5"]  # arrival order, past the cap of 4
+    assert all(i.request.started_at == 0.006 for i in batch.items)
+    assert batcher.depth(A) == 1 and batcher.depth(B) == 1  # the one it did not take stays; other keys untouched
+    assert batcher.hand_over(A, now=0.007, keep=lambda item: False) is None
+    assert len(batcher.complete(batch, ["ok"] * len(batch.items))) == 5  # still answered through the ledger
