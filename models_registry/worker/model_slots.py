@@ -189,6 +189,10 @@ class ModelSlots:
                     continue
                 if claim is not None and not await claim(name, why):
                     continue
+                if evict and self._became_busy(evict, backlog):
+                    # A request reached a model chosen to make room while the claim was asked: keep
+                    # it and choose again next tick (the placer drops the claim of a load not started).
+                    return started
                 self._start_load(name, preload_why if why == "preload" else why, evict)
                 started.append(name)
                 break
@@ -203,6 +207,10 @@ class ModelSlots:
                                or any(depths.get(TaskKey(name, t)) for t in slot.spec.tasks)),
                      pinned=slot.spec.keep_loaded, loading=slot.state == ModelState.LOADING)
                 for name, slot in self.slots.items() if slot.state != ModelState.ERROR]
+
+    def _became_busy(self, names: list[str], backlog: dict[str, int]) -> bool:
+        """Whether any of these held models has a request queued or a batch computing now."""
+        return any(held.busy for held in self._held(backlog, time.time()) if held.name in names)
 
     def _start_load(self, name: str, why: str, evict: list[str]) -> None:
         for other in evict:
