@@ -2,10 +2,11 @@
 
 `open_streams` returns only once the first events (or an error) came back, so every
 usual error is an ordinary JSON answer before the first byte; afterwards `events()`
-yields the rest as they arrive. Token messages carry a sequence number (the broker may
-deliver two of one round trip in either order); the request's final result message
-may overtake the last tokens: it says how many token messages went before it, and the
-stream waits for every one (it ends on the event that carries the text).
+yields the rest as they arrive: the worker's token events (core.token_events), which
+each route shapes. Token messages carry a sequence number (the broker may deliver two of
+one round trip in either order); the request's final result message may overtake the
+last tokens: it says how many token messages went before it, and the stream waits for
+every one (it ends on the sequence's last event).
 
 A worker that dies mid-generation leaves its request leased: another worker takes it
 again and generates it from its prompt (broker.message_leases), under its own name. A
@@ -25,6 +26,7 @@ from typing import Any
 
 from models_registry.broker import admission, enqueue, handoff, messages
 from models_registry.broker.work_layer import WorkLayer, work_layer
+from models_registry.core import token_events
 from models_registry.core.errors import Overloaded, Timeout, Unavailable, from_wire
 from models_registry.observe import tracing
 from models_registry.core.waits import next_item
@@ -41,10 +43,10 @@ class Opening:
     parameters: dict[str, Any]
 
 
-def _token(event: dict[str, Any]) -> tuple[Any, Any]:
-    """What a repeated generation must say again: the event's token id and text."""
-    token = event.get("token") or {}
-    return token.get("id"), token.get("text")
+def _token(event: token_events.Event) -> tuple[Any, Any]:
+    """What a repeated generation must say again: the event's token id and text (None, None: an end-only event)."""
+    token = token_events.token_of(event)
+    return (None, None) if token is None else (token["id"], token["text"])
 
 
 class Stream:
@@ -69,6 +71,7 @@ class Stream:
         self.extended_at = time.time()
         self.closed = False
         self.source: str | None = None  # the worker generating it (its first token message says)
+        self.spelled = ""  # the text of the events of the generation running, so far
         self.text: str | None = None  # the whole generated text, once its last event came (a shadow compares it)
         self.gone: set[str] = set()  # workers that died generating it: their late messages are dropped
         self.starts = 0  # how many times it started over on another worker
@@ -83,9 +86,10 @@ class Stream:
             if self.next_seq in self.waiting:
                 events = self.waiting.pop(self.next_seq)
                 self.next_seq += 1
-                self.finished = self.finished or any(e.get("generated_text") is not None for e in events)
-                if self.finished and self.text is None and events:
-                    self.text = events[-1].get("generated_text")  # the last event is the one with the text
+                for event in events:
+                    self.spelled = token_events.text_after(self.spelled, event)
+                    if token_events.is_final(event):
+                        self.finished, self.text = True, self.spelled
                 return self._unseen(events)
             if self.result is not None and self.result.error_type:
                 raise from_wire(self.result.error_type, self.result.error or "generation failed")
@@ -119,6 +123,7 @@ class Stream:
         assert self.source is not None
         self.gone.add(self.source)
         self.source, self.next_seq, self.waiting, self.finished, self.text = source, 0, {}, False, None
+        self.spelled = ""
         self.starts += 1
         self.repeated = 0
 
@@ -129,7 +134,7 @@ class Stream:
         unseen = []
         for event in events:
             if self.repeated < len(self.sent):
-                if _token(event) != self.sent[self.repeated] or event.get("generated_text") is not None:
+                if _token(event) != self.sent[self.repeated] or token_events.is_final(event):
                     raise Unavailable("the worker generating this stream went away and its new generation "
                                       "differs from what was sent; send the request again",
                                       headers={"Retry-After": "1"})

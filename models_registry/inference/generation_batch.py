@@ -8,7 +8,7 @@ computes, flattened into one sequence (inference.kv_slots, inference.generation_
 row has a slot of a cache preallocated for it and written in place. Rows draw their tokens in
 inference.row_drawing, each with its own parameters. A row may name a LoRA adapter of the model:
 a forward computes every row with its own adapter (inference.batched_lora, per position).
-Events and answers are TGI's, built as inference.streaming builds them.
+Token events (core.token_events) and whole answers (TGI's) are built as inference.streaming builds them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""Token-by-token generation: TGI's stream events (and details) for a batch of prompts decoding together.
+"""Token-by-token generation for a batch of prompts decoding together: token events, and TGI's answers with details.
 
 The batch runs through the model's own generate(), so several sequences share each
 forward pass; three hooks watch it: a last logits processor keeps the log-probabilities
 each token is drawn from, a streamer sees every step's tokens (decoded incrementally and
 handed to the request's sink at once), and a stopping criterion ends a sequence whose
-client went away, or that produced a stop sequence, at the next token.
+client went away, or that produced a stop sequence, at the next token. The events are
+core.token_events' (no API's shape: each route shapes them on the web side); the whole
+answer is TGI's, its details listing each token as TGI's token dict.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from models_registry.core import token_events
 from models_registry.core.errors import InvalidInput
 from models_registry.inference.compute_deadline import StopAtDeadline
 from models_registry.inference.generation import DEFAULT_MAX_NEW_TOKENS, task_settings
@@ -32,7 +35,7 @@ class TokenSink(Protocol):
     """Where one request's events go as they are produced (the worker sends them to its client)."""
 
     def put(self, event: dict[str, Any]) -> None:
-        """One TGI stream event (called from the compute thread)."""
+        """One token event (core.token_events; called from the compute thread)."""
 
     def cancelled(self) -> bool:
         """True once the client has gone: stop generating for it."""
@@ -94,8 +97,8 @@ class StepDecoder(BaseStreamer, StoppingCriteria):
         for sequence in self.sequences:
             if sequence.finish_reason is None:
                 sequence.finish_reason = "length"
-                if sequence.tokens and sequence.sink is not None:  # its last event must carry the summary
-                    sequence.sink.put(self._event(sequence, sequence.tokens[-1], final=True))
+                if sequence.tokens and sequence.sink is not None:  # its summary comes in an end-only event
+                    sequence.sink.put(self._last(sequence, None))
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
         done = [s.finish_reason is not None or (s.sink is not None and s.sink.cancelled()) for s in self.sequences]
@@ -137,24 +140,22 @@ class StepDecoder(BaseStreamer, StoppingCriteria):
             if sequence.sink.cancelled():
                 sequence.finish_reason = sequence.finish_reason or "cancelled"
                 return
-            sequence.sink.put(self._event(sequence, token, final=sequence.finish_reason is not None))
+            sequence.sink.put(token_events.token_event(token) if sequence.finish_reason is None
+                              else self._last(sequence, token))
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def _event(self, sequence: GeneratedSequence, token: dict[str, Any], final: bool) -> dict[str, Any]:
-        """TGI's stream event: the token, and on the last one the whole text and the summary."""
-        event: dict[str, Any] = {"index": len(sequence.tokens), "token": token, "generated_text": None,
-                                 "details": None}
-        if final:
-            event["generated_text"] = sequence.text
-            event["details"] = self.summary(sequence)
-        return event
+    def _last(self, sequence: GeneratedSequence, token: token_events.Token | None) -> token_events.Event:
+        """The sequence's last event: token (None: end-only), the summary, and its text where the pieces differ."""
+        return token_events.last_event(token, self.summary(sequence), sequence.text,
+                                       token_events.spelled(sequence.tokens))
 
-    def summary(self, sequence: GeneratedSequence) -> dict[str, Any]:
-        """TGI's stream details."""
-        return {"finish_reason": sequence.finish_reason or "length", "generated_tokens": len(sequence.ids),
-                "seed": self.seed, "input_length": sequence.prompt_tokens}
+    def summary(self, sequence: GeneratedSequence) -> token_events.Summary:
+        """How the sequence ended (also the details of TGI's whole answer)."""
+        return token_events.Summary(finish_reason=sequence.finish_reason or "length",
+                                    generated_tokens=len(sequence.ids), seed=self.seed,
+                                    input_length=sequence.prompt_tokens)
 
 
 def _stops(before: str, text: str, stops: list[str]) -> bool:

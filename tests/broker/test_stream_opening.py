@@ -14,6 +14,7 @@ import pytest
 from models_registry.broker import admission, enqueue, messages, stream_handoff
 from models_registry.broker.layer import HostingChannelLayer
 from models_registry.broker.stream_handoff import Opening
+from models_registry.core import token_events
 from models_registry.core.errors import Overloaded
 from models_registry.policy import charges, rate_limits
 from tests import admitting
@@ -41,8 +42,9 @@ async def answer(layer: HostingChannelLayer, count: int) -> list[str]:
             request = messages.WorkRequest.from_wire(message)
             assert request is not None and request.parameters["stream"] is True
             text = request.inputs[0].upper()
-            event = {"token": {"id": 1, "text": text, "special": False}, "generated_text": text,
-                     "details": {"input_length": 2}}
+            summary = token_events.Summary(finish_reason="eos_token", generated_tokens=1, seed=None, input_length=2)
+            event = token_events.last_event({"id": 1, "text": text, "logprob": 0.0, "special": False}, summary,
+                                            text, text)
             await layer.send(request.reply, messages.TokenEvents(id=request.id, seq=0, events=[event],
                                                                  source="w1").to_wire())
             prompts.append(request.inputs[0])
@@ -73,7 +75,7 @@ async def test_one_script_charges_admits_and_sends_a_stream(layer: HostingChanne
     assert runs == [(True, True, True)]
     assert charges.outcome(charge, LIMITS, time.time()).tokens == 4
     assert await requests_this_minute(layer) == 1 and await admission.depth(layer, "m", "t") == 1
-    assert [event["generated_text"] async for event in stream.events()] == ["ONCE"]
+    assert [token_events.added_text(event) async for event in stream.events()] == ["ONCE"] and stream.text == "ONCE"
     stream.close()
 
 
@@ -83,7 +85,7 @@ async def test_the_other_streams_follow_the_first_uncharged(layer: HostingChanne
     streams = await open_streams([Opening(text, {}) for text in ("a", "b", "c")], plan(layer))
     assert (await worker)[0] == "a"  # sent before the others
     assert runs == [(True, True, True), (False, True, True), (False, True, True)]
-    assert [stream.first[0]["generated_text"] for stream in streams] == ["A", "B", "C"]  # in the openings' order
+    assert [token_events.added_text(stream.first[0]) for stream in streams] == ["A", "B", "C"]  # in the openings' order
     assert await requests_this_minute(layer) == 1 and await admission.depth(layer, "m", "t") == 3
     for stream in streams:
         stream.close()

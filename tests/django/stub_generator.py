@@ -10,15 +10,16 @@ from typing import Any
 from channels.layers import get_channel_layer
 
 from models_registry.broker import messages
+from models_registry.core import token_events
 
 
-def token_events(pieces: list[str], finish_reason: str, input_length: int) -> list[dict[str, Any]]:
-    """TGI-shaped events, one per piece, the last with the generated text and details."""
-    events: list[dict[str, Any]] = [{"token": {"id": n, "text": piece, "logprob": 0.0, "special": False}}
-                                    for n, piece in enumerate(pieces)]
-    events[-1].update(generated_text="".join(pieces), details={
-        "finish_reason": finish_reason, "input_length": input_length, "generated_tokens": len(pieces)})
-    return events
+def piece_events(pieces: list[str], finish_reason: str, input_length: int) -> list[dict[str, Any]]:
+    """The worker's token events (core.token_events), one per piece, the last with the summary."""
+    tokens = [{"id": n, "text": piece, "logprob": 0.0, "special": False} for n, piece in enumerate(pieces)]
+    summary = token_events.Summary(finish_reason=finish_reason, generated_tokens=len(pieces), seed=None,
+                                   input_length=input_length)
+    text = token_events.spelled(tokens)
+    return [*map(token_events.token_event, tokens[:-1]), token_events.last_event(tokens[-1], summary, text, text)]
 
 
 @asynccontextmanager
@@ -38,7 +39,7 @@ async def generating(models: list[str], pieces: list[str], finish_reason: str = 
                 request = messages.WorkRequest.from_wire(message)
                 assert request is not None
                 pulled.append(message)
-                for seq, event in enumerate(token_events(pieces, finish_reason, input_length)):
+                for seq, event in enumerate(piece_events(pieces, finish_reason, input_length)):
                     await layer.send(request.reply, messages.TokenEvents(id=request.id, seq=seq, events=[event],
                                                                          source="w1").to_wire())
 

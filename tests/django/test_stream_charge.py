@@ -21,6 +21,7 @@ from models_registry.models import ApiToken, RegisteredModel
 from models_registry.policy import auth, gate, serving
 from tests import admitting
 from tests.asgi_client import AsyncClient
+from tests.django import stub_generator
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("require_tokens", "broker", "within_one_minute")]
 
@@ -60,9 +61,8 @@ async def worker() -> AsyncIterator[list[dict[str, Any]]]:
                 assert request is not None
                 pulled.append(message)
                 text = request.inputs[0].upper() or "HI"
-                event = {"token": {"id": 1, "text": text, "logprob": 0.0, "special": False}, "generated_text": text,
-                         "details": {"finish_reason": "eos_token", "input_length": 2, "generated_tokens": 1}}
-                await layer.send(request.reply, messages.TokenEvents(id=request.id, seq=0, events=[event],
+                events = stub_generator.piece_events([text], "eos_token", 2)
+                await layer.send(request.reply, messages.TokenEvents(id=request.id, seq=0, events=events,
                                                                      source="w1").to_wire())
 
     task = asyncio.ensure_future(serve())

@@ -22,6 +22,7 @@ from models_registry.catalog import lookups, version_changes
 from models_registry.models import RegisteredModel
 from models_registry.policy import serving, shadow
 from tests.asgi_client import AsyncClient
+from tests.django import stub_generator
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("broker")]
 
@@ -61,10 +62,8 @@ async def worker() -> AsyncIterator[list[tuple[str, dict[str, Any]]]]:
                     assert request is not None
                     pulled.append((channel, message))
                     text = f"v{version}:{(request.inputs[0] or 'chat').upper()}"
-                    event = {"token": {"id": 1, "text": text, "logprob": 0.0, "special": False},
-                             "generated_text": text,
-                             "details": {"finish_reason": "eos_token", "input_length": 2, "generated_tokens": 1}}
-                    await layer.send(request.reply, messages.TokenEvents(id=request.id, seq=0, events=[event],
+                    events = stub_generator.piece_events([text], "eos_token", 2)
+                    await layer.send(request.reply, messages.TokenEvents(id=request.id, seq=0, events=events,
                                                                          source="w1").to_wire())
             await asyncio.sleep(0.01)
 

@@ -9,6 +9,7 @@ import pytest
 from tests import model_factory
 
 torch = pytest.importorskip("torch")
+from models_registry.core import token_events  # noqa: E402
 from models_registry.inference.generation_batch import GenerationBatch, Row  # noqa: E402
 from models_registry.inference.loading import load_pipeline  # noqa: E402
 
@@ -47,14 +48,15 @@ def test_logprobs_are_the_models_raw_log_softmax_beside_a_row_without(gpt2: Any)
     free = batch.prepare("b", "A dog likes the lazy dog and", {"stream": True, "max_new_tokens": 6,
                                                                "do_sample": False}, sinks[1])
     run(batch, [asked, free])
-    assert all("logprobs" not in e["token"] for e in sinks[1].events)
+    assert all("logprobs" not in (token_events.token_of(e) or {}) for e in sinks[1].events)
     events = sinks[0].events
     ids = gpt2.tokenizer("The cat sees")["input_ids"]
     with torch.inference_mode():
         for event in events:
             expected = torch.log_softmax(gpt2.model(torch.tensor([ids])).logits[0, -1].float(), dim=-1)
-            token = event["token"]["id"]
-            entry = event["token"]["logprobs"]
+            drawn = token_events.token_of(event)
+            assert drawn is not None
+            token, entry = drawn["id"], drawn["logprobs"]
             assert entry["logprob"] == pytest.approx(float(expected[token]), abs=1e-4)
             assert entry["bytes"] == list(gpt2.tokenizer.decode([token]).encode())
             top_ids = expected.topk(3).indices.tolist()
@@ -138,7 +140,7 @@ def test_a_grammar_the_engine_cannot_go_on_with_fails_its_row_alone(gpt2: Any, s
     failure = stuck.answer()
     assert isinstance(failure, ItemFailure) and isinstance(failure.error, GrammarStalled)
     assert failure.error.status == 400 and f"stopped after {tokens} generated tokens" in failure.error.message
-    assert len(sinks[0].events) == tokens and all(e["generated_text"] is None for e in sinks[0].events)
+    assert len(sinks[0].events) == tokens and not any(map(token_events.is_final, sinks[0].events))
     assert free.answer()[0]["generated_text"] == gpt2("The cat sees", max_new_tokens=8, do_sample=False,
                                                       return_full_text=False)[0]["generated_text"]
 

@@ -9,6 +9,7 @@ import pytest
 from models_registry.api.openai.completion_shapes import Choice, Shaper, visible
 from models_registry.api.openai.generation_requests import read, worker_parameters
 from models_registry.api.openai.reasoning_split import Pieces, ReasoningSplitter
+from models_registry.core import token_events
 from models_registry.core.errors import InvalidInput
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -80,18 +81,46 @@ def test_a_stop_sequence_is_cut_and_its_prefix_held_back() -> None:
     assert visible("abc", [], final=False) == ("abc", False)
 
 
+def piece(text: str, special: bool = False) -> dict[str, Any]:
+    """A worker's token dict."""
+    return {"id": 1, "text": text, "logprob": 0.0, "special": special}
+
+
+def going(text: str) -> dict[str, Any]:
+    """A worker's token event of text, its sequence going on."""
+    return token_events.token_event(piece(text))
+
+
+def last(token: dict[str, Any] | None, text: str, generated_tokens: int) -> dict[str, Any]:
+    """A worker's last event (token None: end-only) of a sequence whose text is text, cut by max_tokens."""
+    summary = token_events.Summary(finish_reason="length", generated_tokens=generated_tokens, seed=None,
+                                   input_length=3)
+    return token_events.last_event(token, summary, text, text)
+
+
 def test_choices_show_text_in_pieces_and_stop_at_a_stop_sequence() -> None:
     choice = Choice(index=0, stops=["END"])
-    pieces = [choice.take({"token": {"text": t, "special": False}}).content for t in ("one ", "two E", "N")]
+    pieces = [choice.take(going(t)).content for t in ("one ", "two E", "N")]
     assert pieces == ["one ", "two ", ""] and choice.finish_reason is None
-    assert choice.take({"token": {"text": "D more", "special": False}}).content == ""
+    assert choice.take(going("D more")).content == ""
     assert choice.finish_reason == "stop" and choice.content == "one two "
-    last = Choice(index=1, stops=[])
-    last.take({"token": {"text": "x", "special": False}, "generated_text": "x",
-               "details": {"finish_reason": "length", "input_length": 3, "generated_tokens": 1}})
-    usage = Shaper(chat=False, model="m", n=2).usage([choice, last])
-    assert last.finish_reason == "length" and usage == {"prompt_tokens": 0, "completion_tokens": 1,
+    ended = Choice(index=1, stops=[])
+    ended.take(last(piece("x"), "x", 1))
+    usage = Shaper(chat=False, model="m", n=2).usage([choice, ended])
+    assert ended.finish_reason == "length" and usage == {"prompt_tokens": 0, "completion_tokens": 1,
                                                          "total_tokens": 1}
+
+
+def test_an_end_only_event_ends_a_choice_and_a_full_text_replaces_the_pieces() -> None:
+    choice = Choice(index=0, stops=[])
+    assert choice.take(going("ab")).content == "ab"
+    assert choice.take(last(None, "ab", 1)).content == "" and choice.finish_reason == "length"
+    assert (choice.content, choice.prompt_tokens, choice.completion_tokens) == ("ab", 3, 1)
+    rewritten = Choice(index=1, stops=[])
+    rewritten.take(going("a ,"))
+    summary = token_events.Summary(finish_reason="eos_token", generated_tokens=2, seed=None, input_length=3)
+    rewritten.take(token_events.last_event(piece("b"), summary, "a, b", "a ,b"))  # the decoder rewrote " ,"
+    assert rewritten.content == "a, b" and rewritten.finish_reason == "stop"
 
 
 def test_top_logprobs_without_logprobs_asks_for_none() -> None:
@@ -105,10 +134,9 @@ def test_top_logprobs_without_logprobs_asks_for_none() -> None:
 
 def test_a_choice_with_a_splitter_releases_its_held_tail_with_the_last_event() -> None:
     choice = Choice(index=0, stops=[], splitter=ReasoningSplitter("think"))
-    assert choice.take({"token": {"text": "<think>a </th", "special": False}}) == Pieces(reasoning="a")
-    last = choice.take({"token": {"text": "", "special": True}, "generated_text": "<think>a </th",
-                        "details": {"finish_reason": "length", "input_length": 3, "generated_tokens": 2}})
-    assert last == Pieces(reasoning=" </th")  # max_tokens cut the block: all of it is reasoning
+    assert choice.take(going("<think>a </th")) == Pieces(reasoning="a")
+    told = choice.take(last(piece("", special=True), "<think>a </th", 2))
+    assert told == Pieces(reasoning=" </th")  # max_tokens cut the block: all of it is reasoning
     assert (choice.reasoning, choice.content, choice.completion_tokens) == ("a </th", "", 2)
     assert Shaper(chat=True, model="m", n=1).answer([choice])["choices"][0]["message"] == {
         "role": "assistant", "content": "", "reasoning_content": "a </th"}
@@ -116,7 +144,7 @@ def test_a_choice_with_a_splitter_releases_its_held_tail_with_the_last_event() -
 
 def test_a_stop_sequence_cuts_the_whole_text_reasoning_included() -> None:
     choice = Choice(index=0, stops=["STOP"], splitter=ReasoningSplitter("think"))
-    pieces = [choice.take({"token": {"text": t, "special": False}}) for t in ("<think>why</think>Par", "is STOP x")]
+    pieces = [choice.take(going(t)) for t in ("<think>why</think>Par", "is STOP x")]
     assert pieces == [Pieces(reasoning="why", content="Par"), Pieces(content="is ")]
     assert choice.finish_reason == "stop" and (choice.reasoning, choice.content) == ("why", "Paris ")
 

@@ -6,16 +6,19 @@ from typing import Any
 
 from models_registry.api.openai.completion_shapes import Choice, Shaper
 from models_registry.api.openai.logprob_shapes import Released, token_text
+from models_registry.core import token_events
 
 
 def event(text: str, logprob: float, top: list[tuple[str, float]] | None = None, special: bool = False,
-          raw: bytes | None = None, final: str | None = None) -> dict[str, Any]:
-    """A worker's token event with the logprob entry inference.row_shaping adds."""
+          raw: bytes | None = None, final: bool = False) -> dict[str, Any]:
+    """A worker's token event with the logprob entry inference.row_shaping adds (final: its sequence's last)."""
     entry = {"logprob": logprob, "bytes": list(raw if raw is not None else text.encode()),
              "top": [[list(t.encode()), lp] for t, lp in top or []]}
-    return {"token": {"id": 1, "text": text, "logprob": logprob, "special": special, "logprobs": entry},
-            "generated_text": final,
-            "details": {"finish_reason": "length", "input_length": 2, "generated_tokens": 3} if final else None}
+    token = {"id": 1, "text": text, "logprob": logprob, "special": special, "logprobs": entry}
+    if not final:
+        return token_events.token_event(token)
+    summary = token_events.Summary(finish_reason="length", generated_tokens=3, seed=None, input_length=2)
+    return token_events.last_event(token, summary, "", "")  # the text is the pieces
 
 
 def test_a_partial_character_shows_its_bytes_escaped() -> None:
@@ -26,7 +29,7 @@ def test_a_partial_character_shows_its_bytes_escaped() -> None:
 def test_chat_and_completions_shapes_of_a_whole_answer() -> None:
     choice = Choice(index=0, stops=[], logprobs=Released([]))
     for e in (event("Hello", -0.5, [("Hello", -0.5), ("Hi", -1.5)]), event(" world", -1.0, [(" world", -1.0)]),
-              event("<eos>", -0.1, special=True, final="Hello world")):
+              event("<eos>", -0.1, special=True, final=True)):
         choice.take(e)
     chat = Shaper(chat=True, model="m", n=1).answer([choice])["choices"][0]["logprobs"]
     assert [c["token"] for c in chat["content"]] == ["Hello", " world"]  # the EOS has no entry
@@ -40,14 +43,14 @@ def test_chat_and_completions_shapes_of_a_whole_answer() -> None:
 
 def test_completions_top_logprobs_hold_the_token_itself_even_with_none_asked() -> None:
     choice = Choice(index=0, stops=[], logprobs=Released([]))
-    choice.take(event("a", -2.0, final="a"))
+    choice.take(event("a", -2.0, final=True))
     shaped = Shaper(chat=False, model="m", n=1).answer([choice])["choices"][0]["logprobs"]
     assert shaped["top_logprobs"] == [{"a": -2.0}]
 
 
 def test_without_logprobs_asked_they_are_null() -> None:
     choice = Choice(index=0, stops=[])
-    choice.take(event("a", -2.0, final="a"))
+    choice.take(event("a", -2.0, final=True))
     assert Shaper(chat=True, model="m", n=1).answer([choice])["choices"][0]["logprobs"] is None
     assert choice.new_logprobs() is None
 
@@ -65,7 +68,7 @@ def test_streamed_entries_come_with_the_text_that_shows_them() -> None:
     choice = Choice(index=0, stops=["XY"], logprobs=Released([]))
     sent: list[tuple[str, list[float]]] = []
     for e in (event("ab", -1.0), event("X", -2.0), event("", -3.0, raw=b"\xc3"), event("é", -4.0, raw=b"\xa9"),
-              event("!", -5.0, final="abXé!")):
+              event("!", -5.0, final=True)):
         text = choice.take(e).content
         entries = choice.new_logprobs() or []
         sent.append((text, [x.logprob for x in entries]))

@@ -9,6 +9,7 @@ import pytest
 
 from models_registry.broker import handoff, messages
 from models_registry.broker.stream_handoff import Stream
+from models_registry.core import token_events
 from models_registry.core.errors import InvalidInput, Unavailable
 
 
@@ -23,14 +24,23 @@ class FakeLayer:
 
 
 def tokens(seq: int, *texts: str, final: bool = False, source: str = "w1") -> dict[str, Any]:
-    events = [{"token": {"text": t}, "generated_text": None} for t in texts]
+    """A token message of texts (with final, the last ends its sequence)."""
+    pieces = [{"id": 1, "text": t, "logprob": 0.0, "special": False} for t in texts]
+    events = [token_events.token_event(piece) for piece in pieces]
     if final:
-        events[-1]["generated_text"] = "".join(texts)
+        summary = token_events.Summary(finish_reason="length", generated_tokens=len(texts), seed=None, input_length=1)
+        events[-1] = token_events.last_event(pieces[-1], summary, "", "")
     return messages.TokenEvents(id="r", seq=seq, events=events, source=source).to_wire()
 
 
+def text(event: dict[str, Any]) -> str:
+    token = token_events.token_of(event)
+    assert token is not None
+    return token["text"]
+
+
 async def collect(stream: Stream) -> list[str]:
-    return [event["token"]["text"] async for event in stream.events()]
+    return [text(event) async for event in stream.events()]
 
 
 async def test_events_come_out_in_sequence_order_and_the_result_may_overtake_them() -> None:
@@ -79,13 +89,13 @@ async def test_a_stream_goes_on_once_another_worker_repeated_what_its_client_has
     stream = Stream(FakeLayer(), "m", "t", "r", "reply!3", timeout_s=5)  # type: ignore[arg-type]
     queue = stream.queue
     queue.put_nowait(messages.read_reply(tokens(0, "a", "b")))
-    assert [e["token"]["text"] for e in await stream.next_events() or []] == ["a", "b"]
+    assert [text(e) for e in await stream.next_events() or []] == ["a", "b"]
     # The first worker died; the second generates from the prompt again, and a late message of the first comes.
     for message in (tokens(0, "a", source="w2"), tokens(1, "c", source="w1"), tokens(1, "b", "c", source="w2"),
                     tokens(2, "d", final=True, source="w2")):
         queue.put_nowait(messages.read_reply(message))
     assert await asyncio.wait_for(collect(stream), 2) == ["c", "d"]
-    assert stream.text == "d" and stream.starts == 1
+    assert stream.text == "abcd" and stream.starts == 1  # the new generation's whole text
 
 
 async def test_a_new_generation_that_says_something_else_ends_the_stream() -> None:
@@ -115,7 +125,18 @@ async def test_a_whole_answer_is_the_last_generation_alone() -> None:
     for message in (tokens(1, "c"), tokens(0, "x", source="w2"), tokens(1, "y", final=True, source="w2")):
         queue.put_nowait(messages.read_reply(message))
     assert await asyncio.wait_for(collect(stream), 2) == ["x", "y"]
-    assert stream.text == "y"  # the final event's text, as the new worker sent it
+    assert stream.text == "xy"  # the new worker's generation, whole
+
+
+async def test_an_end_only_event_ends_the_stream_and_full_text_is_its_text() -> None:
+    stream = Stream(FakeLayer(), "m", "t", "r", "reply!8", timeout_s=5)  # type: ignore[arg-type]
+    summary = token_events.Summary(finish_reason="length", generated_tokens=2, seed=None, input_length=1)
+    end = token_events.last_event(None, summary, "ab\ufffd", "ab")  # a partial character never completed
+    stream.queue.put_nowait(messages.read_reply(tokens(0, "a", "b")))
+    stream.queue.put_nowait(messages.read_reply(messages.TokenEvents(id="r", seq=1, events=[end], source="w1")
+                                                .to_wire()))
+    assert [e async for e in stream.events()][-1] == end
+    assert stream.finished and stream.text == "ab\ufffd"
 
 
 async def test_close_forgets_the_channel_once(monkeypatch: pytest.MonkeyPatch) -> None:

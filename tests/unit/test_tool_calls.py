@@ -7,6 +7,7 @@ import json
 import pytest
 
 from models_registry.api.openai.tool_calls import ToolCallStream, parse
+from models_registry.core import token_events
 
 # Outputs as the families write them (the shapes of vLLM's tool parser tests).
 HERMES_ONE = '<tool_call>\n{"name": "get_current_weather", "arguments": {"city": "Dallas", "state": "TX", ' \
@@ -118,10 +119,11 @@ def test_the_deltas_open_a_call_then_carry_its_arguments() -> None:
 
 
 def _event(text: str, last: bool = False) -> dict:
-    event: dict = {"token": {"id": 1, "text": text, "logprob": 0.0, "special": False}}
-    if last:
-        event["details"] = {"finish_reason": "eos_token", "generated_tokens": 9, "input_length": 3}
-    return event
+    token = {"id": 1, "text": text, "logprob": 0.0, "special": False}
+    if not last:
+        return token_events.token_event(token)
+    summary = token_events.Summary(finish_reason="eos_token", generated_tokens=9, seed=None, input_length=3)
+    return token_events.last_event(token, summary, "", "")  # the text is the pieces
 
 
 def test_a_call_inside_the_reasoning_is_not_read_and_one_after_it_is() -> None:

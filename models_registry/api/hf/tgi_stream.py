@@ -1,10 +1,11 @@
 """Text Generation Inference's streaming on the HF route: `"stream": true` answers server-sent events.
 
 Each event is TGI's `data: {"index", "token": {"id", "text", "logprob", "special"},
-"generated_text", "details"}`; the last carries the whole text (and, with `details`,
-the finish reason and counts). Every usual error is a JSON answer before the first
-byte; one after it is an `data: {"error", "error_type"}` event, as TGI sends. A client
-that goes away closes the stream, and the worker stops generating at its next token.
+"generated_text", "details"}`, built from the worker's token events (api.hf.tgi_events);
+the last carries the whole text (and, with `details`, the finish reason and counts).
+Every usual error is a JSON answer before the first byte; one after it is an `data:
+{"error", "error_type"}` event, as TGI sends. A client that goes away closes the stream,
+and the worker stops generating at its next token.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import orjson
 
 from models_registry.api.pipeline.inference_route import Streaming
 from models_registry.api.hf.payloads import InferenceRequest
+from models_registry.api.hf.tgi_events import TgiShape
 from models_registry.api.pipeline.request_record import StreamTally
 from models_registry.broker.stream_handoff import Opening, Stream
+from models_registry.core import token_events
 from models_registry.core.errors import HostingError, InvalidInput
 
 STREAM_TASKS = ("text-generation", "text2text-generation")
@@ -75,12 +78,15 @@ class TgiEvents:
 
     async def events(self, streams: list[Stream]) -> AsyncGenerator[bytes, None]:
         """Each token's event, its details shown only when asked."""
+        shape = TgiShape(details=bool(self.options.get("details")))
         async for event in streams[0].events():
-            self.count += 1
-            self.input_tokens = (event.get("details") or {}).get("input_length") or self.input_tokens
-            if not self.options.get("details"):
-                event = {**event, "details": None}
-            yield _sse(event)
+            summary = token_events.summary(event)
+            if summary is not None:
+                self.input_tokens = summary["input_length"] or self.input_tokens
+            tgi = shape.event(event)
+            if tgi is not None:
+                self.count += 1
+                yield _sse(tgi)
 
     def error_event(self, error: HostingError) -> bytes:
         """TGI's error event."""

@@ -10,8 +10,9 @@ from typing import Any
 from models_registry.api.openai.logprob_shapes import Released, TokenLogprob, chat_logprobs, completion_logprobs
 from models_registry.api.openai.tool_calls import ToolCall, ToolCallStream
 from models_registry.api.openai.reasoning_split import Pieces, ReasoningSplitter
+from models_registry.core import token_events
 
-# The worker's (TGI's) finish reasons in OpenAI's words.
+# The worker's finish reasons (core.token_events) in OpenAI's words.
 FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 
 
@@ -79,23 +80,23 @@ class Choice:
         self.said += pieces.content
         return pieces
 
-    def _take(self, event: dict[str, Any]) -> str:
-        token = event.get("token") or {}
-        if not token.get("special"):
-            entry = TokenLogprob.of(token, len(self.text)) if self.logprobs is not None else None
-            if entry is not None and self.logprobs is not None:
+    def _take(self, event: token_events.Event) -> str:
+        token = token_events.token_of(event)
+        if token is not None and self.logprobs is not None:
+            entry = TokenLogprob.of(token, len(self.text))
+            if entry is not None:
                 self.logprobs.entries.append(entry)
-            self.text += token.get("text") or ""
-        final = event.get("generated_text")
-        if final is not None:
-            self.text = final
-        details = event.get("details") or {}
-        shown, stopped = visible(self.text, self.stops, final is not None)
+        self.text = token_events.text_after(self.text, event)
+        summary = token_events.summary(event)
+        shown, stopped = visible(self.text, self.stops, summary is not None)
         self.cut = self.cut or stopped
-        if details or stopped:
-            self.finish_reason = "stop" if stopped else FINISH_REASONS.get(details.get("finish_reason"), "stop")
-            self.prompt_tokens = int(details.get("input_length") or self.prompt_tokens)
-            self.completion_tokens = int(details.get("generated_tokens") or self.completion_tokens)
+        if stopped:
+            self.finish_reason = "stop"
+        elif summary is not None:
+            self.finish_reason = FINISH_REASONS.get(summary["finish_reason"], "stop")
+        if summary is not None:
+            self.prompt_tokens = int(summary["input_length"] or self.prompt_tokens)
+            self.completion_tokens = int(summary["generated_tokens"] or self.completion_tokens)
         new = shown[self.shown:] if len(shown) > self.shown else ""
         self.shown = max(self.shown, len(shown))
         return new
