@@ -59,6 +59,7 @@ class Row:
     generator: torch.Generator | None
     full_text: bool
     details: bool = True  # TGI's answer with details (streams, details asked); else the pipeline's
+    token_logprob: bool = True  # whether its tokens' logprobs are read (OpenAI's answers read their own entries)
     last: int = 0  # the token to feed next
     cached: int = 0  # tokens in its cache slot
     history: list[int] = field(default_factory=list)  # the prompt and its tokens, once it has drawn one
@@ -171,6 +172,7 @@ class GenerationBatch:
         return Row(id=request_id, prompt=str(text), ids=list(ids), max_new_tokens=max_new, decoder=decoder,
                    sequence=sequence, processors=logits_processors(config, params, sample), sample=sample,
                    generator=generator, full_text=full_text, details=details, shaping=shaping,
+                   token_logprob=params.get("token_logprob") is not False,
                    joined=time.time() - max(0.0, waited_s), adapter=weights)
 
     def _adapter(self, adapter: AdapterSpec) -> LoraWeights:

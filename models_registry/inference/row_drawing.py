@@ -8,7 +8,7 @@ together: greedy ones with one first_max over all their logits (max's first inde
 unseeded sampled ones with one multinomial a CHUNK of rows; log_softmax is computed row by row
 inside its kernel, so every value equals the one-row draw's. A token's logprob (TGI's details)
 costs a log-softmax over the vocabulary, computed only for the rows whose answer or stream
-reports it (a row answering without details reports none: its tokens' logprobs are left 0.0).
+reports it (a row answering without details, or an OpenAI one, reports none: its tokens' logprobs are left 0.0).
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ def draw_one(row: Any, logits: torch.Tensor) -> None:
 
 
 def reports(row: Any) -> bool:
-    """Whether row's tokens' logprobs reach anyone: its answer's details or its stream's events."""
-    return bool(row.details) or row.sequence.sink is not None
+    """Whether row's tokens' logprobs reach anyone: its answer's details or its stream's events, unless its
+    request reads none (an OpenAI answer: its logprobs, when asked, are row_shaping's entries)."""
+    return row.token_logprob and (bool(row.details) or row.sequence.sink is not None)
 
 
 def take(row: Any, token: int, logprob: float | None) -> None:

@@ -27,6 +27,7 @@ def test_each_choice_has_its_own_seed_and_the_messages() -> None:
     wanted = read({**CHAT, "n": 3, "seed": -1, "stop": "x"}, chat=True)
     assert [worker_parameters(wanted, i)["seed"] for i in range(3)] == [2**63 - 1, 0, 1]
     assert worker_parameters(wanted, 0)["messages"] == CHAT["messages"] and wanted.stops == ["x"]
+    assert worker_parameters(wanted, 0)["token_logprob"] is False  # OpenAI reads its own logprob entries
     assert wanted.choices == 3
     prompts = read({"model": "m", "prompt": ["a", "b"], "n": 2}, chat=False)
     assert prompts.choices == 4 and "messages" not in worker_parameters(prompts, 0)

@@ -36,6 +36,7 @@ class FakeRow:
     sample: bool = False
     generator: torch.Generator | None = None
     details: bool = True
+    token_logprob: bool = True
     processors: LogitsProcessorList = field(default_factory=LogitsProcessorList)
     shaping: Any = None
     decoder: Taken = field(default_factory=Taken)
@@ -89,6 +90,14 @@ def test_a_streaming_row_reports_logprobs_even_without_details() -> None:
     row_drawing.draw(rows, logits)
     assert rows[0].decoder.tokens == [one_by_one(FakeRow(), logits[0])]
     assert rows[1].decoder.tokens[0][1] is None
+
+
+def test_a_stream_whose_request_reads_no_token_logprobs_gets_none() -> None:
+    logits = logits_of(2)
+    rows = [FakeRow(token_logprob=False, sequence=Sequence(sink=object())), FakeRow(token_logprob=False)]
+    row_drawing.draw(rows, logits)
+    for row, row_logits in zip(rows, logits):
+        assert row.decoder.tokens == [(one_by_one(FakeRow(), row_logits)[0], None)]
 
 
 def test_rows_with_their_own_processors_between_plain_ones_each_get_their_own_draw() -> None:

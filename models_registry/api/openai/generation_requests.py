@@ -61,7 +61,9 @@ def read(payload: Any, chat: bool) -> GenerationRequest:
 
 def worker_parameters(request: GenerationRequest, choice: int) -> dict[str, Any]:
     """The parameters one choice is generated with: its own seed (seed + choice), so n samples differ."""
-    parameters = {**request.parameters, "stop": request.stops}
+    # OpenAI's answers read logprobs only as the entries "logprobs" asks for: the worker spares each token's
+    # (a log-softmax over the vocabulary per row and step) that TGI's events carry.
+    parameters = {**request.parameters, "stop": request.stops, "token_logprob": False}
     if request.messages is not None:
         parameters["messages"] = request.messages
     if request.seed is not None:
